@@ -1,0 +1,62 @@
+"""Start test servers as child processes and stop them by PID."""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+
+class Proc:
+    """A server process with its log file; `stop()` kills it by PID and waits."""
+
+    def __init__(self, argv, log_path, env=None, cwd=None):
+        self.argv = list(argv)
+        self.log_path = str(log_path)
+        self._log = open(self.log_path, "ab")
+        self.popen = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, n: int = 40) -> str:
+        with open(self.log_path, "rb") as f:
+            return b"".join(f.readlines()[-n:]).decode(errors="replace")
+
+    def pause(self):
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self):
+        os.kill(self.pid, signal.SIGCONT)
+
+    def stop(self, timeout: float = 10.0):
+        if self.alive():
+            os.kill(self.pid, signal.SIGCONT)
+            os.kill(self.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.popen.wait(timeout)
+        self._log.close()
+
+
+def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 30.0, proc: Proc | None = None):
+    """Block until something accepts on host:port; fail early if the process died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise RuntimeError(f"{proc.argv[0]} exited early:\n{proc.log_tail()}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    tail = proc.log_tail() if proc is not None else ""
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s\n{tail}")
