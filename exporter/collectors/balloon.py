@@ -3,8 +3,8 @@
 Balloons are the pods matching `--balloon.selector` (a label selector, evaluated by the API
 server; giving it enables the collector, cluster mode only). Three informers feed it:
 the balloon pods (all namespaces), PriorityClasses, and nodes (shrunk to allocatable).
-Scrapes read their caches. The exposition, for 3 balloons of 2 CPUs / 4 GiB on 2 nodes
-and one waiting for a node:
+Scrapes read their caches. The exposition, for two Running balloons of 2 CPUs / 4 GiB on
+two nodes and one balloon waiting for a node:
 
     # HELP kubescale_balloon_pods Balloon pods by phase.
     # TYPE kubescale_balloon_pods gauge
