@@ -66,6 +66,8 @@ REASONS = {
         "their priorityClassName names no PriorityClass",
     "requests_fit_no_node":
         "their requests exceed the allocatable resources of every node",
+    "no_requests":
+        "they request no resources, so they hold no headroom",
 }
 # The cluster-autoscaler gives up on a node that has not registered after
 # --max-node-provision-time, 15 minutes by default.
@@ -168,6 +170,8 @@ def summarize(pods, priority_classes, node_allocatables, now, cutoff) -> Summary
             s.misconfigured["priority_not_negative"] += 1
         if priority < cutoff:
             s.misconfigured["priority_below_autoscaler_cutoff"] += 1
+        if not any(v > 0 for v in requests.values()):
+            s.misconfigured["no_requests"] += 1
         key = tuple(sorted(requests.items()))
         if key not in fits_cache:
             fits_cache[key] = any(all(v <= alloc.get(r, 0) for r, v in requests.items())
@@ -376,4 +380,7 @@ _ADVICE = {
         "Lower the balloons' requests below a node's allocatable (kubectl describe node), or "
         "add a node group large enough. A node group scaled to zero has no node to compare "
         "with: this check then errs on the side of warning.",
+    "no_requests":
+        "Set resources.requests (cpu, memory, GPUs) on the balloon Deployment's container: "
+        "the headroom is what they request.",
 }
