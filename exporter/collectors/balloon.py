@@ -72,7 +72,8 @@ REASONS = {
 # The cluster-autoscaler gives up on a node that has not registered after
 # --max-node-provision-time, 15 minutes by default.
 PENDING_WARN_SECONDS = 15 * 60
-# The first sync is awaited this long inside a scrape; longer means the API is unreachable.
+# The first sync is awaited this long inside a scrape (well within the default 10 s
+# scrape timeout); longer means the API server is unreachable or refuses us.
 SYNC_WAIT_SECONDS = 5.0
 
 _SELECTOR_TERM = re.compile(
@@ -322,8 +323,9 @@ class BalloonCollector(Collector):
         return self._allocs
 
     def collect(self):
+        deadline = time.monotonic() + SYNC_WAIT_SECONDS
         for informer in self.informers:
-            if not informer.wait_synced(SYNC_WAIT_SECONDS):
+            if not informer.wait_synced(max(0.0, deadline - time.monotonic())):
                 raise RuntimeError(f"no {informer.resource.plural} from the API server yet")
         s = summarize(self.pods.items(), self.classes.items(), self._allocatables(),
                       time.time(), self.cutoff)
