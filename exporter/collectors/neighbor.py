@@ -7,11 +7,11 @@ entries reach gc_thresh3 and forced GC frees nothing, new entries fail with ENOB
 (~1 ms whatever the table size) gives everything below except unresolved discards, which
 only /proc/net/stat/{arp,ndisc}_cache has (in the host network namespace only).
 
-    # HELP kubescale_neighbor_entries Entries in the kernel's neighbor table, all network namespaces.
+    # HELP kubescale_neighbor_entries Entries in the kernel's neighbor table, all network namespaces (PERMANENT included).
     # TYPE kubescale_neighbor_entries gauge
-    kubescale_neighbor_entries{family="ipv4"} 2.0
-    kubescale_neighbor_entries{family="ipv6"} 4.0
-    # HELP kubescale_neighbor_gc_thresh3 Hard limit: GC-eligible entries past it fail (sysctl net.*.neigh.default.gc_thresh3).
+    kubescale_neighbor_entries{family="ipv4"} 9.0
+    kubescale_neighbor_entries{family="ipv6"} 8.0
+    # HELP kubescale_neighbor_gc_thresh3 Hard limit: adds fail once this many GC-eligible entries exist (sysctl net.*.neigh.default.gc_thresh3).
     # TYPE kubescale_neighbor_gc_thresh3 gauge
     kubescale_neighbor_gc_thresh3{family="ipv4"} 1024.0
     ... likewise gc_thresh1 and gc_thresh2 (gauges), and the counters

@@ -11,10 +11,10 @@ kubescale_neighbor_entries - kubescale_neighbor_gc_exempt_entries.
     # HELP kubescale_neighbor_gc_eligible_entries Entries in this network namespace that count against gc_thresh3 (not PERMANENT, externally learned or managed).
     # TYPE kubescale_neighbor_gc_eligible_entries gauge
     kubescale_neighbor_gc_eligible_entries{family="ipv4"} 3.0
-    kubescale_neighbor_gc_eligible_entries{family="ipv6"} 2.0
+    kubescale_neighbor_gc_eligible_entries{family="ipv6"} 3.0
     # HELP kubescale_neighbor_gc_exempt_entries Entries in this network namespace that never count against gc_thresh3 (PERMANENT, externally learned or managed).
     # TYPE kubescale_neighbor_gc_exempt_entries gauge
-    kubescale_neighbor_gc_exempt_entries{family="ipv4"} 2.0
+    kubescale_neighbor_gc_exempt_entries{family="ipv4"} 4.0
     kubescale_neighbor_gc_exempt_entries{family="ipv6"} 1.0
 """
 from __future__ import annotations

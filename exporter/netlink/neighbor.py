@@ -10,7 +10,6 @@ from __future__ import annotations
 import socket
 import struct
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from exporter.netlink.socket import HEADER, RouteSocket, attributes, end_of_dump, messages
 
@@ -152,14 +151,6 @@ def count_entries(sock: RouteSocket) -> dict[str, NeighborCount]:
     counter = EntryCounter()
     sock.dump(RTM_GETNEIGH, _NDMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0, 0, 0), counter)
     return counter.counts
-
-
-def replay(consumer, chunks: Iterable[bytes]):
-    """Feed recorded reply chunks to a consumer, as RouteSocket.dump would."""
-    for chunk in chunks:
-        if consumer(memoryview(chunk)):
-            return consumer
-    raise ValueError("recorded dump ends before NLMSG_DONE")
 
 
 def _u32(buf, offset: int) -> int:
