@@ -30,7 +30,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from exporter.netlink.neighbor import NeighborCount, NeighborTable, count_entries, read_tables
 from exporter.netlink.socket import RouteSocket
-from exporter.registry import Collector, Finding, UsageError, register
+from exporter.cli import non_negative_int
+from exporter.registry import Collector, Finding, register
 
 SYSCTL_PREFIX = {"ipv4": "net.ipv4.neigh.default", "ipv6": "net.ipv6.neigh.default"}
 PROC_STAT_FILE = {"ipv4": "arp_cache", "ipv6": "ndisc_cache"}
@@ -64,7 +65,7 @@ class NeighborCollector(Collector):
     @classmethod
     def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
         group.add_argument(
-            "--neighbor.expected-peers", dest="neighbor_expected_peers", type=_peers, default=0,
+            "--neighbor.expected-peers", dest="neighbor_expected_peers", type=non_negative_int, default=0,
             metavar="N",
             help="For `check`: the most neighbors this node may need per family (nodes and "
                  "pods it talks to directly on its L2 segments). gc_thresh1-3 are sized for "
@@ -89,12 +90,6 @@ class NeighborCollector(Collector):
 
     def close(self) -> None:
         self._sock.close()
-
-
-def _peers(value: str) -> int:
-    if not value.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value!r}")
-    return int(value)
 
 
 def read_unresolved_discards(procfs: str) -> dict[str, int]:

@@ -81,9 +81,9 @@ class RouteSocket:
             except OSError as exc:
                 raise NetlinkUnavailable(
                     exc.errno, f"cannot open a NETLINK_ROUTE socket: {exc.strerror}. The "
-                    "neighbor collectors read the kernel's tables over netlink: run in the "
-                    "host network namespace (hostNetwork: true) with a seccomp profile that "
-                    "allows AF_NETLINK sockets") from exc
+                    "neighbor collectors read the kernel's tables over netlink: allow AF_NETLINK "
+                    "sockets in the pod's seccomp profile or sandbox, and run it with "
+                    "hostNetwork: true to see the host's entries") from exc
             sock.bind((0, 0))
             self._sock = sock
         return self._sock
