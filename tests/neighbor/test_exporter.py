@@ -26,9 +26,13 @@ NEIGHBOR_METRICS = {
 }
 
 
-def start(tmp_path, *argv, module="exporter"):
+# Runs a command with no capabilities at all (CapEff 0), as a locked-down pod would.
+NO_CAPABILITIES = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs"]
+
+
+def start(tmp_path, *argv, module="exporter", prefix=()):
     port = free_port()
-    proc = Proc([sys.executable, "-m", module, "--web.listen-address", f"127.0.0.1:{port}",
+    proc = Proc([*prefix, sys.executable, "-m", module, "--web.listen-address", f"127.0.0.1:{port}",
                  "--collector.disable-defaults", "--collector.neighbor", "--collector.neighbor_gc",
                  *argv], tmp_path / "exporter.log", cwd=REPO)
     wait_for_port(port, proc=proc)
@@ -39,8 +43,8 @@ def start(tmp_path, *argv, module="exporter"):
 def exporter(tmp_path):
     procs = []
 
-    def run(*argv, module="exporter"):
-        proc, url = start(tmp_path, *argv, module=module)
+    def run(*argv, module="exporter", prefix=()):
+        proc, url = start(tmp_path, *argv, module=module, prefix=prefix)
         procs.append(proc)
         return proc, url
 
@@ -50,7 +54,11 @@ def exporter(tmp_path):
 
 
 def test_node_mode_scrape_stays_within_the_series_budget(exporter):
-    _, url = exporter()
+    """Default node-mode collectors, run without any capability (netlink dumps and
+    /proc/net/stat need none)."""
+    proc, url = exporter(prefix=NO_CAPABILITIES)
+    status = Path(f"/proc/{proc.pid}/status").read_text()
+    assert "CapEff:\t0000000000000000" in status
     text = requests.get(url, timeout=10).text
     families = parse_exposition(text)
     promtool_check(text)
