@@ -1,5 +1,6 @@
 """The neighbor collectors inside the real exporter process: series budget, a failing
 netlink, recovery, and `check`."""
+import json
 import resource
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import requests
 from exporter.scrape import Scraper
 from tests.helpers.golden import promtool_check, series_count
 from tests.helpers.metrics import parse_exposition, sample
+from tests.helpers.netns import neighbor_adds
 from tests.helpers.ports import free_port
 from tests.helpers.procs import Proc, wait_for_port
 
@@ -129,3 +131,29 @@ def test_check_rejects_a_bad_expected_peers_value():
     result = run_check("--neighbor.expected-peers", "many")
     assert result.returncode == 2
     assert "--neighbor.expected-peers" in result.stderr
+
+
+def test_exporter_inside_a_namespace_counts_that_namespace(tmp_path, netns):
+    """The process as a pod runs it: started in a namespace, scraped over its loopback."""
+    netns.batch(neighbor_adds(12, "ipv4", "stale") + neighbor_adds(5, "ipv4", "permanent", start=50)
+                + neighbor_adds(3, "ipv6", "permanent"))
+    port = free_port()
+    proc = Proc(["ip", "netns", "exec", netns.name, sys.executable, "-m", "exporter",
+                 "--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "exporter.log", cwd=REPO)
+    try:
+        netns.run(wait_for_port, port, "127.0.0.1", 30.0, proc)
+        text = netns.run(lambda: requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
+    finally:
+        proc.stop()
+    families = parse_exposition(text)
+    # Talking over loopback itself adds a NOARP entry on lo (GC-eligible): count what ip
+    # lists rather than assume.
+    listed = json.loads(netns.ip("-j", "-4", "neigh", "show", "nud", "all").stdout)
+    assert [e["state"] for e in listed if e["dev"] == "lo"] == [["NOARP"]]
+    assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv4") == 12 + 1
+    assert sample(families, "kubescale_neighbor_gc_exempt_entries", family="ipv4") == 5
+    assert sample(families, "kubescale_neighbor_gc_exempt_entries", family="ipv6") == 3
+    assert sample(families, "kubescale_neighbor_entries", family="ipv4") >= 17
+    # /proc/net/stat does not exist outside the host namespace: that series is left out.
+    assert not [s for f in families for s in f.samples
+                if s.name == "kubescale_neighbor_unresolved_discards_total"]
