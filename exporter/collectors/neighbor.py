@@ -29,7 +29,7 @@ from typing import Iterable, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporter.netlink.neighbor import NeighborCount, NeighborTable, count_entries, read_tables
-from exporter.netlink.socket import RouteSocket
+from exporter.netlink.route import RouteSocket
 from exporter.cli import non_negative_int
 from exporter.registry import Collector, Finding, register
 

@@ -25,7 +25,7 @@ from typing import Iterable, Mapping
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from exporter.netlink.neighbor import NeighborCount, count_entries
-from exporter.netlink.socket import RouteSocket
+from exporter.netlink.route import RouteSocket
 from exporter.registry import Collector, register
 
 

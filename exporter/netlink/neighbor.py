@@ -11,7 +11,7 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from exporter.netlink.socket import RouteSocket, attributes, end_of_dump, messages
+from exporter.netlink.route import RouteSocket, attributes, end_of_dump, messages
 
 RTM_NEWNEIGH = 28
 RTM_GETNEIGH = 30
@@ -82,7 +82,7 @@ class TableReader:
                 if end_of_dump(msg_type, chunk, payload):
                     return True
                 continue
-            family = FAMILIES.get(chunk[payload])
+            family = FAMILIES.get(_NDTMSG.unpack_from(chunk, payload)[0])
             if family is None:
                 continue
             table = NeighborTable(family)
@@ -135,6 +135,8 @@ class EntryCounter:
                 length, msg_type, family, state, flags = unpack(data, offset)
             else:
                 length, msg_type = _SHORT_HEADER.unpack_from(data, offset)
+                if msg_type == RTM_NEWNEIGH:
+                    raise ValueError(f"truncated neighbor message at {offset}")
             if length < 16:
                 raise ValueError(f"malformed netlink message of length {length} at {offset}")
             if msg_type == RTM_NEWNEIGH:

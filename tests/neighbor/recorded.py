@@ -76,7 +76,7 @@ def record() -> None:
     """Record both dumps and the /proc/net/stat files they are compared with."""
     from exporter.netlink.neighbor import (  # noqa: PLC0415
         RTM_GETNEIGH, RTM_GETNEIGHTBL, EntryCounter, TableReader, _NDMSG, _NDTMSG)
-    from exporter.netlink.socket import RouteSocket  # noqa: PLC0415
+    from exporter.netlink.route import RouteSocket  # noqa: PLC0415
     from tests.helpers.netns import NetNS  # noqa: PLC0415
 
     stat_dir = FIXTURES / "procfs/net/stat"

@@ -4,7 +4,11 @@ The recordings were taken together with /proc/net/stat, which shows the same ker
 counters through another interface: decoding the binary replies must give the same
 numbers, table_fulls (the field pyroute2 drops) included.
 """
+import struct
 from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter.collectors.neighbor import read_unresolved_discards, table_families
 from exporter.collectors.neighbor_gc import count_families
@@ -59,3 +63,21 @@ def test_decoded_counts_are_the_recorded_namespace_entries():
     total = Counter(f for f, *_ in RECORDED_ENTRIES)
     for family, count in recorded_counts().items():
         assert (count.entries, count.gc_exempt) == (total[family], exempt[family])
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_damaged_replies_raise_and_never_hang(data):
+    """A chunk cut short or with bytes overwritten either parses or raises ValueError /
+    struct.error (OSError for an error message); it never loops."""
+    recorded = load(FIXTURES / data.draw(st.sampled_from(["neigh_dump.bin", "neightbl_dump.bin"])))
+    chunk = bytearray(data.draw(st.sampled_from(recorded)))
+    if data.draw(st.booleans()):
+        del chunk[data.draw(st.integers(0, len(chunk))):]
+    for _ in range(data.draw(st.integers(0, 4)) if chunk else 0):
+        chunk[data.draw(st.integers(0, len(chunk) - 1))] = data.draw(st.integers(0, 255))
+    for consumer in (EntryCounter(), TableReader()):
+        try:
+            consumer(memoryview(bytes(chunk)))
+        except (ValueError, struct.error, OSError):
+            pass
