@@ -28,9 +28,9 @@ from typing import Iterable, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from exporter.cli import non_negative_int
 from exporter.netlink.neighbor import NeighborCount, NeighborTable, count_entries, read_tables
 from exporter.netlink.route import RouteSocket
-from exporter.cli import non_negative_int
 from exporter.registry import Collector, Finding, register
 
 SYSCTL_PREFIX = {"ipv4": "net.ipv4.neigh.default", "ipv6": "net.ipv6.neigh.default"}
@@ -65,8 +65,8 @@ class NeighborCollector(Collector):
     @classmethod
     def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
         group.add_argument(
-            "--neighbor.expected-peers", dest="neighbor_expected_peers", type=non_negative_int, default=0,
-            metavar="N",
+            "--neighbor.expected-peers", dest="neighbor_expected_peers", type=non_negative_int,
+            default=0, metavar="N",
             help="For `check`: the most neighbors this node may need per family (nodes and "
                  "pods it talks to directly on its L2 segments). gc_thresh1-3 are sized for "
                  "the larger of this and what the node has now (default 0: what it has now).")
