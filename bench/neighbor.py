@@ -76,10 +76,9 @@ def main() -> None:
         try:
             exporter = [sys.executable, "-m", "exporter", "--collector.disable-defaults"]
             runs = {}
-            for label, flags, collector in (
-                ("kube-scale-exporter, neighbor (O(1))", ["--collector.neighbor"], "neighbor"),
-                ("kube-scale-exporter, neighbor + neighbor_gc (dump)",
-                 ["--collector.neighbor", "--collector.neighbor_gc"], "neighbor_gc"),
+            for flags, collector in (
+                (["--collector.neighbor"], "neighbor"),
+                (["--collector.neighbor", "--collector.neighbor_gc"], "neighbor_gc"),
             ):
                 port = free_port()
                 proc = start_in(ns, exporter + flags + ["--web.listen-address", f"127.0.0.1:{port}"],

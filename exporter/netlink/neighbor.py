@@ -100,7 +100,7 @@ class TableReader:
                 elif attr == NDTA_STATS:
                     count = min(len(STATS_FIELDS), (stop - start) // 8)
                     values = struct.unpack_from(f"={count}Q", chunk, start)
-                    table.stats = dict(zip(STATS_FIELDS, values))
+                    table.stats = dict(zip(STATS_FIELDS[:count], values, strict=True))
             # The table's own message has thresholds; the others are per-device parms.
             if has_thresholds:
                 self.tables[family] = table

@@ -6,24 +6,30 @@ length (u32, native order), so replaying exercises the same parsing as a live so
 """
 from __future__ import annotations
 
-import shutil
 import struct
 from pathlib import Path
+
+from exporter.netlink.route import RouteSocket
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 _LENGTH = struct.Struct("=I")
 
 
-class Recorder:
-    """Wraps a dump consumer and keeps a copy of every chunk it is given."""
+class RecordingSocket(RouteSocket):
+    """A RouteSocket that keeps a copy of the reply chunks of its last dump."""
 
-    def __init__(self, consumer):
-        self.consumer = consumer
+    def __init__(self):
+        super().__init__()
         self.chunks: list[bytes] = []
 
-    def __call__(self, chunk) -> bool:
-        self.chunks.append(bytes(chunk))
-        return self.consumer(chunk)
+    def dump(self, msg_type, body, consume) -> None:
+        self.chunks = []
+
+        def keep(chunk) -> bool:
+            self.chunks.append(bytes(chunk))
+            return consume(chunk)
+
+        super().dump(msg_type, body, keep)
 
 
 def save(path: Path, chunks: list[bytes]) -> None:
@@ -74,33 +80,28 @@ def populate(ns) -> None:
 
 def record() -> None:
     """Record both dumps and the /proc/net/stat files they are compared with."""
-    from exporter.netlink.neighbor import (  # noqa: PLC0415
-        RTM_GETNEIGH, RTM_GETNEIGHTBL, EntryCounter, TableReader, _NDMSG, _NDTMSG)
-    from exporter.netlink.route import RouteSocket  # noqa: PLC0415
+    from exporter.netlink.neighbor import count_entries, read_tables  # noqa: PLC0415
     from tests.helpers.netns import NetNS  # noqa: PLC0415
 
     stat_dir = FIXTURES / "procfs/net/stat"
     stat_dir.mkdir(parents=True, exist_ok=True)
     with NetNS() as ns:
         populate(ns)
-        sock = ns.run(RouteSocket)
-        counter = Recorder(EntryCounter())
-        ns.run(sock.dump, RTM_GETNEIGH, _NDMSG.pack(0, 0, 0, 0, 0, 0, 0), counter)
-        # Table stats move while other things run: read /proc around the dump until it
+        sock = RecordingSocket()
+        ns.run(count_entries, sock)  # the socket opens in the namespace on first use
+        save(FIXTURES / "neigh_dump.bin", sock.chunks)
+        # Table stats move while other things run: read /proc around the request until it
         # held still, so the recorded files and the recorded reply agree.
         while True:
             before = [Path("/proc/net/stat", n).read_text() for n in ("arp_cache", "ndisc_cache")]
-            tables = Recorder(TableReader())
-            sock.dump(RTM_GETNEIGHTBL, _NDTMSG.pack(0, 0, 0), tables)
+            read_tables(sock)
             after = [Path("/proc/net/stat", n).read_text() for n in ("arp_cache", "ndisc_cache")]
             if before == after:
                 break
+        save(FIXTURES / "neightbl_dump.bin", sock.chunks)
         sock.close()
-    save(FIXTURES / "neigh_dump.bin", counter.chunks)
-    save(FIXTURES / "neightbl_dump.bin", tables.chunks)
-    for name, text in zip(("arp_cache", "ndisc_cache"), after):
+    for name, text in zip(("arp_cache", "ndisc_cache"), after, strict=True):
         (stat_dir / name).write_text(text)
-    shutil.rmtree(FIXTURES / "__pycache__", ignore_errors=True)
 
 
 if __name__ == "__main__":
