@@ -11,6 +11,7 @@ bench/results/neighbor.md, and deletes the namespace. Run as root: python -m ben
 """
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import subprocess
@@ -66,6 +67,7 @@ def max_ms(values) -> float:
 
 
 def main() -> None:
+    load_before = os.getloadavg()[0]
     logdir = REPO / "bench/results/logs"
     logdir.mkdir(parents=True, exist_ok=True)
     rows, procs = [], []
@@ -157,7 +159,9 @@ def main() -> None:
         "",
         "Scrape times are wall clock over a kept-alive HTTP connection, as Prometheus scrapes; "
         "`scrape - collector` is the exporter's HTTP and encoding overhead. Other jobs shared "
-        "the machine's 2 cores while this ran; medians are the figures to compare.",
+        f"the machine's {os.cpu_count()} cores while this ran (1-minute load average "
+        f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end); medians are "
+        "the figures to compare.",
     ]
     report = "\n".join(lines) + "\n"
     print(report)
