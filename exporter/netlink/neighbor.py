@@ -95,7 +95,7 @@ class TableReader:
                 elif attr == NDTA_THRESH3:
                     table.thresh3 = _u32(chunk, start)
                     has_thresholds = True
-                elif attr == NDTA_CONFIG:
+                elif attr == NDTA_CONFIG and stop - start >= _CONFIG_ENTRIES.size:
                     table.entries = _CONFIG_ENTRIES.unpack_from(chunk, start)[2]
                 elif attr == NDTA_STATS:
                     count = min(len(STATS_FIELDS), (stop - start) // 8)
