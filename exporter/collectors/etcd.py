@@ -129,9 +129,10 @@ def keys_prefix(value: str) -> str:
 
 
 def tls_files(args: argparse.Namespace) -> TLSFiles:
-    """The TLS files given, or kubeadm's when --etcd.local is used without any."""
+    """The TLS files given, or kubeadm's for --etcd.local over https without any given."""
     given = TLSFiles(args.etcd_ca_file, args.etcd_cert_file, args.etcd_key_file)
-    if given == TLSFiles() and args.etcd_local:
+    local_https = any(url.startswith("https:") for _, urls in args.etcd_local for url in urls)
+    if given == TLSFiles() and local_https:
         return KUBEADM_TLS
     return given
 
@@ -296,8 +297,9 @@ class EtcdCollector(Collector):
         return exposition(states, self.keys(), self.keys_interval)
 
     def findings(self) -> list[Finding]:
-        # `check` runs once: give the first key count a moment to finish.
-        self._keys_counted.wait(timeout=10 * self.args.etcd_timeout)
+        if self._thread is not None:
+            # `check` runs once, right after start(): let the first key count finish.
+            self._keys_counted.wait(timeout=10 * self.args.etcd_timeout)
         return advise(self.states(), self.keys())
 
 
