@@ -162,32 +162,32 @@ class EtcdCollector(Collector):
                  f"{LOCAL_DEFAULT}), with kubeadm's /etc/kubernetes/pki/etcd certificates "
                  f"unless --etcd.ca-file/--etcd.cert-file/--etcd.key-file are given. "
                  f"Key counts are taken only by the pod beside the leader.")
-        group.add_argument("--etcd.ca-file", dest="etcd_ca_file", default=None,
+        group.add_argument("--etcd.ca-file", dest="etcd_ca_file", default=None, metavar="FILE",
                            help="CA bundle that signed etcd's serving certificate.")
-        group.add_argument("--etcd.cert-file", dest="etcd_cert_file", default=None,
+        group.add_argument("--etcd.cert-file", dest="etcd_cert_file", default=None, metavar="FILE",
                            help="Client certificate for etcd (with --etcd.key-file).")
-        group.add_argument("--etcd.key-file", dest="etcd_key_file", default=None,
+        group.add_argument("--etcd.key-file", dest="etcd_key_file", default=None, metavar="FILE",
                            help="Client key for etcd (with --etcd.cert-file).")
-        group.add_argument("--etcd.timeout", dest="etcd_timeout", type=positive_seconds,
+        group.add_argument("--etcd.timeout", dest="etcd_timeout", type=positive_seconds, metavar="SECONDS",
                            default=2.0, help="Timeout of each request to etcd (default 2s).")
         group.add_argument("--etcd.quota-bytes", dest="etcd_quota_bytes", type=byte_size,
-                           default=DEFAULT_QUOTA,
+                           default=DEFAULT_QUOTA, metavar="BYTES",
                            help="Quota to assume when etcd tells neither in Status nor in "
                                 "/metrics (default 2Gi, etcd's default).")
         group.add_argument("--etcd.min-interval", dest="etcd_min_interval",
-                           type=positive_seconds, default=15.0,
+                           type=positive_seconds, default=15.0, metavar="SECONDS",
                            help="Serve member status from cache when younger than this, "
                                 "whatever the number of scrapers (default 15s).")
         group.add_argument("--etcd.keys-interval", dest="etcd_keys_interval",
-                           type=positive_seconds, default=300.0,
+                           type=positive_seconds, default=300.0, metavar="SECONDS",
                            help="Count keys per resource in the background this often "
                                 "(default 300s).")
         group.add_argument("--etcd.keys-prefix", dest="etcd_keys_prefix", type=keys_prefix,
-                           default="/registry/",
+                           default="/registry/", metavar="PREFIX",
                            help="Key prefix of Kubernetes objects (kube-apiserver "
                                 "--etcd-prefix; default /registry/).")
         group.add_argument("--etcd.keys-max-resources", dest="etcd_keys_max_resources",
-                           type=positive_int, default=100,
+                           type=positive_int, default=100, metavar="N",
                            help="Report at most this many resources per cluster, the "
                                 "largest; the rest are summed in resource=\"other\" "
                                 "(default 100).")

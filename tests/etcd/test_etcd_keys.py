@@ -94,3 +94,15 @@ def test_resource_of_follows_kubernetes_layout():
     assert resource_of(b"/registry/Other/x", prefix) == ("_other", b"/registry/Other/")
     names = Counter(resource_of(f"/registry/{c}/x".encode(), prefix)[0] for c in ("a b", "a\tb", "a{b"))
     assert names == Counter({"a_b": 3})  # sanitized names merge, counts add up
+
+
+def test_check_command_advises_moving_events_out_of_main(etcd_factory, capsys):
+    from exporter.cli import main  # noqa: PLC0415
+
+    etcd = etcd_factory(version="3.5")
+    put_many(etcd.session(), etcd.client_url, kube_keys({"pods": 40, "events": 200}))
+    status = main(["check", "--mode", "cluster", "--etcd.cluster", f"main={etcd.client_url}"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "[etcd]" in out and "etcd main: holds 200 event keys (83% of 240)" in out
+    assert "--etcd-servers-overrides=/events#" in out
