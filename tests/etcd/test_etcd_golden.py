@@ -1,15 +1,9 @@
-"""Golden exposition from fixed cluster states: byte for byte, and promtool's lint."""
-import pathlib
-import shutil
-import subprocess
-
-from prometheus_client.exposition import generate_latest
-
-from exporter.collectors.etcd import exposition
+"""Golden exposition and `check` findings from fixed cluster states (UPDATE_GOLDEN=1 rewrites)."""
+from exporter.collectors.etcd import advise, exposition
 from exporter.etcd.client import Status
 from exporter.etcd.cluster import ClusterState, MemberState
+from tests.helpers.golden import assert_golden
 
-GOLDEN = pathlib.Path(__file__).parent.parent / "golden" / "etcd.prom"
 MiB = 1024 * 1024
 
 
@@ -34,31 +28,12 @@ def fixed_states():
     return [main, events, down], keys
 
 
-class Families:
-    def collect(self):
-        states, keys = fixed_states()
-        return exposition(states, keys, 300.0)
-
-
 def test_golden_exposition():
-    text = generate_latest(Families())
-    assert text == GOLDEN.read_bytes(), "regenerate with: python -m tests.etcd.test_etcd_golden"
-
-
-def test_promtool_accepts_it():
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool (Debian prometheus) is missing; .ci/setup.d/10-base.sh installs it"
-    run = subprocess.run([promtool, "check", "metrics"], input=GOLDEN.read_bytes(), capture_output=True)
-    assert run.returncode == 0, run.stdout + run.stderr
-
-
-if __name__ == "__main__":
-    GOLDEN.write_bytes(generate_latest(Families()))
+    states, keys = fixed_states()
+    assert_golden("etcd", exposition(states, keys, 300.0))
 
 
 def test_findings_from_the_same_states():
-    from exporter.collectors.etcd import advise  # noqa: PLC0415
-
     states, keys = fixed_states()
     found = {(f.severity, f.summary) for f in advise(states, keys)}
     assert ("critical", "etcd main member m1: alarm NOSPACE is raised (writes are refused)") in found
