@@ -1,6 +1,6 @@
 """Benchmark of the etcd collector against a real 3-member etcd 3.5 cluster on loopback.
 
-    python -m bench.etcd [--keys 100000] [--resources 50]
+    python bench/etcd.py [--keys 100000] [--resources 50] [--runs 5]
 
 Prints, and writes to bench/results/etcd.md: requests the collector sends to etcd per
 scrape and per minute (per member), how long a status refresh and a cached scrape
@@ -16,13 +16,18 @@ import os
 import platform
 import statistics
 import tempfile
+import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
-from exporter.cli import parse
-from exporter.etcd.client import encode_key, prefix_end
-from tests.helpers.etcd_server import etcd_binary, put_many, start_cluster
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from exporter.cli import parse  # noqa: E402
+from exporter.etcd.client import encode_key, prefix_end  # noqa: E402
+from tests.helpers.etcd_server import etcd_binary, put_many, start_cluster  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "etcd.md")
 
@@ -195,8 +200,8 @@ def main(argv=None) -> int:
             say(f"| key count per resource, {o.keys:,} keys | {median_ms(walk)}, {walk_requests} requests, "
                 f"{walk_bytes / 1024:.0f} KiB received | {median_ms(peer_s)}, {peer_requests} requests, "
                 f"{peer_bytes / 1024:.0f} KiB received (list all keys, pages of 1000) | "
-                f"{statistics.median(peer_s) / statistics.median(walk):.0f}x faster, "
-                f"{peer_bytes / max(walk_bytes, 1):.0f}x fewer bytes |")
+                f"peer/ours: {statistics.median(peer_s) / statistics.median(walk):.2f}x the time, "
+                f"{peer_bytes / max(walk_bytes, 1):.0f}x the bytes |")
             collector.close()
         finally:
             for m in members:
