@@ -42,6 +42,11 @@ class ClusterState:
         return self.error is None
 
 
+def client_url(member: Member) -> str | None:
+    """The member's first http(s) client URL; members may also advertise unix sockets."""
+    return next((u for u in member.client_urls if u.startswith(("http://", "https://"))), None)
+
+
 class EtcdCluster:
     def __init__(self, name: str, endpoints: list[str], discover: bool,
                  session: requests.Session, timeout: float, default_quota: int,
@@ -101,7 +106,7 @@ class EtcdCluster:
             return ClusterState(self.name, down, str(exc), now)
         names = {m.id: m.label for m in members}
         if self.discover:
-            targets = [(m.label, m.client_urls[0] if m.client_urls else None) for m in members]
+            targets = [(m.label, client_url(m)) for m in members]
         else:
             with self._lock:
                 targets = [(self._labels.get(url, url), url) for url in self.endpoints]
@@ -128,7 +133,7 @@ class EtcdCluster:
 
     def _member(self, url: str | None) -> tuple[Status | None, str | None, int, str]:
         if url is None:
-            return None, "member has no client URL (not started yet)", 0, ""
+            return None, "member advertises no http(s) client URL (not started yet?)", 0, ""
         client = self.client(url)
         try:
             status = client.status()

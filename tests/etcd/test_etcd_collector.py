@@ -178,3 +178,13 @@ def test_local_mode_reports_only_its_member_and_counts_keys_only_beside_the_lead
               if value(found, "kubescale_etcd_is_leader", etcd_cluster="main", member=name)]
     assert counted == leader and len(leader) == 1
     assert value(per_member[leader[0]], "kubescale_etcd_keys", etcd_cluster="main", resource="pods") == 10
+
+
+def test_member_url_skips_unix_sockets():
+    from exporter.etcd.client import Member  # noqa: PLC0415
+    from exporter.etcd.cluster import client_url  # noqa: PLC0415
+
+    assert client_url(Member("1", "m0", ("unix://localhost:2379", "https://10.0.0.1:2379"))) == \
+        "https://10.0.0.1:2379"
+    assert client_url(Member("1", "", ())) is None
+    assert Member("255", "", ()).label == "ff"
