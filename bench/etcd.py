@@ -1,6 +1,6 @@
-"""Benchmark of the etcd collector against a real 3-member etcd 3.5 cluster on loopback.
+"""Benchmark of the etcd collector against real 3-member etcd 3.4 and 3.5 clusters on loopback.
 
-    python bench/etcd.py [--keys 100000] [--resources 50] [--runs 5]
+    python bench/etcd.py [--keys 100000] [--resources 50] [--runs 5] [--versions 3.4,3.5]
 
 Prints, and writes to bench/results/etcd.md: requests the collector sends to etcd per
 scrape and per minute (per member), how long a status refresh and a cached scrape
@@ -90,20 +90,10 @@ def median_ms(samples: list[float]) -> str:
     return f"{statistics.median(samples) * 1000:.1f} ms"
 
 
-def main(argv=None) -> int:
-    opts = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    opts.add_argument("--keys", type=int, default=100_000)
-    opts.add_argument("--resources", type=int, default=50)
-    opts.add_argument("--runs", type=int, default=5)
-    o = opts.parse_args(argv)
-    lines = []
-
-    def say(text=""):
-        print(text, flush=True)
-        lines.append(text)
-
+def bench_version(o, version: str, say) -> None:
+    """Start a 3-member cluster of this etcd version, load it, and measure."""
     with tempfile.TemporaryDirectory(prefix="bench-etcd-") as work:
-        members = start_cluster(work, size=3, version="3.5")
+        members = start_cluster(work, size=3, version=version)
         try:
             sizes = skewed(o.keys, o.resources)
             names = [f"resource{i:02d}" for i in range(o.resources)]
@@ -120,9 +110,8 @@ def main(argv=None) -> int:
             cluster = collector.clusters[0]
             meter = Meter(cluster.session)
 
-            say(f"# etcd collector benchmark\n")
-            say(f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} cores; "
-                f"etcd 3.5.1 ({etcd_binary('3.5')}), 3 members on loopback; "
+            say(f"## etcd {version}\n")
+            say(f"{etcd_binary(version)}, 3 members on loopback; "
                 f"{o.keys:,} keys in {o.resources} resources (largest {sizes[0]:,}, smallest "
                 f"{sizes[-1]:,}), 64-byte values, loaded in {load_s:.1f} s. Medians of {o.runs} runs.\n")
 
@@ -167,7 +156,7 @@ def main(argv=None) -> int:
             def by_member(counts):
                 return ", ".join(f"{name_of[h]}: {n}" for h, n in sorted(counts.items(), key=lambda kv: name_of[kv[0]]))
 
-            say("## Requests to etcd\n")
+            say("### Requests to etcd\n")
             say("| what | requests | note |")
             say("|---|---|---|")
             say(f"| status refresh, 3 members | {sum(refresh_requests.values())} ({by_member(refresh_requests)}) | member list + "
@@ -191,7 +180,7 @@ def main(argv=None) -> int:
                 f"scraping every 15 s would send {2 * 4 * sum(refresh_requests.values())} requests a minute "
                 f"instead of {4 * sum(refresh_requests.values())}.\n")
 
-            say("## Time\n")
+            say("### Time\n")
             say("| what | ours | peer | ratio |")
             say("|---|---|---|---|")
             say(f"| first status refresh (with /metrics) | {first_s * 1000:.1f} ms | | |")
@@ -206,6 +195,27 @@ def main(argv=None) -> int:
         finally:
             for m in members:
                 m.stop()
+
+
+def main(argv=None) -> int:
+    opts = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    opts.add_argument("--keys", type=int, default=100_000)
+    opts.add_argument("--resources", type=int, default=50)
+    opts.add_argument("--runs", type=int, default=5)
+    opts.add_argument("--versions", default="3.4,3.5", help="etcd versions, comma-separated")
+    o = opts.parse_args(argv)
+    lines = []
+
+    def say(text=""):
+        print(text, flush=True)
+        lines.append(text)
+
+    say("# etcd collector benchmark\n")
+    say(f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} cores. "
+        "Status and scrape times are medians; other work on the machine moves them by ~2x.\n")
+    for version in o.versions.split(","):
+        bench_version(o, version, say)
+        say()
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "w") as f:
         f.write("\n".join(lines) + "\n")
