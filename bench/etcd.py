@@ -15,8 +15,8 @@ import base64
 import os
 import platform
 import statistics
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from exporter.cli import parse  # noqa: E402
-from exporter.etcd.client import encode_key, prefix_end  # noqa: E402
-from tests.helpers.etcd_server import etcd_binary, put_many, start_cluster  # noqa: E402
+from exporter.cli import parse
+from exporter.etcd.client import encode_key, prefix_end
+from tests.helpers.etcd_server import etcd_binary, put_many, start_cluster
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "etcd.md")
 
@@ -163,7 +163,7 @@ def bench_version(o, version: str, say) -> None:
                 f"alarm list on one endpoint, Status on each member |")
             say(f"| first refresh (reads quota from /metrics) | {sum(first_requests.values())} ({by_member(first_requests)}) | "
                 f"/metrics again once per --etcd.keys-interval |")
-            say(f"| scrape served from cache | 0 | any number of scrapers within --etcd.min-interval |")
+            say("| scrape served from cache | 0 | any number of scrapers within --etcd.min-interval |")
             say(f"| key count, {o.resources} resources | {walk_requests} | 1 member list + 2 per resource + 1 |")
             refreshes_per_min = 60 / args.etcd_min_interval
             walks_per_min = 60 / args.etcd_keys_interval

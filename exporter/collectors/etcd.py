@@ -56,8 +56,8 @@ import os
 import re
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable
 from urllib.parse import urlsplit
 
 from prometheus_client.core import GaugeMetricFamily, Metric

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import requests
 
-from exporter.etcd.client import Alarm, EtcdClient, EtcdError, Member, Status
+from exporter.etcd.client import EtcdClient, EtcdError, Member, Status
 
 QUOTA_METRIC = "etcd_server_quota_backend_bytes"
 

@@ -68,7 +68,7 @@ def value(found, name, **labels):
 
 
 def scrape_text(scraper: Scraper, timeout: float) -> str:
-    from prometheus_client.exposition import generate_latest  # noqa: PLC0415
+    from prometheus_client.exposition import generate_latest
 
     class Families:
         def collect(self):

@@ -38,8 +38,8 @@ def test_findings_from_the_same_states():
     found = {(f.severity, f.summary) for f in advise(states, keys)}
     assert ("critical", "etcd main member m1: alarm NOSPACE is raised (writes are refused)") in found
     assert ("critical", "etcd main member m0: database 1,800 MiB is 88% of its 2,048 MiB quota (metrics)") in found
-    assert ("warning", "etcd main member m0: 900 MiB of the 1,800 MiB database is free pages; "
-                       "a defragment returns them") in found
+    assert ("warning", ("etcd main member m0: 900 MiB of the 1,800 MiB database is free pages; "
+                        "a defragment returns them")) in found
     assert ("warning", "etcd main member m2: did not answer") in found
     assert ("critical", "etcd spare: no member answered") in found
     assert ("warning", "etcd main: holds 40,000 event keys (27% of 150,015) beside the cluster's objects") in found

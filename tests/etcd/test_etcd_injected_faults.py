@@ -8,10 +8,10 @@ import time
 import pytest
 
 from tests.etcd.conftest import samples, value
-from tests.helpers.faultproxy import FaultProxy
 from tests.helpers.etcd_server import put_many
+from tests.helpers.faultproxy import FaultProxy
 
-MEMBER = dict(etcd_cluster="main", member="default")
+MEMBER = {"etcd_cluster": "main", "member": "default"}
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def proxied(etcd_factory):
 
 
 def test_quota_falls_back_to_the_flag_when_metrics_fail_then_returns(proxied, collector_factory):
-    etcd, proxy = proxied
+    _, proxy = proxied
     proxy.inject(r"^/metrics", status=500)
     collector = collector_factory("--etcd.local", f"main={proxy.url}", "--etcd.quota-bytes", "1Gi",
                                   "--etcd.min-interval", "0.1", "--etcd.keys-interval", "0.5", mode="node")
@@ -74,7 +74,7 @@ def test_failed_key_count_keeps_the_last_counts(proxied, collector_factory):
     collector.count_keys()
     found = samples(collector)
     assert value(found, "kubescale_etcd_keys", etcd_cluster="main", resource="pods") == 12
-    stamp = dict(name="kubescale_etcd_keys_refresh_timestamp_seconds", etcd_cluster="main")
+    stamp = {"name": "kubescale_etcd_keys_refresh_timestamp_seconds", "etcd_cluster": "main"}
     assert value(found, stamp.pop("name"), **stamp) == \
         value(first, "kubescale_etcd_keys_refresh_timestamp_seconds", etcd_cluster="main")
     proxy.clear()

@@ -97,7 +97,7 @@ def test_resource_of_follows_kubernetes_layout():
 
 
 def test_check_command_advises_moving_events_out_of_main(etcd_factory, capsys):
-    from exporter.cli import main  # noqa: PLC0415
+    from exporter.cli import main
 
     etcd = etcd_factory(version="3.5")
     put_many(etcd.session(), etcd.client_url, kube_keys({"pods": 40, "events": 200}))

@@ -13,7 +13,7 @@ from exporter.scrape import Scraper
 from tests.etcd.conftest import samples, success_of, value
 from tests.helpers.etcd_server import make_tls
 
-MEMBER = dict(etcd_cluster="main", member="default")
+MEMBER = {"etcd_cluster": "main", "member": "default"}
 
 
 class Steady(Collector):
