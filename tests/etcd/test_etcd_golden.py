@@ -2,7 +2,7 @@
 from exporter.collectors.etcd import advise, exposition
 from exporter.etcd.client import Status
 from exporter.etcd.cluster import ClusterState, MemberState
-from tests.helpers.golden import assert_golden
+from tests.helpers.golden import assert_golden, series_count
 
 MiB = 1024 * 1024
 
@@ -28,9 +28,13 @@ def fixed_states():
     return [main, events, down], keys
 
 
-def test_golden_exposition():
+def test_golden_exposition_and_its_series_budget():
     states, keys = fixed_states()
-    assert_golden("etcd", exposition(states, keys, 300.0))
+    text = assert_golden("etcd", exposition(states, keys, 300.0))
+    # docs/etcd.md: 10 per answering member, 1 per silent member, per cluster 1 (up) and,
+    # once counted, 1 (timestamp) + its resources.
+    answering, silent = 3, 1
+    assert series_count(text) == 10 * answering + silent + 3 + (1 + 4) + (1 + 1)
 
 
 def test_findings_from_the_same_states():
