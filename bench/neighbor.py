@@ -24,7 +24,7 @@ import requests
 from tests.helpers.metrics import parse_exposition, sample
 from tests.helpers.netns import NetNS, neighbor_adds
 from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, wait_for_port
+from tests.helpers.procs import Proc, rss_mib, wait_for_port
 
 ENTRIES = 100_000
 SCRAPES = 30
@@ -44,12 +44,6 @@ def scrape_many(url: str, n: int, collector_metric: str, collector: str):
             walls.append(time.perf_counter() - start)
             durations.append(sample(parse_exposition(text), collector_metric, collector=collector))
     return walls, durations, text
-
-
-def rss_mib(pid: int) -> tuple[float, float]:
-    """Resident and peak resident memory of a process, MiB."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
 def start_in(ns: NetNS, argv: list[str], port: int, log: Path) -> Proc:
