@@ -43,8 +43,9 @@ def collector_factory():
 
     def make(*flags, mode="cluster", start=False):
         args, classes = parse(["--mode", mode, *flags])
-        assert [c.name for c in classes] == ["etcd"]
-        collector = classes[0](args)
+        etcd = [c for c in classes if c.name == "etcd"]
+        assert etcd, "the etcd flags must enable the etcd collector"
+        collector = etcd[0](args)
         if start:
             collector.start()
         made.append(collector)
