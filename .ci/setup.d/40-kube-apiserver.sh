@@ -19,9 +19,8 @@ if [[ -x "$BIN" ]] && "$BIN" --version >/dev/null 2>&1; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-build_deps=(golang-go golang-github-modern-go-reflect2-dev dpkg-dev jq rsync make)
-apt-get install -y -q --no-install-recommends "${build_deps[@]}" >/dev/null \
-    || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${build_deps[@]}" >/dev/null; }
+source "$(dirname "$0")/../lib.sh"
+apt_need golang-go golang-github-modern-go-reflect2-dev dpkg-dev jq rsync make
 
 work="$(mktemp -d /var/tmp/kube-apiserver-build.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
