@@ -349,3 +349,22 @@ def test_watches_closed_at_once_back_off_instead_of_spinning(apiserver, namespac
     proxy.clear()
     apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod_manifest("ok"))
     assert wait_until(lambda: names(inf) == ["ok"], 10)
+
+
+def test_a_silent_watch_is_resumed_without_an_error(apiserver, namespace, make_client,
+                                                    informers, caplog):
+    """No event and no bookmark within the read timeout: resume from the last RV, quietly."""
+    inf = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace,
+                                  read_timeout=1.0, **FAST))
+    assert inf.wait_synced(10)
+    caplog.set_level("INFO", logger="exporter.kube.informer")
+    downs = 0
+    deadline = time.monotonic() + 3.5
+    while time.monotonic() < deadline:
+        downs += not inf.health().up
+        time.sleep(0.05)
+    resumed = [r for r in caplog.records if "silent" in r.getMessage()]
+    assert len(resumed) >= 2 and downs == 0
+    apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod_manifest("heard"))
+    assert wait_until(lambda: names(inf) == ["heard"], 10)
+    assert inf.health().relists == 0
