@@ -368,3 +368,21 @@ def test_a_silent_watch_is_resumed_without_an_error(apiserver, namespace, make_c
     apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod_manifest("heard"))
     assert wait_until(lambda: names(inf) == ["heard"], 10)
     assert inf.health().relists == 0
+
+
+def test_bookmarks_carry_a_quiet_node_watch_forward(apiserver, namespace, make_client,
+                                                    informers):
+    """Nothing happens on this node while the cluster changes: BOOKMARKs move the
+    informer's resourceVersion forward anyway, so resuming never falls behind into 410."""
+    node = f"quiet-{namespace}"
+    inf = informers(kube.for_node(make_client(apiserver), kube.PODS, node,
+                                  watch_timeout=(4, 4), **FAST))
+    assert inf.wait_synced(10)
+    start_rv = int(inf.resource_version)
+    made = apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods",
+                                  pod_manifest("elsewhere", node=f"busy-{namespace}"))
+    cluster_rv = int(made["metadata"]["resourceVersion"])
+    assert cluster_rv > start_rv
+    # The server sends a bookmark shortly before it ends the 4-second watch.
+    assert wait_until(lambda: int(inf.resource_version) >= cluster_rv, 10)
+    assert inf.items() == [] and inf.health().relists == 0
