@@ -106,7 +106,7 @@ def resource_label(name: str) -> tuple[str, str]:
 
 
 def _timestamp(text):
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(text).timestamp()
 
 
 def _preempted(pod) -> bool:

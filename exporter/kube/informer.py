@@ -190,7 +190,7 @@ class Informer:
             except Gone:
                 log.info("%s: resourceVersion %s is gone; relisting", self.path, self._rv)
                 self._rv = None
-            except Exception as e:  # noqa: BLE001  (the thread must outlive any error)
+            except Exception as e:  # the thread must outlive any error
                 if self._stop.is_set():
                     return
                 delay = self.backoff.next_delay()
