@@ -127,6 +127,13 @@ def _running(pod) -> bool:
         (pod.get("spec") or {}).get("nodeName"))
 
 
+def _started(pod) -> bool:
+    """It ran on a node. Kubelets since 1.22 move a deleted pod to Failed or Succeeded
+    before it disappears, so a preempted balloon is not always Running at the end."""
+    return (pod.get("status") or {}).get("phase") not in (None, "Pending") and bool(
+        (pod.get("spec") or {}).get("nodeName"))
+
+
 @dataclass
 class Summary:
     """What the metrics say, computed from cached objects."""
@@ -292,8 +299,8 @@ class BalloonCollector(Collector):
                 return
         if _preempted(pod):
             counted = True
-        elif _running(pod) and not _has_disruption_target(pod) and not self._server_sets_conditions():
-            counted = True  # before 1.26 a deleted Running balloon is the best sign there is
+        elif _started(pod) and not _has_disruption_target(pod) and not self._server_sets_conditions():
+            counted = True  # before 1.26 a deleted running balloon is the best sign there is
         else:
             counted = False
         if counted:

@@ -292,7 +292,7 @@ class Informer:
             self._rv = rv or self._rv
             self._last_sync = time.monotonic()
         if kind == "DELETED":
-            self._call(self._on_delete, prev or obj)
+            self._call(self._on_delete, obj)  # the final state, from the event
         elif prev is None:
             self._call(self._on_add, obj)
         else:

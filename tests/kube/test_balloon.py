@@ -186,6 +186,22 @@ def test_every_metric(balloons, collector):
                  reason="priority_below_autoscaler_cutoff") == 1
 
 
+def test_a_balloon_the_kubelet_marked_failed_before_deletion_counts(balloons, collector):
+    """Kubelets since 1.22 set a terminal phase on a pod being deleted; the DELETED
+    event then shows Failed, yet the balloon was running when it was preempted."""
+    b = balloons
+    b.create("victim", node="balloon-n1", phase="Running", requests={"cpu": "1"})
+    b.create("never-ran", requests={"cpu": "1"})
+    c = collector(b.selector)
+    scrape(c)
+    b.status("victim", {"phase": "Failed"})
+    eventually(c, "kubescale_balloon_pods", 1, phase="Failed")
+    b.delete("victim")
+    b.delete("never-ran")
+    eventually(c, "kubescale_balloon_pods", 0, phase="Pending")
+    assert value(c, "kubescale_balloon_preemptions_total") == 1
+
+
 def test_findings_for_check(balloons, collector):
     b = balloons
     low = b.priority_class("low", -50)
