@@ -99,8 +99,9 @@ class Informer:
     """A thread-safe cache of one resource, filtered on the server by label/field selectors.
 
     Handlers run on the informer's thread, in event order: `on_add(obj)`,
-    `on_update(old, new)`, `on_delete(obj)`. After a relist the differences against the
-    old cache are delivered the same way, so a deletion missed during a gap is still seen.
+    `on_update(old, new)`, `on_delete(obj)` (the object's final state from the DELETED
+    event). After a relist the differences against the old cache are delivered the same
+    way, so a deletion missed during a gap is still seen (with the last state cached).
     Objects are shared between the cache, handlers and readers: treat them as read-only.
     `transform(obj) -> obj` may shrink objects before they are stored.
     """
