@@ -157,3 +157,12 @@ def test_exporter_inside_a_namespace_counts_that_namespace(tmp_path, netns):
     # /proc/net/stat does not exist outside the host namespace: that series is left out.
     assert not [s for f in families for s in f.samples
                 if s.name == "kubescale_neighbor_unresolved_discards_total"]
+
+
+def test_check_outside_the_host_namespace_says_so(netns):
+    result = subprocess.run(["ip", "netns", "exec", netns.name, sys.executable, "-m", "exporter",
+                             "check", "--collector.disable-defaults", "--collector.neighbor"],
+                            capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "the exporter is not in the host network namespace" in result.stdout
+    assert "hostNetwork: true" in result.stdout
