@@ -10,9 +10,9 @@
           {
             alert: 'KubeScaleBalloonHeadroomExhausted',
             expr: |||
-              cluster_phase:kubescale_balloon_pods:max{phase="Pending"} > 0
-              unless on (%(clusterLabel)s)
-              cluster_phase:kubescale_balloon_pods:max{phase="Running"} > 0
+              sum by (%(clusterLabel)s) (cluster_phase:kubescale_balloon_pods:max{phase="Pending"}) > 0
+              unless
+              sum by (%(clusterLabel)s) (cluster_phase:kubescale_balloon_pods:max{phase="Running"}) > 0
             ||| % c,
             'for': c.balloonExhaustedFor,
             labels: { severity: c.warningSeverity },

@@ -24,7 +24,7 @@
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'An image download makes no progress.',
-              description: '{{ $value }} downloads on node {{ $labels.%(nodeLabel)s }} have made no progress; containerd will cancel them and the kubelet will start over.' % c,
+              description: 'Image downloads without progress on node {{ $labels.%(nodeLabel)s }}: {{ $value }}. containerd cancels them and the kubelet starts over.' % c,
             },
           },
           {

@@ -31,15 +31,15 @@
           {
             alert: 'KubeScaleNeighborThresholdsAtKernelDefault',
             expr: |||
-              kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s} <= %(neighborKernelDefaultThresh3)d
-              and
               node_family:kubescale_neighbor_usage:ratio > %(neighborKernelDefaultUsage)g
+              and
+              kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s} <= %(neighborKernelDefaultThresh3)d
             ||| % c,
             'for': c.neighborKernelDefaultFor,
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'A busy node still runs the kernel default neighbor table thresholds.',
-              description: 'Node {{ $labels.%(nodeLabel)s }} has {{ $labels.family }} gc_thresh3 at the kernel default (%(neighborKernelDefaultThresh3)d) and already uses over %(neighborKernelDefaultUsage)g of it.' % c,
+              description: 'Node {{ $labels.%s }} has {{ $labels.family }} gc_thresh3 at the kernel default (%d) and already uses {{ $value | humanizePercentage }} of it.' % [c.nodeLabel, c.neighborKernelDefaultThresh3],
             },
           },
         ],

@@ -57,14 +57,14 @@
             alert: 'KubeScalePrometheusQueriesHitSampleLimit',
             expr: |||
               sum by (%(clusterLabel)s, job, instance) (
-                rate(prometheus_http_requests_total{%(prometheusSelector)s, handler=~"/api/v1/query|/api/v1/query_range", code="422"}[%(rateInterval)s])
+                increase(prometheus_http_requests_total{%(prometheusSelector)s, handler=~"/api/v1/query|/api/v1/query_range", code="422"}[%(rateInterval)s])
               ) > 0
             ||| % c,
             'for': c.prometheusQueryLimitFor,
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'Queries fail on Prometheus, most likely at the --query.max-samples limit.',
-              description: 'Prometheus {{ $labels.instance }} refuses {{ $value | humanize }} queries per second with HTTP 422.',
+              description: 'Prometheus {{ $labels.instance }} refused {{ $value | humanize }} queries with HTTP 422 in the last %(rateInterval)s.' % c,
             },
           },
         ],

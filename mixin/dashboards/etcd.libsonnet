@@ -24,7 +24,7 @@ local common = import 'common.libsonnet';
           ], 'bytes', width=12),
           g.timeseries('Quota used', [g.target('etcd_cluster_member:kubescale_etcd_quota_usage:ratio' + e, byMember)], 'percentunit', thresholds=[[c.etcdQuotaWarning, 'orange'], [c.etcdQuotaCritical, 'red']], width=12, min=0, max=1),
           g.timeseries('Growth', [g.target('etcd_cluster_member:kubescale_etcd_db_size_bytes:deriv1h' + e, byMember)], 'Bps', 'Slope of the database size over the last hour.', width=8),
-          g.timeseries('Time to quota', [g.target('etcd_cluster_member:kubescale_etcd_seconds_to_quota:deriv1h' + e, byMember)], 's', 'At the last hour\'s growth; empty while the database does not grow.', width=8),
+          g.timeseries('Time to quota', [g.target('etcd_cluster_member:kubescale_etcd_seconds_to_quota:deriv1h' + e, byMember)], 's', "At the last hour's growth; empty while the database does not grow.", width=8),
           g.timeseries('Fragmentation', [g.target('etcd_cluster_member:kubescale_etcd_fragmentation:ratio' + e, byMember)], 'percentunit', 'Free pages a defragmentation would give back.', [[c.etcdFragmentationRatio, 'orange']], width=8, min=0, max=1),
         ]),
         g.row('Health', [

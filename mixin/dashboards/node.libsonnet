@@ -37,8 +37,8 @@ local common = import 'common.libsonnet';
             g.target('kubescale_image_pull_downloaded_bytes' + n, 'downloaded'),
             g.target('kubescale_image_pull_expected_bytes' + n, 'expected'),
           ], 'bytes', width=8),
-          g.stat('Serialized pulls', [g.target('kubescale_kubelet_serialize_image_pulls' + n)], 'bool_yes_no', 'The kubelet\'s serializeImagePulls.', [[1, 'orange']], width=8),
-          g.stat('Max parallel pulls', [g.target('kubescale_kubelet_max_parallel_image_pulls' + n)], 'short', 'The kubelet\'s maxParallelImagePulls (0: unlimited).', width=8),
+          g.stat('Serialized pulls', [g.target('kubescale_kubelet_serialize_image_pulls' + n)], 'bool_yes_no', "The kubelet's serializeImagePulls.", [[1, 'orange']], width=8),
+          g.stat('Max parallel pulls', [g.target('kubescale_kubelet_max_parallel_image_pulls' + n)], 'short', "The kubelet's maxParallelImagePulls (0: unlimited).", width=8),
           g.stat('Preloaded images missing', [g.target('kubescale_image_preload_missing' + n)], 'short', thresholds=[[1, 'orange']], width=8),
         ], height=6),
         g.row('Exporter', [

@@ -39,7 +39,7 @@ local common = import 'common.libsonnet';
         ]),
         g.row('etcd', [
           g.timeseries('Backend quota used', [g.target('etcd_cluster_member:kubescale_etcd_quota_usage:ratio' + s, '{{etcd_cluster}} {{member}}')], 'percentunit', thresholds=[[c.etcdQuotaWarning, 'orange'], [c.etcdQuotaCritical, 'red']], width=12, min=0, max=1),
-          g.timeseries('Time to quota at the last hour\'s growth', [g.target('etcd_cluster_member:kubescale_etcd_seconds_to_quota:deriv1h' + s, '{{etcd_cluster}} {{member}}')], 's', width=8),
+          g.timeseries("Time to quota at the last hour's growth", [g.target('etcd_cluster_member:kubescale_etcd_seconds_to_quota:deriv1h' + s, '{{etcd_cluster}} {{member}}')], 's', width=8),
           g.stat('Active alarms', [g.target('sum(etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max%s) or vector(0)' % s)], thresholds=[[1, 'red']], width=4),
         ]),
         g.row('Balloons', [
