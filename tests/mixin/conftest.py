@@ -33,6 +33,22 @@ def mixin():
     return build.mixin_object()
 
 
+# Every knob a test checks, changed at once: one more jsonnet evaluation instead of one per knob.
+CUSTOM_CONFIG = {
+    "clusterLabel": "k8s_cluster",
+    "showMultiCluster": True,
+    "nodeLabel": "kubernetes_node",
+    "criticalSeverity": "warning",
+    "runbookURLPattern": "https://runbooks.example/%s",
+}
+
+
+@pytest.fixture(scope="session")
+def customised():
+    """The mixin with CUSTOM_CONFIG merged over its defaults."""
+    return build.mixin_object(CUSTOM_CONFIG)
+
+
 @pytest.fixture(scope="session")
 def rendered():
     """Every generated file's path and content, rendered from the jsonnet once per session."""
