@@ -130,13 +130,11 @@ local panel(type, title, targets, unit, description, thresholds, width) = {
     type: 'query',
     datasource: datasource,
     query: { query: query, refId: 'PrometheusVariableQueryEditor-VariableQuery' },
-    definition: query,
     refresh: 2,
     sort: 1,
     hide: hide,
     multi: multi,
     includeAll: multi,
-    current: {},
   },
 
   // Rows laid out top to bottom, panels left to right on Grafana's 24-column grid.
