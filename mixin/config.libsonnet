@@ -79,6 +79,8 @@
     exporterDownFor: '15m',
     clusterExporterDownFor: '10m',
     collectorFailingFor: '15m',
+    // Watches reconnect with backoff on their own; only a lasting outage needs a person.
+    kubeWatchDownFor: '15m',
     // Series budgets per target (issue 7's budgets: node <= 40 with default collectors,
     // cluster <= 500); above them the fleet multiplies the overrun by the node count.
     nodeSeriesBudget: 40,

@@ -48,9 +48,10 @@ local common = import 'common.libsonnet';
           g.timeseries('Preemptions', [g.target('cluster:kubescale_balloon_preemptions:rate%s%s' % [c.rateInterval, s], 'preemptions')], 'ops', width=8),
         ]),
         g.row('Exporter', [
-          g.timeseries('Targets up', [g.target('cluster_job:kubescale_exporter_up:avg' + s, '{{job}}')], 'percentunit', width=8, min=0, max=1),
-          g.timeseries('Failing collectors', [g.target('cluster_job_collector:kubescale_scrape_collector_failures:sum' + s, '{{job}} {{collector}}')], 'short', 'Targets on which a collector failed its last scrape.', width=8),
-          g.timeseries('Largest target', [g.target('cluster_job:kubescale_exporter_samples_scraped:max' + s, '{{job}}')], 'short', 'Samples in the largest scrape of each job, against the series budget.', width=8),
+          g.timeseries('Targets up', [g.target('cluster_job:kubescale_exporter_up:avg' + s, '{{job}}')], 'percentunit', width=6, min=0, max=1),
+          g.timeseries('Failing collectors', [g.target('cluster_job_collector:kubescale_scrape_collector_failures:sum' + s, '{{job}} {{collector}}')], 'short', 'Targets on which a collector failed its last scrape.', width=6),
+          g.timeseries('Largest target', [g.target('cluster_job:kubescale_exporter_samples_scraped:max' + s, '{{job}}')], 'short', 'Samples in the largest scrape of each job, against the series budget.', width=6),
+          g.timeseries('Kubernetes watches down', [g.target('cluster_job_resource:kubescale_kube_watches_down:sum' + s, '{{job}} {{resource}}')], 'short', 'Targets whose watch of this resource is down.', width=6),
         ]),
       ]),
   },
