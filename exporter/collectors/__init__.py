@@ -1,0 +1,1 @@
+"""Importing a collector module registers it; one line per collector."""

@@ -1,0 +1,153 @@
+"""The HTTP side: a landing page at /, metrics at the telemetry path, /healthz.
+
+Each metrics request runs one scrape under a deadline taken from Prometheus'
+X-Prometheus-Scrape-Timeout-Seconds header (less a margin for the reply), capped by
+--scrape.timeout. At most --web.max-requests scrapes run at once; more get 503, so a
+burst of scrapers cannot pile up threads on a node.
+"""
+from __future__ import annotations
+
+import gzip
+import html
+import logging
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from exporter.scrape import Scraper
+
+log = logging.getLogger(__name__)
+
+# Time kept back from Prometheus' scrape timeout to encode and send the answer.
+TIMEOUT_MARGIN_SECONDS = 0.25
+
+
+class _Families:
+    """Adapts one scrape's metric families to what prometheus_client's encoders read."""
+
+    def __init__(self, families):
+        self._families = families
+
+    def collect(self):
+        return iter(self._families)
+
+
+class App:
+    """Everything a request handler needs; built once by the CLI."""
+
+    def __init__(self, scraper: Scraper, telemetry_path: str, max_timeout: float,
+                 max_requests: int, extra_registry: CollectorRegistry | None = None,
+                 title: str = "kube-scale-exporter"):
+        self.scraper = scraper
+        self.telemetry_path = telemetry_path
+        self.max_timeout = max_timeout
+        self.extra_registry = extra_registry
+        self.title = title
+        self._slots = threading.BoundedSemaphore(max_requests) if max_requests > 0 else None
+
+    def scrape_timeout(self, header: str | None) -> float:
+        if header:
+            try:
+                asked = float(header) - TIMEOUT_MARGIN_SECONDS
+            except ValueError:
+                asked = self.max_timeout
+            return max(0.05, min(asked, self.max_timeout))
+        return self.max_timeout
+
+    def metrics(self, timeout: float):
+        families = self.scraper.scrape(timeout)
+        if self.extra_registry is not None:
+            families.extend(self.extra_registry.collect())
+        return _Families(families)
+
+    def try_acquire(self) -> bool:
+        return self._slots is None or self._slots.acquire(blocking=False)
+
+    def release(self) -> None:
+        if self._slots is not None:
+            self._slots.release()
+
+    def landing_page(self) -> bytes:
+        names = ", ".join(sorted(c.name for c in self.scraper.collectors)) or "none"
+        path = html.escape(self.telemetry_path)
+        return (
+            f"<html><head><title>{html.escape(self.title)}</title></head><body>"
+            f"<h1>{html.escape(self.title)}</h1>"
+            f"<p>Enabled collectors: {html.escape(names)}</p>"
+            f'<p><a href="{path}">Metrics</a> &middot; <a href="/healthz">Health</a></p>'
+            "</body></html>\n"
+        ).encode()
+
+
+class Handler(BaseHTTPRequestHandler):
+    app: App  # set on the subclass made by make_handler
+    server_version = "kube-scale-exporter"
+    protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        super().setup()
+        # Headers and body go out in two writes; without this, Nagle's algorithm and the
+        # scraper's delayed ACK add ~40 ms to every keep-alive scrape.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, fmt, *args):  # route the stdlib's access log to debug
+        log.debug("%s %s", self.address_string(), fmt % args)
+
+    def _send(self, code: int, body: bytes, content_type: str, headers=()):
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in headers:
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_GET(self):  # noqa: N802  (http.server's naming)
+        path = urlsplit(self.path).path
+        if path == self.app.telemetry_path:
+            self._metrics()
+        elif path == "/":
+            self._send(200, self.app.landing_page(), "text/html; charset=utf-8")
+        elif path == "/healthz":
+            self._send(200, b"ok\n", "text/plain; charset=utf-8")
+        else:
+            self._send(404, b"not found\n", "text/plain; charset=utf-8")
+
+    do_HEAD = do_GET
+
+    def _metrics(self):
+        if not self.app.try_acquire():
+            self._send(503, b"too many concurrent scrapes; raise --web.max-requests\n",
+                       "text/plain; charset=utf-8")
+            return
+        try:
+            timeout = self.app.scrape_timeout(self.headers.get("X-Prometheus-Scrape-Timeout-Seconds"))
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            body = encoder(self.app.metrics(timeout))
+        finally:
+            self.app.release()
+        headers = []
+        if "gzip" in self.headers.get("Accept-Encoding", ""):
+            body = gzip.compress(body, compresslevel=1)
+            headers.append(("Content-Encoding", "gzip"))
+        self._send(200, body, content_type, headers)
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class Server6(Server):
+    address_family = socket.AF_INET6
+
+
+def make_server(app: App, host: str, port: int) -> Server:
+    handler = type("BoundHandler", (Handler,), {"app": app})
+    server_class = Server6 if ":" in host else Server
+    return server_class((host, port), handler)

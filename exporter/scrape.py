@@ -1,0 +1,126 @@
+"""One scrape: run every enabled collector concurrently under a deadline.
+
+A collector that raises, or that is still running when the deadline passes, is reported
+with `kubescale_scrape_collector_success{collector="NAME"} 0` and contributes no other
+series; the others are unaffected. Concurrent scrapes share a collector's run in flight
+(several Prometheus replicas cost one backend call), and a collector hung on its backend
+is not started again until that call returns: it costs one worker thread, not one per
+scrape.
+
+    # HELP kubescale_scrape_collector_success Whether the collector succeeded in this scrape.
+    # TYPE kubescale_scrape_collector_success gauge
+    kubescale_scrape_collector_success{collector="neighbor"} 1.0
+    # HELP kubescale_scrape_collector_duration_seconds How long the collector took in this scrape.
+    # TYPE kubescale_scrape_collector_duration_seconds gauge
+    kubescale_scrape_collector_duration_seconds{collector="neighbor"} 0.0012
+"""
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Iterable
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from exporter import __version__
+from exporter.registry import Collector
+
+log = logging.getLogger(__name__)
+
+
+class Scraper:
+    """Runs collectors for each scrape; safe to call from many HTTP threads at once."""
+
+    def __init__(self, collectors: Iterable[Collector]):
+        self.collectors = list(collectors)
+        # One run in flight per collector, so one worker each is enough.
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, len(self.collectors)), thread_name_prefix="collect"
+        )
+        self._lock = threading.Lock()
+        self._inflight: dict[str, Future] = {}
+        self._last_error: dict[str, str] = {}
+
+    def _submit(self, collector: Collector) -> Future:
+        with self._lock:
+            running = self._inflight.get(collector.name)
+            if running is not None and not running.done():
+                return running
+            future = self._pool.submit(self._run, collector)
+            self._inflight[collector.name] = future
+            return future
+
+    @staticmethod
+    def _run(collector: Collector) -> tuple[list[Metric], float]:
+        start = time.monotonic()
+        families = list(collector.collect())
+        return families, time.monotonic() - start
+
+    def _report(self, name: str, error: str | None) -> None:
+        """Log a collector's failures when they start or change, and its recovery."""
+        previous = self._last_error.get(name)
+        if error is None:
+            if previous is not None:
+                log.info("collector %s recovered", name)
+                del self._last_error[name]
+        elif error != previous:
+            log.warning("collector %s failed: %s", name, error)
+            self._last_error[name] = error
+
+    def last_error(self, name: str) -> str | None:
+        """The collector's current error, or None when its last scrape succeeded."""
+        with self._lock:
+            return self._last_error.get(name)
+
+    def scrape(self, timeout: float) -> list[Metric]:
+        start = time.monotonic()
+        deadline = start + timeout
+        futures = {c.name: self._submit(c) for c in self.collectors}
+        success = GaugeMetricFamily(
+            "kubescale_scrape_collector_success",
+            "Whether the collector succeeded in this scrape (0 on error or timeout).",
+            labels=["collector"],
+        )
+        duration = GaugeMetricFamily(
+            "kubescale_scrape_collector_duration_seconds",
+            "How long the collector took in this scrape (up to the deadline on timeout).",
+            labels=["collector"],
+        )
+        out: list[Metric] = []
+        for name, future in futures.items():
+            ok, error = False, None
+            try:
+                families, elapsed = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                out.extend(families)
+                ok = True
+            except FutureTimeout:
+                error, elapsed = f"timed out after {timeout:.2f}s", timeout
+            except Exception as exc:  # noqa: BLE001  (any collector error stays its own)
+                error, elapsed = f"{type(exc).__name__}: {exc}", time.monotonic() - start
+            with self._lock:
+                self._report(name, error)
+            success.add_metric([name], 1.0 if ok else 0.0)
+            duration.add_metric([name], elapsed)
+        return [build_info(), success, duration, *out]
+
+    def close(self) -> None:
+        for c in self.collectors:
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001
+                log.exception("closing collector %s", c.name)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def build_info() -> GaugeMetricFamily:
+    info = GaugeMetricFamily(
+        "kubescale_build_info",
+        "A constant 1, labelled with the exporter's version and Python version.",
+        labels=["version", "python_version"],
+    )
+    info.add_metric([__version__, platform.python_version()], 1.0)
+    return info
