@@ -99,6 +99,18 @@ class Prometheus:
     def __init__(self, url):
         self.url = url
 
+    def wait_ready(self, proc, timeout=60):
+        """The port opens before the TSDB is loaded; /-/ready answers 200 once it is."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(self.url + "/-/ready", timeout=2).ok:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"Prometheus not ready:\n{proc.log_tail()}")
+
     def query(self, expr):
         reply = requests.get(self.url + "/api/v1/query", params={"query": expr}, timeout=5).json()
         return reply["data"]["result"] if reply.get("status") == "success" else []
@@ -152,6 +164,7 @@ def run(opts, workdir):
         procs.append(prom_proc)
         wait_for_port(prom_port, proc=prom_proc, timeout=60)
         prom = Prometheus(f"http://127.0.0.1:{prom_port}")
+        prom.wait_ready(prom_proc)
 
         print(f"""
 kube-scale-exporter mixin demo (logs and data in {workdir})
