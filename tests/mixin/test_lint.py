@@ -260,3 +260,14 @@ def test_dashboards_follow_the_config(mixin):
         assert dashboard["refresh"] == c["dashboardRefresh"]
         assert dashboard["time"]["from"] == c["dashboardTimeFrom"]
         assert dashboard["title"].startswith(c["dashboardTitlePrefix"])
+
+
+# --- config ---------------------------------------------------------------------------------
+
+def test_every_knob_is_used_and_documented(mixin):
+    sources = [p for p in (REPO / "mixin").rglob("*sonnet") if p.name != "config.libsonnet"]
+    text = "\n".join(p.read_text() for p in sources)
+    docs = (REPO / "docs" / "mixin.md").read_text()
+    for knob in mixin["config"]:
+        assert re.search(rf"\b{knob}\b", text), f"{knob} is not used"
+        assert f"`{knob}`" in docs, f"{knob} is not in docs/mixin.md"
