@@ -21,6 +21,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -219,6 +220,10 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=600, help="give up after this many seconds")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     opts = parser.parse_args(argv)
+    # Stop cleanly on Ctrl-C even when started in the background (which ignores SIGINT), and
+    # on SIGTERM: the finally blocks stop every process and remove the directory.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     for tool in ("prometheus", "/usr/bin/etcd"):
         if not shutil.which(tool):
             parser.exit(2, f"{tool} not found: apt-get install prometheus etcd-server\n")
