@@ -1,46 +1,13 @@
-"""Fixtures for the mixin tests: the mixin rendered through mixin/build.py, and the tools."""
-import importlib.util
-import pathlib
-import shutil
-
+"""Fixtures for the mixin tests; the helpers they use live in support.py."""
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-PROMTOOL_TESTS = sorted((REPO / "tests" / "mixin" / "promtool").glob("*_test.yaml"))
-
-
-def _load_build():
-    spec = importlib.util.spec_from_file_location("mixin_build", REPO / "mixin" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _load_build()
-
-
-def binary(name: str) -> str:
-    """A tool the tests need; missing fails the test (.ci/run installs it), never skips."""
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} not found on PATH: install it (apt-get install prometheus / jsonnet)")
-    return path
+from tests.mixin.support import CUSTOM_CONFIG, binary, build
 
 
 @pytest.fixture(scope="session")
 def mixin():
     """The mixin with its default config, as plain data: config, alerts, rules, dashboards."""
     return build.mixin_object()
-
-
-# Every knob a test checks, changed at once: one more jsonnet evaluation instead of one per knob.
-CUSTOM_CONFIG = {
-    "clusterLabel": "k8s_cluster",
-    "showMultiCluster": True,
-    "nodeLabel": "kubernetes_node",
-    "criticalSeverity": "warning",
-    "runbookURLPattern": "https://runbooks.example/%s",
-}
 
 
 @pytest.fixture(scope="session")
@@ -58,28 +25,3 @@ def rendered():
 @pytest.fixture(scope="session")
 def promtool():
     return binary("promtool")
-
-
-def alert_rules(m):
-    return [r for g in m["alerts"]["groups"] for r in g["rules"]]
-
-
-def recording_rules(m):
-    return [r for g in m["rules"]["groups"] for r in g["rules"]]
-
-
-def panels(dashboard):
-    """Every panel, rows' nested panels included."""
-    for p in dashboard["panels"]:
-        yield p
-        yield from p.get("panels", [])
-
-
-def dashboard_queries(dashboard):
-    """(panel title, expr) of every panel target and every query variable."""
-    for p in panels(dashboard):
-        for t in p.get("targets", []):
-            yield p.get("title", ""), t["expr"]
-    for v in dashboard["templating"]["list"]:
-        if v["type"] == "query":
-            yield f"variable {v['name']}", v["query"]["query"]

@@ -9,7 +9,7 @@ import os
 import jsonschema
 import pytest
 
-from conftest import REPO
+from tests.mixin.support import REPO
 
 SCHEMA = os.path.join(os.environ.get("KSE_CACHE", REPO / ".cache"), "grafana-schema", "dashboard.schema.json")
 

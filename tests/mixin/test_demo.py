@@ -7,7 +7,7 @@ import importlib.util
 import json
 import subprocess
 
-from conftest import REPO
+from tests.mixin.support import REPO
 
 
 def load_demo():

@@ -1,9 +1,10 @@
 """The committed YAML/JSON match the jsonnet, and Prometheus accepts the rules."""
+import json
 import subprocess
 
 import yaml
 
-from conftest import REPO, build
+from tests.mixin.support import REPO, binary, build
 
 
 def test_committed_files_match_the_jsonnet(rendered):
@@ -57,8 +58,7 @@ def test_prometheus_rule_manifest_holds_every_group(promtool, tmp_path):
 
 def test_generated_yaml_and_json_are_what_the_jsonnet_cli_renders():
     """Users without Python render with the jsonnet CLI; both paths must give the same data."""
-    import json
     for entry, generated in [("alerts.jsonnet", "prometheus_alerts.yaml"), ("rules.jsonnet", "prometheus_rules.yaml")]:
-        out = subprocess.run(["jsonnet", "-J", str(REPO / "mixin"), str(REPO / "mixin" / entry)],
+        out = subprocess.run([binary("jsonnet"), "-J", str(REPO / "mixin"), str(REPO / "mixin" / entry)],
                              capture_output=True, text=True, check=True)
         assert json.loads(out.stdout) == yaml.safe_load((build.GENERATED / generated).read_text())

@@ -1,7 +1,7 @@
 """Every jsonnet file is formatted as `jsonnetfmt` would format it."""
 import subprocess
 
-from conftest import REPO, binary
+from tests.mixin.support import REPO, binary
 
 SOURCES = sorted([*(REPO / "mixin").rglob("*.jsonnet"), *(REPO / "mixin").rglob("*.libsonnet")])
 

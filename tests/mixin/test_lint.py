@@ -4,7 +4,7 @@ import subprocess
 
 import yaml
 
-from conftest import REPO, alert_rules, dashboard_queries, panels, recording_rules
+from tests.mixin.support import REPO, alert_rules, dashboard_queries, panels, recording_rules
 
 SEVERITIES = {"critical", "warning", "info"}
 RECORD_NAME = re.compile(r"^[a-z][a-z_]*:kubescale_[a-z0-9_]+:[a-z0-9_]+$")

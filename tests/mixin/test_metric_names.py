@@ -6,7 +6,7 @@ missing golden files; once a collector's golden file exists, it must match them 
 """
 import re
 
-from conftest import REPO, alert_rules, dashboard_queries, recording_rules
+from tests.mixin.support import REPO, alert_rules, dashboard_queries, recording_rules
 
 GOLDEN = REPO / "tests" / "golden"
 

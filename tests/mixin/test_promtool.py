@@ -5,7 +5,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import PROMTOOL_TESTS, alert_rules, recording_rules
+from tests.mixin.support import PROMTOOL_TESTS, alert_rules, recording_rules
 
 
 def test_there_are_promtool_tests():
