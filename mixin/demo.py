@@ -44,10 +44,10 @@ GOAL = "KubeScaleEtcdAlarmActive"
 NODE_JOB, CLUSTER_JOB = "kube-scale-exporter-node", "kube-scale-exporter-cluster"
 
 
-def prometheus_config(node_port, cluster_port, prom_port):
+def prometheus_config(node_port, cluster_port, prom_port, interval=SCRAPE):
     target_labels = {"cluster": "demo"}
     return {
-        "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE},
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str(REPO / "mixin" / "generated" / "prometheus_rules.yaml"),
                        str(REPO / "mixin" / "generated" / "prometheus_alerts.yaml")],
         "scrape_configs": [

@@ -28,6 +28,14 @@ def _load_build():
 build = _load_build()
 
 
+def load_demo():
+    """mixin/demo.py as a module: the live test runs the demo's stack, faster."""
+    spec = importlib.util.spec_from_file_location("mixin_demo", REPO / "mixin" / "demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def binary(name: str) -> str:
     """A tool the tests need; missing fails the test (.ci/run installs it), never skips."""
     path = shutil.which(name)

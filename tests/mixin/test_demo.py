@@ -3,18 +3,10 @@
 Running the whole demo takes about two minutes (an alert's `for: 1m` included), so the
 suite checks what it hands to Prometheus; `make demo` is the end-to-end run.
 """
-import importlib.util
 import json
 import subprocess
 
-from tests.mixin.support import REPO
-
-
-def load_demo():
-    spec = importlib.util.spec_from_file_location("mixin_demo", REPO / "mixin" / "demo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.mixin.support import load_demo
 
 
 def test_demo_prometheus_config_is_valid_and_matches_the_mixin(promtool, mixin, tmp_path):
