@@ -1,1 +1,4 @@
 """Importing a collector module registers it; one line per collector."""
+from exporter.collectors import etcd  # noqa: F401
+from exporter.collectors import neighbor  # noqa: F401
+from exporter.collectors import neighbor_gc  # noqa: F401
