@@ -99,6 +99,7 @@ class RegistryServer:
                            headers={"Content-Type": MANIFEST_TYPE})
         put.raise_for_status()
         return {"manifest": sha256(manifest), "layers": [l["digest"] for l in layers],
+                "layer_sizes": [l["size"] for l in layers],
                 "size": sum(l["size"] for l in layers) + len(config) + len(manifest)}
 
     def stop(self):
