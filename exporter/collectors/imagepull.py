@@ -52,7 +52,7 @@ import yaml
 from prometheus_client.core import GaugeMetricFamily
 
 from exporter.containerd import pulls as pullmap
-from exporter.containerd.client import DEFAULT_ADDRESS, Ingest, socket_path
+from exporter.containerd.client import DEFAULT_ADDRESS, ContainerdError, Ingest, socket_path
 from exporter.containerd.reference import Reference, parse
 from exporter.registry import Collector, Finding, UsageError, register
 
@@ -420,45 +420,52 @@ class ImagePullCollector(Collector):
     def _preload_items(args) -> list[str]:
         return [i.strip() for v in args.image_pull_preload for i in v.split(",") if i.strip()]
 
-    def __init__(self, args, pods=None, clock=time.time):
-        """`pods` overrides the pod source (an object with has_synced and items())."""
+    def __init__(self, args):
         super().__init__(args)
         self.stall_after = args.image_pull_stall_after
         self.preload = [parse(i) for i in self._preload_items(args)]
         self.kubelet = KubeletConfigFile(args.kubelet_config_file or DEFAULT_KUBELET_CONFIG)
-        self.clock = clock
         self.client = None
         self.manifests = None
-        self.pods = pods
+        self.pods = None
         self.pods_error = None
-        self._owns_pods = False
         self._state: PullState | None = None
         self._lock = threading.Lock()
 
     def start(self):
-        from exporter.containerd.client import ContainerdClient  # noqa: PLC0415
+        self.pods, self.pods_error = start_pod_watch(self.args)
 
-        self.client = ContainerdClient(self.args.containerd_address,
-                                       self.args.containerd_namespace,
-                                       self.args.containerd_timeout)
-        self.manifests = pullmap.ManifestIndex(
-            lambda: self.client.content(pullmap.MANIFEST_FILTER))
-        if self.pods is None:
-            self.pods, self.pods_error = start_pod_watch(self.args)
-            self._owns_pods = self.pods is not None
+    def _containerd(self):
+        """The client, made on first use so a missing grpcio fails scrapes, not startup."""
+        if self.client is None:
+            from exporter.containerd.client import ContainerdClient  # noqa: PLC0415
+
+            try:
+                client = ContainerdClient(self.args.containerd_address,
+                                          self.args.containerd_namespace,
+                                          self.args.containerd_timeout)
+            except ImportError as exc:
+                raise ContainerdError(
+                    f"the imagepull collector needs grpcio ({exc}): "
+                    "pip install 'kube-scale-exporter[imagepull]'") from None
+            self.manifests = pullmap.ManifestIndex(
+                lambda: client.content(pullmap.MANIFEST_FILTER))
+            self.client = client
+        return self.client
 
     def collect(self):
         state = self.observe()
         with self._lock:
             self._state = state
         yield from families(state)
-        if self._owns_pods:
+        if self.pods is not None:
             from exporter.kube.health import health_families  # noqa: PLC0415
 
             yield from health_families([self.pods])
 
     def observe(self) -> PullState:
-        ingests = self.client.ingests()
+        client = self._containerd()
+        ingests = client.ingests()
         digests = {i.digest for i in ingests if i.digest}
         owners = self.manifests.lookup(digests) if digests else {}
         wanted = None
@@ -466,8 +473,8 @@ class ImagePullCollector(Collector):
             wanted = images_wanted(self.pods.items())
         present = None
         if wanted or self.preload:
-            present = set(self.client.image_names())
-        return observe(self.clock(), self.stall_after, ingests, owners, present, wanted,
+            present = set(client.image_names())
+        return observe(time.time(), self.stall_after, ingests, owners, present, wanted,
                        self.kubelet.read(), self.preload, kubelet_error=self.kubelet.error,
                        pods_error=self.pods_error)
 
@@ -476,7 +483,7 @@ class ImagePullCollector(Collector):
             return advise(self._state) if self._state else []
 
     def close(self):
-        if self._owns_pods:
+        if self.pods is not None:
             self.pods.stop()
         if self.client is not None:
             self.client.close()
