@@ -109,10 +109,12 @@ class ManifestIndex:
         unknown = digests - self._owner.keys() - self._unclaimed
         if unknown:
             self._refresh()
-        # Forget what no ingest mentions any more, so neither map outgrows the ingests.
         self._unclaimed = {d for d in digests if d not in self._owner}
-        self._owner = {d: m for d, m in self._owner.items() if d in digests}
-        return dict(self._owner)
+        # Keep the manifests of the pulls in progress (all their children: the next blob
+        # of a pull is then known), forget the rest so the map never outgrows the pulls.
+        live = {m.digest for d, m in self._owner.items() if d in digests}
+        self._owner = {d: m for d, m in self._owner.items() if m.digest in live}
+        return {d: m for d, m in self._owner.items() if d in digests}
 
 
 def group(ingests: list[Ingest], owners: dict[str, Manifest]) -> list[Pull]:

@@ -130,7 +130,7 @@ def test_preload_missing_counts_absent_images(containerd, registry, proxy, make_
     assert warning and absent in warning[0].advice and present not in warning[0].advice
 
 
-def test_missing_socket_fails_alone_with_a_clear_error_and_recovers(make_collector, tmp_path):
+def test_missing_socket_fails_alone_with_a_clear_error_and_recovers(make_collector):
     from tests.helpers.containerd_server import ContainerdServer
 
     path = tempfile_dir()
