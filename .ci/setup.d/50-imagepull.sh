@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# imagepull tests: Debian's containerd (with ctr) and docker-registry; grpcio, the
+# imagepull tests: Debian's containerd (with ctr) and docker-registry; h2, the
 # collector's optional extra. Tests start their own containerd and registry on temp
 # sockets and loopback ports, so the packages' services (systemd) are never used.
 set -euo pipefail
@@ -12,4 +12,4 @@ if ((${#need[@]})); then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-python3 -c "import grpc" 2>/dev/null || python3 -m pip install -q -e '.[imagepull]'
+python3 -c "import h2" 2>/dev/null || python3 -m pip install -q -e '.[imagepull]'

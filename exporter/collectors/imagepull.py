@@ -436,7 +436,7 @@ class ImagePullCollector(Collector):
         self.pods, self.pods_error = start_pod_watch(self.args)
 
     def _containerd(self):
-        """The client, made on first use so a missing grpcio fails scrapes, not startup."""
+        """The client, made on first use so a missing h2 fails scrapes, not startup."""
         if self.client is None:
             from exporter.containerd.client import ContainerdClient  # noqa: PLC0415
 
@@ -446,7 +446,7 @@ class ImagePullCollector(Collector):
                                           self.args.containerd_timeout)
             except ImportError as exc:
                 raise ContainerdError(
-                    f"the imagepull collector needs grpcio ({exc}): "
+                    f"the imagepull collector needs h2 ({exc}): "
                     "pip install 'kube-scale-exporter[imagepull]'") from None
             self.manifests = pullmap.ManifestIndex(
                 lambda: client.content(pullmap.MANIFEST_FILTER))
@@ -485,8 +485,6 @@ class ImagePullCollector(Collector):
     def close(self):
         if self.pods is not None:
             self.pods.stop()
-        if self.client is not None:
-            self.client.close()
 
 
 def start_pod_watch(args):

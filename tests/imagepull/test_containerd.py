@@ -144,7 +144,7 @@ def test_missing_socket_fails_alone_with_a_clear_error_and_recovers(make_collect
     assert "does not exist" in scraper.last_error("imagepull")
     server.start()
     try:
-        # The same collector (and its gRPC channel) recovers on its own.
+        # The same collector recovers on its own.
         families = scraper.scrape(timeout=5)
         assert sample(families, "kubescale_scrape_collector_success", collector="imagepull") == 1
         assert sample(families, "kubescale_image_pulls_in_progress") == 0
@@ -182,3 +182,19 @@ def test_a_file_that_is_not_a_socket_is_named(make_collector, tmp_path):
     c = make_collector(str(path))
     with pytest.raises(ContainerdError, match=f"{path} is not a socket"):
         scrape(c)
+
+
+def test_an_http1_server_socket_is_reported_as_not_grpc(containerd, make_collector):
+    # containerd's own debug socket speaks HTTP/1 (pprof, expvar), not gRPC.
+    c = make_collector(containerd.address + ".debug")
+    with pytest.raises(ContainerdError, match=r"ListStatuses: UNAVAILABLE: .*not a gRPC server"):
+        scrape(c)
+
+
+def test_containerd_errors_keep_their_grpc_code(containerd):
+    from exporter.containerd.client import ContainerdClient
+
+    client = ContainerdClient(containerd.address, "k8s.io", 2)
+    with pytest.raises(ContainerdError, match=r"Content.List: INVALID_ARGUMENT: filters"):
+        client.content('labels."unterminated')
+    assert client.content('labels."containerd.io/gc.ref.content.config"') == []

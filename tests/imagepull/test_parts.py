@@ -177,9 +177,9 @@ def test_bad_flags_exit_2_naming_the_flag(flags, named):
     assert run.returncode == 2 and named in run.stderr, run.stderr
 
 
-def test_grpcio_is_imported_only_when_the_collector_runs():
+def test_h2_is_imported_only_when_the_collector_runs():
     code = ("import sys, exporter.cli as c; c.parse(['--collector.imagepull']); "
-            "print('grpc' in sys.modules)")
+            "print('h2' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert run.stdout.strip() == "False"
