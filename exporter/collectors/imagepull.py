@@ -459,9 +459,9 @@ class ImagePullCollector(Collector):
             self._state = state
         yield from families(state)
         if self.pods is not None:
-            from exporter.kube.health import health_families  # noqa: PLC0415
+            from exporter import kube  # noqa: PLC0415
 
-            yield from health_families([self.pods])
+            yield from kube.health_families([self.pods])
 
     def observe(self) -> PullState:
         client = self._containerd()
@@ -494,13 +494,12 @@ def start_pod_watch(args):
         why = "no node name (--kube.node-name or NODE_NAME)"
         log.warning("imagepull: no pod watch, kubescale_image_pulls_queued is absent: %s", why)
         return None, why
-    from exporter.kube.config import ConfigError  # noqa: PLC0415
-    from exporter.kube.flags import client_from_args  # noqa: PLC0415
-    from exporter.kube.informer import PODS, for_node  # noqa: PLC0415
+    from exporter import kube  # noqa: PLC0415
 
     try:
-        informer = for_node(client_from_args(args), PODS, node, transform=pod_summary)
-    except ConfigError as exc:
+        informer = kube.for_node(kube.client_from_args(args), kube.PODS, node,
+                                 transform=pod_summary)
+    except kube.ConfigError as exc:
         log.warning("imagepull: no pod watch, kubescale_image_pulls_queued is absent: %s", exc)
         return None, f"no Kubernetes API access: {exc}"
     return informer.start(), None
