@@ -430,6 +430,7 @@ class ImagePullCollector(Collector):
         self.pods = None
         self.pods_error = None
         self._state: PullState | None = None
+        self._wanted_at: tuple = (None, None)
         self._lock = threading.Lock()
 
     def start(self):
@@ -468,15 +469,22 @@ class ImagePullCollector(Collector):
         ingests = client.ingests()
         digests = {i.digest for i in ingests if i.digest}
         owners = self.manifests.lookup(digests) if digests else {}
-        wanted = None
-        if self.pods is not None and self.pods.has_synced:
-            wanted = images_wanted(self.pods.items())
+        wanted = self._wanted()
         present = None
         if wanted or self.preload:
             present = set(client.image_names())
         return observe(time.time(), self.stall_after, ingests, owners, present, wanted,
                        self.kubelet.read(), self.preload, kubelet_error=self.kubelet.error,
                        pods_error=self.pods_error)
+
+    def _wanted(self):
+        """images_wanted of the cached pods, worked out again only when the cache moved."""
+        if self.pods is None or not self.pods.has_synced:
+            return None
+        version = self.pods.resource_version
+        if version is None or version != self._wanted_at[0]:
+            self._wanted_at = (version, images_wanted(self.pods.items()))
+        return self._wanted_at[1]
 
     def findings(self):
         with self._lock:
