@@ -1,17 +1,21 @@
-"""Real containerd, a real docker-registry and a throttling proxy between them.
+"""Real containerd, a real docker-registry and a throttling proxy between them; a real
+etcd + kube-apiserver for the pods and events.
 
 The registry and the proxy are shared by the module (images are pushed with fresh
 random layers per test); each test gets its own containerd, so an ingest one test
-leaves behind is never seen by another.
+leaves behind is never seen by another. The API server is shared by the session; tests
+keep to their own namespace.
 """
 import shutil
 import tempfile
+import uuid
 
 import pytest
 
 from exporter.cli import parse
 from exporter.collectors.imagepull import ImagePullCollector
 from tests.helpers.containerd_server import ContainerdServer
+from tests.helpers.etcd_server import EtcdServer
 from tests.helpers.registry_server import RegistryServer
 from tests.helpers.throttle_proxy import ThrottleProxy
 
@@ -72,3 +76,27 @@ def make_collector(monkeypatch):
     yield make
     for c in made:
         c.close()
+
+
+@pytest.fixture(scope="session")
+def apiserver():
+    from tests.helpers.kube_apiserver import KubeApiServer  # noqa: PLC0415  (kube branch)
+
+    path = tempfile.mkdtemp(prefix="ipk-", dir="/tmp")
+    etcd = EtcdServer(f"{path}/etcd").start()
+    try:
+        api = KubeApiServer(f"{path}/apiserver", etcd.client_url).start()
+    except BaseException:
+        etcd.stop()
+        raise
+    yield api
+    api.stop()
+    etcd.stop()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def namespace(apiserver):
+    name = "t" + uuid.uuid4().hex[:8]
+    apiserver.admin.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    return name

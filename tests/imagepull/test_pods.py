@@ -7,34 +7,11 @@ container statuses itself, as the kubelet would while it waits for images.
 import time
 import uuid
 
-import pytest
-
-from tests.helpers.etcd_server import EtcdServer
-from tests.helpers.kube_apiserver import KubeApiServer, pod_manifest
+from tests.helpers.kube_apiserver import pod_manifest
 from tests.helpers.metrics import sample
 
 NODE = "node-a"
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def apiserver(workdir):
-    etcd = EtcdServer(f"{workdir}/etcd").start()
-    try:
-        api = KubeApiServer(f"{workdir}/apiserver", etcd.client_url).start()
-    except BaseException:
-        etcd.stop()
-        raise
-    yield api
-    api.stop()
-    etcd.stop()
-
-
-@pytest.fixture
-def namespace(apiserver):
-    name = "t" + uuid.uuid4().hex[:8]
-    apiserver.admin.create("/api/v1/namespaces", {"metadata": {"name": name}})
-    return name
 
 
 def add_pod(api, ns, name, image, reason="ContainerCreating", node=NODE, init_image=None):
