@@ -306,15 +306,18 @@ def _age(seconds: float) -> str:
     return f"{seconds}s"
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 def advise(state: PullState) -> list[Finding]:
     found = []
     waiting = len(state.queued or ())
     busy = len(state.pulls)
-    gib = lambda n: f"{n / 2**30:.1f} GiB"  # noqa: E731
     if busy:
         found.append(Finding("info", f"{busy} image pull(s) in progress: "
-                             f"{gib(sum(p.downloaded_bytes for p in state.pulls))} of "
-                             f"{gib(sum(p.expected_bytes for p in state.pulls))} downloaded; "
+                             f"{_size(sum(p.downloaded_bytes for p in state.pulls))} of "
+                             f"{_size(sum(p.expected_bytes for p in state.pulls))} downloaded; "
                              f"oldest unfinished pull {_age(state.oldest_seconds)}"))
     kubelet = state.kubelet
     if kubelet is None:
