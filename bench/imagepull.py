@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers.containerd_server import ContainerdServer  # noqa: E402
-from tests.helpers.registry_server import RegistryServer  # noqa: E402
-from tests.helpers.throttle_proxy import ThrottleProxy  # noqa: E402
+from tests.helpers.containerd_server import ContainerdServer
+from tests.helpers.registry_server import RegistryServer
+from tests.helpers.throttle_proxy import ThrottleProxy
 
 RESULTS = ROOT / "bench" / "results" / "imagepull.md"
 NODE = "bench-node"
@@ -185,7 +185,8 @@ def main():
                 "--image-pull.preload", present]
         run = subprocess.run([sys.executable, "-c", CHILD, json.dumps(argv),
                               str(opts.scrapes)],
-                             capture_output=True, text=True, cwd=ROOT, timeout=600)
+                             check=False, capture_output=True, text=True, cwd=ROOT,
+                             timeout=600)
         if run.returncode != 0:
             raise SystemExit(f"measured process failed:\n{run.stderr}")
         child = json.loads(run.stdout.splitlines()[-1])
@@ -204,9 +205,9 @@ def main():
         ("layer ingests active (start / end of run)", f"{active} / {still}"),
         ("pods on the node in the watch cache", f"{child['pods_cached']}"),
         ("pulls in progress / queued / stalled",
-         f"{s['kubescale_image_pulls_in_progress']:.0f} / "
-         f"{s.get('kubescale_image_pulls_queued', float('nan')):.0f} / "
-         f"{s['kubescale_image_pull_stalled']:.0f}"),
+         (f"{s['kubescale_image_pulls_in_progress']:.0f} / "
+          f"{s.get('kubescale_image_pulls_queued', float('nan')):.0f} / "
+          f"{s['kubescale_image_pull_stalled']:.0f}")),
         ("first collect (lists manifests once)", f"{child['first_ms']:.1f} ms"),
         (f"collect p50 / p99 / max ({len(t)} scrapes)",
          f"{p50:.2f} / {p99:.2f} / {max(t):.2f} ms"),
@@ -215,8 +216,8 @@ def main():
          f"{peer50:.1f} ms ({peer50 / p50:.0f}x our p50)"),
         ("gRPC transport (h2) import time", f"{child['h2_import_ms']:.0f} ms"),
         ("RSS: exporter imported / + h2 / after the run",
-         f"{child['rss_exporter_imported']:.1f} / {child['rss_h2_imported']:.1f} / "
-         f"{child['rss_end']:.1f} MiB"),
+         (f"{child['rss_exporter_imported']:.1f} / {child['rss_h2_imported']:.1f} / "
+          f"{child['rss_end']:.1f} MiB")),
         ("peer max RSS (one ctr process)", f"{peer_rss:.1f} MiB"),
     ]
     width = max(len(k) for k, _ in rows)
@@ -236,7 +237,8 @@ def main():
 
 
 def containerd_version():
-    out = subprocess.run(["containerd", "--version"], capture_output=True, text=True).stdout
+    out = subprocess.run(["containerd", "--version"], check=True, capture_output=True,
+                         text=True).stdout
     return out.split()[2] if len(out.split()) > 2 else "?"
 
 

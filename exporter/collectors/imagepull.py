@@ -51,8 +51,15 @@ from datetime import datetime
 import yaml
 from prometheus_client.core import GaugeMetricFamily
 
+from exporter import kube
 from exporter.containerd import pulls as pullmap
-from exporter.containerd.client import DEFAULT_ADDRESS, ContainerdError, Ingest, socket_path
+from exporter.containerd.client import (
+    DEFAULT_ADDRESS,
+    ContainerdClient,
+    ContainerdError,
+    Ingest,
+    socket_path,
+)
 from exporter.containerd.reference import Reference, parse
 from exporter.registry import Collector, Finding, UsageError, register
 
@@ -62,21 +69,37 @@ DEFAULT_KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
 # Waiting reasons that do not mean "needs its image now": the container waits for the
 # pod's init containers, and the kubelet has not asked for its image yet.
 NOT_PULLING_YET = frozenset({"PodInitializing"})
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
+                 "m": 60.0, "h": 3600.0}
+
+
+def go_duration(text: str) -> float:
+    """Seconds in a Go time.Duration string such as "1m2.5s", "812ms" or "0s"."""
+    if text == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for match in _GO_DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"not a Go duration: {text!r}")
+    return total
 
 
 def duration(value: str) -> float:
-    """Seconds from "120", "90s", "2m" or "1h30m" (Go-style, as Kubernetes users write)."""
+    """A flag's seconds: "120", or a Go duration as Kubernetes users write, "90s", "2m"."""
     text = value.strip()
     try:
         seconds = float(text)
     except ValueError:
-        match = _DURATION.fullmatch(text)
-        if not text or not match:
+        try:
+            seconds = go_duration(text)
+        except ValueError:
             raise argparse.ArgumentTypeError(
                 f"expected a duration such as 120, 90s or 2m, got {value!r}") from None
-        h, m, s = (float(g) if g else 0.0 for g in match.groups())
-        seconds = h * 3600 + m * 60 + s
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0, got {value!r}")
     return seconds
@@ -85,7 +108,7 @@ def duration(value: str) -> float:
 def _rfc3339(value) -> float | None:
     if not value:
         return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(value).timestamp()
 
 
 # ---- the kubelet's config file ------------------------------------------------------
@@ -98,11 +121,11 @@ class KubeletPullSettings:
     @classmethod
     def from_config(cls, doc) -> KubeletPullSettings:
         if not isinstance(doc, dict):
-            raise ValueError("not a KubeletConfiguration mapping")
+            raise TypeError("not a KubeletConfiguration mapping")
         serialize = doc.get("serializeImagePulls", True)
         limit = doc.get("maxParallelImagePulls")
         if not isinstance(serialize, bool):
-            raise ValueError(f"serializeImagePulls is {serialize!r}, not true/false")
+            raise TypeError(f"serializeImagePulls is {serialize!r}, not true/false")
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise ValueError(f"maxParallelImagePulls is {limit!r}, not a whole number >= 1")
         # The kubelet requires maxParallelImagePulls unset or 1 when pulls are serialized.
@@ -132,7 +155,7 @@ class KubeletConfigFile:
                 with open(self.path, "rb") as f:
                     self._settings = KubeletPullSettings.from_config(yaml.safe_load(f))
                 self.error = None
-            except (OSError, yaml.YAMLError, ValueError) as exc:
+            except (OSError, yaml.YAMLError, ValueError, TypeError) as exc:
                 self._settings = None
                 self.error = f"kubelet config {self.path}: {exc}"
                 log.warning("%s", self.error)
@@ -442,8 +465,6 @@ class ImagePullCollector(Collector):
     def _containerd(self):
         """The client, made on first use so a missing h2 fails scrapes, not startup."""
         if self.client is None:
-            from exporter.containerd.client import ContainerdClient  # noqa: PLC0415
-
             try:
                 client = ContainerdClient(self.args.containerd_address,
                                           self.args.containerd_namespace,
@@ -463,8 +484,6 @@ class ImagePullCollector(Collector):
             self._state = state
         yield from families(state)
         if self.pods is not None:
-            from exporter import kube  # noqa: PLC0415
-
             yield from kube.health_families([self.pods])
 
     def observe(self) -> PullState:
@@ -505,8 +524,6 @@ def start_pod_watch(args):
         why = "no node name (--kube.node-name or NODE_NAME)"
         log.warning("imagepull: no pod watch, kubescale_image_pulls_queued is absent: %s", why)
         return None, why
-    from exporter import kube  # noqa: PLC0415
-
     try:
         informer = kube.for_node(kube.client_from_args(args), kube.PODS, node,
                                  transform=pod_summary)

@@ -16,6 +16,7 @@ from exporter.cli import parse
 from exporter.collectors.imagepull import ImagePullCollector
 from tests.helpers.containerd_server import ContainerdServer
 from tests.helpers.etcd_server import EtcdServer
+from tests.helpers.kube_apiserver import KubeApiServer
 from tests.helpers.registry_server import RegistryServer
 from tests.helpers.throttle_proxy import ThrottleProxy
 
@@ -80,8 +81,6 @@ def make_collector(monkeypatch):
 
 @pytest.fixture(scope="session")
 def apiserver():
-    from tests.helpers.kube_apiserver import KubeApiServer  # noqa: PLC0415  (kube branch)
-
     path = tempfile.mkdtemp(prefix="ipk-", dir="/tmp")
     etcd = EtcdServer(f"{path}/etcd").start()
     try:

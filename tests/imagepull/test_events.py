@@ -9,8 +9,12 @@ import uuid
 import pytest
 
 from exporter.cli import parse
-from exporter.collectors.imagepull_events import (ImagePullEventsCollector, PulledEvents,
-                                                  go_duration, parse_pulled)
+from exporter.collectors.imagepull import go_duration
+from exporter.collectors.imagepull_events import (
+    ImagePullEventsCollector,
+    PulledEvents,
+    parse_pulled,
+)
 from tests.helpers.golden import assert_golden
 from tests.helpers.metrics import sample
 
@@ -31,8 +35,8 @@ def test_not_go_durations(bad):
 @pytest.mark.parametrize("message,parsed", [
     ('Successfully pulled image "nginx:1.25" in 2.035s (2.035s including waiting)',
      (2.035, 0.0)),
-    ('Successfully pulled image "big:v3" in 29m12.5s (41m0s including waiting). '
-     'Image size: 17179869184 bytes.', (1752.5, 707.5)),
+    (('Successfully pulled image "big:v3" in 29m12.5s (41m0s including waiting). '
+      'Image size: 17179869184 bytes.'), (1752.5, 707.5)),
     ('Successfully pulled image "nginx" in 812ms', (0.812, None)),  # kubelet < 1.28
     ('Container image "nginx" already present on machine', None),
     ('Pulling image "nginx"', None),

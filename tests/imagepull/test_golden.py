@@ -1,11 +1,16 @@
 """Golden exposition of the imagepull collector from fixed containerd, pod and kubelet input."""
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
+from exporter.collectors.imagepull import (
+    KubeletPullSettings,
+    advise,
+    families,
+    images_wanted,
+    observe,
+)
 from exporter.containerd.client import ContentInfo, Ingest
 from exporter.containerd.pulls import ManifestIndex
 from exporter.containerd.reference import parse
-from exporter.collectors.imagepull import (KubeletPullSettings, advise, families,
-                                           images_wanted, observe)
 from tests.helpers.golden import assert_golden, series_count
 
 NOW = 1_800_000_000.0
@@ -89,7 +94,7 @@ def state():
 
 
 def test_golden_exposition():
-    assert datetime.fromtimestamp(NOW - 2400, timezone.utc).isoformat() == "2027-01-15T07:20:00+00:00"
+    assert datetime.fromtimestamp(NOW - 2400, UTC).isoformat() == "2027-01-15T07:20:00+00:00"
     text = assert_golden("imagepull", families(state()))
     assert series_count(text) == 9
 
