@@ -343,9 +343,10 @@ def advise(state: PullState) -> list[Finding]:
                              f"{_size(sum(p.expected_bytes for p in state.pulls))} downloaded; "
                              f"oldest unfinished pull {_age(state.oldest_seconds)}"))
     kubelet = state.kubelet
+    behind_serial = bool(kubelet and kubelet.serialize and waiting and busy)
     if kubelet is None:
         found.append(Finding("info", f"pull settings unknown: {state.kubelet_error}"))
-    elif kubelet.serialize and waiting:
+    elif behind_serial:
         found.append(Finding(
             "warning",
             f"serializeImagePulls is true and {waiting} image(s) wait for a pull slot "
@@ -363,9 +364,10 @@ def advise(state: PullState) -> list[Finding]:
                              "a burst of pods pulls every image at once"))
     if state.queued is None:
         found.append(Finding("info", f"queued pulls unknown: {state.pods_error or 'pod watch not synced'}"))
-    elif waiting and not (kubelet and kubelet.serialize):
+    elif waiting and not behind_serial:
         found.append(Finding("info", f"{waiting} image(s) needed by waiting containers are "
-                             f"neither present nor downloading"))
+                             f"neither present nor downloading (pull back-off, or about to "
+                             f"start)"))
     if state.stalled:
         oldest = min(p.last_progress_at for p in state.stalled)
         found.append(Finding(

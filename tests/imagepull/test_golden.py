@@ -118,3 +118,13 @@ def test_findings_advise_parallel_pulls_for_a_serialized_backlog():
     assert "serializeImagePulls: false" in serialized.advice
     assert "maxParallelImagePulls" in serialized.advice
     assert "nvcr.io/nvidia/cuda:12.4.0" in warnings[2].advice
+
+
+def test_no_serialized_backlog_warning_without_a_pull_in_progress():
+    s = state()
+    idle = observe(NOW, 120.0, [], {}, PRESENT, images_wanted(PODS),
+                   KubeletPullSettings(serialize=True, max_parallel=1), [])
+    assert s.queued and idle.queued and not idle.pulls
+    summaries = [f.summary for f in advise(idle)]
+    assert not any(f.severity == "warning" for f in advise(idle)), summaries
+    assert any("neither present nor downloading" in m for m in summaries)
