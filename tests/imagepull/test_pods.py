@@ -81,14 +81,17 @@ def test_queued_counts_images_neither_present_nor_downloading(
     assert sample(families, "kubescale_kubelet_serialize_image_pulls") == 1
     assert sample(families, "kubescale_image_pull_oldest_seconds") >= 0
     assert sample(families, "kubescale_kube_watch_up", resource="pods") == 1
-    advice = [f for f in c.findings() if f.severity == "warning"]
-    assert advice and "serializeImagePulls: false" in advice[0].advice
+    # Nothing downloads yet: no pull to wait behind (the kubelet would be in back-off).
+    assert not [f for f in c.findings() if f.severity == "warning"]
 
     fetch = containerd.fetch(slow, f"{workdir}/slow-{tag}.log")
     try:
         # Downloading now: no longer queued, counted in progress.
         families = scrape_until(c, "kubescale_image_pulls_queued", 1)
         assert sample(families, "kubescale_image_pulls_in_progress") == 1
+        advice = [f for f in c.findings() if f.severity == "warning"]
+        assert advice and "1 image(s) wait for a pull slot behind 1 pull(s)" in advice[0].summary
+        assert "serializeImagePulls: false" in advice[0].advice
         assert fetch.popen.wait(60) == 0, fetch.log_tail()
     finally:
         fetch.stop()
