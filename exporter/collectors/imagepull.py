@@ -66,6 +66,9 @@ from exporter.registry import Collector, Finding, UsageError, register
 log = logging.getLogger(__name__)
 
 DEFAULT_KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
+# All the API access it needs; the tests run it as a service account bound to exactly
+# these. The watch is filtered to this node's pods, which RBAC cannot express.
+RBAC_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
 # Waiting reasons that do not mean "needs its image now": the container waits for the
 # pod's init containers, and the kubelet has not asked for its image yet.
 NOT_PULLING_YET = frozenset({"PodInitializing"})

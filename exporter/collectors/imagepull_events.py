@@ -34,6 +34,8 @@ from exporter import kube
 from exporter.collectors.imagepull import go_duration
 from exporter.registry import Collector, UsageError, register
 
+# All the API access it needs; the tests run it as a service account bound to exactly these.
+RBAC_RULES = [{"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]}]
 # A scrape right after start (as in `check`) waits this long for the first list.
 SYNC_WAIT_SECONDS = 5.0
 # From a fast local pull to the 30-minute pull of a 17 GB image.

@@ -11,6 +11,7 @@ import pytest
 from exporter.cli import parse
 from exporter.collectors.imagepull import go_duration
 from exporter.collectors.imagepull_events import (
+    RBAC_RULES,
     ImagePullEventsCollector,
     PulledEvents,
     parse_pulled,
@@ -87,13 +88,14 @@ def post_event(api, ns, reason, message, count=1):
     return name
 
 
-def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace, tmp_path):
+def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace,
+                                                           kubeconfig_for):
     post_event(apiserver, namespace, "Pulled",
                'Successfully pulled image "before" in 5s (5s including waiting)')
     time.sleep(1.1)  # creationTimestamp has whole seconds
     args, classes = parse(["--mode", "cluster", "--collector.disable-defaults",
                            "--collector.imagepull_events", "--kube.kubeconfig",
-                           apiserver.write_kubeconfig(tmp_path / "kubeconfig")])
+                           kubeconfig_for("imagepull-events", RBAC_RULES)])
     assert classes == [ImagePullEventsCollector]
     c = ImagePullEventsCollector(args)
     c.start()
