@@ -168,7 +168,7 @@ class KubeletConfigFile:
 # ---- pods on this node ---------------------------------------------------------------
 
 def _waiting_containers(pod: dict):
-    """(container spec, waiting reason or None) for containers whose image is wanted now."""
+    """The specs of the pod's containers whose image is wanted now."""
     status = pod.get("status") or {}
     if status.get("phase") in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
         return
@@ -181,11 +181,11 @@ def _waiting_containers(pod: dict):
             if s is None:
                 # Not reported by the kubelet yet: the pod was just bound to this node.
                 if status.get("phase", "Pending") == "Pending":
-                    yield container, None
+                    yield container
                 continue
             waiting = (s.get("state") or {}).get("waiting")
             if waiting is not None and waiting.get("reason") not in NOT_PULLING_YET:
-                yield container, waiting.get("reason")
+                yield container
 
 
 def images_wanted(pods) -> dict[str, tuple[Reference, float | None]]:
@@ -194,7 +194,7 @@ def images_wanted(pods) -> dict[str, tuple[Reference, float | None]]:
     for pod in pods:
         status = pod.get("status") or {}
         since = _rfc3339(status.get("startTime") or pod["metadata"].get("creationTimestamp"))
-        for container, _reason in _waiting_containers(pod):
+        for container in _waiting_containers(pod):
             try:
                 ref = parse(container.get("image") or "")
             except ValueError:
@@ -243,6 +243,7 @@ class PullState:
     stall_after: float
     pulls: list[pullmap.Pull]
     queued: list[tuple[Reference, float | None]] | None  # None: pods not known
+    waiting_since: list[float]  # when pods began waiting for each image not present
     kubelet: KubeletPullSettings | None
     kubelet_error: str | None = None
     preload_missing: list[str] | None = None  # None: no --image-pull.preload
@@ -253,8 +254,7 @@ class PullState:
 
     def __post_init__(self):
         self.stalled = [p for p in self.pulls if p.stalled(self.now, self.stall_after)]
-        starts = [p.started_at for p in self.pulls if p.started_at]
-        starts += [since for _ref, since in self.queued or () if since]
+        starts = [p.started_at for p in self.pulls if p.started_at] + self.waiting_since
         self.oldest_seconds = max(0.0, self.now - min(starts)) if starts else 0.0
 
 
@@ -266,16 +266,19 @@ def observe(now, stall_after, ingests: list[Ingest], owners, present: set[str] |
     set of image names containerd has (None when it was not needed)."""
     in_progress = pullmap.group(ingests, owners)
     present = present or set()
-    queued = None
+    queued, waiting_since = None, []
     if wanted is not None:
         downloading = set().union(*(p.sources for p in in_progress))
-        queued = sorted(((ref, since) for name, (ref, since) in wanted.items()
-                         if name not in present and ref.source not in downloading),
+        missing = [(ref, since) for name, (ref, since) in wanted.items() if name not in present]
+        queued = sorted(((ref, since) for ref, since in missing if ref.source not in downloading),
                         key=lambda item: item[0].name)
-    missing = [r.name for r in preload if r.name not in present] if preload else None
+        # A pod's pull began when it started waiting, even if the download began later.
+        waiting_since = [since for _ref, since in missing if since is not None]
+    preload_missing = [r.name for r in preload if r.name not in present] if preload else None
     return PullState(now=now, stall_after=stall_after, pulls=in_progress, queued=queued,
-                     kubelet=kubelet, kubelet_error=kubelet_error, preload_missing=missing,
-                     preload_total=len(preload), pods_error=pods_error)
+                     waiting_since=waiting_since, kubelet=kubelet, kubelet_error=kubelet_error,
+                     preload_missing=preload_missing, preload_total=len(preload),
+                     pods_error=pods_error)
 
 
 def families(state: PullState):
