@@ -188,3 +188,21 @@ def test_h2_is_imported_only_when_the_collector_runs():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert run.stdout.strip() == "False"
+
+
+def test_without_h2_the_collector_fails_with_the_install_hint(tmp_path):
+    # Fault injection: h2 made unimportable in a child process, as on an install
+    # without the imagepull extra. The exporter still starts; the collector fails.
+    code = (
+        "import sys; sys.modules['h2'] = None\n"
+        "from exporter.cli import parse, instantiate\n"
+        "from exporter.scrape import Scraper\n"
+        f"args, classes = parse(['--collector.disable-defaults', '--collector.imagepull', "
+        f"'--containerd.address', '{tmp_path}/c.sock'])\n"
+        "scraper = Scraper(instantiate(classes, args))\n"
+        "scraper.scrape(5)\n"
+        "print(scraper.last_error('imagepull'))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True, env={"PATH": "/usr/bin:/bin"})
+    assert "needs h2" in run.stdout and "kube-scale-exporter[imagepull]" in run.stdout, run
