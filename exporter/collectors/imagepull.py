@@ -39,10 +39,8 @@ mapped to images and the limits of that mapping.
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -61,6 +59,7 @@ from exporter.containerd.client import (
     socket_path,
 )
 from exporter.containerd.reference import Reference, parse
+from exporter.durations import duration
 from exporter.registry import Collector, Finding, UsageError, register
 
 log = logging.getLogger(__name__)
@@ -72,42 +71,6 @@ RBAC_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watc
 # Waiting reasons that do not mean "needs its image now": the container waits for the
 # pod's init containers, and the kubelet has not asked for its image yet.
 NOT_PULLING_YET = frozenset({"PodInitializing"})
-_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
-                 "m": 60.0, "h": 3600.0}
-
-
-def go_duration(text: str) -> float:
-    """Seconds in a Go time.Duration string such as "1m2.5s", "812ms" or "0s"."""
-    if text == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for match in _GO_DURATION_PART.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"not a Go duration: {text!r}")
-    return total
-
-
-def duration(value: str) -> float:
-    """A flag's seconds: "120", or a Go duration as Kubernetes users write, "90s", "2m"."""
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            seconds = go_duration(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a duration such as 120, 90s or 2m, got {value!r}") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {value!r}")
-    return seconds
-
-
 def _rfc3339(value) -> float | None:
     if not value:
         return None
@@ -405,6 +368,7 @@ class ImagePullCollector(Collector):
     name = "imagepull"
     modes = frozenset({"node"})
     default_enabled = True
+    default_condition = " where --containerd.address exists"
     help = ("Image pulls on this node from containerd (downloading, queued, stalled), the "
             "kubelet's pull settings and missing preloaded images.")
 
@@ -432,6 +396,12 @@ class ImagePullCollector(Collector):
             "--image-pull.preload", dest="image_pull_preload", action="append", default=[],
             metavar="IMAGE[,IMAGE...]",
             help="Images this node should have baked in; repeat or separate with commas.")
+
+    @classmethod
+    def enabled_by_default(cls, args):
+        # A plain Linux host has no containerd: stay quiet there. The DaemonSet passes
+        # --collector.imagepull, so a socket left unmounted fails loudly instead.
+        return os.path.exists(socket_path(args.containerd_address))
 
     @classmethod
     def validate(cls, args):
@@ -471,16 +441,11 @@ class ImagePullCollector(Collector):
         self.pods, self.pods_error = start_pod_watch(self.args)
 
     def _containerd(self):
-        """The client, made on first use so a missing h2 fails scrapes, not startup."""
+        """The client, made on first use so h2 is imported only where this collector runs."""
         if self.client is None:
-            try:
-                client = ContainerdClient(self.args.containerd_address,
-                                          self.args.containerd_namespace,
-                                          self.args.containerd_timeout)
-            except ImportError as exc:
-                raise ContainerdError(
-                    f"the imagepull collector needs h2 ({exc}): "
-                    "pip install 'kube-scale-exporter[imagepull]'") from None
+            client = ContainerdClient(self.args.containerd_address,
+                                      self.args.containerd_namespace,
+                                      self.args.containerd_timeout)
             self.manifests = pullmap.ManifestIndex(
                 lambda: client.content(pullmap.MANIFEST_FILTER))
             self.client = client
