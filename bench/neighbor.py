@@ -105,8 +105,10 @@ def main() -> None:
                       "kubescale_neighbor_gc_eligible_entries", family="ipv4")
 
     node_ms = median_ms(ndurations)
-    for label, key in (("kube-scale-exporter, `neighbor` only (O(1))", "neighbor"),
-                       ("kube-scale-exporter, `neighbor_gc` (table read + dump, with `neighbor`)", "neighbor_gc")):
+    for label, key in (
+            ("kube-scale-exporter, `neighbor` only (O(1))", "neighbor"),
+            ("kube-scale-exporter, `neighbor_gc` (table read + dump, with `neighbor`)",
+             "neighbor_gc")):
         walls, durations, (rss, hwm), _ = runs[key]
         rows.append((label, median_ms(walls), max_ms(walls), min(durations) * 1000,
                      median_ms(durations), max_ms(durations), node_ms / median_ms(durations),
