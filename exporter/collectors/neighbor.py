@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from exporter.cli import non_negative_int
 from exporter.netlink.neighbor import (NeighborCount, NeighborTable, count_entries,
-                                      host_gc_eligible, read_tables)
+                                       host_gc_eligible, read_tables)
 from exporter.netlink.route import RouteSocket
 from exporter.registry import Collector, Finding, register
 
