@@ -12,7 +12,7 @@ from exporter import kube
 from exporter.kube.informer import Backoff
 from tests.helpers.faultproxy import FaultProxy
 from tests.helpers.kube_apiserver import etcd_compact, pod_manifest
-from tests.helpers.metrics import wait_until
+from tests.helpers.metrics import sample, wait_until
 
 FAST = {"backoff": Backoff(initial=0.1, cap=0.5)}
 
@@ -304,7 +304,6 @@ def test_stop_interrupts_a_blocked_watch_promptly(apiserver, namespace, make_cli
 
 
 def test_health_families(apiserver, namespace, make_client, informers):
-    from tests.helpers.metrics import sample
     inf = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace))
     assert inf.wait_synced(10)
     fams = kube.health_families([inf])
@@ -388,3 +387,20 @@ def test_bookmarks_carry_a_quiet_node_watch_forward(apiserver, namespace, make_c
     assert wait_until(lambda: int(inf.resource_version) >= cluster_rv, 20), (
         inf.resource_version, cluster_rv)
     assert inf.items() == [] and inf.health().relists == 0
+
+
+def test_health_reports_informers_of_one_resource_together(apiserver, namespace, make_client,
+                                                           informers, tmp_path):
+    good = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace))
+    assert good.wait_synced(10)
+    dead_config = kube.load(apiserver.write_kubeconfig(tmp_path / "dead",
+                                                       server="https://127.0.0.1:1"))
+    dead = informers(kube.Informer(kube.KubeClient(dead_config), kube.PODS, **FAST))
+    fams = kube.health_families([good, dead])
+    assert sample(fams, "kubescale_kube_watch_up", resource="pods") == 0  # not all up
+    with pytest.raises(KeyError):  # one has never synced: no age to show
+        sample(fams, "kubescale_kube_last_sync_age_seconds", resource="pods")
+    assert {good, dead} <= set(kube.live_informers())
+    dead.stop()
+    assert dead not in kube.live_informers() and good in kube.live_informers()
+    assert sample(kube.health_families([good]), "kubescale_kube_watch_up", resource="pods") == 1
