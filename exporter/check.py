@@ -10,7 +10,7 @@ from typing import TextIO
 from exporter.registry import Collector, Finding
 from exporter.scrape import Scraper
 
-MARKS = {"info": "  ", "warning": "! ", "critical": "!!"}
+LABELS = {"info": "", "warning": "WARNING", "critical": "CRITICAL"}
 
 
 def run_check(collectors: list[Collector], timeout: float, out: TextIO) -> int:
@@ -28,16 +28,16 @@ def run_check(collectors: list[Collector], timeout: float, out: TextIO) -> int:
             if not ok[c.name]:
                 failed += 1
                 error = scraper.last_error(c.name) or "unknown error"
-                out.write(f"!! the collector failed: {error}\n")
+                out.write(f"  {'FAILED':<8} the collector failed: {error}\n")
                 continue
             findings: list[Finding] = c.findings()
             if not findings:
-                out.write("   nothing to report\n")
+                out.write(f"  {'':<8} nothing to report\n")
             for f in findings:
                 actionable += f.actionable
-                out.write(f"{MARKS.get(f.severity, '  ')} {f.summary}\n")
+                out.write(f"  {LABELS.get(f.severity, ''):<8} {f.summary}\n")
                 for line in f.advice.splitlines():
-                    out.write(f"     {line}\n")
+                    out.write(f"  {'':<8}   {line}\n")
         out.write(f"\n{actionable} finding(s) to act on, {failed} collector(s) failed.\n")
         return 1 if actionable or failed else 0
     finally:

@@ -2,8 +2,10 @@
 
 A collector that raises, or that is still running when the deadline passes, is reported
 with `kubescale_scrape_collector_success{collector="NAME"} 0` and contributes no other
-series; the others are unaffected. A collector still busy from an earlier scrape is not
-started again, so a hung backend costs one worker thread, not one per scrape.
+series; the others are unaffected. Concurrent scrapes share a collector's run in flight
+(several Prometheus replicas cost one backend call), and a collector hung on its backend
+is not started again until that call returns: it costs one worker thread, not one per
+scrape.
 
     # HELP kubescale_scrape_collector_success Whether the collector succeeded in this scrape.
     # TYPE kubescale_scrape_collector_success gauge
@@ -35,20 +37,19 @@ class Scraper:
 
     def __init__(self, collectors: Iterable[Collector]):
         self.collectors = list(collectors)
-        # Two workers per collector: one may be stuck on a hung backend while the
-        # next scrape of the same collector is refused, and the others keep theirs.
+        # One run in flight per collector, so one worker each is enough.
         self._pool = ThreadPoolExecutor(
-            max_workers=max(1, 2 * len(self.collectors)), thread_name_prefix="collect"
+            max_workers=max(1, len(self.collectors)), thread_name_prefix="collect"
         )
         self._lock = threading.Lock()
         self._inflight: dict[str, Future] = {}
         self._last_error: dict[str, str] = {}
 
-    def _submit(self, collector: Collector) -> Future | None:
+    def _submit(self, collector: Collector) -> Future:
         with self._lock:
             running = self._inflight.get(collector.name)
             if running is not None and not running.done():
-                return None
+                return running
             future = self._pool.submit(self._run, collector)
             self._inflight[collector.name] = future
             return future
@@ -91,18 +92,15 @@ class Scraper:
         )
         out: list[Metric] = []
         for name, future in futures.items():
-            ok, error, elapsed = False, None, time.monotonic() - start
-            if future is None:
-                error = "still running from an earlier scrape"
-            else:
-                try:
-                    families, elapsed = future.result(timeout=max(0.0, deadline - time.monotonic()))
-                    out.extend(families)
-                    ok = True
-                except FutureTimeout:
-                    error, elapsed = f"timed out after {timeout:.2f}s", timeout
-                except Exception as exc:  # noqa: BLE001  (any collector error stays its own)
-                    error, elapsed = f"{type(exc).__name__}: {exc}", time.monotonic() - start
+            ok, error = False, None
+            try:
+                families, elapsed = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                out.extend(families)
+                ok = True
+            except FutureTimeout:
+                error, elapsed = f"timed out after {timeout:.2f}s", timeout
+            except Exception as exc:  # noqa: BLE001  (any collector error stays its own)
+                error, elapsed = f"{type(exc).__name__}: {exc}", time.monotonic() - start
             with self._lock:
                 self._report(name, error)
             success.add_metric([name], 1.0 if ok else 0.0)

@@ -1,0 +1,47 @@
+"""Collectors with controllable behaviour, to drive the scrape machinery."""
+import threading
+
+import pytest
+from prometheus_client.core import GaugeMetricFamily
+
+from exporter.registry import Collector
+
+
+class Scripted(Collector):
+    """A collector whose next scrape does what the test says: return, raise or hang."""
+
+    def __init__(self, name, value=1.0, findings=()):
+        self.name = name
+        self.value = value
+        self.error = None
+        self.hang = threading.Event()   # set: collect blocks until `release` is set
+        self.release = threading.Event()
+        self.calls = 0
+        self._findings = list(findings)
+
+    def collect(self):
+        self.calls += 1
+        if self.hang.is_set():
+            self.release.wait(30)
+        if self.error:
+            raise self.error
+        g = GaugeMetricFamily(f"kubescale_test_{self.name}", "A test value.")
+        g.add_metric([], self.value)
+        yield g
+
+    def findings(self):
+        return self._findings
+
+
+@pytest.fixture
+def scripted():
+    made = []
+
+    def make(name, **kw):
+        c = Scripted(name, **kw)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.release.set()

@@ -1,0 +1,79 @@
+"""The command line as users run it: a real process, its flags, exit codes and signals."""
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from tests.helpers.metrics import parse_exposition
+from tests.helpers.ports import free_port
+from tests.helpers.procs import Proc, wait_for_port
+
+EXPORTER = [sys.executable, "-m", "exporter"]
+
+
+def run(*flags):
+    return subprocess.run(EXPORTER + list(flags), capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--bogus"], "--bogus"),
+    (["--web.listen-address", "nonsense"], "--web.listen-address"),
+    (["--web.listen-address", ":99999"], "--web.listen-address"),
+    (["--web.telemetry-path", "metrics"], "--web.telemetry-path"),
+    (["--web.max-requests", "-1"], "--web.max-requests"),
+    (["--scrape.timeout", "0"], "--scrape.timeout"),
+    (["--scrape.timeout", "soon"], "--scrape.timeout"),
+    (["--path.procfs", "/no/such/dir"], "--path.procfs"),
+    (["--path.sysfs", "/no/such/dir"], "--path.sysfs"),
+    (["--log.level", "loud"], "--log.level"),
+    (["--mode", "edge"], "--mode"),
+    (["--collector.no-such-thing"], "--collector.no-such-thing"),
+    (["check", "--web.listen-address", "x"], "--web.listen-address"),
+])
+def test_bad_flags_exit_2_naming_the_flag(flags, named):
+    result = run(*flags)
+    assert result.returncode == 2, result.stderr
+    assert named in result.stderr.splitlines()[-1], result.stderr
+
+
+def test_help_lists_every_collector_flag():
+    from exporter.registry import registered
+
+    text = run("--help").stdout
+    for name in registered():
+        assert f"--collector.{name}" in text and f"--no-collector.{name}" in text
+
+
+def test_port_in_use_exits_2_naming_the_flag(tmp_path):
+    port = free_port()
+    first = Proc(EXPORTER + ["--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "1.log")
+    try:
+        wait_for_port(port, proc=first)
+        second = run("--web.listen-address", f"127.0.0.1:{port}")
+        assert second.returncode == 2
+        assert "--web.listen-address" in second.stderr
+    finally:
+        first.stop()
+
+
+def test_serves_then_stops_gracefully_on_sigterm(tmp_path):
+    port = free_port()
+    proc = Proc(EXPORTER + ["--web.listen-address", f"127.0.0.1:{port}",
+                            "--web.telemetry-path", "/m", "--web.process-metrics"],
+                tmp_path / "exporter.log")
+    try:
+        wait_for_port(port, proc=proc)
+        families = parse_exposition(requests.get(f"http://127.0.0.1:{port}/m", timeout=10).text)
+        names = {f.name for f in families}
+        assert "kubescale_build_info" in names
+        assert "process_resident_memory_bytes" in names, "--web.process-metrics adds them"
+        start = time.monotonic()
+        proc.popen.send_signal(signal.SIGTERM)
+        assert proc.popen.wait(timeout=5) == 0
+        assert time.monotonic() - start < 5
+        assert "shutting down" in proc.log_tail()
+    finally:
+        proc.stop()

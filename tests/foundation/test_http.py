@@ -1,0 +1,98 @@
+"""The HTTP endpoints, the scrape-timeout header and the concurrency cap, in process."""
+import threading
+import time
+
+import pytest
+import requests
+
+from exporter.http import App, make_server
+from exporter.scrape import Scraper
+from tests.helpers.metrics import parse_exposition, sample
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(collectors, max_timeout=5.0, max_requests=40, extra=None):
+        app = App(Scraper(collectors), "/metrics", max_timeout, max_requests, extra)
+        server = make_server(app, "127.0.0.1", 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}"
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def get(url, **kw):
+    return requests.get(url, timeout=10, **kw)
+
+
+def test_landing_health_and_not_found(serve, scripted):
+    base = serve([scripted("a")])
+    page = get(base + "/")
+    assert page.status_code == 200 and 'href="/metrics"' in page.text and "a" in page.text
+    assert get(base + "/healthz").text == "ok\n"
+    assert get(base + "/nope").status_code == 404
+
+
+def test_metrics_without_client_library_defaults(serve, scripted):
+    text = get(serve([scripted("a")]) + "/metrics").text
+    names = {f.name for f in parse_exposition(text)}
+    assert "kubescale_build_info" in names
+    assert not any(n.startswith(("process_", "python_")) for n in names), names
+
+
+def test_scrape_timeout_header_sets_the_deadline(serve, scripted):
+    hung = scripted("hung")
+    hung.hang.set()
+    base = serve([hung, scripted("good")], max_timeout=20)
+    start = time.monotonic()
+    reply = get(base + "/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "1"})
+    took = time.monotonic() - start
+    assert reply.status_code == 200
+    assert took < 1.5, f"answered after {took:.2f}s for a 1s scrape timeout"
+    families = parse_exposition(reply.text)
+    assert sample(families, "kubescale_scrape_collector_success", collector="hung") == 0.0
+    assert sample(families, "kubescale_scrape_collector_success", collector="good") == 1.0
+
+
+def test_concurrent_scrapes_all_answer(serve, scripted):
+    base = serve([scripted("a"), scripted("b")])
+    results = []
+
+    def scrape():
+        r = get(base + "/metrics")
+        results.append((r.status_code, "kubescale_test_a" in r.text and "kubescale_test_b" in r.text))
+
+    threads = [threading.Thread(target=scrape) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [(200, True)] * 16
+
+
+def test_scrapes_past_the_cap_get_503(serve, scripted):
+    hung = scripted("hung")
+    hung.hang.set()
+    base = serve([hung], max_timeout=2, max_requests=1)
+    first = threading.Thread(target=get, args=(base + "/metrics",))
+    first.start()
+    time.sleep(0.3)
+    assert get(base + "/metrics").status_code == 503
+    first.join()
+    hung.release.set()
+    assert get(base + "/metrics").status_code == 200
+
+
+def test_openmetrics_and_gzip_are_negotiated(serve, scripted):
+    base = serve([scripted("a")])
+    r = get(base + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0",
+                                        "Accept-Encoding": "gzip"})
+    assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert r.headers["Content-Encoding"] == "gzip"
+    assert r.text.rstrip().endswith("# EOF")

@@ -1,0 +1,26 @@
+"""Reading scrapes in tests: samples from families or from exposition text."""
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def sample(families, name, **labels):
+    for f in families:
+        for s in f.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    raise KeyError(f"{name}{labels} not in scrape")
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def parse_exposition(text):
+    """Families parsed from exposition text, so tests read what Prometheus would."""
+    return list(text_string_to_metric_families(text))
