@@ -2,11 +2,17 @@
 object (validation, defaulting and admission run, nothing is stored), and the RBAC it
 grants, asked of the API server's own authorizer."""
 import json
+import os
+import sys
+import time
 
 import pytest
+import requests
 import yaml
 
 from tests.deploy.conftest import DEPLOY
+from tests.helpers.ports import free_port
+from tests.helpers.procs import Proc, wait_for_port
 
 NAMESPACE = "kube-scale-exporter"
 
@@ -110,3 +116,59 @@ def test_the_api_server_grants_exactly_the_reads_the_collectors_need(kubectl, rb
             if resource != "pods":
                 assert not can_i(kubectl, account, verb, resource), (verb, resource)
         assert not can_i(kubectl, account, "get", "pods")  # informers list and watch only
+
+
+def service_account_kubeconfig(apiserver, account, path):
+    """A kubeconfig holding a TokenRequest token of one of our ServiceAccounts."""
+    token = apiserver.admin.create(
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+         "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600}},
+    )["status"]["token"]
+    return apiserver.write_kubeconfig(path, token=token)
+
+
+def scrape_until(url, predicate, timeout=30):
+    session = requests.Session()
+    session.trust_env = False
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        try:
+            text = session.get(url, timeout=10).text
+        except requests.RequestException:
+            text = ""
+        if predicate(text):
+            return text
+        time.sleep(0.5)
+    return text
+
+
+@pytest.mark.parametrize("account,granted", [("kube-scale-exporter-cluster", True),
+                                             ("kube-scale-exporter-node", False)])
+def test_the_cluster_deployment_runs_on_its_role_and_not_on_less(apiserver, rbac_applied,
+                                                                 manifests, tmp_path, account,
+                                                                 granted):
+    """The Deployment's own args, as its ServiceAccount: the balloon informers sync. With
+    the node pods' narrower role instead, they cannot, and only that collector fails."""
+    [dep] = [obj for _, obj in manifests if obj["kind"] == "Deployment"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    port = free_port()
+    kubeconfig = service_account_kubeconfig(apiserver, account, tmp_path / "kubeconfig")
+    proc = Proc([sys.executable, "-m", "exporter", *args, "--kube.kubeconfig", kubeconfig,
+                 "--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "exporter.log",
+                cwd=os.path.dirname(DEPLOY))
+    try:
+        wait_for_port(port, proc=proc)
+        url = f"http://127.0.0.1:{port}/metrics"
+        success = 'kubescale_scrape_collector_success{collector="balloon"} 1.0'
+        text = scrape_until(url, lambda t: success in t, timeout=30 if granted else 8)
+        assert (success in text) is granted, proc.log_tail()
+        if granted:
+            for resource in ("pods", "priorityclasses", "nodes"):
+                assert f'kubescale_kube_watch_up{{resource="{resource}"}} 1.0' in text
+        else:
+            assert 'kubescale_scrape_collector_success{collector="balloon"} 0.0' in text
+            assert "forbidden" in proc.log_tail().lower()
+    finally:
+        proc.stop()
