@@ -200,6 +200,8 @@ def pod_spec(w: Workload, values: dict, section: dict, name: str, args: list[str
     pod_security: dict = {"seccompProfile": {"type": "RuntimeDefault"}}
     if not root_owner:
         pod_security.update({"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534})
+        if values["web"]["configSecret"]:
+            pod_security["fsGroup"] = 65534  # the Secret's files are 0440: readable by group
     if w.mode == "node" and any(n.socket_group for n in merged):
         pod_security["supplementalGroups"] = [values["node"]["containerdSocketGid"]]
     spec: dict = {"serviceAccountName": name, "automountServiceAccountToken": w.api()}

@@ -92,6 +92,27 @@ def test_other_values_change_only_what_they_name(tmp_path):
         {"monitoring", None}
 
 
+def test_a_web_config_secret_switches_flags_probes_and_monitors_to_https():
+    values = generate.load_values(os.path.join(DEPLOY, "values.yaml"))
+    values["web"] = {"configSecret": "kse-web", "scheme": "https"}
+    docs = [d for text in generate.render(values).values()
+            for d in yaml.safe_load_all(text) if d and "kind" in d]
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs
+            if d["kind"] in ("DaemonSet", "Deployment")}
+    for name, pod in pods.items():
+        [c] = pod["containers"]
+        assert "--web.config.file=/etc/kube-scale-exporter/web/web.yml" in c["args"]
+        assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+        assert {"name": "web-config", "mountPath": "/etc/kube-scale-exporter/web",
+                "readOnly": True} in c["volumeMounts"]
+        assert {"name": "web-config", "secret": {"secretName": "kse-web",
+                                                 "defaultMode": 0o440}} in pod["volumes"]
+        user = c["securityContext"].get("runAsUser", pod["securityContext"].get("runAsUser"))
+        assert user == 0 or pod["securityContext"]["fsGroup"] == 65534, name
+    for mon in (d for d in docs if d["kind"] == "ServiceMonitor"):
+        assert mon["spec"]["endpoints"][0]["scheme"] == "https"
+
+
 def test_every_registered_collector_has_an_entry_for_each_of_its_modes():
     # A new collector must say what it mounts and reads before it can be deployed.
     values = generate.load_values(os.path.join(DEPLOY, "values.yaml"))
