@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 def serve(args, collectors: list[Collector]) -> int:
     from exporter.http import App, make_server  # noqa: PLC0415
     from exporter.scrape import Scraper  # noqa: PLC0415
+    from exporter.webconfig import LiveWebConfig  # noqa: PLC0415
 
     extra = None
     if args.process_metrics:
@@ -163,12 +164,12 @@ def serve(args, collectors: list[Collector]) -> int:
         PlatformCollector(registry=extra)
         GCCollector(registry=extra)
     scraper = Scraper(collectors)
+    web = LiveWebConfig(args.web_config) if args.web_config else None
     app = App(scraper, args.telemetry_path, args.scrape_timeout, args.max_requests, extra,
-              web=args.web_config)
+              web=web)
     host, port = args.listen
     try:
-        server = make_server(app, host, port,
-                             args.web_config.ssl_context() if args.web_config else None)
+        server = make_server(app, host, port)
     except OSError as exc:
         log.error("--web.listen-address: cannot listen on %s:%d: %s", host, port, exc)
         scraper.close()
@@ -182,7 +183,8 @@ def serve(args, collectors: list[Collector]) -> int:
              "tls=%s basic_auth=%s",
              __version__, platform.python_version(), args.mode,
              ",".join(c.name for c in collectors) or "none", host or "*", server.server_port,
-             app.tls is not None, app.basic_auth is not None)
+             bool(args.web_config and args.web_config.tls),
+             bool(args.web_config and args.web_config.users))
     stop.wait()
     log.info("shutting down")
     server.shutdown()

@@ -6,9 +6,10 @@ X-Prometheus-Scrape-Timeout-Seconds header (less a margin for the reply), capped
 burst of scrapers cannot pile up threads on a node.
 
 With --web.config.file (exporter/webconfig.py) connections are TLS, optionally mutual,
-and every path but /healthz asks for basic auth before doing any work. The TLS
-handshake runs in the connection's own thread, under a timeout, so a slow or silent
-client cannot hold up the accept loop.
+and every path but /healthz asks for basic auth before doing any work. Each connection
+takes the web config as it is then, so renewed certificates apply without a restart.
+The TLS handshake runs in the connection's own thread, under a timeout, so a slow or
+silent client cannot hold up the accept loop.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter.scrape import Scraper
-from exporter.webconfig import WebConfig
+from exporter.webconfig import Active, LiveWebConfig
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +52,14 @@ class App:
 
     def __init__(self, scraper: Scraper, telemetry_path: str, max_timeout: float,
                  max_requests: int, extra_registry: CollectorRegistry | None = None,
-                 title: str = "kube-scale-exporter", web: WebConfig | None = None):
+                 title: str = "kube-scale-exporter", web: LiveWebConfig | None = None):
         self.scraper = scraper
         self.telemetry_path = telemetry_path
         self.max_timeout = max_timeout
         self.extra_registry = extra_registry
         self.title = title
         self._slots = threading.BoundedSemaphore(max_requests) if max_requests > 0 else None
-        self.tls = web.tls if web else None
-        self.basic_auth = web.basic_auth() if web else None
-        self.extra_headers = web.headers if web else ()
+        self.web = web
 
     def scrape_timeout(self, header: str | None) -> float:
         if header:
@@ -101,6 +100,10 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "kube-scale-exporter"
     protocol_version = "HTTP/1.1"
 
+    def __init__(self, request, client_address, server, active: Active | None = None):
+        self.active = active  # the web config this connection was accepted under
+        super().__init__(request, client_address, server)
+
     def setup(self):
         super().setup()
         # Headers and body go out in two writes; without this, Nagle's algorithm and the
@@ -114,7 +117,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        for key, value in (*self.app.extra_headers, *headers):
+        configured = self.active.config.headers if self.active else ()
+        for key, value in (*configured, *headers):
             self.send_header(key, value)
         self.end_headers()
         if self.command != "HEAD":
@@ -137,11 +141,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def _authorized(self) -> bool:
         """Answers 401/403 itself and returns False when the client may not go on."""
-        tls = self.app.tls
+        if self.active is None:
+            return True
+        tls = self.active.config.tls
         if tls is not None and not tls.peer_allowed(self.connection.getpeercert()):
             self._send(403, b"client certificate not allowed\n", "text/plain; charset=utf-8")
             return False
-        auth = self.app.basic_auth
+        auth = self.active.basic_auth
         if auth is not None and not auth.check(self.headers.get("Authorization")):
             self._send(401, b"unauthorized\n", "text/plain; charset=utf-8",
                        [("WWW-Authenticate", 'Basic realm="kube-scale-exporter", charset="UTF-8"')])
@@ -169,21 +175,24 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-    ssl_context: ssl.SSLContext | None = None
+    web: LiveWebConfig | None = None
 
     def finish_request(self, request, client_address):
-        if self.ssl_context is None:
-            super().finish_request(request, client_address)
+        active = self.web.current() if self.web else None
+        if self.web is not None and active is None:
+            return  # the web config on disk is broken (logged): refuse, never serve stale
+        if active is None or active.ssl_context is None:
+            self.RequestHandlerClass(request, client_address, self, active)
             return
         request.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
         try:
-            conn = self.ssl_context.wrap_socket(request, server_side=True)
+            conn = active.ssl_context.wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError) as exc:
             log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
             return
         try:
             conn.settimeout(None)
-            super().finish_request(conn, client_address)
+            self.RequestHandlerClass(conn, client_address, self, active)
         finally:
             conn.close()
 
@@ -192,10 +201,9 @@ class Server6(Server):
     address_family = socket.AF_INET6
 
 
-def make_server(app: App, host: str, port: int,
-                ssl_context: ssl.SSLContext | None = None) -> Server:
+def make_server(app: App, host: str, port: int) -> Server:
     handler = type("BoundHandler", (Handler,), {"app": app})
     server_class = Server6 if ":" in host else Server
     server = server_class((host, port), handler)
-    server.ssl_context = ssl_context
+    server.web = app.web
     return server

@@ -22,6 +22,11 @@ node_exporter works here unchanged:
 As in the toolkit, unknown keys are errors. The whole file is checked at start-up; a
 mistake is reported with the file and line at fault and the exporter exits 2.
 
+Like the toolkit, the exporter follows the file: when it, or a certificate, key or CA it
+names, changes on disk (a renewed certificate, a rotated Secret), the next connection
+uses the new contents; no restart. A change that breaks the file is logged and, until
+it is fixed, connections are refused rather than served with stale settings.
+
 What differs from the toolkit, on purpose: client_auth_type RequestClientCert and
 RequireAnyClientCert are refused (a certificate nobody verifies proves nothing, and
 Python's ssl cannot ask for one without verifying it); curve_preferences is refused
@@ -34,11 +39,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import os
 import re
 import secrets
 import ssl
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -89,6 +96,11 @@ BCRYPT_HASH = re.compile(r"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53
 
 # Successful verifications remembered; a handful of scrapers per exporter is normal.
 AUTH_CACHE_SIZE = 64
+
+# How often a connection may look at the files for changes (a few stat calls).
+RELOAD_CHECK_SECONDS = 1.0
+
+log = logging.getLogger(__name__)
 
 
 class WebConfigError(ValueError):
@@ -144,6 +156,78 @@ class WebConfig:
 
     def basic_auth(self) -> BasicAuth | None:
         return BasicAuth(self.users) if self.users else None
+
+    def files(self) -> tuple[str, ...]:
+        """The file itself and every file it names: what a change is looked for in."""
+        named = (self.tls.cert_file, self.tls.key_file, self.tls.client_ca_file) if self.tls else ()
+        return (self.path, *(f for f in named if f))
+
+
+@dataclass(frozen=True)
+class Active:
+    """What connections use now: built once per version of the files."""
+    config: WebConfig
+    ssl_context: ssl.SSLContext | None
+    basic_auth: BasicAuth | None
+
+
+class LiveWebConfig:
+    """The web config as it is on disk, re-read when one of its files changes.
+
+    `current()` is called once per connection; it stats the files at most once per
+    RELOAD_CHECK_SECONDS. It returns None while the files on disk do not make a valid
+    config, so the server refuses connections instead of serving stale settings.
+    """
+
+    def __init__(self, config: WebConfig):
+        self._lock = threading.Lock()
+        self._active: Active | None = _activate(config)
+        self._stamp = _stamp(config.files())
+        self._watched = config.files()
+        self._checked = time.monotonic()
+
+    def current(self) -> Active | None:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._checked >= RELOAD_CHECK_SECONDS:
+                self._checked = now
+                self._reload_if_changed()
+            return self._active
+
+    def _reload_if_changed(self) -> None:
+        stamp = _stamp(self._watched)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        path = self._watched[0]
+        try:
+            config = load(path)
+            active = _activate(config)
+        except (WebConfigError, ssl.SSLError, OSError) as exc:
+            log.error("--web.config.file: refusing connections until it is fixed: %s", exc)
+            self._active = None
+            return
+        self._active = active
+        self._watched = config.files()
+        self._stamp = _stamp(self._watched)
+        log.info("--web.config.file: reloaded %s", path)
+
+
+def _activate(config: WebConfig) -> Active:
+    return Active(config, config.ssl_context(), config.basic_auth())
+
+
+def _stamp(paths: tuple[str, ...]) -> tuple:
+    """Identity and size of each file; a Secret update swaps a symlink, a new inode."""
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(out)
 
 
 class BasicAuth:

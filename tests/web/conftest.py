@@ -25,10 +25,10 @@ class PKI:
         os.makedirs(self.root, exist_ok=True)
         self.ca = self._ca("ca", "kube-scale-exporter test CA")
         self.rogue_ca = self._ca("rogue-ca", "someone else's CA")
-        self.server = self._leaf("server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1")
-        self.client = self._leaf("client", "ca", "subjectAltName=DNS:prometheus.test")
-        self.other_client = self._leaf("other", "ca", "subjectAltName=DNS:intruder.test")
-        self.rogue_client = self._leaf("rogue", "rogue-ca", "subjectAltName=DNS:prometheus.test")
+        self.server = self.leaf("server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1")
+        self.client = self.leaf("client", "ca", "subjectAltName=DNS:prometheus.test")
+        self.other_client = self.leaf("other", "ca", "subjectAltName=DNS:intruder.test")
+        self.rogue_client = self.leaf("rogue", "rogue-ca", "subjectAltName=DNS:prometheus.test")
 
     def path(self, name):
         return os.path.join(self.root, name)
@@ -39,7 +39,7 @@ class PKI:
                 "-subj", f"/CN={cn}", cwd=self.root)
         return self.path(f"{name}.crt")
 
-    def _leaf(self, name, ca, san):
+    def leaf(self, name, ca, san):
         with open(self.path(f"{name}.ext"), "w") as f:
             f.write(san + "\n")
         openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
