@@ -6,8 +6,9 @@ X-Prometheus-Scrape-Timeout-Seconds header (less a margin for the reply), capped
 burst of scrapers cannot pile up threads on a node.
 
 With --web.config.file (exporter/webconfig.py) connections are TLS, optionally mutual,
-and every path but /healthz asks for basic auth before doing any work. Each connection
-takes the web config as it is then, so renewed certificates apply without a restart.
+and every path but /healthz asks for basic auth before doing any work. The web config
+is taken as it is on disk at each handshake and each request, so renewed certificates
+and changed users apply without a restart.
 The TLS handshake runs in the connection's own thread, under a timeout, so a slow or
 silent client cannot hold up the accept loop.
 """
@@ -99,10 +100,7 @@ class Handler(BaseHTTPRequestHandler):
     app: App  # set on the subclass made by make_handler
     server_version = "kube-scale-exporter"
     protocol_version = "HTTP/1.1"
-
-    def __init__(self, request, client_address, server, active: Active | None = None):
-        self.active = active  # the web config this connection was accepted under
-        super().__init__(request, client_address, server)
+    active: Active | None = None  # the web config this request is checked against
 
     def setup(self):
         super().setup()
@@ -126,6 +124,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802  (http.server's naming)
         path = urlsplit(self.path).path
+        web = self.server.web
+        # Checked per request, not per connection: a password removed from the file stops
+        # working on connections that were kept alive too.
+        self.active = web.current() if web else None
+        if web is not None and self.active is None:
+            self.close_connection = True
+            self._send(503, b"web config is broken; see the exporter's log\n",
+                       "text/plain; charset=utf-8")
+            return
         if path != "/healthz" and not self._authorized():
             return
         if path == self.app.telemetry_path:
@@ -144,7 +151,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.active is None:
             return True
         tls = self.active.config.tls
-        if tls is not None and not tls.peer_allowed(self.connection.getpeercert()):
+        peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
+        if tls is not None and not tls.peer_allowed(peer):
             self._send(403, b"client certificate not allowed\n", "text/plain; charset=utf-8")
             return False
         auth = self.active.basic_auth
@@ -182,7 +190,7 @@ class Server(ThreadingHTTPServer):
         if self.web is not None and active is None:
             return  # the web config on disk is broken (logged): refuse, never serve stale
         if active is None or active.ssl_context is None:
-            self.RequestHandlerClass(request, client_address, self, active)
+            super().finish_request(request, client_address)
             return
         request.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
         try:
@@ -192,7 +200,7 @@ class Server(ThreadingHTTPServer):
             return
         try:
             conn.settimeout(None)
-            self.RequestHandlerClass(conn, client_address, self, active)
+            super().finish_request(conn, client_address)
         finally:
             conn.close()
 

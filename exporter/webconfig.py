@@ -23,8 +23,8 @@ As in the toolkit, unknown keys are errors. The whole file is checked at start-u
 mistake is reported with the file and line at fault and the exporter exits 2.
 
 Like the toolkit, the exporter follows the file: when it, or a certificate, key or CA it
-names, changes on disk (a renewed certificate, a rotated Secret), the next connection
-uses the new contents; no restart. A change that breaks the file is logged and, until
+names, changes on disk (a renewed certificate, a rotated Secret), the next request
+(users, headers) and the next handshake (TLS) use the new contents; no restart. A change that breaks the file is logged and, until
 it is fixed, connections are refused rather than served with stale settings.
 
 What differs from the toolkit, on purpose: client_auth_type RequestClientCert and
@@ -174,9 +174,9 @@ class Active:
 class LiveWebConfig:
     """The web config as it is on disk, re-read when one of its files changes.
 
-    `current()` is called once per connection; it stats the files at most once per
-    RELOAD_CHECK_SECONDS. It returns None while the files on disk do not make a valid
-    config, so the server refuses connections instead of serving stale settings.
+    `current()` is called per connection and per request; it stats the files at most
+    once per RELOAD_CHECK_SECONDS. It returns None while the files on disk do not make a
+    valid config, so the server refuses connections instead of serving stale settings.
     """
 
     def __init__(self, config: WebConfig):

@@ -59,19 +59,24 @@ def test_a_renewed_certificate_is_served_without_a_restart(pki, served, start_ex
     assert exp.proc.alive()
 
 
-def test_a_changed_password_applies_to_the_next_connection(pki, password, served,
+def test_a_changed_password_applies_to_the_next_request(pki, password, served,
                                                             start_exporter):
     tls = "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"
     config = served / "web.yml"
     exp = start_exporter(config_path=config,
                          config_text=tls + f"basic_auth_users:\n  prometheus: '{password[1]}'\n")
     old = ("prometheus", password[0])
-    assert get(exp.url + "/metrics", auth=old, verify=pki.ca).status_code == 200
+    kept_alive = requests.Session()  # as Prometheus: one connection, reused
+    kept_alive.trust_env = False
+    assert kept_alive.get(exp.url + "/metrics", auth=old, verify=pki.ca, timeout=10).ok
     new_hash = bcrypt.hashpw(b"rotated", bcrypt.gensalt(4)).decode()
     (served / "next.yml").write_text(tls + f"basic_auth_users:\n  prometheus: '{new_hash}'\n")
     replace_file(config, served / "next.yml")
     assert eventually(lambda: get(exp.url + "/metrics", auth=old, verify=pki.ca)
                       .status_code == 401)
+    # the revoked password stops working on the kept-alive connection too
+    assert kept_alive.get(exp.url + "/metrics", auth=old, verify=pki.ca,
+                          timeout=10).status_code == 401
     assert get(exp.url + "/metrics", auth=("prometheus", "rotated"), verify=pki.ca).ok
 
 
