@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# What tests/deploy needs: a kubectl of the same version as the test kube-apiserver, and
-# Debian's Python with venv (the image test runs the final stage as an unprivileged user,
-# which cannot read the pyenv Python under /root).
+# What tests/deploy and bench/web_security.py need: a kubectl of the same version as the
+# test kube-apiserver; Debian's Python with venv (the image test runs the final stage as an
+# unprivileged user, which cannot read the pyenv Python under /root); setpriv (util-linux)
+# and ip for the capability test; node_exporter as the benchmark's peer.
 #
 #   KUBECTL_BIN  where kubectl lives (default below); tests read the same variable.
 #
@@ -9,12 +10,10 @@
 # same source package as the test kube-apiserver). It is unpacked, not installed, so it
 # never replaces a kubectl the machine already has.
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+apt_need python3-venv util-linux iproute2 prometheus-node-exporter
 
 BIN="${KUBECTL_BIN:-/var/cache/kube-scale-exporter/kubectl}"
-
-if ! dpkg-query -W -f='${Status}' python3-venv 2>/dev/null | grep -q "ok installed"; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv >/dev/null
-fi
 
 if [[ -x "$BIN" ]] && "$BIN" version --client >/dev/null 2>&1; then
     echo "kubectl: cached at $BIN"
