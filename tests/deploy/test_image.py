@@ -3,8 +3,9 @@
 Its instructions are read, and its two RUN steps are executed here as written: the
 build stage's `pip wheel` in a context made only of what its COPY lines copy, then the
 final stage's offline install into a fresh venv. The result must be the very wheel a
-build from the repository gives, and the ENTRYPOINT must serve as the numeric USER with
-nothing in the install tree writable by it.
+build from the repository gives, and the ENTRYPOINT must serve as the numeric USER, with
+no capability and nothing in the install tree writable by it, the neighbor collectors
+included.
 """
 import csv
 import io
@@ -192,14 +193,23 @@ def test_the_final_stage_installs_offline_and_serves_as_its_user(dockerfile, bui
 
     before = sorted(os.walk(venv))
     port = free_port()
-    proc = subprocess.Popen([*command, "--collector.disable-defaults", "--web.listen-address",
-                             f"127.0.0.1:{port}"], cwd="/", env=env, user=uid, group=gid,
+    # The node pod's collectors that need no mount, as the image's user: setuid from root
+    # empties the capability sets, as the pod's `drop: [ALL]` does.
+    proc = subprocess.Popen([*command, "--mode=node", "--collector.disable-defaults",
+                             "--collector.neighbor", "--collector.neighbor_gc",
+                             "--web.listen-address", f"127.0.0.1:{port}"],
+                            cwd="/", env=env, user=uid, group=gid,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
         wait_for_port(port, timeout=30)
+        with open(f"/proc/{proc.pid}/status") as f:
+            status = dict(line.split(":", 1) for line in f)
+        assert int(status["CapEff"], 16) == 0 and status["Uid"].split()[0] == str(uid)
         r = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
         assert r.status_code == 200 and "kubescale_build_info{" in r.text
+        for collector in ("neighbor", "neighbor_gc"):
+            assert f'kubescale_scrape_collector_success{{collector="{collector}"}} 1.0' in r.text
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=15)
