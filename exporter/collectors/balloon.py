@@ -3,8 +3,8 @@
 Balloons are the pods matching `--balloon.selector` (a label selector, evaluated by the API
 server; giving it enables the collector, cluster mode only). Three informers feed it:
 the balloon pods (all namespaces), PriorityClasses, and nodes (shrunk to allocatable).
-Scrapes read their caches. The exposition, for 3 balloons of 2 CPUs / 4 GiB on 2 nodes
-and one waiting for a node:
+Scrapes read their caches. The exposition, for two Running balloons of 2 CPUs / 4 GiB on
+two nodes and one balloon waiting for a node:
 
     # HELP kubescale_balloon_pods Balloon pods by phase.
     # TYPE kubescale_balloon_pods gauge
@@ -66,11 +66,14 @@ REASONS = {
         "their priorityClassName names no PriorityClass",
     "requests_fit_no_node":
         "their requests exceed the allocatable resources of every node",
+    "no_requests":
+        "they request no resources, so they hold no headroom",
 }
 # The cluster-autoscaler gives up on a node that has not registered after
 # --max-node-provision-time, 15 minutes by default.
 PENDING_WARN_SECONDS = 15 * 60
-# The first sync is awaited this long inside a scrape; longer means the API is unreachable.
+# The first sync is awaited this long inside a scrape (well within the default 10 s
+# scrape timeout); longer means the API server is unreachable or refuses us.
 SYNC_WAIT_SECONDS = 5.0
 
 _SELECTOR_TERM = re.compile(
@@ -168,6 +171,8 @@ def summarize(pods, priority_classes, node_allocatables, now, cutoff) -> Summary
             s.misconfigured["priority_not_negative"] += 1
         if priority < cutoff:
             s.misconfigured["priority_below_autoscaler_cutoff"] += 1
+        if not any(v > 0 for v in requests.values()):
+            s.misconfigured["no_requests"] += 1
         key = tuple(sorted(requests.items()))
         if key not in fits_cache:
             fits_cache[key] = any(all(v <= alloc.get(r, 0) for r, v in requests.items())
@@ -318,8 +323,9 @@ class BalloonCollector(Collector):
         return self._allocs
 
     def collect(self):
+        deadline = time.monotonic() + SYNC_WAIT_SECONDS
         for informer in self.informers:
-            if not informer.wait_synced(SYNC_WAIT_SECONDS):
+            if not informer.wait_synced(max(0.0, deadline - time.monotonic())):
                 raise RuntimeError(f"no {informer.resource.plural} from the API server yet")
         s = summarize(self.pods.items(), self.classes.items(), self._allocatables(),
                       time.time(), self.cutoff)
@@ -376,4 +382,7 @@ _ADVICE = {
         "Lower the balloons' requests below a node's allocatable (kubectl describe node), or "
         "add a node group large enough. A node group scaled to zero has no node to compare "
         "with: this check then errs on the side of warning.",
+    "no_requests":
+        "Set resources.requests (cpu, memory, GPUs) on the balloon Deployment's container: "
+        "the headroom is what they request.",
 }

@@ -26,6 +26,8 @@ WATCH_TIMEOUT_SECONDS = (300, 600)
 # silent for twice that means a dead connection, and the watch resumes from the last RV.
 WATCH_READ_TIMEOUT = 120.0
 PAGE_SIZE = 500
+# A watch the server ends sooner than this without a single event counts as a failure.
+QUICK_CLOSE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -242,9 +244,11 @@ class Informer:
             watch.close()
             return
         self._set_up(True)
+        opened, events = time.monotonic(), 0
         try:
             for event in watch:
                 self._apply(event)
+                events += 1
                 self.backoff.reset()
         except requests.exceptions.ConnectionError as e:
             # A read that timed out (no bookmark within read_timeout): the connection is
@@ -256,7 +260,12 @@ class Informer:
             watch.close()
         # The server closed the watch at timeoutSeconds: a normal end, resume from RV.
         self._mark_synced()
-        self.backoff.reset()
+        if events == 0 and time.monotonic() - opened < QUICK_CLOSE_SECONDS:
+            # Closed at once with nothing in it (a proxy cutting streams?): back off
+            # rather than re-watch in a tight loop.
+            self._stop.wait(self.backoff.next_delay())
+        else:
+            self.backoff.reset()
 
     def _apply(self, event):
         kind, obj = event.get("type"), event.get("object") or {}

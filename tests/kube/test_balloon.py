@@ -142,7 +142,8 @@ def test_every_metric(balloons, collector):
     assert sample(fams, "kubescale_balloon_nodes") == 2
     assert sample(fams, "kubescale_balloon_preemptions_total") == 0
     for reason, count in {"priority_below_autoscaler_cutoff": 1, "priority_not_negative": 1,
-                          "priority_class_missing": 0, "requests_fit_no_node": 1}.items():
+                          "priority_class_missing": 0, "requests_fit_no_node": 1,
+                          "no_requests": 0}.items():
         assert sample(fams, "kubescale_balloon_misconfigured", reason=reason) == count, reason
     for resource in ("pods", "priorityclasses", "nodes"):
         assert sample(fams, "kubescale_kube_watch_up", resource=resource) == 1

@@ -50,7 +50,7 @@ def test_requests_ca_bundle_in_environment_does_not_replace_the_cluster_ca(
 def test_limited_user_gets_403_as_api_error(apiserver, make_client):
     client = make_client(apiserver, token=apiserver.limited_token)
     with pytest.raises(kube.ApiError) as err:
-        client.get("/api/v1/pods")
+        client.get("/api/v1/secrets")  # granted to no test user but the admin
     assert err.value.status == 403 and err.value.reason == "Forbidden"
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from exporter import kube
 from exporter.kube.informer import Backoff
+from tests.helpers.faultproxy import FaultProxy
 from tests.helpers.kube_apiserver import etcd_compact, pod_manifest
 from tests.helpers.metrics import wait_until
 
@@ -309,3 +310,42 @@ def test_health_families(apiserver, namespace, make_client, informers):
     assert sample(fams, "kubescale_kube_watch_up", resource="pods") == 1
     assert sample(fams, "kubescale_kube_relists_total", resource="pods") == 0
     assert 0 <= sample(fams, "kubescale_kube_last_sync_age_seconds", resource="pods") < 10
+
+
+@pytest.fixture
+def proxied(apiserver, make_client):
+    """A client that reaches the API server through a fault-injecting proxy."""
+    proxy = FaultProxy(apiserver.server, upstream_verify=apiserver.ca, certfile=apiserver.ca,
+                       keyfile=apiserver.serving_key).start()
+    yield proxy, make_client(apiserver, server=proxy.url)
+    proxy.stop()
+
+
+def test_a_watch_hung_before_answering_times_out_and_recovers(apiserver, namespace, proxied,
+                                                               informers):
+    proxy, client = proxied
+    inf = informers(kube.Informer(client, kube.PODS, namespace=namespace, watch_timeout=(1, 1),
+                                  read_timeout=1.0, **FAST))
+    assert inf.wait_synced(10)
+    proxy.inject(r"watch=1", hang=True)
+    assert wait_until(lambda: not inf.health().up, 10)  # the read timeout fired
+    proxy.clear()
+    apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod_manifest("back"))
+    assert wait_until(lambda: names(inf) == ["back"] and inf.health().up, 10)
+    assert inf.health().relists == 0
+
+
+def test_watches_closed_at_once_back_off_instead_of_spinning(apiserver, namespace, proxied,
+                                                             informers):
+    proxy, client = proxied
+    proxy.inject(r"watch=1", status=200, headers={"Content-Type": "application/json"})
+    inf = informers(kube.Informer(client, kube.PODS, namespace=namespace,
+                                  backoff=Backoff(initial=0.2, cap=0.4)))
+    assert inf.wait_synced(10)
+    time.sleep(2)
+    watches = proxy.count(r"watch=1")
+    # Each empty watch waits 0.1-0.4 s: at most ~12 in 2 s (thousands without the backoff).
+    assert 3 <= watches <= 14, watches
+    proxy.clear()
+    apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod_manifest("ok"))
+    assert wait_until(lambda: names(inf) == ["ok"], 10)
