@@ -5,8 +5,10 @@
     python deploy/generate.py --values V --out DIR  # your own copy from your own values
 
 Why a Python script: what a pod may mount and which API verbs it is granted follow from
-which collectors are enabled, and that is a table (NEEDS below) joined with the values,
-not a template. The output is plain YAML that kustomize (`kubectl apply -k deploy/`)
+which collectors are enabled. The API access comes from each collector's own RBAC_RULES
+(next to the informers that need it, and what its tests run with); what it mounts and
+the flags it needs are a table here (needs()); the values choose the collectors. That
+is a join, not a template. The output is plain YAML that kustomize (`kubectl apply -k deploy/`)
 takes as is; namespace and image can be changed there too, without regenerating.
 """
 from __future__ import annotations
@@ -21,6 +23,9 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+
+from exporter.registry import registered  # noqa: E402
 PORT = 9867
 NAME = "kube-scale-exporter"
 MIXIN_RULE = os.path.join(REPO, "mixin", "generated", "prometheus-rule.yaml")
@@ -37,26 +42,16 @@ class HostFile:
 
 
 @dataclass(frozen=True)
-class Rule:
-    api_group: str
-    resources: tuple[str, ...]
-    verbs: tuple[str, ...] = ("list", "watch")  # informers list then watch; none gets one object
-
-
-@dataclass(frozen=True)
 class Needs:
-    """What one collector needs in one mode; the pod spec and RBAC grant nothing else."""
+    """What one collector needs from the pod spec in one mode; nothing else is granted."""
     mounts: tuple[HostFile, ...] = ()
-    rules: tuple[Rule, ...] = ()
     args: tuple[str, ...] = ()
     socket_group: bool = False      # joins the group owning containerd's socket
     file_owner_root: bool = False   # reads root-owned 0600 files: runs as uid 0, no capability
-    api: bool = False               # talks to the Kubernetes API (mounts a token)
 
 
 CONTAINERD_SOCKET = HostFile("containerd-socket", "/run/containerd/containerd.sock", "Socket")
 KUBELET_CONFIG = HostFile("kubelet-config", "/var/lib/kubelet/config.yaml", "File")
-PODS = Rule("", ("pods",))
 
 
 def etcd_pki(pki_dir: str) -> tuple[HostFile, ...]:
@@ -72,18 +67,18 @@ def needs(collector: str, mode: str, values: dict) -> Needs:
         # namespace (hostNetwork) need no mount and no capability.
         ("neighbor", "node"): Needs(),
         ("neighbor_gc", "node"): Needs(),
-        # containerd's content/images API, the kubelet's pull settings, this node's pods.
-        ("imagepull", "node"): Needs(mounts=(CONTAINERD_SOCKET, KUBELET_CONFIG), rules=(PODS,),
-                                     socket_group=True, api=True),
+        # containerd's content/images API and the kubelet's pull settings.
+        ("imagepull", "node"): Needs(mounts=(CONTAINERD_SOCKET, KUBELET_CONFIG),
+                                     socket_group=True),
         # The local member with kubeadm's client certificate (0600, owned by root).
         ("etcd", "node"): Needs(mounts=etcd_pki(values["etcdNodes"]["pkiDir"]),
                                 args=("--etcd.local",), file_owner_root=True),
         # Remote clusters named by --etcd.cluster in cluster.args; certificates, if any, from
         # a Secret the user mounts (see docs/deploy.md).
         ("etcd", "cluster"): Needs(),
-        # Balloon pods by label, PriorityClasses, and nodes' allocatable.
-        ("balloon", "cluster"): Needs(rules=(PODS, Rule("scheduling.k8s.io", ("priorityclasses",)),
-                                             Rule("", ("nodes",))), api=True),
+        # The API only (RBAC_RULES): balloon pods, PriorityClasses, nodes; Pulled events.
+        ("balloon", "cluster"): Needs(),
+        ("imagepull_events", "cluster"): Needs(),
     }
     try:
         return table[(collector, mode)]
@@ -135,12 +130,15 @@ class Workload:
                 seen.setdefault(m.volume, m)
         return list(seen.values())
 
-    def rules(self) -> list[Rule]:
+    def rules(self) -> list[dict]:
+        """The collectors' RBAC_RULES, merged per API group and verbs."""
         by_group: dict[tuple[str, tuple[str, ...]], set[str]] = {}
-        for n in self.merged():
-            for r in n.rules:
-                by_group.setdefault((r.api_group, r.verbs), set()).update(r.resources)
-        return [Rule(g, tuple(sorted(res)), verbs) for (g, verbs), res in sorted(by_group.items())]
+        for rule in (r for c in self.collectors for r in rbac_rules(c)):
+            for group in rule["apiGroups"]:
+                key = (group, tuple(sorted(rule["verbs"])))
+                by_group.setdefault(key, set()).update(rule["resources"])
+        return [{"apiGroups": [group], "resources": sorted(resources), "verbs": list(verbs)}
+                for (group, verbs), resources in sorted(by_group.items())]
 
     def args(self) -> list[str]:
         out = [f"--mode={self.mode}", "--collector.disable-defaults"]
@@ -150,7 +148,13 @@ class Workload:
         return out
 
     def api(self) -> bool:
-        return any(n.api for n in self.merged())
+        return bool(self.rules())
+
+
+def rbac_rules(collector: str) -> list[dict]:
+    """A collector's RBAC_RULES: all the API access it needs (none when it has none)."""
+    cls = registered()[collector]
+    return getattr(sys.modules[cls.__module__], "RBAC_RULES", [])
 
 
 def container(w: Workload, values: dict, args: list[str], resources: dict) -> dict:
@@ -227,14 +231,13 @@ def pod_spec(w: Workload, values: dict, section: dict, name: str, args: list[str
     return spec
 
 
-def rbac(name: str, ns: str, component: str, rules: list[Rule]) -> list[dict]:
+def rbac(name: str, ns: str, component: str, rules: list[dict]) -> list[dict]:
     if not rules:
         return []
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": meta(name, None, component),
-        "rules": [{"apiGroups": [r.api_group], "resources": list(r.resources),
-                   "verbs": list(r.verbs)} for r in rules],
+        "rules": rules,
     }
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

@@ -236,6 +236,7 @@ def test_cluster_mode_reads_what_its_collectors_watch(manifests):
     assert rules_of(manifests, "kube-scale-exporter-cluster") == {
         ("", "pods"): {"list", "watch"},
         ("", "nodes"): {"list", "watch"},
+        ("", "events"): {"list", "watch"},
         ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
     }
 
