@@ -104,12 +104,11 @@ def labels(component: str) -> dict:
     return {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": component}
 
 
-def meta(name: str, namespace: str | None, component: str, **extra) -> dict:
+def meta(name: str, namespace: str | None, component: str) -> dict:
     out = {"name": name}
     if namespace:
         out["namespace"] = namespace
     out["labels"] = labels(component)
-    out.update(extra)
     return out
 
 
