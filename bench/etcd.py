@@ -104,7 +104,8 @@ def bench_version(o, version: str, say) -> None:
                 for name, n in zip(names, sizes) for j in range(n)))
             load_s = time.perf_counter() - began
 
-            args, classes = parse(["--mode", "cluster", "--etcd.cluster", f"main={members[0].client_url}"])
+            args, classes = parse(["--mode", "cluster", "--collector.disable-defaults",
+                                   "--etcd.cluster", f"main={members[0].client_url}"])
             defaults = args.etcd_min_interval
             collector = classes[0](args)
             cluster = collector.clusters[0]

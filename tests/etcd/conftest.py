@@ -42,10 +42,9 @@ def collector_factory():
     made = []
 
     def make(*flags, mode="cluster", start=False):
-        args, classes = parse(["--mode", mode, *flags])
-        etcd = [c for c in classes if c.name == "etcd"]
-        assert etcd, "the etcd flags must enable the etcd collector"
-        collector = etcd[0](args)
+        args, classes = parse(["--mode", mode, "--collector.disable-defaults", *flags])
+        assert [c.name for c in classes] == ["etcd"]
+        collector = classes[0](args)
         if start:
             collector.start()
         made.append(collector)

@@ -3,6 +3,7 @@
 --etcd.local sends every request to the one configured URL (no discovery), so all of
 them pass through the proxy.
 """
+import json
 import time
 
 import pytest
@@ -80,3 +81,17 @@ def test_failed_key_count_keeps_the_last_counts(proxied, collector_factory):
     proxy.clear()
     collector.count_keys()
     assert value(samples(collector), "kubescale_etcd_keys", etcd_cluster="main", resource="pods") == 17
+
+
+def test_corrupt_alarm_is_reported_and_not_to_be_disarmed(proxied, collector_factory):
+    etcd, proxy = proxied
+    member_id = etcd.session().post(etcd.client_url + "/v3/maintenance/status", json={}).json()["header"]["member_id"]
+    # etcd raises CORRUPT only after a failed hash check between members; answer for it.
+    body = json.dumps({"alarms": [{"memberID": member_id, "alarm": "CORRUPT"}]}).encode()
+    proxy.inject(r"^/v3/maintenance/alarm", status=200, headers={"Content-Type": "application/json"}, body=body)
+    collector = collector_factory("--etcd.local", f"main={proxy.url}", mode="node")
+    found = samples(collector)
+    assert value(found, "kubescale_etcd_alarm_active", alarm="CORRUPT", **MEMBER) == 1
+    assert value(found, "kubescale_etcd_alarm_active", alarm="NOSPACE", **MEMBER) == 0
+    advice = [f for f in collector.findings() if "alarm CORRUPT" in f.summary]
+    assert advice and advice[0].severity == "critical" and "Do not disarm" in advice[0].advice

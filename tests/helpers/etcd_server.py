@@ -184,10 +184,15 @@ def start_cluster(workdir, size=3, version="3.4", **kw):
     members = [EtcdServer(workdir, version=version, name=f"m{i}", client_port=ports[2 * i],
                           peer_port=ports[2 * i + 1], **kw) for i in range(size)]
     initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
-    for m in members:
-        m.initial_cluster = initial
-        m.cluster_token = f"tok-{members[0].peer_port}"
-        m.start(wait=False)
-    for m in members:
-        m.wait_ready()
+    try:
+        for m in members:
+            m.initial_cluster = initial
+            m.cluster_token = f"tok-{members[0].peer_port}"
+            m.start(wait=False)
+        for m in members:
+            m.wait_ready()
+    except BaseException:
+        for m in members:
+            m.stop()  # a cluster that never formed must not outlive the test
+        raise
     return members
