@@ -18,7 +18,6 @@ with the Prometheus URL to look at. Ctrl-C stops everything (each process by its
 import argparse
 import base64
 import json
-import os
 import pathlib
 import shutil
 import signal

@@ -54,7 +54,6 @@ from exporter.containerd import pulls as pullmap
 from exporter.containerd.client import (
     DEFAULT_ADDRESS,
     ContainerdClient,
-    ContainerdError,
     Ingest,
     socket_path,
 )

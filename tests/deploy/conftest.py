@@ -5,8 +5,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.helpers.etcd_server import EtcdServer
-from tests.helpers.kube_apiserver import KubeApiServer
+from tests.helpers.kube_apiserver import apiserver_on_new_etcd
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(REPO, "deploy")
@@ -61,15 +60,8 @@ class Kubectl:
 
 @pytest.fixture(scope="session")
 def apiserver(tmp_path_factory):
-    root = tmp_path_factory.mktemp("deploy-api")
-    etcd = EtcdServer(root / "etcd").start()
-    api = KubeApiServer(root / "api", etcd.client_url)
-    try:
-        api.start()
+    with apiserver_on_new_etcd(tmp_path_factory.mktemp("deploy-api")) as api:
         yield api
-    finally:
-        api.stop()
-        etcd.stop()
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ import socket
 import time
 
 import pytest
-import requests
 
 import exporter.collectors  # noqa: F401  (registers the collectors)
 from exporter.registry import registered
