@@ -7,13 +7,13 @@ import sys
 import time
 
 import pytest
-import requests
 import yaml
 
 from exporter.cli import DEFAULT_PORT, build_parser
 from exporter.registry import registered
 from tests.helpers.ports import free_port
 from tests.helpers.procs import Proc, wait_for_port
+from tests.helpers.prometheus import PrometheusServer
 
 DEPLOY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                       "deploy")
@@ -311,25 +311,18 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path):
         job["file_sd_configs"] = [{"files": [str(tmp_path / "targets.json")]}]
         job.update(scrape_interval="1s", scrape_timeout="1s")
         run.append(job)
-    (tmp_path / "prometheus.yml").write_text(json.dumps({"scrape_configs": run}))
-    web = free_port()
-    prom = Proc(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{web}"], tmp_path / "prometheus.log")
+    prom = PrometheusServer(tmp_path, {"scrape_configs": run})
     try:
         wait_for_port(port, proc=exporter)
-        wait_for_port(web, proc=prom)
-        s = requests.Session()
-        s.trust_env = False
+        prom.start()
         result = []
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and len(result) < 2:
             time.sleep(0.3)
-            r = s.get(f"http://127.0.0.1:{web}/api/v1/query", params={"query": "up"}, timeout=5)
-            result = r.json()["data"]["result"] if r.ok else []
+            result = prom.query("up")
         # one job label for every node, the etcd nodes' included
         assert sorted((x["metric"]["node"], x["value"][1]) for x in result) == [
-            ("control-plane-1", "1"), ("gpu-node-17", "1")], prom.log_tail()
+            ("control-plane-1", "1"), ("gpu-node-17", "1")], prom.proc.log_tail()
         for x in result:
             assert x["metric"] == {"__name__": "up", "instance": f"127.0.0.1:{port}",
                                    "job": "kube-scale-exporter-node",

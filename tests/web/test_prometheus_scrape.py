@@ -1,11 +1,9 @@
 """A real Prometheus (Debian's) scrapes the exporter over mutual TLS with basic auth."""
-import json
 import time
 
 import requests
 
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, wait_for_port
+from tests.helpers.prometheus import PrometheusServer
 
 
 def scrape_job(name, port, pki, username, password):
@@ -38,17 +36,8 @@ def test_prometheus_scrapes_over_mtls_with_basic_auth(pki, password, start_expor
             scrape_job("wrong-password", exp.port, pki, "prometheus", "guess"),
         ],
     }
-    config_file = tmp_path / "prometheus.yml"
-    config_file.write_text(json.dumps(config))  # JSON is YAML
-    port = free_port()
-    prom = Proc(["prometheus", f"--config.file={config_file}",
-                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{port}"], tmp_path / "prometheus.log")
-    try:
-        wait_for_port(port, proc=prom)
-        base = f"http://127.0.0.1:{port}"
-        s = requests.Session()
-        s.trust_env = False
+    with PrometheusServer(tmp_path, config) as prom:
+        base, s = prom.url, prom.session
         up = {}
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and len(up) < 2:
@@ -58,11 +47,9 @@ def test_prometheus_scrapes_over_mtls_with_basic_auth(pki, password, start_expor
                 result = []
             up = {r["metric"]["job"]: r["value"][1] for r in result}
             time.sleep(0.3)
-        assert up == {"secured": "1", "wrong-password": "0"}, prom.log_tail()
+        assert up == {"secured": "1", "wrong-password": "0"}, prom.proc.log_tail()
         targets = {t["labels"]["job"]: t for t in api(s, base, "/api/v1/targets")["activeTargets"]}
         assert targets["secured"]["health"] == "up"
         assert "401" in targets["wrong-password"]["lastError"]
         info = api(s, base, "/api/v1/query", query="kubescale_build_info")["result"]
         assert [r["metric"]["job"] for r in info] == ["secured"]
-    finally:
-        prom.stop()
