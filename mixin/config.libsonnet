@@ -6,6 +6,9 @@
     // pulls); cluster mode is the single-replica Deployment (balloons, usually etcd).
     nodeExporterSelector: 'job="kube-scale-exporter-node"',
     clusterExporterSelector: 'job="kube-scale-exporter-cluster"',
+    // Both deployments in one selector, for the exporter's own health rules: an `or` of the
+    // two selectors above adds a set operation over every target's series at each evaluation.
+    exporterSelector: 'job=~"kube-scale-exporter-(node|cluster)"',
     // etcd can be watched from either placement (DaemonSet pod on etcd nodes or the
     // cluster-mode Deployment), so it gets its own selector.
     etcdSelector: 'job=~"kube-scale-exporter-(node|cluster)"',
@@ -27,8 +30,12 @@
     // scrape intervals so one missed scrape does not break the rate.
     rateInterval: '5m',
 
-    // Neighbor tables: share of gc_thresh3 in use (GC-eligible entries when that collector
-    // runs, all entries otherwise) above which the kernel starts dropping new neighbors.
+    // Neighbor tables: what counts against gc_thresh3. The neighbor_gc collector's
+    // GC-eligible entries; set 'kubescale_neighbor_entries' (counts PERMANENT entries too)
+    // where it runs with --no-collector.neighbor_gc. One series, not an `or` of both: at
+    // 7,500 nodes the `or` nearly doubled the rule's cost (bench/results/scale.md).
+    neighborUsageMetric: 'kubescale_neighbor_gc_eligible_entries',
+    // Share of gc_thresh3 in use above which the kernel starts dropping new neighbors.
     neighborUsageWarning: 0.8,
     neighborUsageCritical: 0.95,
     neighborUsageFor: '10m',

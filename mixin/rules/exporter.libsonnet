@@ -4,8 +4,7 @@
     groups+: [
       {
         local c = $._config,
-        // Both deployments; `or` because two selectors cannot share one pair of braces.
-        local both(metric) = '(%s{%s} or %s{%s})' % [metric, c.nodeExporterSelector, metric, c.clusterExporterSelector],
+        local both(metric) = '(%s{%s})' % [metric, c.exporterSelector],
         name: 'kube-scale-exporter-exporter.rules',
         rules: [
           {

@@ -7,15 +7,10 @@
         name: 'kube-scale-exporter-neighbor.rules',
         rules: [
           {
-            // GC-eligible entries are what gc_thresh3 limits; the cheaper total is the
-            // fallback on nodes where the dump collector is off.
+            // GC-eligible entries are what gc_thresh3 limits (config: neighborUsageMetric).
             record: 'node_family:kubescale_neighbor_usage:ratio',
             expr: |||
-              (
-                kubescale_neighbor_gc_eligible_entries{%(nodeExporterSelector)s}
-                or
-                kubescale_neighbor_entries{%(nodeExporterSelector)s}
-              )
+              %(neighborUsageMetric)s{%(nodeExporterSelector)s}
               /
               kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s}
             ||| % $._config,
