@@ -6,7 +6,9 @@ query's stats carry samples per step too.
 """
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,16 +52,9 @@ class Prometheus:
         self.workdir = Path(workdir)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = {
-            "global": {"scrape_interval": f"{SCRAPE_INTERVAL}s", "evaluation_interval": f"{SCRAPE_INTERVAL}s",
-                       "scrape_timeout": "25s"},
-            "rule_files": [str(Path(f).resolve()) for f in rule_files],
-            "scrape_configs": [{"job_name": "prometheus",
-                                "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}]},
-                               *scrape_configs],
-        }
+        self.rule_files = [str(Path(f).resolve()) for f in rule_files]
         self.config_path = self.workdir / f"prometheus-{self.port}.yml"
-        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.write_config(scrape_configs)
         self.argv = [
             PROMETHEUS, f"--config.file={self.config_path}", f"--storage.tsdb.path={data_dir}",
             f"--storage.tsdb.retention.time={retention}",
@@ -67,6 +62,28 @@ class Prometheus:
             "--enable-feature=promql-per-step-stats", "--web.enable-admin-api", *extra_flags,
         ]
         self.proc: Proc | None = None
+
+    def write_config(self, scrape_configs=()) -> None:
+        config = {
+            "global": {"scrape_interval": f"{SCRAPE_INTERVAL}s", "evaluation_interval": f"{SCRAPE_INTERVAL}s",
+                       "scrape_timeout": "25s"},
+            "rule_files": self.rule_files,
+            "scrape_configs": [{"job_name": "prometheus",
+                                "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}]},
+                               *scrape_configs],
+        }
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def reload(self, scrape_configs) -> None:
+        """New scrape configs, applied by SIGHUP as an operator would."""
+        self.write_config(scrape_configs)
+        before = self.metric("prometheus_config_last_reload_success_timestamp_seconds")
+        os.kill(self.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 120
+        while self.metric("prometheus_config_last_reload_success_timestamp_seconds") == before:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"config reload not applied:\n{self.proc.log_tail()}")
+            time.sleep(0.5)
 
     def start(self, timeout: float = 120.0) -> "Prometheus":
         self.proc = Proc(self.argv, self.workdir / f"prometheus-{self.port}.log")
@@ -149,6 +166,13 @@ class Prometheus:
             engine=float(stats.get("timings", {}).get("evalTotalTime", 0.0)),
             max_step_samples=max((int(v) for _, v in per_step), default=0),
         )
+
+    def scalar(self, expr: str, at: float | None = None) -> float:
+        """The first value an instant query returns (0 when empty); for our own bookkeeping."""
+        params = {"query": expr} if at is None else {"query": expr, "time": at}
+        body = requests.get(f"{self.url}/api/v1/query", params=params, timeout=120).json()
+        result = body["data"]["result"]
+        return float(result[0]["value"][1]) if result else 0.0
 
     def label_values(self, label: str, match: str) -> list[str]:
         resp = requests.get(f"{self.url}/api/v1/label/{label}/values", params={"match[]": match}, timeout=120)

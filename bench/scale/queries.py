@@ -159,6 +159,23 @@ def dashboards(directory: Path = DASHBOARD_DIR) -> list[Path]:
     return sorted(directory.glob("*.json"))
 
 
+def longest_range(groups: list[dict], kind: str) -> int:
+    """The longest range vector ([5m], [1h], ...) a recording rule or alert reads, in seconds."""
+    found = [duration_seconds(m) for g in groups for r in g["rules"] if kind in r
+             for m in re.findall(r"\[(\d+[smhdwy](?:\d+[smhdwy])*)(?::[^\]]*)?\]", r["expr"])]
+    return int(max(found, default=0))
+
+
+def history_needed(groups: list[dict], dashboard_paths: list[Path], lookback: int = 300) -> int:
+    """History a segment needs so every query at its end sees full data: the longest
+    dashboard range over recorded series whose rule reads the longest range vector, or the
+    longest range an alert reads, plus lookback for the rules and for the panels."""
+    ranges = [int(duration_seconds(json.loads(Path(p).read_text()).get("time", {}).get("from", "now-6h")
+                                   .replace("now-", ""))) for p in dashboard_paths]
+    return max(max(ranges, default=0) + longest_range(groups, "record"),
+               longest_range(groups, "alert")) + 2 * lookback
+
+
 def rule_dependencies(groups: list[dict]) -> dict[str, int]:
     """Depth of each recording rule: 0 reads raw series only, k reads a rule of depth k-1."""
     records = {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
