@@ -88,6 +88,12 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "kube-scale-exporter"
     protocol_version = "HTTP/1.1"
 
+    def setup(self):
+        super().setup()
+        # Headers and body go out in two writes; without this, Nagle's algorithm and the
+        # scraper's delayed ACK add ~40 ms to every keep-alive scrape.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, fmt, *args):  # route the stdlib's access log to debug
         log.debug("%s %s", self.address_string(), fmt % args)
 

@@ -1,1 +1,4 @@
 """Importing a collector module registers it; one line per collector."""
+from exporter.collectors import balloon  # noqa: F401
+from exporter.collectors import imagepull  # noqa: F401
+from exporter.collectors import imagepull_events  # noqa: F401

@@ -1,0 +1,180 @@
+"""Load: many concurrent scrapers against a real exporter process, with a peer beside it.
+
+    python bench/load.py [--duration 60] [--concurrency 20] [--neighbors 100000]
+                         [--peer node_exporter] [-- EXTRA EXPORTER FLAGS]
+
+Fills a throwaway network namespace with permanent neighbor entries (they count in the
+host-global table but not against gc_thresh3), starts `python -m exporter` in node mode
+with the extra flags, and runs `--concurrency` keep-alive scrapers for `--duration`
+seconds. It prints scrapes, failures, p50/p99 latency, CPU seconds per scrape and RSS at
+start, after 10,000 scrapes and at the end; with `--peer node_exporter` it runs Debian's
+node_exporter (arp collector, inside the namespace) under the same load for comparison.
+Results go to bench/results/load.md as well as stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.netns import NeighborNamespace  # noqa: E402
+from tests.helpers.ports import free_port  # noqa: E402
+from tests.helpers.procs import Proc, wait_for_port  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "load.md"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+class Load:
+    """`concurrency` threads scraping over keep-alive connections until `duration` ends."""
+
+    def __init__(self, port: int, path: str, pid: int, concurrency: int, duration: float):
+        self.port, self.path, self.pid = port, path, pid
+        self.concurrency, self.duration = concurrency, duration
+        self.latencies: list[float] = []
+        self.failures: dict[str, int] = {}
+        self.rss_at_10k: float | None = None
+        self._lock = threading.Lock()
+
+    def _worker(self, stop_at: float):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        while time.monotonic() < stop_at:
+            start = time.monotonic()
+            try:
+                conn.request("GET", self.path, headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"})
+                reply = conn.getresponse()
+                reply.read()
+                outcome = None if reply.status == 200 else f"HTTP {reply.status}"
+            except (OSError, http.client.HTTPException) as exc:
+                outcome = type(exc).__name__
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            took = time.monotonic() - start
+            with self._lock:
+                if outcome:
+                    self.failures[outcome] = self.failures.get(outcome, 0) + 1
+                else:
+                    self.latencies.append(took)
+                    if len(self.latencies) == 10_000:
+                        self.rss_at_10k = rss_mib(self.pid)
+        conn.close()
+
+    def run(self) -> dict:
+        rss_start = rss_mib(self.pid)
+        cpu_start = cpu_seconds(self.pid)
+        stop_at = time.monotonic() + self.duration
+        threads = [threading.Thread(target=self._worker, args=(stop_at,)) for _ in range(self.concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        scrapes = len(self.latencies)
+        lat = sorted(self.latencies)
+        return {
+            "scrapes": scrapes,
+            "failed": sum(self.failures.values()),
+            "failures": dict(self.failures),
+            "p50_ms": 1000 * statistics.median(lat) if lat else float("nan"),
+            "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))] if lat else float("nan"),
+            "cpu_per_scrape_ms": 1000 * (cpu_seconds(self.pid) - cpu_start) / max(1, scrapes),
+            "rss_start": rss_start,
+            "rss_10k": self.rss_at_10k,
+            "rss_end": rss_mib(self.pid),
+        }
+
+
+def exporter_argv(port: int, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}", *extra]
+
+
+def node_exporter_argv(ns: str, port: int) -> list[str]:
+    return ["ip", "netns", "exec", ns, "prometheus-node-exporter", "--collector.disable-defaults",
+            "--collector.arp", f"--web.listen-address=127.0.0.1:{port}"]
+
+
+def measure(name: str, argv: list[str], port: int, path: str, args, workdir: str) -> dict:
+    proc = Proc(argv, os.path.join(workdir, f"{name}.log"))
+    try:
+        wait_for_port(port, proc=proc, timeout=30)
+        # `ip netns exec` execs the command in place, so the PID is the server's.
+        result = Load(port, path, proc.pid, args.concurrency, args.duration).run()
+        result["name"] = name
+        return result
+    finally:
+        proc.stop()
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| target | scrapes | failed | p50 ms | p99 ms | CPU ms/scrape | RSS start MiB "
+            "| RSS @10k MiB | RSS end MiB |\n|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        at10k = f"{r['rss_10k']:.1f}" if r["rss_10k"] is not None else "n/a (<10k)"
+        lines.append(f"| {r['name']} | {r['scrapes']} | {r['failed']} | {r['p50_ms']:.2f} | "
+                     f"{r['p99_ms']:.2f} | {r['cpu_per_scrape_ms']:.2f} | {r['rss_start']:.1f} | "
+                     f"{at10k} | {r['rss_end']:.1f} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=60)
+    parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--neighbors", type=int, default=100_000)
+    parser.add_argument("--peer", choices=["none", "node_exporter"], default="node_exporter")
+    parser.add_argument("extra", nargs="*", help="flags passed to the exporter (after --)")
+    args = parser.parse_args()
+
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir, NeighborNamespace(args.neighbors) as ns:
+        port = free_port()
+        rows.append(measure("kube-scale-exporter", exporter_argv(port, args.extra), port,
+                            "/metrics", args, workdir))
+        if args.peer == "node_exporter":
+            port = free_port()
+            rows.append(measure("node_exporter (arp)", node_exporter_argv(ns.name, port), port,
+                                "/metrics", args, workdir))
+    ours = rows[0]
+    report = (f"# Load: {args.concurrency} concurrent scrapers for {args.duration:.0f} s, "
+              f"{args.neighbors} neighbor entries\n\n"
+              f"Exporter flags: `{' '.join(args.extra) or '(defaults)'}`; "
+              f"machine: {os.cpu_count()} cores, shared.\n\n" + table(rows))
+    if len(rows) == 2 and rows[1]["scrapes"]:
+        peer = rows[1]
+        report += (f"\nRatios (ours / node_exporter): p50 {ours['p50_ms'] / peer['p50_ms']:.2f}, "
+                   f"p99 {ours['p99_ms'] / peer['p99_ms']:.2f}, CPU per scrape "
+                   f"{ours['cpu_per_scrape_ms'] / peer['cpu_per_scrape_ms']:.2f}, scrapes served "
+                   f"{ours['scrapes'] / peer['scrapes']:.2f}\n")
+    if ours["failures"]:
+        report += f"\nFailures: {ours['failures']}\n"
+    print(report)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(report)
+    return 1 if ours["failed"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

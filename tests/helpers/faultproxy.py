@@ -1,0 +1,161 @@
+"""An HTTP(S) proxy in front of a real server that injects the faults the server won't make.
+
+The real kube-apiserver (or etcd's gateway) answers behind it; a test switches faults on
+and off per request path:
+
+    proxy = FaultProxy(upstream="https://127.0.0.1:6443", upstream_verify=ca_file,
+                       certfile=cert, keyfile=key).start()
+    proxy.inject(r"/api/v1/pods", status=429, headers={"Retry-After": "2"}, times=3)
+    proxy.inject(r"watch=true", hang=True)        # accept, then never answer
+    proxy.clear()
+
+Every request is counted in `proxy.requests` as (method, path, status or "hang"), so tests
+can assert how often and how fast a client retried.
+"""
+from __future__ import annotations
+
+import re
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import requests
+
+from .ports import free_port
+
+HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host",
+               "content-encoding"}
+
+
+@dataclass
+class Fault:
+    pattern: re.Pattern
+    status: int | None = None
+    headers: dict = field(default_factory=dict)
+    body: bytes = b""
+    hang: bool = False
+    times: int | None = None  # None: until cleared
+
+
+class FaultProxy:
+    def __init__(self, upstream: str, upstream_verify=True, certfile=None, keyfile=None,
+                 upstream_headers=None):
+        self.upstream = upstream.rstrip("/")
+        self.upstream_verify = upstream_verify
+        self.upstream_headers = upstream_headers or {}
+        self.port = free_port()
+        self.scheme = "https" if certfile else "http"
+        self.url = f"{self.scheme}://127.0.0.1:{self.port}"
+        self.requests: list[tuple[str, str, object, float]] = []
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+        self._release = threading.Event()
+        handler = type("Bound", (_Handler,), {"proxy": self})
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self.server.daemon_threads = True
+        if certfile:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(certfile, keyfile)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.session = requests.Session()
+        self.session.trust_env = False
+
+    def start(self) -> "FaultProxy":
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def inject(self, pattern: str, status=None, headers=None, body=b"", hang=False, times=None):
+        with self._lock:
+            self._faults.append(Fault(re.compile(pattern), status, headers or {}, body, hang, times))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+        self._release.set()
+        self._release = threading.Event()
+
+    def count(self, pattern: str = "", outcome=None) -> int:
+        rx = re.compile(pattern)
+        with self._lock:
+            return sum(1 for _, path, got, _ in self.requests
+                       if rx.search(path) and (outcome is None or got == outcome))
+
+    def _take_fault(self, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.pattern.search(path):
+                    if fault.times is not None:
+                        fault.times -= 1
+                        if fault.times <= 0:
+                            self._faults.remove(fault)
+                    return fault
+        return None
+
+    def _record(self, method, path, outcome):
+        with self._lock:
+            self.requests.append((method, path, outcome, time.monotonic()))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    proxy: FaultProxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _handle(self):
+        proxy = self.proxy
+        fault = proxy._take_fault(self.path)
+        if fault and fault.hang:
+            proxy._record(self.command, self.path, "hang")
+            proxy._release.wait(600)
+            self.close_connection = True
+            return
+        if fault and fault.status:
+            proxy._record(self.command, self.path, fault.status)
+            self.send_response(fault.status)
+            for k, v in fault.headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(fault.body)))
+            self.end_headers()
+            self.wfile.write(fault.body)
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
+        headers.update(proxy.upstream_headers)
+        try:
+            upstream = proxy.session.request(
+                self.command, proxy.upstream + self.path, headers=headers, data=body,
+                stream=True, verify=proxy.upstream_verify, timeout=(5, 600),
+            )
+        except requests.RequestException:
+            proxy._record(self.command, self.path, 502)
+            self.send_error(502)
+            return
+        proxy._record(self.command, self.path, upstream.status_code)
+        self.send_response(upstream.status_code)
+        for k, v in upstream.headers.items():
+            if k.lower() not in HOP_HEADERS:
+                self.send_header(k, v)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in upstream.raw.stream(65536, decode_content=True):
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+        finally:
+            upstream.close()
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
