@@ -2,3 +2,5 @@
 from exporter.collectors import balloon  # noqa: F401
 from exporter.collectors import imagepull  # noqa: F401
 from exporter.collectors import imagepull_events  # noqa: F401
+from exporter.collectors import neighbor  # noqa: F401
+from exporter.collectors import neighbor_gc  # noqa: F401

@@ -1,0 +1,159 @@
+"""The neighbor collectors inside the real exporter process: series budget, a failing
+netlink, recovery, and `check`."""
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from exporter.scrape import Scraper
+from tests.helpers.golden import promtool_check, series_count
+from tests.helpers.metrics import parse_exposition, sample
+from tests.helpers.netns import neighbor_adds
+from tests.helpers.ports import free_port
+from tests.helpers.procs import Proc, wait_for_port
+
+REPO = Path(__file__).resolve().parents[2]
+SERIES_BUDGET = 40
+NEIGHBOR_METRICS = {
+    "kubescale_neighbor_entries", "kubescale_neighbor_gc_thresh1", "kubescale_neighbor_gc_thresh2",
+    "kubescale_neighbor_gc_thresh3", "kubescale_neighbor_table_overflows",
+    "kubescale_neighbor_forced_gc_runs", "kubescale_neighbor_allocations",
+    "kubescale_neighbor_destroys", "kubescale_neighbor_resolution_failures",
+    "kubescale_neighbor_unresolved_discards", "kubescale_neighbor_gc_eligible_entries",
+    "kubescale_neighbor_gc_exempt_entries",
+}
+
+
+# Runs a command with no capabilities at all (CapEff 0), as a locked-down pod would.
+NO_CAPABILITIES = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs"]
+
+
+def start(tmp_path, *argv, module="exporter", prefix=()):
+    port = free_port()
+    proc = Proc([*prefix, sys.executable, "-m", module, "--web.listen-address", f"127.0.0.1:{port}",
+                 "--collector.disable-defaults", "--collector.neighbor", "--collector.neighbor_gc",
+                 *argv], tmp_path / "exporter.log", cwd=REPO)
+    wait_for_port(port, proc=proc)
+    return proc, f"http://127.0.0.1:{port}/metrics"
+
+
+@pytest.fixture
+def exporter(tmp_path):
+    procs = []
+
+    def run(*argv, module="exporter", prefix=()):
+        proc, url = start(tmp_path, *argv, module=module, prefix=prefix)
+        procs.append(proc)
+        return proc, url
+
+    yield run
+    for p in procs:
+        p.stop()
+
+
+def test_node_mode_scrape_stays_within_the_series_budget(exporter):
+    """Default node-mode collectors, run without any capability (netlink dumps and
+    /proc/net/stat need none)."""
+    proc, url = exporter(prefix=NO_CAPABILITIES)
+    status = Path(f"/proc/{proc.pid}/status").read_text()
+    assert "CapEff:\t0000000000000000" in status
+    text = requests.get(url, timeout=10).text
+    families = parse_exposition(text)
+    promtool_check(text)
+    assert {f.name for f in families if f.name.startswith("kubescale_neighbor")} == NEIGHBOR_METRICS
+    for name in ("neighbor", "neighbor_gc"):
+        assert sample(families, "kubescale_scrape_collector_success", collector=name) == 1
+    assert series_count(text) <= SERIES_BUDGET, text
+
+
+def test_netlink_refused_by_seccomp_fails_only_the_collectors(exporter):
+    """The process answers, reports both collectors failed, and logs why (see no_netlink)."""
+    proc, url = exporter(module="tests.neighbor.no_netlink")
+    for _ in range(2):  # the second scrape too: a failure is not a crash
+        reply = requests.get(url, timeout=10)
+        assert reply.status_code == 200
+        families = parse_exposition(reply.text)
+        assert sample(families, "kubescale_build_info") == 1
+        for name in ("neighbor", "neighbor_gc"):
+            assert sample(families, "kubescale_scrape_collector_success", collector=name) == 0
+        assert not [f for f in families if f.name.startswith("kubescale_neighbor")]
+    assert proc.alive()
+    assert "cannot open a NETLINK_ROUTE socket: Address family not supported by protocol" \
+        in proc.log_tail()
+    assert "allow AF_NETLINK sockets in the pod's seccomp profile" in proc.log_tail()
+
+
+def test_collector_recovers_when_netlink_comes_back(collectors):
+    """No descriptors left (RLIMIT_NOFILE 0, a real EMFILE) then restored: the same
+    collector, through the scraper, fails with a clear error and then recovers by itself."""
+    (neighbor,) = collectors("--collector.neighbor")
+    scraper = Scraper([neighbor])
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (0, hard))
+        failed = scraper.scrape(timeout=5)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert sample(failed, "kubescale_scrape_collector_success", collector="neighbor") == 0
+    error = scraper.last_error("neighbor")
+    assert error.startswith("NetlinkUnavailable: [Errno 24] cannot open a NETLINK_ROUTE socket: "
+                            "Too many open files"), error
+    families = scraper.scrape(timeout=5)
+    scraper.close()
+    assert sample(families, "kubescale_scrape_collector_success", collector="neighbor") == 1
+    assert scraper.last_error("neighbor") is None
+    assert sample(families, "kubescale_neighbor_gc_thresh3", family="ipv4") > 0
+
+
+def run_check(*argv):
+    return subprocess.run([sys.executable, "-m", "exporter", "check", "--collector.disable-defaults",
+                           "--collector.neighbor", *argv], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
+
+
+def test_check_prints_the_sysctl_lines_for_expected_peers():
+    """Sized for 100,000 peers: thresh3 = 2 x that, rounded up to 1024; 3/4 and 1/4 of it."""
+    result = run_check("--neighbor.expected-peers", "100000")
+    assert result.returncode == 1, result.stdout + result.stderr
+    thresh3 = 1024 * -(-200_000 // 1024)
+    for family in ("ipv4", "ipv6"):
+        assert f"net.{family}.neigh.default.gc_thresh3 = {thresh3}" in result.stdout
+        assert f"net.{family}.neigh.default.gc_thresh2 = {thresh3 * 3 // 4}" in result.stdout
+        assert f"net.{family}.neigh.default.gc_thresh1 = {thresh3 // 4}" in result.stdout
+    assert "100000 expected peers" in result.stdout
+
+
+def test_check_rejects_a_bad_expected_peers_value():
+    result = run_check("--neighbor.expected-peers", "many")
+    assert result.returncode == 2
+    assert "--neighbor.expected-peers" in result.stderr
+
+
+def test_exporter_inside_a_namespace_counts_that_namespace(tmp_path, netns):
+    """The process as a pod runs it: started in a namespace, scraped over its loopback."""
+    netns.batch(neighbor_adds(12, "ipv4", "stale") + neighbor_adds(5, "ipv4", "permanent", start=50)
+                + neighbor_adds(3, "ipv6", "permanent"))
+    port = free_port()
+    proc = Proc(["ip", "netns", "exec", netns.name, sys.executable, "-m", "exporter",
+                 "--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "exporter.log", cwd=REPO)
+    try:
+        netns.run(wait_for_port, port, "127.0.0.1", 30.0, proc)
+        text = netns.run(lambda: requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
+    finally:
+        proc.stop()
+    families = parse_exposition(text)
+    # Talking over loopback itself adds a NOARP entry on lo (GC-eligible): count what ip
+    # lists rather than assume.
+    listed = json.loads(netns.ip("-j", "-4", "neigh", "show", "nud", "all").stdout)
+    assert [e["state"] for e in listed if e["dev"] == "lo"] == [["NOARP"]]
+    assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv4") == 12 + 1
+    assert sample(families, "kubescale_neighbor_gc_exempt_entries", family="ipv4") == 5
+    assert sample(families, "kubescale_neighbor_gc_exempt_entries", family="ipv6") == 3
+    assert sample(families, "kubescale_neighbor_entries", family="ipv4") >= 17
+    # /proc/net/stat does not exist outside the host namespace: that series is left out.
+    assert not [s for f in families for s in f.samples
+                if s.name == "kubescale_neighbor_unresolved_discards_total"]

@@ -1,0 +1,122 @@
+"""Every neighbor metric against the real kernel: its own /proc files and entries we add.
+
+The tables are global and other tests may add entries at the same time, so global
+figures are compared with /proc read before and after (exact when /proc held still) and
+deltas are taken in attempts until one ran undisturbed. Namespace-local figures are
+compared with `ip neigh show nud all` of a namespace only this test touches.
+"""
+import json
+from pathlib import Path
+
+from tests.helpers.metrics import sample
+from tests.helpers.netns import neighbor_adds
+
+FAMILIES = ("ipv4", "ipv6")
+STAT_FILE = {"ipv4": "arp_cache", "ipv6": "ndisc_cache"}
+SYSCTL = {"ipv4": "/proc/sys/net/ipv4/neigh/default", "ipv6": "/proc/sys/net/ipv6/neigh/default"}
+# Metric -> /proc/net/stat column.
+PROC_COLUMNS = {
+    "kubescale_neighbor_entries": "entries",
+    "kubescale_neighbor_table_overflows_total": "table_fulls",
+    "kubescale_neighbor_forced_gc_runs_total": "forced_gc_runs",
+    "kubescale_neighbor_allocations_total": "allocs",
+    "kubescale_neighbor_destroys_total": "destroys",
+    "kubescale_neighbor_resolution_failures_total": "res_failed",
+    "kubescale_neighbor_unresolved_discards_total": "unresolved_discards",
+}
+
+
+def proc_stat(family):
+    """The /proc/net/stat row summed over CPUs (entries is global: taken once)."""
+    header, *rows = Path("/proc/net/stat", STAT_FILE[family]).read_text().split("\n")
+    columns = header.split()
+    values = [[int(v, 16) for v in row.split()] for row in rows if row.strip()]
+    totals = {c: sum(r[i] for r in values) for i, c in enumerate(columns)}
+    totals["entries"] = values[0][columns.index("entries")]
+    return totals
+
+
+def scrape(collector):
+    return list(collector.collect())
+
+
+def test_every_table_metric_matches_the_kernels_own_files(collectors):
+    (neighbor,) = collectors("--collector.neighbor")
+    for _ in range(20):
+        before = {f: proc_stat(f) for f in FAMILIES}
+        families = scrape(neighbor)
+        after = {f: proc_stat(f) for f in FAMILIES}
+        if before == after:
+            break
+    else:
+        raise AssertionError("/proc/net/stat never held still for one scrape")
+    for family in FAMILIES:
+        for n in (1, 2, 3):
+            expected = int(Path(SYSCTL[family], f"gc_thresh{n}").read_text())
+            assert sample(families, f"kubescale_neighbor_gc_thresh{n}", family=family) == expected
+        for metric, column in PROC_COLUMNS.items():
+            assert sample(families, metric, family=family) == after[family][column], metric
+
+
+def global_entries(collector):
+    families = scrape(collector)
+    return {f: sample(families, "kubescale_neighbor_entries", family=f) for f in FAMILIES}
+
+
+def test_entries_count_what_a_namespace_adds(collectors, netns):
+    """Entries in a pod-like namespace count in the host-wide entries metric."""
+    (neighbor,) = collectors("--collector.neighbor")
+    adds = {"ipv4": neighbor_adds(40, "ipv4", "stale") + neighbor_adds(25, "ipv4", "permanent", start=100),
+            "ipv6": neighbor_adds(30, "ipv6", "stale") + neighbor_adds(15, "ipv6", "permanent", start=100)}
+    deletes = [line.replace("neigh add", "neigh del").split(" lladdr")[0] + " dev v0"
+               for lines in adds.values() for line in lines]
+    for _ in range(10):
+        before = global_entries(neighbor)
+        netns.batch(adds["ipv4"] + adds["ipv6"])
+        during = global_entries(neighbor)
+        netns.batch(deletes)
+        after = global_entries(neighbor)
+        if all(during[f] - before[f] == len(adds[f]) == during[f] - after[f] for f in adds):
+            return
+    raise AssertionError(f"entries never rose by exactly what was added: {before} {during} {after}")
+
+
+def ip_neigh_json(ns):
+    return json.loads(ns.ip("-j", "neigh", "show", "nud", "all").stdout or "[]")
+
+
+def test_gc_eligible_and_exempt_entries_in_a_namespace(collectors, netns):
+    """Counted from the dump of the collector's own namespace, against ip's own dump."""
+    netns.batch(
+        neighbor_adds(7, "ipv4", "stale") + neighbor_adds(4, "ipv4", "permanent", start=50)
+        + neighbor_adds(3, "ipv4", "reachable", start=80)
+        + neighbor_adds(5, "ipv6", "stale") + neighbor_adds(2, "ipv6", "permanent", start=50)
+        + neighbor_adds(1, "ipv6", "noarp", start=80)
+        + ["neigh add 10.99.0.1 lladdr 02:00:00:00:99:01 dev v0 nud stale extern_learn",
+           "neigh add 10.99.0.2 dev v0 managed"])
+    (gc,) = collectors("--collector.neighbor_gc")
+    families = netns.run(scrape, gc)
+
+    listed = ip_neigh_json(netns)
+    assert len(listed) == 7 + 4 + 3 + 5 + 2 + 1 + 2  # nothing else appeared in the namespace
+    for family, is_family in (("ipv4", lambda d: ":" not in d), ("ipv6", lambda d: ":" in d)):
+        mine = [e for e in listed if is_family(e["dst"])]
+        exempt = [e for e in mine
+                  if "PERMANENT" in e["state"] or "extern_learn" in e or "managed" in e]
+        assert sample(families, "kubescale_neighbor_gc_exempt_entries", family=family) == len(exempt)
+        assert sample(families, "kubescale_neighbor_gc_eligible_entries", family=family) == \
+            len(mine) - len(exempt)
+    assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv4") == 10
+    assert sample(families, "kubescale_neighbor_gc_exempt_entries", family="ipv4") == 6
+    assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv6") == 6
+    assert sample(families, "kubescale_neighbor_gc_exempt_entries", family="ipv6") == 2
+
+
+def test_a_dump_larger_than_one_reply_chunk_counts_every_entry(collectors, netns):
+    """5,000 entries span many 32 KiB chunks; the count must not lose any at the seams."""
+    netns.batch(neighbor_adds(3000, "ipv4", "permanent") + neighbor_adds(2000, "ipv6", "permanent"))
+    (gc,) = collectors("--collector.neighbor_gc")
+    families = netns.run(scrape, gc)
+    assert sample(families, "kubescale_neighbor_gc_exempt_entries", family="ipv4") == 3000
+    assert sample(families, "kubescale_neighbor_gc_exempt_entries", family="ipv6") == 2000
+    assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv4") == 0
