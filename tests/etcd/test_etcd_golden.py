@@ -1,0 +1,47 @@
+"""Golden exposition and `check` findings from fixed cluster states (UPDATE_GOLDEN=1 rewrites)."""
+from exporter.collectors.etcd import advise, exposition
+from exporter.etcd.client import Status
+from exporter.etcd.cluster import ClusterState, MemberState
+from tests.helpers.golden import assert_golden
+
+MiB = 1024 * 1024
+
+
+def status(member_id, leader_id, size, in_use, quota=0, term=2, applied=1234):
+    return Status(member_id, leader_id, "3.5.1", size, in_use, quota, term, applied)
+
+
+def fixed_states():
+    main = ClusterState("main", (
+        MemberState("m0", status("1", "1", 1800 * MiB, 900 * MiB), None, 2048 * MiB, "metrics", frozenset()),
+        MemberState("m1", status("2", "1", 2047 * MiB, 1900 * MiB), None, 2048 * MiB, "metrics",
+                    frozenset({"NOSPACE"})),
+        MemberState("m2", None, "http://10.0.0.3:2379: ConnectTimeout", 0, "", None),
+    ), None, 0.0)
+    events = ClusterState("events", (
+        MemberState("e0", status("9", "9", 64 * MiB, 60 * MiB, quota=8192 * MiB, term=7, applied=99),
+                    None, 8192 * MiB, "status", frozenset()),
+    ), None, 0.0)
+    down = ClusterState("spare", (), "http://10.0.1.1:2379: ConnectionRefused", 0.0)
+    keys = {"main": ({"pods": 110000, "events": 40000, "example.com/widgets": 12, "other": 3}, 1.7e9),
+            "events": ({"events": 250000}, 1.7e9 + 5)}
+    return [main, events, down], keys
+
+
+def test_golden_exposition():
+    states, keys = fixed_states()
+    assert_golden("etcd", exposition(states, keys, 300.0))
+
+
+def test_findings_from_the_same_states():
+    states, keys = fixed_states()
+    found = {(f.severity, f.summary) for f in advise(states, keys)}
+    assert ("critical", "etcd main member m1: alarm NOSPACE is raised (writes are refused)") in found
+    assert ("critical", "etcd main member m0: database 1,800 MiB is 88% of its 2,048 MiB quota (metrics)") in found
+    assert ("warning", "etcd main member m0: 900 MiB of the 1,800 MiB database is free pages; "
+                       "a defragment returns them") in found
+    assert ("warning", "etcd main member m2: did not answer") in found
+    assert ("critical", "etcd spare: no member answered") in found
+    assert ("warning", "etcd main: holds 40,000 event keys (27% of 150,015) beside the cluster's objects") in found
+    # events etcd: 64 of 8192 MiB, little free, only events: nothing to act on.
+    assert not [s for sev, s in found if "etcd events" in s and sev != "info"]
