@@ -126,7 +126,9 @@ def node_values(s: Series, r: Roles, t: np.ndarray) -> np.ndarray:
         return np.cumsum(full * 7.0)
     if name == "kubescale_neighbor_forced_gc_runs_total":
         return _counter(0.05 if r.neighbor_hot else 0.0005, t, r.h % 7)
-    if name == "kubescale_neighbor_allocs_total":
+    if name == "kubescale_neighbor_gc_exempt_entries":
+        return np.full_like(t, 6.0 if family == "ipv4" else 2.0)
+    if name == "kubescale_neighbor_allocations_total":
         return _counter(0.4 if family == "ipv4" else 0.08, t, s.value + r.h % 1000)
     if name == "kubescale_neighbor_destroys_total":
         allocs = _counter(0.4 if family == "ipv4" else 0.08, t, s.value + r.h % 1000)
@@ -158,7 +160,7 @@ def node_values(s: Series, r: Roles, t: np.ndarray) -> np.ndarray:
         return np.full_like(t, 0.0 if r.serialized_pulls else 5.0)
     if name == "kubescale_image_preload_missing":
         return np.full_like(t, 1.0 if r.preload_missing else 0.0)
-    if name == "kubescale_kube_watch_last_sync_age_seconds":
+    if name == "kubescale_kube_last_sync_age_seconds":
         return np.floor((t + _phase(r.h, 60)) % 60)
     if name == "kubescale_scrape_collector_duration_seconds":
         return np.round(s.value * (1 + 0.3 * np.sin(t / 97.0 + r.h)), 6)
@@ -209,8 +211,14 @@ def cluster_values(s: Series, t: np.ndarray) -> np.ndarray:
         return np.floor(t % 1200)
     if name == "kubescale_balloon_nodes":
         return BALLOONS - _balloons_preempted(t)
+    if name == "kubescale_etcd_is_leader":
+        return np.full_like(t, 1.0 if member == 0 else 0.0)
+    if name in ("kubescale_etcd_up", "kubescale_etcd_member_up"):
+        return np.ones_like(t)
+    if name in ("kubescale_etcd_alarm_active", "kubescale_balloon_misconfigured"):
+        return np.zeros_like(t)
     if name == "kubescale_balloon_reserved":
-        per = {"cpu": 90.0, "memory": 1.6e12, "nvidia.com/gpu": 8.0, "ephemeral-storage": 1e11}
+        per = {"cpu": 90.0, "memory": 1.6e12, "nvidia_com_gpu": 8.0, "hugepages_2Mi": 2**30}
         return (BALLOONS - _balloons_preempted(t)) * per.get(labels.get("resource"), 1.0)
     if name == "kubescale_balloon_preemptions_total":
         return np.floor(t / 1200) * 9 + 3

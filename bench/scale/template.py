@@ -22,21 +22,28 @@ REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = REPO / "tests" / "golden"
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
 
-# Which collector exports a family, for the families a builtin file holds. The kube watch
-# health series come from the Kubernetes API layer that imagepull (node) and balloon
-# (cluster) use.
+# Which collector exports a family, for the families a builtin file holds (first match).
+# The informer health series (kubescale_kube_*) come from exporter/kube/health.py, which
+# imagepull (node: its pods watch) and balloon (cluster: pods, priorityclasses, nodes)
+# yield next to their own; their golden files leave them out, so they always come from
+# the builtin files.
 OWNER_PREFIXES = (
+    ("kubescale_neighbor_gc_eligible_", "neighbor_gc"),
+    ("kubescale_neighbor_gc_exempt_", "neighbor_gc"),
     ("kubescale_neighbor_", "neighbor"),
+    ("kubescale_image_pull_duration_", "imagepull_events"),
+    ("kubescale_image_pull_queue_wait_", "imagepull_events"),
     ("kubescale_image_", "imagepull"),
     ("kubescale_kubelet_", "imagepull"),
     ("kubescale_etcd_", "etcd"),
     ("kubescale_balloon_", "balloon"),
-    ("kubescale_kube_watch_", "kube"),
+    ("kubescale_kube_", "kube"),
     ("kubescale_build_info", "exporter"),
     ("kubescale_scrape_collector_", "exporter"),
 )
-# Collectors each mode runs when no registry says otherwise (issues 2-5).
-DEFAULT_COLLECTORS = {"node": ("neighbor", "imagepull"), "cluster": ("etcd", "balloon", "imagepull")}
+# Collectors each mode runs when the registry has none (before the collectors landed).
+DEFAULT_COLLECTORS = {"node": ("neighbor", "neighbor_gc", "imagepull"),
+                      "cluster": ("etcd", "balloon", "imagepull_events")}
 
 ETCD_TOPOLOGY = {"main": 5, "events": 3}
 
@@ -93,20 +100,9 @@ def registry_collectors(mode: str) -> tuple[str, ...] | None:
     return tuple(n for n, c in found.items() if mode in c.modes)
 
 
-# A collector that runs in both modes with different series keeps its plain golden file
-# for this mode; the other mode's series need a NAME_MODE.prom.
-PLAIN_GOLDEN_MODE = {"imagepull": "node"}
-
-
-def golden_file(collector: str, mode: str) -> Path | None:
-    stems = [f"{collector}_{mode}", f"{collector}-{mode}"]
-    if PLAIN_GOLDEN_MODE.get(collector, mode) == mode:
-        stems.append(collector)
-    for stem in stems:
-        path = GOLDEN_DIR / f"{stem}.prom"
-        if path.exists():
-            return path
-    return None
+def golden_file(collector: str) -> Path | None:
+    path = GOLDEN_DIR / f"{collector}.prom"
+    return path if path.exists() else None
 
 
 def _own_series(collectors: tuple[str, ...], builtin: list[Series]) -> list[Series]:
@@ -120,28 +116,38 @@ def _own_series(collectors: tuple[str, ...], builtin: list[Series]) -> list[Seri
     return out
 
 
-def _widen_etcd(series: list[Series]) -> list[Series]:
-    """Replicate per-member etcd series to ETCD_TOPOLOGY's members; keys to both clusters."""
-    out, seen = [], set()
+def _widen_etcd(series: list[Series], builtin: list[Series]) -> list[Series]:
+    """Production etcd topology from a test fixture's: each per-member family as the first
+    golden member has it, for every member of ETCD_TOPOLOGY; each per-cluster family for
+    both clusters; key counts for the builtin's ~60 resource prefixes in main and events
+    in the events cluster (a fixture writes a handful of resources; production has this many)."""
+    resources = sorted({dict(s.labels)["resource"] for s in builtin if s.family == "kubescale_etcd_keys"})
+    first: dict[str, tuple] = {}
+    shapes: dict[str, list[Series]] = {}
+    out = []
     for s in series:
         labels = dict(s.labels)
         if not s.family.startswith("kubescale_etcd_") or "etcd_cluster" not in labels:
             out.append(s)
             continue
+        owner_key = (labels["etcd_cluster"], labels.get("member"))
+        if first.setdefault(s.family, owner_key) == owner_key:
+            shapes.setdefault(s.family, []).append(s)
+
+    def variant(s: Series, **labels) -> Series:
+        return Series(s.family, s.kind, s.name, tuple(sorted({**dict(s.labels), **labels}.items())),
+                      s.value, s.help)
+
+    for family, shape in shapes.items():
         for cluster, members in ETCD_TOPOLOGY.items():
-            if "member" in labels:
-                variants = [{**labels, "etcd_cluster": cluster, "member": f"etcd-{cluster}-{i}"}
-                            for i in range(members)]
-            elif "resource" in labels:
-                keep = cluster == "main" or labels["resource"] == "events"
-                variants = [{**labels, "etcd_cluster": cluster}] if keep else []
+            if family == "kubescale_etcd_keys":
+                wanted = resources if cluster == "main" else ["events"]
+                out += [variant(shape[0], etcd_cluster=cluster, resource=r) for r in wanted]
+            elif "member" in dict(shape[0].labels):
+                out += [variant(s, etcd_cluster=cluster, member=f"etcd-{cluster}-{i}")
+                        for i in range(members) for s in shape]
             else:
-                variants = [{**labels, "etcd_cluster": cluster}]
-            for v in variants:
-                key = (s.name, tuple(sorted(v.items())))
-                if key not in seen:
-                    seen.add(key)
-                    out.append(Series(s.family, s.kind, s.name, key[1], s.value, s.help))
+                out += [variant(s, etcd_cluster=cluster) for s in shape]
     return out
 
 
@@ -152,7 +158,7 @@ def load(mode: str) -> Template:
     template = Template(mode, [])
     from_golden: set[str] = set()
     for collector in collectors:
-        path = golden_file(collector, mode)
+        path = golden_file(collector)
         if path is None:
             continue
         series = [s for s in parse(path.read_text()) if owner(s.family) not in ("exporter",)]
@@ -169,5 +175,5 @@ def load(mode: str) -> Template:
     template.series = _own_series(collectors, builtin) + template.series
     template.sources["exporter"] = "exporter/scrape.py (build_info, success, duration)"
     if mode == "cluster":
-        template.series = _widen_etcd(template.series)
+        template.series = _widen_etcd(template.series, builtin)
     return template

@@ -5,7 +5,9 @@ costs measured at two small fleet sizes give each query's cost at 7,500 nodes; t
 are asserted on that projection. bench/results/scale.md checks the projection against a
 run at the full 7,500.
 """
-from bench.scale import budget
+from collections import Counter
+
+from bench.scale import budget, template
 from tests.scale.conftest import LARGE_FLEET, SMALL_FLEET
 
 
@@ -13,20 +15,26 @@ def _large(scale_run):
     return scale_run.segments[1]
 
 
+def _by_collector(mode):
+    counts = Counter(template.owner(s.family) for s in template.load(mode).series)
+    return ", ".join(f"{name} {n}" for name, n in counts.most_common())
+
+
 def test_node_mode_series_per_node_within_budget(scale_run):
     seg = _large(scale_run)
     # Counted in Prometheus' TSDB per node target, so it is what a fleet really stores.
     assert seg.node_series_max == scale_run.template_series["node"]
     assert seg.node_series_max <= budget.NODE_SERIES, (
-        f"node mode exports {seg.node_series_max} series per node (budget {budget.NODE_SERIES}); "
-        f"from {scale_run.template_sources['node']}")
+        f"node mode exports {seg.node_series_max} series per node (budget {budget.NODE_SERIES}): "
+        f"{_by_collector('node')}; sources {scale_run.template_sources['node']}")
 
 
 def test_cluster_mode_series_within_budget(scale_run):
     seg = _large(scale_run)
     assert seg.cluster_series == scale_run.template_series["cluster"]
     assert seg.cluster_series <= budget.CLUSTER_SERIES, (
-        f"cluster mode exports {seg.cluster_series} series (budget {budget.CLUSTER_SERIES})")
+        f"cluster mode exports {seg.cluster_series} series (budget {budget.CLUSTER_SERIES}): "
+        f"{_by_collector('cluster')}")
 
 
 def test_every_query_runs(scale_run):
