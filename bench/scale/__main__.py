@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.scale import live, measure, report
+from bench.scale import live, measure, queries, report
 from bench.scale.queries import duration_seconds
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -30,7 +30,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
     p.add_argument("--phases", default="fit,full,live", help="comma-separated: fit, full, live, report")
     p.add_argument("--fit-nodes", default="250,1000", help="the two fleet sizes of the fit run")
-    p.add_argument("--fit-window", default="7h15m", help="history per fit segment")
+    p.add_argument("--fit-window", default=None,
+                   help="history per fit segment (default: what the dashboards and rules need)")
     p.add_argument("--nodes", type=int, default=7500, help="fleet size of the full and live runs")
     p.add_argument("--full-window", default="75m", help="history of the full run")
     p.add_argument("--settle", default="5m", help="live run: scrape time before measuring")
@@ -51,18 +52,21 @@ def main(argv=None) -> int:
     def log(*a):
         print(time.strftime("%H:%M:%S"), *a, flush=True)
 
-    if "fit" in phases:
-        sizes = [int(x) for x in args.fit_nodes.split(",")]
-        segs = measure.plan(sizes, int(duration_seconds(args.fit_window)))
-        run = measure.run(workdir / "fit", segs, compact=args.compact, log=log)
-        (RESULTS / "scale-fit.json").write_text(run.to_json())
-    if "full" in phases:
-        segs = measure.plan([args.nodes], int(duration_seconds(args.full_window)))
-        run = measure.run(workdir / "full", segs, compact=args.compact, log=log)
-        (RESULTS / "scale-full.json").write_text(run.to_json())
-    if "live" in phases:
-        lr = live.run(workdir / "live", args.nodes, settle_s=duration_seconds(args.settle), log=log)
-        (RESULTS / "scale-live.json").write_text(json.dumps(lr.as_dict(), indent=1))
+    for phase in phases:
+        if phase == "fit":
+            sizes = [int(x) for x in args.fit_nodes.split(",")]
+            window = (int(duration_seconds(args.fit_window)) if args.fit_window else
+                      queries.history_needed(queries.load_rule_groups(), queries.dashboards()))
+            segs = measure.plan(sizes, window)
+            run = measure.run(workdir / "fit", segs, compact=args.compact, log=log)
+            (RESULTS / "scale-fit.json").write_text(run.to_json())
+        elif phase == "full":
+            segs = measure.plan([args.nodes], int(duration_seconds(args.full_window)))
+            run = measure.run(workdir / "full", segs, compact=args.compact, log=log)
+            (RESULTS / "scale-full.json").write_text(run.to_json())
+        elif phase == "live":
+            lr = live.run(workdir / "live", args.nodes, settle_s=duration_seconds(args.settle), log=log)
+            (RESULTS / "scale-live.json").write_text(json.dumps(lr.as_dict(), indent=1))
     if set(phases) - {"report"}:
         meta.update(load_after=_load(), finished=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         meta_path.write_text(json.dumps(meta, indent=1))

@@ -10,6 +10,7 @@ exporter's series, their 7,500 scrape loops and the mixin's rules add.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -42,6 +43,8 @@ class LiveRun:
     scrape_duration_max: float
     target_rss: int
     ramp_s: float
+    prometheus_cores: float   # CPU Prometheus used over the settle period, in cores
+    load_average: str         # the machine's 1/5/15-min load when the settle period ended
 
     @property
     def added_rss(self) -> float:
@@ -104,6 +107,7 @@ def run(workdir: Path, nodes: int, settle_s: float = 300, baseline_s: float = 60
         ramp_s = time.monotonic() - ramp_began
         log(f"all {expected} series in the head after {ramp_s:.0f}s; settling {settle_s:.0f}s")
         groups: dict[str, dict] = {}
+        cpu_began, settle_began = prom.cpu_seconds(), time.monotonic()
         settle_end = time.monotonic() + settle_s
         while time.monotonic() < settle_end:
             time.sleep(min(30, max(0.0, settle_end - time.monotonic())))
@@ -111,11 +115,13 @@ def run(workdir: Path, nodes: int, settle_s: float = 300, baseline_s: float = 60
                 entry = groups.setdefault(g["name"], {"last": 0.0, "max": 0.0})
                 entry["last"] = g["evaluationTime"]
                 entry["max"] = max(entry["max"], g["evaluationTime"])
+        cores = (prom.cpu_seconds() - cpu_began) / (time.monotonic() - settle_began)
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         loaded = _memory(prom)
         log(f"loaded: {loaded}")
         scrape_max = prom.scalar('max(scrape_duration_seconds{job=~"kube-scale-exporter-.*"})')
         return LiveRun(nodes, settle_s, baseline, loaded, expected, groups, scrape_max,
-                       _proc_rss(target.pid), ramp_s)
+                       _proc_rss(target.pid), ramp_s, cores, load)
     finally:
         prom.stop()
         target.stop()

@@ -122,6 +122,11 @@ class Prometheus:
                 return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS")
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server process has used (user + system), from the kernel."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def metric(self, name: str) -> float:
         """One of the server's own metrics, read from its /metrics (no query cost)."""
         text = requests.get(f"{self.url}/metrics", timeout=30).text
