@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.scale import queries, template
+from bench.scale.measure import group_cost
 from bench.scale.prom import Prometheus
 from bench.scale.target import scrape_configs
 from tests.helpers.ports import free_port
@@ -45,6 +46,10 @@ class LiveRun:
     ramp_s: float
     prometheus_cores: float   # CPU Prometheus used over the settle period, in cores
     load_average: str         # the machine's 1/5/15-min load when the settle period ended
+    # The groups' expressions run by hand on the live head right after the settle period
+    # (bench.scale.measure.group_cost): CPU and wall seconds per group, best of 3.
+    head_group_cost: dict[str, dict[str, float]]
+    missed_iterations: float  # prometheus_rule_group_iterations_missed_total, all groups
 
     @property
     def added_rss(self) -> float:
@@ -119,9 +124,11 @@ def run(workdir: Path, nodes: int, settle_s: float = 300, baseline_s: float = 60
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         loaded = _memory(prom)
         log(f"loaded: {loaded}")
+        head_cost = group_cost(prom, queries.load_rule_groups(rule_files), int(time.time()))
+        missed = prom.metric("prometheus_rule_group_iterations_missed_total")
         scrape_max = prom.scalar('max(scrape_duration_seconds{job=~"kube-scale-exporter-.*"})')
         return LiveRun(nodes, settle_s, baseline, loaded, expected, groups, scrape_max,
-                       _proc_rss(target.pid), ramp_s, cores, load)
+                       _proc_rss(target.pid), ramp_s, cores, load, head_cost, missed)
     finally:
         prom.stop()
         target.stop()
