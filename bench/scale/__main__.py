@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     if set(phases) - {"report"}:
         meta.update(cpus=os.cpu_count(), load_before=_load(), started=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                    prometheus=subprocess.run(["/usr/bin/prometheus", "--version"], capture_output=True,
+                    prometheus=subprocess.run(["/usr/bin/prometheus", "--version"], capture_output=True, check=False,
                                               text=True).stdout.split("\n")[0])
 
     def log(*a):

@@ -7,6 +7,7 @@ evaluated there reaches into the one before (dashboard range + the longest range
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -158,7 +159,7 @@ def wait_compacted(prom: Prometheus, data_dir: Path, timeout: float) -> float:
                 continue
             metas.append((m["minTime"], m["maxTime"]))
         metas.sort()
-        overlapping = any(b[0] < a[1] for a, b in zip(metas, metas[1:]))
+        overlapping = any(b[0] < a[1] for a, b in itertools.pairwise(metas))
         if not overlapping and prom.metric("prometheus_tsdb_blocks_loaded") == len(metas):
             return time.monotonic() - began
         time.sleep(2)

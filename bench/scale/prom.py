@@ -85,7 +85,7 @@ class Prometheus:
                 raise TimeoutError(f"config reload not applied:\n{self.proc.log_tail()}")
             time.sleep(0.5)
 
-    def start(self, timeout: float = 120.0) -> "Prometheus":
+    def start(self, timeout: float = 120.0) -> Prometheus:
         self.proc = Proc(self.argv, self.workdir / f"prometheus-{self.port}.log")
         wait_for_port(self.port, proc=self.proc, timeout=timeout)
         deadline = time.monotonic() + timeout
@@ -132,7 +132,7 @@ class Prometheus:
         text = requests.get(f"{self.url}/metrics", timeout=30).text
         total, found = 0.0, False
         for line in text.splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
+            if line.startswith((name + " ", name + "{")):
                 total += float(line.rsplit(" ", 1)[1])
                 found = True
         if not found:
@@ -185,6 +185,3 @@ class Prometheus:
 
     def rule_groups(self) -> list[dict]:
         return requests.get(f"{self.url}/api/v1/rules", timeout=60).json()["data"]["groups"]
-
-    def tsdb_status(self) -> dict:
-        return requests.get(f"{self.url}/api/v1/status/tsdb", timeout=60).json()["data"]
