@@ -156,16 +156,16 @@ def render(meta: dict, fit: Run | None, full: Run | None, live: dict | None) -> 
             if m and p.kind != "panel" and m.result.samples and p.per_node_samples > 0:
                 errors.append(abs(p.samples_target - m.result.samples) / m.result.samples)
         out += ["## Projection check", "",
-                f"For the {len(errors)} rules and alerts whose cost grows with the fleet, samples projected from "
+                (f"For the {len(errors)} rules and alerts whose cost grows with the fleet, samples projected from "
                 f"N={fit.segments[0].nodes} and N={fit.segments[1].nodes} against those measured at "
                 f"N={full.segments[0].nodes}: largest difference {max(errors, default=0):.1%}. (Those over "
                 "fleet-level series cost the same at any N; the full run's 75 min cannot hold their 6 h "
-                "windows, the fit run can.)", ""]
+                "windows, the fit run can.)"), ""]
     if full and full.segments[0].capped_fresh_series:
         out += ["## topk-capped tables", "",
-                "Rows from the rule's latest evaluation at 7,500 nodes (an instant query over backfilled "
+                ("Rows from the rule's latest evaluation at 7,500 nodes (an instant query over backfilled "
                 "recorded series also returns, for the 5 min lookback, nodes that just left the topk: "
-                "promtool writes no staleness markers; a live Prometheus does):", ""]
+                "promtool writes no staleness markers; a live Prometheus does):"), ""]
         out += [f"- {name}: {rows}" for name, rows in sorted(full.segments[0].capped_fresh_series.items())]
         out.append("")
     if fit:
