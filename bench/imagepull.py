@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -30,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers.containerd_server import ContainerdServer  # noqa: E402
-from tests.helpers.registry_server import RegistryServer  # noqa: E402
-from tests.helpers.throttle_proxy import ThrottleProxy  # noqa: E402
+from tests.helpers.containerd_server import ContainerdServer
+from tests.helpers.registry_server import RegistryServer
+from tests.helpers.throttle_proxy import ThrottleProxy
 
 RESULTS = ROOT / "bench" / "results" / "imagepull.md"
 NODE = "bench-node"
@@ -69,6 +68,13 @@ for i in range(scrapes + 1):
     times.append(time.perf_counter() - t)
 out["first_ms"] = times[0] * 1e3
 out["times_ms"] = [x * 1e3 for x in times[1:]]
+calls = []
+for i in range(50):
+    t = time.perf_counter()
+    collector.client.ingests()
+    collector.client.image_names()
+    calls.append(time.perf_counter() - t)
+out["calls_ms"] = sorted(calls)[len(calls) // 2] * 1e3
 out["rss_end"] = rss()
 out["series"] = {s.name: s.value for f in families for s in f.samples}
 collector.close()
@@ -123,15 +129,19 @@ def start_apiserver(workdir, pods, present_image, absent_image):
 
 
 def peer(containerd, runs):
-    times = []
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Wall time of the two ctr listings, and the largest RSS of one ctr process."""
+    times, rss = [], 0
     for _ in range(runs):
         t = time.perf_counter()
-        containerd.ctr("content", "active")
-        containerd.ctr("images", "ls", "-q")
+        for args in (("content", "active"), ("images", "ls", "-q")):
+            proc = subprocess.Popen(containerd.ctr_argv(*args), stdout=subprocess.DEVNULL)
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            if proc.returncode:
+                raise RuntimeError(f"ctr {' '.join(args)} exited {proc.returncode}")
+            rss = max(rss, usage.ru_maxrss)
         times.append((time.perf_counter() - t) * 1e3)
-    maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return times, max(before, maxrss) / 1024
+    return times, rss / 1024
 
 
 def pct(values, q):
@@ -146,6 +156,7 @@ def main():
     ap.add_argument("--scrapes", type=int, default=200)
     opts = ap.parse_args()
 
+    load = os.getloadavg()
     work = tempfile.mkdtemp(prefix="ipb-", dir="/tmp")
     started = []
     try:
@@ -174,7 +185,8 @@ def main():
                 "--image-pull.preload", present]
         run = subprocess.run([sys.executable, "-c", CHILD, json.dumps(argv),
                               str(opts.scrapes)],
-                             capture_output=True, text=True, cwd=ROOT, timeout=600)
+                             check=False, capture_output=True, text=True, cwd=ROOT,
+                             timeout=600)
         if run.returncode != 0:
             raise SystemExit(f"measured process failed:\n{run.stderr}")
         child = json.loads(run.stdout.splitlines()[-1])
@@ -193,18 +205,19 @@ def main():
         ("layer ingests active (start / end of run)", f"{active} / {still}"),
         ("pods on the node in the watch cache", f"{child['pods_cached']}"),
         ("pulls in progress / queued / stalled",
-         f"{s['kubescale_image_pulls_in_progress']:.0f} / "
-         f"{s.get('kubescale_image_pulls_queued', float('nan')):.0f} / "
-         f"{s['kubescale_image_pull_stalled']:.0f}"),
+         (f"{s['kubescale_image_pulls_in_progress']:.0f} / "
+          f"{s.get('kubescale_image_pulls_queued', float('nan')):.0f} / "
+          f"{s['kubescale_image_pull_stalled']:.0f}")),
         ("first collect (lists manifests once)", f"{child['first_ms']:.1f} ms"),
         (f"collect p50 / p99 / max ({len(t)} scrapes)",
          f"{p50:.2f} / {p99:.2f} / {max(t):.2f} ms"),
+        ("of which the two containerd calls (p50 of 50)", f"{child['calls_ms']:.2f} ms"),
         ("peer: `ctr content active` + `ctr images ls -q`, p50 of 20",
          f"{peer50:.1f} ms ({peer50 / p50:.0f}x our p50)"),
         ("gRPC transport (h2) import time", f"{child['h2_import_ms']:.0f} ms"),
         ("RSS: exporter imported / + h2 / after the run",
-         f"{child['rss_exporter_imported']:.1f} / {child['rss_h2_imported']:.1f} / "
-         f"{child['rss_end']:.1f} MiB"),
+         (f"{child['rss_exporter_imported']:.1f} / {child['rss_h2_imported']:.1f} / "
+          f"{child['rss_end']:.1f} MiB")),
         ("peer max RSS (one ctr process)", f"{peer_rss:.1f} MiB"),
     ]
     width = max(len(k) for k, _ in rows)
@@ -214,15 +227,18 @@ def main():
     RESULTS.write_text(
         "# imagepull collector benchmark\n\n"
         f"`python bench/imagepull.py --ingests {opts.ingests} --pods {opts.pods} "
-        f"--scrapes {opts.scrapes}` on {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, "
-        f"Python {sys.version.split()[0]}, containerd {containerd_version()}.\n\n"
+        f"--scrapes {opts.scrapes}` on {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores "
+        f"(load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: "
+        f"other jobs share the machine), Python {sys.version.split()[0]}, "
+        f"containerd {containerd_version()}.\n\n"
         "| measure | value |\n| --- | --- |\n"
         + "".join(f"| {k} | {v} |\n" for k, v in rows))
     print(f"\nwritten to {RESULTS.relative_to(ROOT)}")
 
 
 def containerd_version():
-    out = subprocess.run(["containerd", "--version"], capture_output=True, text=True).stdout
+    out = subprocess.run(["containerd", "--version"], check=True, capture_output=True,
+                         text=True).stdout
     return out.split()[2] if len(out.split()) > 2 else "?"
 
 

@@ -1,10 +1,10 @@
 """Load: many concurrent scrapers against a real exporter process, with a peer beside it.
 
-    python bench/load.py [--duration 60] [--concurrency 20] [--neighbors 100000]
+    python -m bench.load [--duration 60] [--concurrency 20] [--neighbors 100000]
                          [--peer node_exporter] [-- EXTRA EXPORTER FLAGS]
 
-Fills a throwaway network namespace with permanent neighbor entries (they count in the
-host-global table but not against gc_thresh3), starts `python -m exporter` in node mode
+Fills a throwaway network namespace with PERMANENT neighbor entries (they count in the
+host-global table but never against gc_thresh3), starts `python -m exporter` in node mode
 with the extra flags, and runs `--concurrency` keep-alive scrapers for `--duration`
 seconds. It prints scrapes, failures, p50/p99 latency, CPU seconds per scrape and RSS at
 start, after 10,000 scrapes and at the end; with `--peer node_exporter` it runs Debian's
@@ -23,29 +23,13 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from tests.helpers.netns import NetNS, neighbor_adds
+from tests.helpers.ports import free_port
+from tests.helpers.procs import Proc, cpu_seconds, rss_mib, wait_for_port
 
-from bench.netns import NeighborNamespace  # noqa: E402
-from tests.helpers.ports import free_port  # noqa: E402
-from tests.helpers.procs import Proc, wait_for_port  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 RESULTS = ROOT / "bench" / "results" / "load.md"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 class Load:
@@ -79,11 +63,11 @@ class Load:
                 else:
                     self.latencies.append(took)
                     if len(self.latencies) == 10_000:
-                        self.rss_at_10k = rss_mib(self.pid)
+                        self.rss_at_10k = rss_mib(self.pid)[0]
         conn.close()
 
     def run(self) -> dict:
-        rss_start = rss_mib(self.pid)
+        rss_start = rss_mib(self.pid)[0]
         cpu_start = cpu_seconds(self.pid)
         stop_at = time.monotonic() + self.duration
         threads = [threading.Thread(target=self._worker, args=(stop_at,)) for _ in range(self.concurrency)]
@@ -102,7 +86,7 @@ class Load:
             "cpu_per_scrape_ms": 1000 * (cpu_seconds(self.pid) - cpu_start) / max(1, scrapes),
             "rss_start": rss_start,
             "rss_10k": self.rss_at_10k,
-            "rss_end": rss_mib(self.pid),
+            "rss_end": rss_mib(self.pid)[0],
         }
 
 
@@ -110,17 +94,20 @@ def exporter_argv(port: int, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}", *extra]
 
 
-def node_exporter_argv(ns: str, port: int) -> list[str]:
-    return ["ip", "netns", "exec", ns, "prometheus-node-exporter", "--collector.disable-defaults",
-            "--collector.arp", f"--web.listen-address=127.0.0.1:{port}"]
+def node_exporter_argv(port: int) -> list[str]:
+    return ["prometheus-node-exporter", "--collector.disable-defaults", "--collector.arp",
+            f"--web.listen-address=127.0.0.1:{port}"]
 
 
-def measure(name: str, argv: list[str], port: int, path: str, args, workdir: str) -> dict:
-    proc = Proc(argv, os.path.join(workdir, f"{name}.log"))
+def measure(name: str, argv: list[str], port: int, args, ns: NetNS, workdir: str) -> dict:
+    """Run the server inside the namespace and load it from there (node_exporter's arp
+    collector reads /proc/net/arp, which is per namespace)."""
+    # `ip netns exec` execs the command in place, so the PID is the server's.
+    proc = Proc(["ip", "netns", "exec", ns.name, *argv], os.path.join(workdir, f"{name}.log"))
     try:
-        wait_for_port(port, proc=proc, timeout=30)
-        # `ip netns exec` execs the command in place, so the PID is the server's.
-        result = Load(port, path, proc.pid, args.concurrency, args.duration).run()
+        ns.run(wait_for_port, port, "127.0.0.1", 30.0, proc)
+        # Threads started by a thread inside the namespace stay in it.
+        result = ns.run(Load(port, "/metrics", proc.pid, args.concurrency, args.duration).run)
         result["name"] = name
         return result
     finally:
@@ -149,14 +136,15 @@ def main() -> int:
     args = parser.parse_args()
 
     rows = []
-    with tempfile.TemporaryDirectory() as workdir, NeighborNamespace(args.neighbors) as ns:
+    with tempfile.TemporaryDirectory() as workdir, NetNS("kse-load") as ns:
+        ns.batch(neighbor_adds(args.neighbors, "ipv4", "permanent"))
         port = free_port()
         rows.append(measure("kube-scale-exporter", exporter_argv(port, args.extra), port,
-                            "/metrics", args, workdir))
+                            args, ns, workdir))
         if args.peer == "node_exporter":
             port = free_port()
-            rows.append(measure("node_exporter (arp)", node_exporter_argv(ns.name, port), port,
-                                "/metrics", args, workdir))
+            rows.append(measure("node_exporter (arp)", node_exporter_argv(port), port,
+                                args, ns, workdir))
     ours = rows[0]
     report = (f"# Load: {args.concurrency} concurrent scrapers for {args.duration:.0f} s, "
               f"{args.neighbors} neighbor entries\n\n"

@@ -16,6 +16,7 @@ import threading
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from exporter import __version__, kube
+from exporter.durations import duration
 from exporter.registry import MODES, Collector, UsageError, add_collector_flags, enabled_collectors
 
 log = logging.getLogger("exporter")
@@ -41,16 +42,6 @@ def telemetry_path(value: str) -> str:
     return value
 
 
-def positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value.removesuffix("s"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds such as 10 or 2.5s, got {value!r}") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {value!r}")
-    return seconds
-
-
 def existing_dir(value: str) -> str:
     if not os.path.isdir(value):
         raise argparse.ArgumentTypeError(f"no such directory: {value!r}")
@@ -61,6 +52,16 @@ def non_negative_int(value: str) -> int:
     if not value.isdigit():
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value!r}")
     return int(value)
+
+
+def web_config(value: str):
+    """--web.config.file: load and check it now, so a mistake exits 2 before serving."""
+    from exporter.webconfig import WebConfigError, load  # noqa: PLC0415
+
+    try:
+        return load(value)
+    except WebConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
@@ -79,13 +80,17 @@ def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
                         help=f"Address to serve on (default :{DEFAULT_PORT}).")
     parser.add_argument("--web.telemetry-path", dest="telemetry_path", type=telemetry_path,
                         default="/metrics", help="Path for metrics (default /metrics).")
+    parser.add_argument("--web.config.file", dest="web_config", type=web_config, default=None,
+                        metavar="FILE",
+                        help="exporter-toolkit web config (TLS, mTLS, basic auth); see "
+                             "docs/deploy.md. Default: plain HTTP, no auth.")
     parser.add_argument("--web.max-requests", dest="max_requests", type=non_negative_int,
                         default=40, help="Concurrent scrapes allowed; more get 503. 0 means "
                                          "no limit (default 40).")
     parser.add_argument("--web.process-metrics", dest="process_metrics", action="store_true",
                         help="Also export the client library's process_* and python_* series "
                              "(off: they cost ~16 series per node).")
-    parser.add_argument("--scrape.timeout", dest="scrape_timeout", type=positive_seconds,
+    parser.add_argument("--scrape.timeout", dest="scrape_timeout", type=duration,
                         default=10.0, help="Longest a scrape may take when Prometheus sends no "
                                            "X-Prometheus-Scrape-Timeout-Seconds (default 10s); "
                                            "also caps that header.")
@@ -141,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 def serve(args, collectors: list[Collector]) -> int:
     from exporter.http import App, make_server  # noqa: PLC0415
     from exporter.scrape import Scraper  # noqa: PLC0415
+    from exporter.webconfig import LiveWebConfig  # noqa: PLC0415
 
     extra = None
     if args.process_metrics:
@@ -149,7 +155,9 @@ def serve(args, collectors: list[Collector]) -> int:
         PlatformCollector(registry=extra)
         GCCollector(registry=extra)
     scraper = Scraper(collectors)
-    app = App(scraper, args.telemetry_path, args.scrape_timeout, args.max_requests, extra)
+    web = LiveWebConfig(args.web_config) if args.web_config else None
+    app = App(scraper, args.telemetry_path, args.scrape_timeout, args.max_requests, extra,
+              web=web)
     host, port = args.listen
     try:
         server = make_server(app, host, port)
@@ -162,9 +170,12 @@ def serve(args, collectors: list[Collector]) -> int:
         signal.signal(sig, lambda *_: stop.set())
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
-    log.info("kube-scale-exporter %s (Python %s) mode=%s collectors=%s listening on %s:%d",
+    log.info("kube-scale-exporter %s (Python %s) mode=%s collectors=%s listening on %s:%d "
+             "tls=%s basic_auth=%s",
              __version__, platform.python_version(), args.mode,
-             ",".join(c.name for c in collectors) or "none", host or "*", server.server_port)
+             ",".join(c.name for c in collectors) or "none", host or "*", server.server_port,
+             bool(args.web_config and args.web_config.tls),
+             bool(args.web_config and args.web_config.users))
     stop.wait()
     log.info("shutting down")
     server.shutdown()

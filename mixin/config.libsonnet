@@ -74,11 +74,13 @@
     balloonExhaustedFor: '5m',
     balloonMisconfiguredFor: '15m',
 
-    // Exporter health: a share of node targets down (never one alert per node).
+    // Exporter health: a share of a job's targets down (never one alert per node; for the
+    // single-replica cluster-mode job any share above this means it is down).
     exporterDownRatio: 0.1,
     exporterDownFor: '15m',
-    clusterExporterDownFor: '10m',
     collectorFailingFor: '15m',
+    // Watches reconnect with backoff on their own; only a lasting outage needs a person.
+    kubeWatchDownFor: '15m',
     // Series budgets per target (issue 7's budgets: node <= 40 with default collectors,
     // cluster <= 500); above them the fleet multiplies the overrun by the node count.
     nodeSeriesBudget: 40,

@@ -17,7 +17,7 @@ if [[ -s $out && -f $stamp && $(cat "$stamp") == "$want" ]]; then
     exit 0
 fi
 
-command -v npm >/dev/null || { apt-get install -y --no-install-recommends nodejs npm; }
+command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm; }
 mkdir -p "$dir"
 cd "$dir"
 [[ -f package.json ]] || echo '{"private": true}' > package.json

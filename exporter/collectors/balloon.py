@@ -3,8 +3,8 @@
 Balloons are the pods matching `--balloon.selector` (a label selector, evaluated by the API
 server; giving it enables the collector, cluster mode only). Three informers feed it:
 the balloon pods (all namespaces), PriorityClasses, and nodes (shrunk to allocatable).
-Scrapes read their caches. The exposition, for 3 balloons of 2 CPUs / 4 GiB on 2 nodes
-and one waiting for a node:
+Scrapes read their caches. The exposition, for two Running balloons of 2 CPUs / 4 GiB on
+two nodes and one balloon waiting for a node:
 
     # HELP kubescale_balloon_pods Balloon pods by phase.
     # TYPE kubescale_balloon_pods gauge
@@ -31,7 +31,8 @@ and one waiting for a node:
     kubescale_balloon_misconfigured{reason="priority_below_autoscaler_cutoff"} 0.0
     ...
 
-followed by the informers' kubescale_kube_* health (exporter.kube.health). Every label
+followed by the kubescale_kube_* health (exporter.kube.health) of every informer in the
+process: its own three and those of other cluster-mode collectors. Every label
 value comes from a fixed set, except `resource`, which is bounded by the resource names
 the cluster defines (cpu, memory, nvidia.com/gpu, ...), named as kube-state-metrics does.
 """
@@ -66,11 +67,14 @@ REASONS = {
         "their priorityClassName names no PriorityClass",
     "requests_fit_no_node":
         "their requests exceed the allocatable resources of every node",
+    "no_requests":
+        "they request no resources, so they hold no headroom",
 }
 # The cluster-autoscaler gives up on a node that has not registered after
 # --max-node-provision-time, 15 minutes by default.
 PENDING_WARN_SECONDS = 15 * 60
-# The first sync is awaited this long inside a scrape; longer means the API is unreachable.
+# The first sync is awaited this long inside a scrape (well within the default 10 s
+# scrape timeout); longer means the API server is unreachable or refuses us.
 SYNC_WAIT_SECONDS = 5.0
 
 _SELECTOR_TERM = re.compile(
@@ -103,7 +107,7 @@ def resource_label(name: str) -> tuple[str, str]:
 
 
 def _timestamp(text):
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(text).timestamp()
 
 
 def _preempted(pod) -> bool:
@@ -121,6 +125,13 @@ def _has_disruption_target(pod) -> bool:
 
 def _running(pod) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running" and bool(
+        (pod.get("spec") or {}).get("nodeName"))
+
+
+def _started(pod) -> bool:
+    """It ran on a node. Kubelets since 1.22 move a deleted pod to Failed or Succeeded
+    before it disappears, so a preempted balloon is not always Running at the end."""
+    return (pod.get("status") or {}).get("phase") not in (None, "Pending") and bool(
         (pod.get("spec") or {}).get("nodeName"))
 
 
@@ -168,6 +179,8 @@ def summarize(pods, priority_classes, node_allocatables, now, cutoff) -> Summary
             s.misconfigured["priority_not_negative"] += 1
         if priority < cutoff:
             s.misconfigured["priority_below_autoscaler_cutoff"] += 1
+        if not any(v > 0 for v in requests.values()):
+            s.misconfigured["no_requests"] += 1
         key = tuple(sorted(requests.items()))
         if key not in fits_cache:
             fits_cache[key] = any(all(v <= alloc.get(r, 0) for r, v in requests.items())
@@ -208,10 +221,13 @@ def families(s: Summary, preemptions: int):
 
 
 def _node_allocatable(node):
-    # Only what the fit check needs: a 7,500-node cache stays a few MB.
+    """Only what the fit check needs, parsed once per node update on the informer's
+    thread: a 7,500-node cache stays a few MB and a scrape parses nothing."""
     meta = node.get("metadata") or {}
+    alloc = (node.get("status") or {}).get("allocatable") or {}
     return {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion")},
-            "status": {"allocatable": (node.get("status") or {}).get("allocatable") or {}}}
+            "allocatable": tuple(sorted((name, kube.parse_quantity(q))
+                                        for name, q in alloc.items()))}
 
 
 @register
@@ -249,16 +265,14 @@ class BalloonCollector(Collector):
         except kube.ConfigError as e:
             raise UsageError(f"--kube.kubeconfig: {e}") from None
 
-    def __init__(self, args, client=None):
+    def __init__(self, args):
         self.selector = args.balloon_selector
         self.cutoff = args.balloon_autoscaler_cutoff
-        self.client = client or kube.client_from_args(args)
+        self.client = kube.client_from_args(args)
         self._lock = threading.Lock()
         self._preemptions = 0
         self._counted = set()   # uids already counted from their DisruptionTarget condition
         self._conditions_api = None  # does the server set DisruptionTarget (1.26+)?
-        self._alloc_key = None
-        self._allocs = []
         self.pods = kube.Informer(self.client, kube.PODS, label_selector=self.selector,
                                   on_update=self._on_update, on_delete=self._on_delete)
         self.classes = kube.Informer(self.client, kube.PRIORITY_CLASSES)
@@ -287,8 +301,8 @@ class BalloonCollector(Collector):
                 return
         if _preempted(pod):
             counted = True
-        elif _running(pod) and not _has_disruption_target(pod) and not self._server_sets_conditions():
-            counted = True  # before 1.26 a deleted Running balloon is the best sign there is
+        elif _started(pod) and not _has_disruption_target(pod) and not self._server_sets_conditions():
+            counted = True  # before 1.26 a deleted running balloon is the best sign there is
         else:
             counted = False
         if counted:
@@ -306,20 +320,13 @@ class BalloonCollector(Collector):
 
     # ---- scrape ------------------------------------------------------------------------
     def _allocatables(self):
-        """Distinct node allocatable vectors, recomputed only when nodes change."""
-        key = self.nodes.resource_version
-        if key != self._alloc_key:
-            distinct = {}
-            for node in self.nodes.items():
-                alloc = {name: kube.parse_quantity(q)
-                         for name, q in node["status"]["allocatable"].items()}
-                distinct[tuple(sorted(alloc.items()))] = alloc
-            self._allocs, self._alloc_key = list(distinct.values()), key
-        return self._allocs
+        """Distinct node allocatable vectors (node pools share a few shapes)."""
+        return [dict(shape) for shape in {node["allocatable"] for node in self.nodes.items()}]
 
     def collect(self):
+        deadline = time.monotonic() + SYNC_WAIT_SECONDS
         for informer in self.informers:
-            if not informer.wait_synced(SYNC_WAIT_SECONDS):
+            if not informer.wait_synced(max(0.0, deadline - time.monotonic())):
                 raise RuntimeError(f"no {informer.resource.plural} from the API server yet")
         s = summarize(self.pods.items(), self.classes.items(), self._allocatables(),
                       time.time(), self.cutoff)
@@ -327,7 +334,9 @@ class BalloonCollector(Collector):
             preemptions = self._preemptions
         self._summary = s
         yield from families(s, preemptions)
-        yield from kube.health_families(self.informers)
+        # Every informer of the process, other cluster-mode collectors' too: a scrape may
+        # hold each health family only once.
+        yield from kube.health_families(kube.live_informers())
 
     def findings(self):
         s = self._summary
@@ -376,4 +385,7 @@ _ADVICE = {
         "Lower the balloons' requests below a node's allocatable (kubectl describe node), or "
         "add a node group large enough. A node group scaled to zero has no node to compare "
         "with: this check then errs on the side of warning.",
+    "no_requests":
+        "Set resources.requests (cpu, memory, GPUs) on the balloon Deployment's container: "
+        "the headroom is what they request.",
 }

@@ -56,13 +56,13 @@ import os
 import re
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable
 from urllib.parse import urlsplit
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from exporter.cli import positive_seconds
+from exporter.durations import duration
 from exporter.etcd.client import EtcdError, TLSFiles, new_session
 from exporter.etcd.cluster import ClusterState, EtcdCluster
 from exporter.etcd.keys import count_resources
@@ -73,6 +73,7 @@ log = logging.getLogger(__name__)
 ALARMS = ("NOSPACE", "CORRUPT")
 DEFAULT_QUOTA = 2 * 1024**3  # etcd's own default for --quota-backend-bytes
 LOCAL_DEFAULT = "main=https://127.0.0.1:2379"
+NO_TLS = TLSFiles()
 KUBEADM_TLS = TLSFiles(
     ca="/etc/kubernetes/pki/etcd/ca.crt",
     cert="/etc/kubernetes/pki/etcd/healthcheck-client.crt",
@@ -132,7 +133,7 @@ def tls_files(args: argparse.Namespace) -> TLSFiles:
     """The TLS files given, or kubeadm's for --etcd.local over https without any given."""
     given = TLSFiles(args.etcd_ca_file, args.etcd_cert_file, args.etcd_key_file)
     local_https = any(url.startswith("https:") for _, urls in args.etcd_local for url in urls)
-    if given == TLSFiles() and local_https:
+    if given == NO_TLS and local_https:
         return KUBEADM_TLS
     return given
 
@@ -168,18 +169,18 @@ class EtcdCollector(Collector):
                            help="Client certificate for etcd (with --etcd.key-file).")
         group.add_argument("--etcd.key-file", dest="etcd_key_file", default=None, metavar="FILE",
                            help="Client key for etcd (with --etcd.cert-file).")
-        group.add_argument("--etcd.timeout", dest="etcd_timeout", type=positive_seconds, metavar="SECONDS",
+        group.add_argument("--etcd.timeout", dest="etcd_timeout", type=duration, metavar="DURATION",
                            default=2.0, help="Timeout of each request to etcd (default 2s).")
         group.add_argument("--etcd.quota-bytes", dest="etcd_quota_bytes", type=byte_size,
                            default=DEFAULT_QUOTA, metavar="BYTES",
                            help="Quota to assume when etcd tells neither in Status nor in "
                                 "/metrics (default 2Gi, etcd's default).")
         group.add_argument("--etcd.min-interval", dest="etcd_min_interval",
-                           type=positive_seconds, default=15.0, metavar="SECONDS",
+                           type=duration, default=15.0, metavar="DURATION",
                            help="Serve member status from cache when younger than this, "
                                 "whatever the number of scrapers (default 15s).")
         group.add_argument("--etcd.keys-interval", dest="etcd_keys_interval",
-                           type=positive_seconds, default=300.0, metavar="SECONDS",
+                           type=duration, default=300.0, metavar="DURATION",
                            help="Count keys per resource in the background this often "
                                 "(default 300s).")
         group.add_argument("--etcd.keys-prefix", dest="etcd_keys_prefix", type=keys_prefix,
@@ -218,7 +219,8 @@ class EtcdCollector(Collector):
 
     def __init__(self, args):
         super().__init__(args)
-        session = new_session(tls_files(args))
+        self.tls = tls_files(args)
+        session = new_session(self.tls)
         specs = [(name, urls, True) for name, urls in args.etcd_clusters]
         specs += [(name, urls, False) for name, urls in args.etcd_local]
         self.clusters = [
@@ -300,7 +302,7 @@ class EtcdCollector(Collector):
         if self._thread is not None:
             # `check` runs once, right after start(): let the first key count finish.
             self._keys_counted.wait(timeout=10 * self.args.etcd_timeout)
-        return advise(self.states(), self.keys())
+        return advise(self.states(), self.keys(), self.tls)
 
 
 def exposition(states: list[ClusterState], keys: dict[str, tuple[dict[str, int], float]],
@@ -371,29 +373,52 @@ def exposition(states: list[ClusterState], keys: dict[str, tuple[dict[str, int],
             key_count, key_time]
 
 
-ETCDCTL = "etcdctl --endpoints=URL --cacert=CA --cert=CERT --key=KEY"
-NOSPACE_ADVICE = (
-    "Free space, then disarm (the alarm stays raised until disarmed):\n"
-    f"rev=$({ETCDCTL} endpoint status --write-out=json | grep -o '\"revision\":[0-9]*' | cut -d: -f2)\n"
-    f"{ETCDCTL} compaction --physical $rev\n"
-    f"{ETCDCTL} defrag   (one member at a time; it blocks that member while it runs)\n"
-    f"{ETCDCTL} alarm disarm")
 CORRUPT_ADVICE = ("Do not disarm CORRUPT: the member's data differs from the others. Remove "
                   "the member and add it back empty so it copies a healthy member's data.")
+
+
+def etcdctl(url: str | None, tls: TLSFiles) -> str:
+    """The etcdctl command line that reaches this member as the exporter does."""
+    parts = ["etcdctl", f"--endpoints={url or 'URL'}"]
+    for flag, path in (("--cacert", tls.ca), ("--cert", tls.cert), ("--key", tls.key)):
+        if path:
+            parts.append(f"{flag}={path}")
+    return " ".join(parts)
+
+
+def nospace_advice(ctl: str) -> str:
+    """A shell script: compact the history, defragment every member, then disarm."""
+    return (
+        "# Compact the history, defragment every member (one at a time: each blocks while it\n"
+        "# runs), then disarm; the alarm stays raised until disarmed.\n"
+        f"rev=$({ctl} endpoint status --write-out=json | grep -o '\"revision\":[0-9]*' | head -1 | cut -d: -f2)\n"
+        f"{ctl} compaction --physical \"$rev\"\n"
+        f"{ctl} defrag --cluster\n"
+        f"{ctl} alarm disarm")
 
 
 def _mib(n: float) -> str:
     return f"{n / 1024**2:,.0f} MiB"
 
 
-def advise(states: list[ClusterState], keys: dict[str, tuple[dict[str, int], float]]) -> list[Finding]:
-    """What `check` tells a person: quota, alarms, fragmentation, events in the main etcd."""
+def advise(states: list[ClusterState], keys: dict[str, tuple[dict[str, int], float]],
+           tls: TLSFiles = NO_TLS) -> list[Finding]:
+    """What `check` tells a person: quota, alarms, fragmentation, events in the main etcd.
+
+    Commands name the member URLs and TLS files the exporter uses, so they run as printed.
+    """
     out = []
     for state in states:
         if not state.up:
             out.append(Finding("critical", f"etcd {state.name}: no member answered",
                                f"error: {state.error}"))
             continue
+        answering = [m for m in state.members if m.status is not None]
+        nospace = [m.name for m in answering if m.alarms and "NOSPACE" in m.alarms]
+        if nospace:
+            out.append(Finding(
+                "critical", f"etcd {state.name}: alarm NOSPACE is raised on {', '.join(nospace)} "
+                "(writes are refused)", nospace_advice(etcdctl(answering[0].url, tls))))
         for m in state.members:
             where = f"etcd {state.name} member {m.name}"
             if m.status is None:
@@ -401,11 +426,8 @@ def advise(states: list[ClusterState], keys: dict[str, tuple[dict[str, int], flo
                 continue
             s = m.status
             used = s.db_size / m.quota_bytes
-            if m.alarms:
-                nospace = " (writes are refused)" if "NOSPACE" in m.alarms else ""
-                out.append(Finding(
-                    "critical", f"{where}: alarm {', '.join(sorted(m.alarms))} is raised{nospace}",
-                    CORRUPT_ADVICE if "CORRUPT" in m.alarms else NOSPACE_ADVICE))
+            if m.alarms and "CORRUPT" in m.alarms:
+                out.append(Finding("critical", f"{where}: alarm CORRUPT is raised", CORRUPT_ADVICE))
             if used >= NEAR_QUOTA_WARNING:
                 severity = "critical" if used >= NEAR_QUOTA_CRITICAL else "warning"
                 out.append(Finding(
@@ -419,7 +441,8 @@ def advise(states: list[ClusterState], keys: dict[str, tuple[dict[str, int], flo
                 out.append(Finding(
                     "warning", f"{where}: {_mib(free)} of the {_mib(s.db_size)} database is "
                     "free pages; a defragment returns them",
-                    f"{ETCDCTL} defrag   (one member at a time; it blocks that member while it runs)"))
+                    "# one member at a time: the member blocks while it defragments\n"
+                    f"{etcdctl(m.url, tls)} defrag"))
         counts = keys.get(state.name, ({}, 0))[0]
         events = counts.get("events", 0)
         others = sum(v for k, v in counts.items() if k != "events")

@@ -39,10 +39,8 @@ mapped to images and the limits of that mapping.
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -51,41 +49,32 @@ from datetime import datetime
 import yaml
 from prometheus_client.core import GaugeMetricFamily
 
+from exporter import kube
 from exporter.containerd import pulls as pullmap
-from exporter.containerd.client import DEFAULT_ADDRESS, ContainerdError, Ingest, socket_path
+from exporter.containerd.client import (
+    DEFAULT_ADDRESS,
+    ContainerdClient,
+    ContainerdError,
+    Ingest,
+    socket_path,
+)
 from exporter.containerd.reference import Reference, parse
+from exporter.durations import duration
 from exporter.registry import Collector, Finding, UsageError, register
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
+# All the API access it needs; the tests run it as a service account bound to exactly
+# these. The watch is filtered to this node's pods, which RBAC cannot express.
+RBAC_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
 # Waiting reasons that do not mean "needs its image now": the container waits for the
 # pod's init containers, and the kubelet has not asked for its image yet.
 NOT_PULLING_YET = frozenset({"PodInitializing"})
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
-
-
-def duration(value: str) -> float:
-    """Seconds from "120", "90s", "2m" or "1h30m" (Go-style, as Kubernetes users write)."""
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        match = _DURATION.fullmatch(text)
-        if not text or not match:
-            raise argparse.ArgumentTypeError(
-                f"expected a duration such as 120, 90s or 2m, got {value!r}") from None
-        h, m, s = (float(g) if g else 0.0 for g in match.groups())
-        seconds = h * 3600 + m * 60 + s
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {value!r}")
-    return seconds
-
-
 def _rfc3339(value) -> float | None:
     if not value:
         return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(value).timestamp()
 
 
 # ---- the kubelet's config file ------------------------------------------------------
@@ -98,11 +87,11 @@ class KubeletPullSettings:
     @classmethod
     def from_config(cls, doc) -> KubeletPullSettings:
         if not isinstance(doc, dict):
-            raise ValueError("not a KubeletConfiguration mapping")
+            raise TypeError("not a KubeletConfiguration mapping")
         serialize = doc.get("serializeImagePulls", True)
         limit = doc.get("maxParallelImagePulls")
         if not isinstance(serialize, bool):
-            raise ValueError(f"serializeImagePulls is {serialize!r}, not true/false")
+            raise TypeError(f"serializeImagePulls is {serialize!r}, not true/false")
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise ValueError(f"maxParallelImagePulls is {limit!r}, not a whole number >= 1")
         # The kubelet requires maxParallelImagePulls unset or 1 when pulls are serialized.
@@ -132,7 +121,7 @@ class KubeletConfigFile:
                 with open(self.path, "rb") as f:
                     self._settings = KubeletPullSettings.from_config(yaml.safe_load(f))
                 self.error = None
-            except (OSError, yaml.YAMLError, ValueError) as exc:
+            except (OSError, yaml.YAMLError, ValueError, TypeError) as exc:
                 self._settings = None
                 self.error = f"kubelet config {self.path}: {exc}"
                 log.warning("%s", self.error)
@@ -142,7 +131,7 @@ class KubeletConfigFile:
 # ---- pods on this node ---------------------------------------------------------------
 
 def _waiting_containers(pod: dict):
-    """(container spec, waiting reason or None) for containers whose image is wanted now."""
+    """The specs of the pod's containers whose image is wanted now."""
     status = pod.get("status") or {}
     if status.get("phase") in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
         return
@@ -155,11 +144,11 @@ def _waiting_containers(pod: dict):
             if s is None:
                 # Not reported by the kubelet yet: the pod was just bound to this node.
                 if status.get("phase", "Pending") == "Pending":
-                    yield container, None
+                    yield container
                 continue
             waiting = (s.get("state") or {}).get("waiting")
             if waiting is not None and waiting.get("reason") not in NOT_PULLING_YET:
-                yield container, waiting.get("reason")
+                yield container
 
 
 def images_wanted(pods) -> dict[str, tuple[Reference, float | None]]:
@@ -168,7 +157,7 @@ def images_wanted(pods) -> dict[str, tuple[Reference, float | None]]:
     for pod in pods:
         status = pod.get("status") or {}
         since = _rfc3339(status.get("startTime") or pod["metadata"].get("creationTimestamp"))
-        for container, _reason in _waiting_containers(pod):
+        for container in _waiting_containers(pod):
             try:
                 ref = parse(container.get("image") or "")
             except ValueError:
@@ -217,6 +206,7 @@ class PullState:
     stall_after: float
     pulls: list[pullmap.Pull]
     queued: list[tuple[Reference, float | None]] | None  # None: pods not known
+    waiting_since: list[float]  # when pods began waiting for each image not present
     kubelet: KubeletPullSettings | None
     kubelet_error: str | None = None
     preload_missing: list[str] | None = None  # None: no --image-pull.preload
@@ -227,8 +217,7 @@ class PullState:
 
     def __post_init__(self):
         self.stalled = [p for p in self.pulls if p.stalled(self.now, self.stall_after)]
-        starts = [p.started_at for p in self.pulls if p.started_at]
-        starts += [since for _ref, since in self.queued or () if since]
+        starts = [p.started_at for p in self.pulls if p.started_at] + self.waiting_since
         self.oldest_seconds = max(0.0, self.now - min(starts)) if starts else 0.0
 
 
@@ -240,16 +229,19 @@ def observe(now, stall_after, ingests: list[Ingest], owners, present: set[str] |
     set of image names containerd has (None when it was not needed)."""
     in_progress = pullmap.group(ingests, owners)
     present = present or set()
-    queued = None
+    queued, waiting_since = None, []
     if wanted is not None:
         downloading = set().union(*(p.sources for p in in_progress))
-        queued = sorted(((ref, since) for name, (ref, since) in wanted.items()
-                         if name not in present and ref.source not in downloading),
+        missing = [(ref, since) for name, (ref, since) in wanted.items() if name not in present]
+        queued = sorted(((ref, since) for ref, since in missing if ref.source not in downloading),
                         key=lambda item: item[0].name)
-    missing = [r.name for r in preload if r.name not in present] if preload else None
+        # A pod's pull began when it started waiting, even if the download began later.
+        waiting_since = [since for _ref, since in missing if since is not None]
+    preload_missing = [r.name for r in preload if r.name not in present] if preload else None
     return PullState(now=now, stall_after=stall_after, pulls=in_progress, queued=queued,
-                     kubelet=kubelet, kubelet_error=kubelet_error, preload_missing=missing,
-                     preload_total=len(preload), pods_error=pods_error)
+                     waiting_since=waiting_since, kubelet=kubelet, kubelet_error=kubelet_error,
+                     preload_missing=preload_missing, preload_total=len(preload),
+                     pods_error=pods_error)
 
 
 def families(state: PullState):
@@ -306,20 +298,24 @@ def _age(seconds: float) -> str:
     return f"{seconds}s"
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 def advise(state: PullState) -> list[Finding]:
     found = []
     waiting = len(state.queued or ())
     busy = len(state.pulls)
-    gib = lambda n: f"{n / 2**30:.1f} GiB"  # noqa: E731
     if busy:
         found.append(Finding("info", f"{busy} image pull(s) in progress: "
-                             f"{gib(sum(p.downloaded_bytes for p in state.pulls))} of "
-                             f"{gib(sum(p.expected_bytes for p in state.pulls))} downloaded; "
+                             f"{_size(sum(p.downloaded_bytes for p in state.pulls))} of "
+                             f"{_size(sum(p.expected_bytes for p in state.pulls))} downloaded; "
                              f"oldest unfinished pull {_age(state.oldest_seconds)}"))
     kubelet = state.kubelet
+    behind_serial = bool(kubelet and kubelet.serialize and waiting and busy)
     if kubelet is None:
         found.append(Finding("info", f"pull settings unknown: {state.kubelet_error}"))
-    elif kubelet.serialize and waiting:
+    elif behind_serial:
         found.append(Finding(
             "warning",
             f"serializeImagePulls is true and {waiting} image(s) wait for a pull slot "
@@ -337,9 +333,10 @@ def advise(state: PullState) -> list[Finding]:
                              "a burst of pods pulls every image at once"))
     if state.queued is None:
         found.append(Finding("info", f"queued pulls unknown: {state.pods_error or 'pod watch not synced'}"))
-    elif waiting and not (kubelet and kubelet.serialize):
+    elif waiting and not behind_serial:
         found.append(Finding("info", f"{waiting} image(s) needed by waiting containers are "
-                             f"neither present nor downloading"))
+                             f"neither present nor downloading (pull back-off, or about to "
+                             f"start)"))
     if state.stalled:
         oldest = min(p.last_progress_at for p in state.stalled)
         found.append(Finding(
@@ -371,6 +368,7 @@ class ImagePullCollector(Collector):
     name = "imagepull"
     modes = frozenset({"node"})
     default_enabled = True
+    default_condition = " where --containerd.address exists"
     help = ("Image pulls on this node from containerd (downloading, queued, stalled), the "
             "kubelet's pull settings and missing preloaded images.")
 
@@ -398,6 +396,12 @@ class ImagePullCollector(Collector):
             "--image-pull.preload", dest="image_pull_preload", action="append", default=[],
             metavar="IMAGE[,IMAGE...]",
             help="Images this node should have baked in; repeat or separate with commas.")
+
+    @classmethod
+    def enabled_by_default(cls, args):
+        # A plain Linux host has no containerd: stay quiet there. The DaemonSet passes
+        # --collector.imagepull, so a socket left unmounted fails loudly instead.
+        return os.path.exists(socket_path(args.containerd_address))
 
     @classmethod
     def validate(cls, args):
@@ -437,18 +441,11 @@ class ImagePullCollector(Collector):
         self.pods, self.pods_error = start_pod_watch(self.args)
 
     def _containerd(self):
-        """The client, made on first use so a missing h2 fails scrapes, not startup."""
+        """The client, made on first use so h2 is imported only where this collector runs."""
         if self.client is None:
-            from exporter.containerd.client import ContainerdClient  # noqa: PLC0415
-
-            try:
-                client = ContainerdClient(self.args.containerd_address,
-                                          self.args.containerd_namespace,
-                                          self.args.containerd_timeout)
-            except ImportError as exc:
-                raise ContainerdError(
-                    f"the imagepull collector needs h2 ({exc}): "
-                    "pip install 'kube-scale-exporter[imagepull]'") from None
+            client = ContainerdClient(self.args.containerd_address,
+                                      self.args.containerd_namespace,
+                                      self.args.containerd_timeout)
             self.manifests = pullmap.ManifestIndex(
                 lambda: client.content(pullmap.MANIFEST_FILTER))
             self.client = client
@@ -460,8 +457,6 @@ class ImagePullCollector(Collector):
             self._state = state
         yield from families(state)
         if self.pods is not None:
-            from exporter import kube  # noqa: PLC0415
-
             yield from kube.health_families([self.pods])
 
     def observe(self) -> PullState:
@@ -502,8 +497,6 @@ def start_pod_watch(args):
         why = "no node name (--kube.node-name or NODE_NAME)"
         log.warning("imagepull: no pod watch, kubescale_image_pulls_queued is absent: %s", why)
         return None, why
-    from exporter import kube  # noqa: PLC0415
-
     try:
         informer = kube.for_node(kube.client_from_args(args), kube.PODS, node,
                                  transform=pod_summary)

@@ -80,7 +80,8 @@ class ContainerdClient:
     """Short, timed, read-only calls to one containerd namespace, one connection each."""
 
     def __init__(self, address: str, namespace: str, timeout: float):
-        from exporter.containerd import grpc_h2  # noqa: PLC0415  (needs the imagepull extra)
+        # Here, not at the top: h2 is the optional `imagepull` extra.
+        from exporter.containerd import grpc_h2
 
         self._grpc = grpc_h2
         self.path = socket_path(address)

@@ -85,7 +85,7 @@ def call(path: str, method: str, request: bytes, timeout: float,
             while not result.done:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise socket.timeout
+                    raise TimeoutError
                 sock.settimeout(remaining)
                 data = sock.recv(1 << 16)
                 if not data:
@@ -94,7 +94,7 @@ def call(path: str, method: str, request: bytes, timeout: float,
                 for event in conn.receive_data(data):
                     _handle(conn, event, stream, result)
                 sock.sendall(conn.data_to_send())
-        except socket.timeout:
+        except TimeoutError:
             raise GrpcError("DEADLINE_EXCEEDED", f"no answer within {timeout:g}s") from None
         except h2.exceptions.ProtocolError as exc:
             raise GrpcError("UNAVAILABLE", f"not an HTTP/2 gRPC server: {exc}") from None

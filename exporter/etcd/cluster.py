@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import requests
 
-from exporter.etcd.client import Alarm, EtcdClient, EtcdError, Member, Status
+from exporter.etcd.client import EtcdClient, EtcdError, Member, Status
 
 QUOTA_METRIC = "etcd_server_quota_backend_bytes"
 
@@ -23,6 +23,7 @@ QUOTA_METRIC = "etcd_server_quota_backend_bytes"
 @dataclass(frozen=True)
 class MemberState:
     name: str
+    url: str | None  # where it was asked; None when its URL is unknown
     status: Status | None  # None when the member did not answer
     error: str | None
     quota_bytes: int
@@ -102,7 +103,7 @@ class EtcdCluster:
         try:
             members, entry = self._member_list()
         except EtcdError as exc:
-            down = tuple(MemberState(label, None, str(exc), 0, "", None) for label in self._known)
+            down = tuple(MemberState(label, None, None, str(exc), 0, "", None) for label in self._known)
             return ClusterState(self.name, down, str(exc), now)
         names = {m.id: m.label for m in members}
         if self.discover:
@@ -125,7 +126,7 @@ class EtcdCluster:
                     self._labels[url] = label
                 mine = None if alarms is None else frozenset(
                     a.alarm for a in alarms if names.get(a.member_id) == label)
-                states.append(MemberState(label, status, error, quota, source, mine))
+                states.append(MemberState(label, url, status, error, quota, source, mine))
         self._known = [s.name for s in states]
         answered = any(s.status is not None for s in states)
         error = None if answered else "; ".join(s.error or "" for s in states) or "no members"

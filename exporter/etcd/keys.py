@@ -1,8 +1,9 @@
 """Key counts per Kubernetes resource, found without listing keys or reading values.
 
 Kubernetes stores objects at PREFIX<resource>/<namespace>/<name> for built-in
-resources and PREFIX<group>/<resource>/... for custom resources and a few aggregated
-ones (a first segment with a dot is an API group). The walk asks etcd for the first key
+resources, PREFIX<group>/<resource>/... for custom resources and a few aggregated ones
+(a first segment with a dot is an API group), and Services and Endpoints at
+PREFIXservices/specs/... and PREFIXservices/endpoints/.... The walk asks etcd for the first key
 at or after a cursor (keys only, limit 1), derives that key's resource, counts the
 resource's whole range in one count-only request, then moves the cursor past it. So a
 store of 100k keys in 50 resources costs 101 small requests, whatever the key count.
@@ -26,16 +27,20 @@ MAX_LABEL = 100
 # be made harmless, not an exact name to preserve.
 _UNSAFE = re.compile(r"[^a-z0-9._/-]")
 WALK_FACTOR = 4
+# Built-in resources stored one level deeper: services/specs and services/endpoints
+# (Endpoints objects, which grow with the pods behind each Service).
+NESTED = {b"services"}
 
 
 def resource_of(key: bytes, prefix: bytes) -> tuple[str, bytes]:
     """(resource label, the key range prefix it covers) for a key under `prefix`.
 
-    A key without a further "/" after its resource (e.g. /registry/ranges/serviceips is
-    fine, but a bare /registry/health is a single key) covers just itself.
+    A key with nothing below its resource segment (a bare PREFIX/health) covers just
+    itself.
     """
     parts = key[len(prefix):].split(b"/")
-    depth = 2 if b"." in parts[0] and len(parts) >= 3 else 1
+    two_level = b"." in parts[0] or parts[0] in NESTED
+    depth = 2 if two_level and len(parts) >= 3 else 1
     if len(parts) <= depth:
         return sanitize(parts[0]), key
     return sanitize(b"/".join(parts[:depth])), prefix + b"/".join(parts[:depth]) + b"/"

@@ -26,6 +26,8 @@ WATCH_TIMEOUT_SECONDS = (300, 600)
 # silent for twice that means a dead connection, and the watch resumes from the last RV.
 WATCH_READ_TIMEOUT = 120.0
 PAGE_SIZE = 500
+# A watch the server ends sooner than this without a single event counts as a failure.
+QUICK_CLOSE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,17 @@ class Backoff:
         self._failures = 0
 
 
+# Every started, not yet stopped informer of the process: one collector exports the
+# health of all of them (a scrape may hold each metric family once).
+_LIVE = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def live_informers() -> list:
+    with _LIVE_LOCK:
+        return list(_LIVE)
+
+
 def object_key(obj) -> str:
     meta = obj.get("metadata", {})
     ns = meta.get("namespace")
@@ -97,8 +110,9 @@ class Informer:
     """A thread-safe cache of one resource, filtered on the server by label/field selectors.
 
     Handlers run on the informer's thread, in event order: `on_add(obj)`,
-    `on_update(old, new)`, `on_delete(obj)`. After a relist the differences against the
-    old cache are delivered the same way, so a deletion missed during a gap is still seen.
+    `on_update(old, new)`, `on_delete(obj)` (the object's final state from the DELETED
+    event). After a relist the differences against the old cache are delivered the same
+    way, so a deletion missed during a gap is still seen (with the last state cached).
     Objects are shared between the cache, handlers and readers: treat them as read-only.
     `transform(obj) -> obj` may shrink objects before they are stored.
     """
@@ -142,10 +156,14 @@ class Informer:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, daemon=True,
                                             name=f"informer-{self.resource.plural}")
+            with _LIVE_LOCK:
+                _LIVE.add(self)
             self._thread.start()
         return self
 
     def stop(self, timeout=5.0):
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
         self._stop.set()
         watch = self._watch
         if watch is not None:
@@ -188,11 +206,13 @@ class Informer:
             except Gone:
                 log.info("%s: resourceVersion %s is gone; relisting", self.path, self._rv)
                 self._rv = None
-            except (ApiError, requests.RequestException, ValueError) as e:
+            except Exception as e:  # the thread must outlive any error
                 if self._stop.is_set():
                     return
                 delay = self.backoff.next_delay()
-                log.warning("%s: %s; retrying in %.1fs", self.path, e, delay)
+                expected = isinstance(e, (ApiError, requests.RequestException, ValueError))
+                log.warning("%s: %s; retrying in %.1fs", self.path, e, delay,
+                            exc_info=not expected)
                 self._set_up(False)
                 self._stop.wait(delay)
 
@@ -242,21 +262,30 @@ class Informer:
             watch.close()
             return
         self._set_up(True)
+        opened, events = time.monotonic(), 0
         try:
             for event in watch:
                 self._apply(event)
+                events += 1
                 self.backoff.reset()
         except requests.exceptions.ConnectionError as e:
             # A read that timed out (no bookmark within read_timeout): the connection is
             # dead or the server is not sending bookmarks; resume from the last RV.
             if not (e.args and isinstance(e.args[0], ReadTimeoutError)) or self._stop.is_set():
                 raise
+            log.info("%s: watch silent for %.0fs; resuming", self.path, self.read_timeout)
+            return
         finally:
             self._watch = None
             watch.close()
         # The server closed the watch at timeoutSeconds: a normal end, resume from RV.
         self._mark_synced()
-        self.backoff.reset()
+        if events == 0 and time.monotonic() - opened < QUICK_CLOSE_SECONDS:
+            # Closed at once with nothing in it (a proxy cutting streams?): back off
+            # rather than re-watch in a tight loop.
+            self._stop.wait(self.backoff.next_delay())
+        else:
+            self.backoff.reset()
 
     def _apply(self, event):
         kind, obj = event.get("type"), event.get("object") or {}
@@ -279,7 +308,7 @@ class Informer:
             self._rv = rv or self._rv
             self._last_sync = time.monotonic()
         if kind == "DELETED":
-            self._call(self._on_delete, prev or obj)
+            self._call(self._on_delete, obj)  # the final state, from the event
         elif prev is None:
             self._call(self._on_add, obj)
         else:

@@ -28,6 +28,16 @@
             },
           },
           {
+            alert: 'KubeScaleKubeWatchDown',
+            expr: 'cluster_job_resource:kubescale_kube_watches_down:sum > 0',
+            'for': c.kubeWatchDownFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: 'The exporter cannot watch the Kubernetes API; metrics built on it are stale.',
+              description: 'The {{ $labels.resource }} watch is down on {{ $value }} {{ $labels.job }} targets.',
+            },
+          },
+          {
             alert: 'KubeScaleExporterSeriesOverBudget',
             expr: |||
               max by (%(clusterLabel)s, job) (scrape_samples_scraped{%(nodeExporterSelector)s}) > %(nodeSeriesBudget)d

@@ -9,11 +9,17 @@
         name: 'kube-scale-exporter-prometheus',
         rules: [
           {
+            // The trend only counts after an hour of uptime: the head refilling after a
+            // restart is a steep ramp, not growth.
             alert: 'KubeScalePrometheusHeadSeriesNearBudget',
             expr: |||
               prometheus_tsdb_head_series{%(prometheusSelector)s} > %(prometheusHeadSeriesWarning)g * %(prometheusHeadSeriesBudget)d
               or
-              predict_linear(prometheus_tsdb_head_series{%(prometheusSelector)s}[1h], %(prometheusHeadSeriesPredictHours)d * 3600) > %(prometheusHeadSeriesBudget)d
+              (
+                predict_linear(prometheus_tsdb_head_series{%(prometheusSelector)s}[1h], %(prometheusHeadSeriesPredictHours)d * 3600) > %(prometheusHeadSeriesBudget)d
+                and
+                time() - process_start_time_seconds{%(prometheusSelector)s} > 3600
+              )
             ||| % c,
             'for': c.prometheusHeadSeriesFor,
             labels: { severity: c.warningSeverity },

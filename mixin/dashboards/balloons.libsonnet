@@ -25,7 +25,7 @@ local common = import 'common.libsonnet';
         ]),
         g.row('Reserved capacity', [
           g.timeseries('Requests held by Running balloons', [g.target('cluster_resource_unit:kubescale_balloon_reserved:max' + s, '{{resource}} ({{unit}})')], width=16),
-          g.table('Misconfigurations', [g.instantTarget('cluster_reason:kubescale_balloon_misconfigured:max%s > 0' % s)], { reason: 'Reason', Value: 'Balloons' }, width=8),
+          g.table('Misconfigurations', [g.instantTarget('cluster_reason:kubescale_balloon_misconfigured:max%s > 0' % s)], [['reason', 'Reason'], ['Value', 'Balloons']], width=8),
         ]),
       ]),
   },

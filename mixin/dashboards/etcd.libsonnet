@@ -28,7 +28,7 @@ local common = import 'common.libsonnet';
           g.timeseries('Fragmentation', [g.target('etcd_cluster_member:kubescale_etcd_fragmentation:ratio' + e, byMember)], 'percentunit', 'Free pages a defragmentation would give back.', [[c.etcdFragmentationRatio, 'orange']], width=8, min=0, max=1),
         ]),
         g.row('Health', [
-          g.table('Active alarms', [g.instantTarget('etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max%s > 0' % e)], { etcd_cluster: 'etcd cluster', member: 'Member', alarm: 'Alarm' }, width=12),
+          g.table('Active alarms', [g.instantTarget('etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max%s > 0' % e)], [['etcd_cluster', 'etcd cluster'], ['member', 'Member'], ['alarm', 'Alarm']], width=12),
           g.stat('Leaders', [g.target('etcd_cluster:kubescale_etcd_leaders:sum' + e, '{{etcd_cluster}}')], 'short', 'Exactly one per etcd cluster.', width=12),
         ], height=6),
         g.row('What fills it', [

@@ -44,9 +44,10 @@ local common = import 'common.libsonnet';
         g.row('Exporter', [
           g.table('Collectors', [
             g.instantTarget('kubescale_scrape_collector_success' + n),
-          ], { collector: 'Collector', Value: 'Last scrape succeeded' }, 'bool_yes_no', width=8),
-          g.timeseries('Collector duration', [g.target('kubescale_scrape_collector_duration_seconds' + n, '{{collector}}')], 's', width=8),
-          g.timeseries('Samples per scrape', [g.target('scrape_samples_scraped' + n, 'samples')], 'short', thresholds=[[c.nodeSeriesBudget, 'red']], width=8),
+          ], [['collector', 'Collector'], ['Value', 'Last scrape succeeded']], 'bool_yes_no', width=6),
+          g.timeseries('Collector duration', [g.target('kubescale_scrape_collector_duration_seconds' + n, '{{collector}}')], 's', width=6),
+          g.timeseries('Samples per scrape', [g.target('scrape_samples_scraped' + n, 'samples')], 'short', thresholds=[[c.nodeSeriesBudget, 'red']], width=6),
+          g.table('Kubernetes watches', [g.instantTarget('kubescale_kube_watch_up' + n)], [['resource', 'Resource'], ['Value', 'Up']], 'bool_yes_no', width=6),
         ]),
       ], [nodeVariable]),
   },

@@ -84,17 +84,17 @@ local panel(type, title, targets, unit, description, thresholds, width) = {
       },
     },
 
-  // `columns` maps a label (or 'Value') to its header; other columns are hidden.
+  // `columns`: [label (or 'Value'), header] pairs, in display order; other fields are hidden.
   table(title, targets, columns, unit='short', description='', thresholds=[], width=8)::
     panel('table', title, targets, unit, description, thresholds, width) {
       options: { showHeader: true, cellHeight: 'sm', footer: { show: false, reducer: ['sum'], fields: '' } },
       transformations: [
+        { id: 'filterFieldsByName', options: { include: { names: [column[0] for column in columns] } } },
         {
           id: 'organize',
           options: {
-            excludeByName: { Time: true, __name__: true, instance: true, job: true },
-            indexByName: { [std.objectFields(columns)[i]]: i for i in std.range(0, std.length(columns) - 1) },
-            renameByName: columns,
+            indexByName: { [columns[i][0]]: i for i in std.range(0, std.length(columns) - 1) },
+            renameByName: { [column[0]]: column[1] for column in columns },
           },
         },
       ],
@@ -130,13 +130,11 @@ local panel(type, title, targets, unit, description, thresholds, width) = {
     type: 'query',
     datasource: datasource,
     query: { query: query, refId: 'PrometheusVariableQueryEditor-VariableQuery' },
-    definition: query,
     refresh: 2,
     sort: 1,
     hide: hide,
     multi: multi,
     includeAll: multi,
-    current: {},
   },
 
   // Rows laid out top to bottom, panels left to right on Grafana's 24-column grid.

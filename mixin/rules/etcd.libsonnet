@@ -42,11 +42,13 @@
           },
           {
             // Only where the database grows; a shrinking or flat one never reaches its quota.
+            // Zero once over the quota (etcd overshoots it by the write that raised NOSPACE).
             record: 'etcd_cluster_member:kubescale_etcd_seconds_to_quota:deriv1h',
             expr: |||
-              (
+              clamp_min(
                 etcd_cluster_member:kubescale_etcd_quota_bytes:max
-                - etcd_cluster_member:kubescale_etcd_db_size_bytes:max
+                - etcd_cluster_member:kubescale_etcd_db_size_bytes:max,
+                0
               )
               / (etcd_cluster_member:kubescale_etcd_db_size_bytes:deriv1h > 0)
             |||,

@@ -25,6 +25,11 @@
             expr: 'max by (%s, job, collector) %s' % [c.clusterLabel, both('kubescale_scrape_collector_duration_seconds')],
           },
           {
+            // Kubernetes API watches (informers) that are down: their collectors serve stale data.
+            record: 'cluster_job_resource:kubescale_kube_watches_down:sum',
+            expr: 'sum by (%s, job, resource) (%s == bool 0)' % [c.clusterLabel, both('kubescale_kube_watch_up')],
+          },
+          {
             record: 'cluster_job:kubescale_exporter_samples_scraped:max',
             expr: 'max by (%s, job) %s' % [c.clusterLabel, both('scrape_samples_scraped')],
           },

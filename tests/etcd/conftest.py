@@ -42,7 +42,7 @@ def collector_factory():
     made = []
 
     def make(*flags, mode="cluster", start=False):
-        args, classes = parse(["--mode", mode, *flags])
+        args, classes = parse(["--mode", mode, "--collector.disable-defaults", *flags])
         assert [c.name for c in classes] == ["etcd"]
         collector = classes[0](args)
         if start:
@@ -68,7 +68,7 @@ def value(found, name, **labels):
 
 
 def scrape_text(scraper: Scraper, timeout: float) -> str:
-    from prometheus_client.exposition import generate_latest  # noqa: PLC0415
+    from prometheus_client.exposition import generate_latest
 
     class Families:
         def collect(self):

@@ -40,7 +40,7 @@ def test_bad_values_exit_2_naming_the_flag(argv, flag, capsys):
 
 def test_exit_status_of_the_real_command():
     run = subprocess.run([sys.executable, "-m", "exporter", "--etcd.cluster", "main=nope"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, check=False)
     assert run.returncode == 2 and "--etcd.cluster" in run.stderr
 
 
@@ -48,7 +48,7 @@ def test_good_values_and_defaults():
     args, classes = parse(["--mode", "node", "--etcd.cluster", "main=http://127.0.0.1:2379,http://[::1]:2379",
                            "--etcd.cluster", "events=https://127.0.0.1:2382/", "--etcd.quota-bytes", "8Gi",
                            "--etcd.keys-prefix", "/kube"])
-    assert [c.name for c in classes] == ["etcd"]
+    assert "etcd" in [c.name for c in classes]
     assert args.etcd_clusters == [("main", ("http://127.0.0.1:2379", "http://[::1]:2379")),
                                   ("events", ("https://127.0.0.1:2382",))]
     assert args.etcd_quota_bytes == 8 * 1024**3 and args.etcd_keys_prefix == "/kube/"

@@ -3,15 +3,16 @@
 --etcd.local sends every request to the one configured URL (no discovery), so all of
 them pass through the proxy.
 """
+import json
 import time
 
 import pytest
 
 from tests.etcd.conftest import samples, value
-from tests.helpers.faultproxy import FaultProxy
 from tests.helpers.etcd_server import put_many
+from tests.helpers.faultproxy import FaultProxy
 
-MEMBER = dict(etcd_cluster="main", member="default")
+MEMBER = {"etcd_cluster": "main", "member": "default"}
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def proxied(etcd_factory):
 
 
 def test_quota_falls_back_to_the_flag_when_metrics_fail_then_returns(proxied, collector_factory):
-    etcd, proxy = proxied
+    _, proxy = proxied
     proxy.inject(r"^/metrics", status=500)
     collector = collector_factory("--etcd.local", f"main={proxy.url}", "--etcd.quota-bytes", "1Gi",
                                   "--etcd.min-interval", "0.1", "--etcd.keys-interval", "0.5", mode="node")
@@ -74,9 +75,23 @@ def test_failed_key_count_keeps_the_last_counts(proxied, collector_factory):
     collector.count_keys()
     found = samples(collector)
     assert value(found, "kubescale_etcd_keys", etcd_cluster="main", resource="pods") == 12
-    stamp = dict(name="kubescale_etcd_keys_refresh_timestamp_seconds", etcd_cluster="main")
+    stamp = {"name": "kubescale_etcd_keys_refresh_timestamp_seconds", "etcd_cluster": "main"}
     assert value(found, stamp.pop("name"), **stamp) == \
         value(first, "kubescale_etcd_keys_refresh_timestamp_seconds", etcd_cluster="main")
     proxy.clear()
     collector.count_keys()
     assert value(samples(collector), "kubescale_etcd_keys", etcd_cluster="main", resource="pods") == 17
+
+
+def test_corrupt_alarm_is_reported_and_not_to_be_disarmed(proxied, collector_factory):
+    etcd, proxy = proxied
+    member_id = etcd.session().post(etcd.client_url + "/v3/maintenance/status", json={}).json()["header"]["member_id"]
+    # etcd raises CORRUPT only after a failed hash check between members; answer for it.
+    body = json.dumps({"alarms": [{"memberID": member_id, "alarm": "CORRUPT"}]}).encode()
+    proxy.inject(r"^/v3/maintenance/alarm", status=200, headers={"Content-Type": "application/json"}, body=body)
+    collector = collector_factory("--etcd.local", f"main={proxy.url}", mode="node")
+    found = samples(collector)
+    assert value(found, "kubescale_etcd_alarm_active", alarm="CORRUPT", **MEMBER) == 1
+    assert value(found, "kubescale_etcd_alarm_active", alarm="NOSPACE", **MEMBER) == 0
+    advice = [f for f in collector.findings() if "alarm CORRUPT" in f.summary]
+    assert advice and advice[0].severity == "critical" and "Do not disarm" in advice[0].advice

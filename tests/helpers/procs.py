@@ -1,4 +1,4 @@
-"""Start test servers as child processes and stop them by PID."""
+"""Start test servers as child processes, stop them by PID, read their memory and CPU."""
 import os
 import signal
 import socket
@@ -60,3 +60,17 @@ def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 30.0, pro
             time.sleep(0.05)
     tail = proc.log_tail() if proc is not None else ""
     raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s\n{tail}")
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """Resident and peak resident memory of a process, MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        fields = dict(line.split(":", 1) for line in f if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -16,6 +16,7 @@ from exporter.cli import parse
 from exporter.collectors.imagepull import ImagePullCollector
 from tests.helpers.containerd_server import ContainerdServer
 from tests.helpers.etcd_server import EtcdServer
+from tests.helpers.kube_apiserver import KubeApiServer
 from tests.helpers.registry_server import RegistryServer
 from tests.helpers.throttle_proxy import ThrottleProxy
 
@@ -80,8 +81,6 @@ def make_collector(monkeypatch):
 
 @pytest.fixture(scope="session")
 def apiserver():
-    from tests.helpers.kube_apiserver import KubeApiServer  # noqa: PLC0415  (kube branch)
-
     path = tempfile.mkdtemp(prefix="ipk-", dir="/tmp")
     etcd = EtcdServer(f"{path}/etcd").start()
     try:
@@ -100,3 +99,28 @@ def namespace(apiserver):
     name = "t" + uuid.uuid4().hex[:8]
     apiserver.admin.create("/api/v1/namespaces", {"metadata": {"name": name}})
     return name
+
+
+@pytest.fixture
+def kubeconfig_for(apiserver, tmp_path):
+    """kubeconfig_for(name, rules): a kubeconfig for a new service account that holds a
+    ClusterRole of exactly `rules` and nothing else (its token from the TokenRequest API)."""
+
+    def make(name, rules):
+        sa = f"{name}-{uuid.uuid4().hex[:6]}"
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        apiserver.admin.create("/api/v1/namespaces/default/serviceaccounts",
+                               {"metadata": {"name": sa}})
+        apiserver.admin.create(f"{rbac}/clusterroles", {"metadata": {"name": sa}, "rules": rules})
+        apiserver.admin.create(f"{rbac}/clusterrolebindings", {
+            "metadata": {"name": sa},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": sa},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "default"}]})
+        token = apiserver.admin.create(
+            f"/api/v1/namespaces/default/serviceaccounts/{sa}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": 3600}})["status"]["token"]
+        return apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{sa}", token=token)
+
+    return make

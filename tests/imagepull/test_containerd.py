@@ -198,3 +198,21 @@ def test_containerd_errors_keep_their_grpc_code(containerd):
     with pytest.raises(ContainerdError, match=r"Content.List: INVALID_ARGUMENT: filters"):
         client.content('labels."unterminated')
     assert client.content('labels."containerd.io/gc.ref.content.config"') == []
+
+
+def test_a_hung_containerd_times_out_and_the_collector_recovers(containerd, make_collector):
+    c = make_collector(containerd.address, "--containerd.timeout", "0.5s")
+    scraper = Scraper([c])
+    try:
+        containerd.proc.pause()  # SIGSTOP: the socket accepts, nothing answers
+        start = time.monotonic()
+        families = scraper.scrape(timeout=5)
+        assert time.monotonic() - start < 2.0
+        assert sample(families, "kubescale_scrape_collector_success", collector="imagepull") == 0
+        assert "DEADLINE_EXCEEDED" in scraper.last_error("imagepull")
+        containerd.proc.resume()
+        families = scraper.scrape(timeout=5)
+        assert sample(families, "kubescale_scrape_collector_success", collector="imagepull") == 1
+    finally:
+        containerd.proc.resume()
+        scraper.close()

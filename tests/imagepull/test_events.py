@@ -9,8 +9,13 @@ import uuid
 import pytest
 
 from exporter.cli import parse
-from exporter.collectors.imagepull_events import (ImagePullEventsCollector, PulledEvents,
-                                                  go_duration, parse_pulled)
+from exporter.durations import go_duration
+from exporter.collectors.imagepull_events import (
+    RBAC_RULES,
+    ImagePullEventsCollector,
+    PulledEvents,
+    parse_pulled,
+)
 from tests.helpers.golden import assert_golden
 from tests.helpers.metrics import sample
 
@@ -31,8 +36,8 @@ def test_not_go_durations(bad):
 @pytest.mark.parametrize("message,parsed", [
     ('Successfully pulled image "nginx:1.25" in 2.035s (2.035s including waiting)',
      (2.035, 0.0)),
-    ('Successfully pulled image "big:v3" in 29m12.5s (41m0s including waiting). '
-     'Image size: 17179869184 bytes.', (1752.5, 707.5)),
+    (('Successfully pulled image "big:v3" in 29m12.5s (41m0s including waiting). '
+      'Image size: 17179869184 bytes.'), (1752.5, 707.5)),
     ('Successfully pulled image "nginx" in 812ms', (0.812, None)),  # kubelet < 1.28
     ('Container image "nginx" already present on machine', None),
     ('Pulling image "nginx"', None),
@@ -83,13 +88,14 @@ def post_event(api, ns, reason, message, count=1):
     return name
 
 
-def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace, tmp_path):
+def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace,
+                                                           kubeconfig_for):
     post_event(apiserver, namespace, "Pulled",
                'Successfully pulled image "before" in 5s (5s including waiting)')
     time.sleep(1.1)  # creationTimestamp has whole seconds
     args, classes = parse(["--mode", "cluster", "--collector.disable-defaults",
                            "--collector.imagepull_events", "--kube.kubeconfig",
-                           apiserver.write_kubeconfig(tmp_path / "kubeconfig")])
+                           kubeconfig_for("imagepull-events", RBAC_RULES)])
     assert classes == [ImagePullEventsCollector]
     c = ImagePullEventsCollector(args)
     c.start()

@@ -1,11 +1,16 @@
 """Golden exposition of the imagepull collector from fixed containerd, pod and kubelet input."""
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
+from exporter.collectors.imagepull import (
+    KubeletPullSettings,
+    advise,
+    families,
+    images_wanted,
+    observe,
+)
 from exporter.containerd.client import ContentInfo, Ingest
 from exporter.containerd.pulls import ManifestIndex
 from exporter.containerd.reference import parse
-from exporter.collectors.imagepull import (KubeletPullSettings, advise, families,
-                                           images_wanted, observe)
 from tests.helpers.golden import assert_golden, series_count
 
 NOW = 1_800_000_000.0
@@ -59,11 +64,11 @@ def waiting(name, reason):
 
 
 PODS = [
-    # Waits for the big image, which is downloading: not queued.
+    # Waits for the big image, which is downloading: not queued. It has waited longest
+    # (since 2027-01-15T07:00:00Z = NOW - 3600), so the oldest unfinished pull is its.
     pod("trainer", [("main", "registry.example:5000/team/big:v3")],
-        [waiting("main", "ContainerCreating")]),
-    # Waits behind it for two images neither present nor downloading: queued, and the
-    # oldest unfinished pull is theirs (startTime 2027-01-15T07:20:00Z = NOW - 2400).
+        [waiting("main", "ContainerCreating")], start="2027-01-15T07:00:00Z"),
+    # Waits behind it for two images neither present nor downloading: queued.
     pod("web", [("nginx", "nginx:1.25"), ("sidecar", "quay.io/org/proxy:2")],
         [waiting("nginx", "ImagePullBackOff"), waiting("sidecar", "ErrImagePull")]),
     # Just bound to the node, no status yet; wants an image that is present.
@@ -89,7 +94,7 @@ def state():
 
 
 def test_golden_exposition():
-    assert datetime.fromtimestamp(NOW - 2400, timezone.utc).isoformat() == "2027-01-15T07:20:00+00:00"
+    assert datetime.fromtimestamp(NOW - 3600, UTC).isoformat() == "2027-01-15T07:00:00+00:00"
     text = assert_golden("imagepull", families(state()))
     assert series_count(text) == 9
 
@@ -100,7 +105,7 @@ def test_golden_input_reads_as_documented():
     assert [r.name for r, _ in s.queued] == ["docker.io/library/nginx:1.25",
                                              "quay.io/org/proxy:2"]
     assert [p.key for p in s.stalled] == [SMALL]
-    assert s.oldest_seconds == 2400
+    assert s.oldest_seconds == 3600
     assert s.preload_missing == ["nvcr.io/nvidia/cuda:12.4.0"]
 
 
@@ -113,3 +118,13 @@ def test_findings_advise_parallel_pulls_for_a_serialized_backlog():
     assert "serializeImagePulls: false" in serialized.advice
     assert "maxParallelImagePulls" in serialized.advice
     assert "nvcr.io/nvidia/cuda:12.4.0" in warnings[2].advice
+
+
+def test_no_serialized_backlog_warning_without_a_pull_in_progress():
+    s = state()
+    idle = observe(NOW, 120.0, [], {}, PRESENT, images_wanted(PODS),
+                   KubeletPullSettings(serialize=True, max_parallel=1), [])
+    assert s.queued and idle.queued and not idle.pulls
+    summaries = [f.summary for f in advise(idle)]
+    assert not any(f.severity == "warning" for f in advise(idle)), summaries
+    assert any("neither present nor downloading" in m for m in summaries)

@@ -7,11 +7,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter.collectors.imagepull import (
+    KubeletConfigFile,
+    images_wanted,
+    pod_summary,
+)
 from exporter.containerd import wire
 from exporter.containerd.client import ContentInfo
 from exporter.containerd.pulls import ManifestIndex
 from exporter.containerd.reference import parse
-from exporter.collectors.imagepull import KubeletConfigFile, duration, images_wanted, pod_summary
+from exporter.durations import duration
 
 # ---- wire ----------------------------------------------------------------------------
 
@@ -173,7 +178,7 @@ def test_durations(text, seconds):
 ])
 def test_bad_flags_exit_2_naming_the_flag(flags, named):
     run = subprocess.run([sys.executable, "-m", "exporter", "--collector.imagepull", *flags],
-                         capture_output=True, text=True, timeout=60)
+                         check=False, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and named in run.stderr, run.stderr
 
 
@@ -183,3 +188,18 @@ def test_h2_is_imported_only_when_the_collector_runs():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert run.stdout.strip() == "False"
+
+
+def test_on_by_default_only_where_the_containerd_socket_exists(tmp_path):
+    import socket
+
+    from exporter.cli import parse as parse_flags
+
+    path = str(tmp_path / "containerd.sock")
+    names = lambda *flags: [c.name for c in parse_flags(["--containerd.address", path, *flags])[1]]  # noqa: E731
+    assert "imagepull" not in names(), "a host without containerd must not run it by default"
+    assert "imagepull" in names("--collector.imagepull")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(path)
+        assert "imagepull" in names()
+        assert "imagepull" not in names("--collector.disable-defaults")

@@ -7,6 +7,7 @@ container statuses itself, as the kubelet would while it waits for images.
 import time
 import uuid
 
+from exporter.collectors.imagepull import RBAC_RULES
 from tests.helpers.kube_apiserver import pod_manifest
 from tests.helpers.metrics import sample
 
@@ -53,7 +54,8 @@ def scrape_until(c, name, want, timeout=10.0):
 
 
 def test_queued_counts_images_neither_present_nor_downloading(
-        apiserver, namespace, containerd, registry, proxy, make_collector, workdir, tmp_path):
+        apiserver, namespace, containerd, registry, proxy, make_collector, workdir, tmp_path,
+        kubeconfig_for):
     tag = uuid.uuid4().hex[:8]
     present = f"{registry.host}/present-{tag}:v1"
     registry.push_image(f"present-{tag}", "v1", [MiB])
@@ -65,7 +67,7 @@ def test_queued_counts_images_neither_present_nor_downloading(
     kubelet = tmp_path / "kubelet.yaml"
     kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
     c = make_collector(containerd.address,
-                       "--kube.kubeconfig", apiserver.write_kubeconfig(tmp_path / "kubeconfig"),
+                       "--kube.kubeconfig", kubeconfig_for("imagepull", RBAC_RULES),
                        "--kube.node-name", NODE, "--kubelet.config-file", str(kubelet))
 
     scrape_until(c, "kubescale_image_pulls_queued", 0)
@@ -81,14 +83,17 @@ def test_queued_counts_images_neither_present_nor_downloading(
     assert sample(families, "kubescale_kubelet_serialize_image_pulls") == 1
     assert sample(families, "kubescale_image_pull_oldest_seconds") >= 0
     assert sample(families, "kubescale_kube_watch_up", resource="pods") == 1
-    advice = [f for f in c.findings() if f.severity == "warning"]
-    assert advice and "serializeImagePulls: false" in advice[0].advice
+    # Nothing downloads yet: no pull to wait behind (the kubelet would be in back-off).
+    assert not [f for f in c.findings() if f.severity == "warning"]
 
     fetch = containerd.fetch(slow, f"{workdir}/slow-{tag}.log")
     try:
         # Downloading now: no longer queued, counted in progress.
         families = scrape_until(c, "kubescale_image_pulls_queued", 1)
         assert sample(families, "kubescale_image_pulls_in_progress") == 1
+        advice = [f for f in c.findings() if f.severity == "warning"]
+        assert advice and "1 image(s) wait for a pull slot behind 1 pull(s)" in advice[0].summary
+        assert "serializeImagePulls: false" in advice[0].advice
         assert fetch.popen.wait(60) == 0, fetch.log_tail()
     finally:
         fetch.stop()

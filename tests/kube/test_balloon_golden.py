@@ -1,11 +1,14 @@
 """The balloon exposition for fixed objects, byte for byte (tests/golden/balloon.prom)."""
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from exporter import kube
-from exporter.collectors.balloon import families, resource_label, summarize, valid_selector
-from tests.helpers.golden import assert_golden
+from exporter.collectors.balloon import (REASONS, families, resource_label, summarize,
+                                         valid_selector)
+from tests.helpers.golden import GOLDEN_DIR, assert_golden
 
-NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+DOCS = GOLDEN_DIR.parent.parent / "docs"
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 CLASSES = [
     {"metadata": {"name": "overprovisioning"}, "value": -1},
     {"metadata": {"name": "too-low"}, "value": -100},
@@ -39,6 +42,7 @@ PODS = [
     balloon("i", "Pending", cls="too-low", created="2026-01-01T11:59:00Z"),
     balloon("j", "Pending", cls="gone", created="2026-01-01T11:59:00Z"),
     balloon("k", "Pending", cls=None, requests={"cpu": "64"}, created="2026-01-01T11:59:00Z"),
+    balloon("l", "Running", node="n1", requests={"cpu": "0"}),
 ]
 NODES = [
     {"cpu": kube.parse_quantity("16"), "memory": kube.parse_quantity("64Gi"),
@@ -50,19 +54,20 @@ NODES = [
 def test_golden_exposition():
     s = summarize(PODS, CLASSES, NODES, NOW, cutoff=-10)
     text = assert_golden("balloon", families(s, preemptions=7))
-    assert 'kubescale_balloon_pods{phase="Running"} 4.0' in text
+    assert 'kubescale_balloon_pods{phase="Running"} 5.0' in text
 
 
 def test_summary_values():
     s = summarize(PODS, CLASSES, NODES, NOW, cutoff=-10)
-    assert s.phases == {"Pending": 6, "Running": 4, "Succeeded": 0, "Failed": 1, "Unknown": 0}
+    assert s.phases == {"Pending": 6, "Running": 5, "Succeeded": 0, "Failed": 1, "Unknown": 0}
     assert s.pending_oldest == 95.0
     assert s.nodes == 2  # n1 and n2; n3's only Running balloon is being deleted
     assert float(s.reserved["cpu"]) == 4.5
     assert s.reserved["memory"] == 4 * 2**30 + 4 * 2**30 + 512 * 2**20
     assert s.reserved["nvidia.com/gpu"] == 8
     assert s.misconfigured == {"priority_below_autoscaler_cutoff": 1, "priority_not_negative": 2,
-                               "priority_class_missing": 1, "requests_fit_no_node": 1}
+                               "priority_class_missing": 1, "requests_fit_no_node": 1,
+                               "no_requests": 1}
 
 
 def test_a_pod_that_fits_only_by_combining_two_nodes_does_not_fit():
@@ -108,3 +113,10 @@ def test_selector_syntax():
         assert valid_selector(ok), ok
     for bad in ("", "a=b,", "=b", "a in b", "a=b c", "a in (b"):
         assert not valid_selector(bad), bad
+
+
+def test_every_misconfiguration_reason_is_documented():
+    for doc in ("balloon.md", "runbooks.md"):
+        text = (DOCS / doc).read_text()
+        missing = [reason for reason in REASONS if f"`{reason}`" not in text]
+        assert not missing, f"docs/{doc} does not explain {missing}"

@@ -2,6 +2,7 @@
 token rotation, and node mode's request budget counted at the API server."""
 import os
 import random
+import shutil
 import threading
 import time
 
@@ -9,10 +10,11 @@ import pytest
 
 from exporter import kube
 from exporter.kube.informer import Backoff
+from tests.helpers.faultproxy import FaultProxy
 from tests.helpers.kube_apiserver import etcd_compact, pod_manifest
-from tests.helpers.metrics import wait_until
+from tests.helpers.metrics import sample, wait_until
 
-FAST = dict(backoff=Backoff(initial=0.1, cap=0.5))
+FAST = {"backoff": Backoff(initial=0.1, cap=0.5)}
 
 
 class Recorder:
@@ -35,7 +37,7 @@ class Recorder:
             self.events.append(("delete", obj["metadata"]["name"]))
 
     def handlers(self):
-        return dict(on_add=self.add, on_update=self.update, on_delete=self.delete)
+        return {"on_add": self.add, "on_update": self.update, "on_delete": self.delete}
 
     def of(self, kind):
         with self.lock:
@@ -206,7 +208,7 @@ def test_rotated_token_file_is_picked_up(apiserver, namespace, tmp_path, informe
     new = _service_account_token(apiserver, namespace, "reader", "s-new")
     sa = tmp_path / "sa"
     sa.mkdir()
-    (sa / "ca.crt").write_bytes(open(apiserver.ca, "rb").read())
+    shutil.copy(apiserver.ca, sa / "ca.crt")
     (sa / "token").write_text(old)
     client = _in_cluster_client(apiserver, sa)
     inf = informers(kube.Informer(client, kube.PODS, namespace=namespace, watch_timeout=(1, 1),
@@ -233,7 +235,7 @@ def test_401_makes_the_client_read_the_token_again(apiserver, namespace, tmp_pat
     width = max(len(old), len(new))
     sa = tmp_path / "sa"
     sa.mkdir()
-    (sa / "ca.crt").write_bytes(open(apiserver.ca, "rb").read())
+    shutil.copy(apiserver.ca, sa / "ca.crt")
     token_file = sa / "token"
     token_file.write_text(old.ljust(width))
     client = _in_cluster_client(apiserver, sa)
@@ -302,10 +304,103 @@ def test_stop_interrupts_a_blocked_watch_promptly(apiserver, namespace, make_cli
 
 
 def test_health_families(apiserver, namespace, make_client, informers):
-    from tests.helpers.metrics import sample
     inf = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace))
     assert inf.wait_synced(10)
     fams = kube.health_families([inf])
     assert sample(fams, "kubescale_kube_watch_up", resource="pods") == 1
     assert sample(fams, "kubescale_kube_relists_total", resource="pods") == 0
     assert 0 <= sample(fams, "kubescale_kube_last_sync_age_seconds", resource="pods") < 10
+
+
+@pytest.fixture
+def proxied(apiserver, make_client):
+    """A client that reaches the API server through a fault-injecting proxy."""
+    proxy = FaultProxy(apiserver.server, upstream_verify=apiserver.ca, certfile=apiserver.ca,
+                       keyfile=apiserver.serving_key).start()
+    yield proxy, make_client(apiserver, server=proxy.url)
+    proxy.stop()
+
+
+def test_a_watch_hung_before_answering_times_out_and_recovers(apiserver, namespace, proxied,
+                                                               informers):
+    proxy, client = proxied
+    inf = informers(kube.Informer(client, kube.PODS, namespace=namespace, watch_timeout=(1, 1),
+                                  read_timeout=1.0, **FAST))
+    assert inf.wait_synced(10)
+    proxy.inject(r"watch=1", hang=True)
+    assert wait_until(lambda: not inf.health().up, 10)  # the read timeout fired
+    proxy.clear()
+    apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod_manifest("back"))
+    assert wait_until(lambda: names(inf) == ["back"] and inf.health().up, 10)
+    assert inf.health().relists == 0
+
+
+def test_watches_closed_at_once_back_off_instead_of_spinning(apiserver, namespace, proxied,
+                                                             informers):
+    proxy, client = proxied
+    proxy.inject(r"watch=1", status=200, headers={"Content-Type": "application/json"})
+    inf = informers(kube.Informer(client, kube.PODS, namespace=namespace,
+                                  backoff=Backoff(initial=0.2, cap=0.4)))
+    assert inf.wait_synced(10)
+    time.sleep(2)
+    watches = proxy.count(r"watch=1")
+    # Each empty watch waits 0.1-0.4 s: at most ~12 in 2 s (thousands without the backoff).
+    assert 3 <= watches <= 14, watches
+    proxy.clear()
+    apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod_manifest("ok"))
+    assert wait_until(lambda: names(inf) == ["ok"], 10)
+
+
+def test_a_silent_watch_is_resumed_without_an_error(apiserver, namespace, make_client,
+                                                    informers, caplog):
+    """No event and no bookmark within the read timeout: resume from the last RV, quietly."""
+    inf = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace,
+                                  read_timeout=1.0, **FAST))
+    assert inf.wait_synced(10)
+    caplog.set_level("INFO", logger="exporter.kube.informer")
+    downs = 0
+    deadline = time.monotonic() + 3.5
+    while time.monotonic() < deadline:
+        downs += not inf.health().up
+        time.sleep(0.05)
+    resumed = [r for r in caplog.records if "silent" in r.getMessage()]
+    assert len(resumed) >= 2 and downs == 0
+    apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod_manifest("heard"))
+    assert wait_until(lambda: names(inf) == ["heard"], 10)
+    assert inf.health().relists == 0
+
+
+def test_bookmarks_carry_a_quiet_node_watch_forward(apiserver, namespace, make_client,
+                                                    informers):
+    """Nothing happens on this node while the cluster changes: BOOKMARKs move the
+    informer's resourceVersion forward anyway, so resuming never falls behind into 410."""
+    node = f"quiet-{namespace}"
+    inf = informers(kube.for_node(make_client(apiserver), kube.PODS, node,
+                                  watch_timeout=(4, 4), **FAST))
+    assert inf.wait_synced(10)
+    start_rv = int(inf.resource_version)
+    made = apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods",
+                                  pod_manifest("elsewhere", node=f"busy-{namespace}"))
+    cluster_rv = int(made["metadata"]["resourceVersion"])
+    assert cluster_rv > start_rv
+    # The server sends a bookmark 2 s before it ends each 4-second watch.
+    assert wait_until(lambda: int(inf.resource_version) >= cluster_rv, 20), (
+        inf.resource_version, cluster_rv)
+    assert inf.items() == [] and inf.health().relists == 0
+
+
+def test_health_reports_informers_of_one_resource_together(apiserver, namespace, make_client,
+                                                           informers, tmp_path):
+    good = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace))
+    assert good.wait_synced(10)
+    dead_config = kube.load(apiserver.write_kubeconfig(tmp_path / "dead",
+                                                       server="https://127.0.0.1:1"))
+    dead = informers(kube.Informer(kube.KubeClient(dead_config), kube.PODS, **FAST))
+    fams = kube.health_families([good, dead])
+    assert sample(fams, "kubescale_kube_watch_up", resource="pods") == 0  # not all up
+    with pytest.raises(KeyError):  # one has never synced: no age to show
+        sample(fams, "kubescale_kube_last_sync_age_seconds", resource="pods")
+    assert {good, dead} <= set(kube.live_informers())
+    dead.stop()
+    assert dead not in kube.live_informers() and good in kube.live_informers()
+    assert sample(kube.health_families([good]), "kubescale_kube_watch_up", resource="pods") == 1
