@@ -126,8 +126,6 @@ def node_values(s: Series, r: Roles, t: np.ndarray) -> np.ndarray:
         return np.cumsum(full * 7.0)
     if name == "kubescale_neighbor_forced_gc_runs_total":
         return _counter(0.05 if r.neighbor_hot else 0.0005, t, r.h % 7)
-    if name == "kubescale_neighbor_gc_exempt_entries":
-        return np.full_like(t, 6.0 if family == "ipv4" else 2.0)
     if name == "kubescale_neighbor_allocations_total":
         return _counter(0.4 if family == "ipv4" else 0.08, t, s.value + r.h % 1000)
     if name == "kubescale_neighbor_destroys_total":

@@ -29,7 +29,6 @@ BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
 # the builtin files.
 OWNER_PREFIXES = (
     ("kubescale_neighbor_gc_eligible_", "neighbor_gc"),
-    ("kubescale_neighbor_gc_exempt_", "neighbor_gc"),
     ("kubescale_neighbor_", "neighbor"),
     ("kubescale_image_pull_duration_", "imagepull_events"),
     ("kubescale_image_pull_queue_wait_", "imagepull_events"),
