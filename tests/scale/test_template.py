@@ -1,0 +1,52 @@
+"""The series template the scale bench and budgets rest on is what the exporter exports."""
+import sys
+
+import requests
+
+from bench.scale import template
+from bench.scale.target import Fleet
+from tests.helpers.golden import promtool_check
+from tests.helpers.metrics import parse_exposition
+from tests.helpers.ports import free_port
+from tests.helpers.procs import Proc, wait_for_port
+
+
+def test_real_node_mode_exporter_emits_nothing_the_template_lacks(tmp_path):
+    """Run the exporter in node mode with its default collectors and scrape it: every
+    series name it emits must be in the node template, or the budget would undercount."""
+    port = free_port()
+    proc = Proc([sys.executable, "-m", "exporter", "--mode", "node",
+                 f"--web.listen-address=127.0.0.1:{port}"], tmp_path / "exporter.log")
+    try:
+        wait_for_port(port, proc=proc)
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    finally:
+        proc.stop()
+    emitted = {s.name for fam in parse_exposition(text) for s in fam.samples}
+    known = {s.name for s in template.load("node").series}
+    assert emitted, text
+    assert emitted <= known, f"exporter emits series the scale template lacks: {sorted(emitted - known)}"
+
+
+def test_template_sources_cover_default_collectors():
+    node = template.load("node")
+    cluster = template.load("cluster")
+    for t in (node, cluster):
+        owners = {template.owner(s.family) for s in t.series}
+        assert "unknown" not in owners
+        for collector, source in t.sources.items():
+            assert source == "builtin" or source.startswith(("golden:", "exporter/")), (collector, source)
+            if collector not in ("exporter",):
+                assert collector in owners, f"{t.mode}: no series for {collector}"
+    # Node mode never carries node/pod/instance labels: Prometheus adds the target labels.
+    assert not any({"node", "pod", "instance"} & dict(s.labels).keys() for s in node.series)
+
+
+def test_synthetic_target_serves_lint_clean_expositions():
+    fleet = Fleet(nodes=3, origin=0)
+    for path in ("/node/0", "/node/2", "/cluster"):
+        promtool_check(fleet.body(path).decode())
+    assert fleet.body("/node/3") is None
+    node_body = fleet.body("/node/1").decode()
+    assert sum(1 for line in node_body.splitlines() if not line.startswith("#")) == len(template.load("node"))
+
