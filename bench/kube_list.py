@@ -31,8 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers.etcd_server import EtcdServer
-from tests.helpers.kube_apiserver import KubeApiServer, pod_manifest
+from tests.helpers.kube_apiserver import apiserver_on_new_etcd, pod_manifest
 
 RESULTS = ROOT / "bench" / "results" / "kube_list.md"
 PEER_DIR = "/var/cache/kube-scale-exporter/peer-kubernetes"
@@ -146,9 +145,7 @@ def main():
     peer_version = ensure_peer()
 
     with tempfile.TemporaryDirectory(prefix="bench-kube-") as tmp:
-        etcd = EtcdServer(Path(tmp) / "etcd", quota_bytes=2 * 2**30).start()
-        api = KubeApiServer(Path(tmp) / "api", etcd.client_url).start()
-        try:
+        with apiserver_on_new_etcd(tmp, etcd_quota_bytes=2 * 2**30) as api:
             start = time.perf_counter()
             with ThreadPoolExecutor(8) as pool:
                 list(pool.map(lambda i: api.admin.create("/api/v1/namespaces/default/pods",
@@ -159,9 +156,6 @@ def main():
                    "rounds": opts.rounds, "pods": opts.pods, "node": "node-0"}
             ours = run(OURS, cfg, str(ROOT))
             peer = run(PEER, cfg, PEER_DIR + os.pathsep + str(ROOT))
-        finally:
-            api.stop()
-            etcd.stop()
 
     def med(xs):
         return sorted(xs)[len(xs) // 2]

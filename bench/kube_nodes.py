@@ -31,8 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from exporter import kube  # noqa: E402
-from tests.helpers.etcd_server import EtcdServer  # noqa: E402
-from tests.helpers.kube_apiserver import KubeApiServer, pod_manifest  # noqa: E402
+from tests.helpers.kube_apiserver import apiserver_on_new_etcd, pod_manifest  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "kube_nodes.md"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -133,9 +132,8 @@ def main():
     nodes = [f"node-{i}" for i in range(opts.nodes)]
 
     with tempfile.TemporaryDirectory(prefix="bench-kube-nodes-") as tmp:
-        etcd = EtcdServer(Path(tmp) / "etcd", quota_bytes=2 * 2**30).start()
-        api = KubeApiServer(Path(tmp) / "api", etcd.client_url).start()
-        try:
+        with apiserver_on_new_etcd(tmp, etcd_quota_bytes=2 * 2**30) as api:
+            etcd = api.etcd
             pods = [("default", f"{node}-pod-{j}") for node in nodes
                     for j in range(opts.pods_per_node)]
             with ThreadPoolExecutor(8) as pool:
@@ -154,9 +152,6 @@ def main():
             peer = measure(api, etcd, lambda count: [
                 kube.Informer(client(), kube.PODS, transform=node_only(node), on_update=count)
                 for node in nodes], opts.churn_seconds, pods)
-        finally:
-            api.stop()
-            etcd.stop()
 
     total = opts.nodes * opts.pods_per_node
     rows = [

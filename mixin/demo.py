@@ -18,7 +18,6 @@ with the Prometheus URL to look at. Ctrl-C stops everything (each process by its
 import argparse
 import base64
 import json
-import os
 import pathlib
 import shutil
 import signal
@@ -35,6 +34,7 @@ sys.path.insert(0, str(REPO))
 from tests.helpers.etcd_server import EtcdServer  # noqa: E402
 from tests.helpers.ports import free_port  # noqa: E402
 from tests.helpers.procs import Proc, wait_for_port  # noqa: E402
+from tests.helpers.prometheus import PrometheusServer  # noqa: E402
 
 QUOTA = 16 * 1024 * 1024
 VALUE = b"x" * (96 * 1024)
@@ -96,30 +96,10 @@ class Etcd:
         return [a.get("alarm") for a in reply.get("alarms", [])]
 
 
-class Prometheus:
-    def __init__(self, url):
-        self.url = url
-
-    def wait_ready(self, proc, timeout=60):
-        """The port opens before the TSDB is loaded; /-/ready answers 200 once it is."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(self.url + "/-/ready", timeout=2).ok:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(f"Prometheus not ready:\n{proc.log_tail()}")
-
-    def query(self, expr):
-        reply = requests.get(self.url + "/api/v1/query", params={"query": expr}, timeout=5).json()
-        return reply["data"]["result"] if reply.get("status") == "success" else []
-
-    def alerts(self):
-        """{(alertname, severity): state} of our alerts."""
-        return {(r["metric"]["alertname"], r["metric"].get("severity", "")): r["metric"]["alertstate"]
-                for r in self.query('ALERTS{alertname=~"KubeScale.*"}')}
+def firing_or_pending(prom):
+    """{(alertname, severity): state} of our alerts."""
+    return {(r["metric"]["alertname"], r["metric"].get("severity", "")): r["metric"]["alertstate"]
+            for r in prom.query('ALERTS{alertname=~"KubeScale.*"}')}
 
 
 def exporter(args, port, workdir, name):
@@ -134,7 +114,7 @@ def report(start, prom, etcd, quiet=False):
     usage = prom.query("etcd_cluster_member:kubescale_etcd_quota_usage:ratio")
     usage_text = ", ".join(f"{r['metric'].get('etcd_cluster')}/{r['metric'].get('member')} "
                            f"{float(r['value'][1]):.0%} of quota" for r in usage) or "no data yet"
-    alerts = prom.alerts()
+    alerts = firing_or_pending(prom)
     alert_text = ", ".join(f"{name}({severity}) {state}" for (name, severity), state in sorted(alerts.items()))
     if not quiet:
         print(f"[{time.monotonic() - start:5.0f}s] etcd: {etcd.db_size() / 2**20:5.1f} MiB written "
@@ -150,22 +130,17 @@ def run(opts, workdir):
         procs.append(etcd_server)
         etcd = Etcd(etcd_server.client_url)
 
-        node_port, cluster_port, prom_port = free_port(), free_port(), free_port()
+        node_port, cluster_port = free_port(), free_port()
+        prom = PrometheusServer(workdir, {})
+        prom_port = prom.port
         procs.append(exporter(["--mode", "node"], node_port, workdir, "exporter-node"))
         procs.append(exporter(["--mode", "cluster", "--etcd.cluster", f"main={etcd_server.client_url}",
                                "--etcd.min-interval", "5", "--etcd.keys-interval", "30"],
                               cluster_port, workdir, "exporter-cluster"))
 
-        config = workdir / "prometheus.yml"
-        config.write_text(json.dumps(prometheus_config(node_port, cluster_port, prom_port), indent=2))
-        prom_proc = Proc(["prometheus", f"--config.file={config}",
-                          f"--storage.tsdb.path={workdir / 'prometheus'}",
-                          f"--web.listen-address=127.0.0.1:{prom_port}"],
-                         workdir / "prometheus.log")
-        procs.append(prom_proc)
-        wait_for_port(prom_port, proc=prom_proc, timeout=60)
-        prom = Prometheus(f"http://127.0.0.1:{prom_port}")
-        prom.wait_ready(prom_proc)
+        prom.config = prometheus_config(node_port, cluster_port, prom_port)
+        procs.append(prom)
+        prom.start()
 
         print(f"""
 kube-scale-exporter mixin demo (logs and data in {workdir})

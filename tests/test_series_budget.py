@@ -15,9 +15,8 @@ import pytest
 import requests
 
 from tests.helpers.containerd_server import ContainerdServer
-from tests.helpers.etcd_server import EtcdServer
 from tests.helpers.golden import promtool_check, series_count
-from tests.helpers.kube_apiserver import KubeApiServer
+from tests.helpers.kube_apiserver import apiserver_on_new_etcd
 from tests.helpers.metrics import parse_exposition, sample, wait_until
 from tests.helpers.ports import free_port
 from tests.helpers.procs import Proc, wait_for_port
@@ -37,15 +36,8 @@ def workdir():
 
 @pytest.fixture
 def apiserver(workdir):
-    etcd = EtcdServer(workdir / "etcd").start()
-    try:
-        api = KubeApiServer(str(workdir / "apiserver"), etcd.client_url).start()
-    except BaseException:
-        etcd.stop()
-        raise
-    yield api
-    api.stop()
-    etcd.stop()
+    with apiserver_on_new_etcd(workdir) as api:
+        yield api
 
 
 @pytest.fixture

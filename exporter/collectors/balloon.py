@@ -31,9 +31,8 @@ two nodes and one balloon waiting for a node:
     kubescale_balloon_misconfigured{reason="priority_below_autoscaler_cutoff"} 0.0
     ...
 
-followed by the kubescale_kube_* health (exporter.kube.health) of every informer in the
-process: its own three and those of other cluster-mode collectors. Every label
-value comes from a fixed set, except `resource`, which is bounded by the resource names
+Its three watches' kubescale_kube_* health comes with every scrape (exporter/scrape.py).
+Every label value comes from a fixed set, except `resource`, which is bounded by the resource names
 the cluster defines (cpu, memory, nvidia.com/gpu, ...), named as kube-state-metrics does.
 """
 import logging
@@ -334,9 +333,6 @@ class BalloonCollector(Collector):
             preemptions = self._preemptions
         self._summary = s
         yield from families(s, preemptions)
-        # Every informer of the process, other cluster-mode collectors' too: a scrape may
-        # hold each health family only once.
-        yield from kube.health_families(kube.live_informers())
 
     def findings(self):
         s = self._summary

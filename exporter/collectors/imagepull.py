@@ -54,7 +54,6 @@ from exporter.containerd import pulls as pullmap
 from exporter.containerd.client import (
     DEFAULT_ADDRESS,
     ContainerdClient,
-    ContainerdError,
     Ingest,
     socket_path,
 )
@@ -456,8 +455,6 @@ class ImagePullCollector(Collector):
         with self._lock:
             self._state = state
         yield from families(state)
-        if self.pods is not None:
-            yield from kube.health_families([self.pods])
 
     def observe(self) -> PullState:
         client = self._containerd()

@@ -1,6 +1,8 @@
 """A real kube-apiserver (built by .ci/setup.d/40-kube-apiserver.sh) on a free loopback port.
 
-    etcd = EtcdServer(tmp / "etcd").start()
+    with apiserver_on_new_etcd(tmp) as api:                     # api.etcd is its etcd
+        ...
+    # or, to share an etcd:
     api = KubeApiServer(tmp / "api", etcd.client_url).start()
     api.admin.create("/api/v1/namespaces/default/pods", pod)     # admin requests
     api.write_kubeconfig(path, token=api.limited_token)         # for the code under test
@@ -12,6 +14,7 @@ signed with a key made by openssl (TokenRequest works). There is no scheduler, c
 manager or kubelet: tests set spec.nodeName themselves and patch /status.
 """
 import base64
+import contextlib
 import os
 import secrets
 import subprocess
@@ -21,6 +24,7 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from .etcd_server import EtcdServer
 from .ports import free_port
 from .procs import Proc, wait_for_port
 
@@ -245,3 +249,19 @@ def etcd_compact(etcd_url):
                         json={"revision": str(revision), "physical": True}, timeout=30)
     resp.raise_for_status()
     return revision
+
+
+@contextlib.contextmanager
+def apiserver_on_new_etcd(workdir, etcd_quota_bytes=None, **kw):
+    """An API server on an etcd of its own (`api.etcd`); both stopped by PID on exit."""
+    workdir = str(workdir)
+    etcd = EtcdServer(os.path.join(workdir, "etcd"), quota_bytes=etcd_quota_bytes).start()
+    try:
+        api = KubeApiServer(os.path.join(workdir, "apiserver"), etcd.client_url, **kw).start()
+        api.etcd = etcd
+        try:
+            yield api
+        finally:
+            api.stop()
+    finally:
+        etcd.stop()

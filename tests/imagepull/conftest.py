@@ -15,8 +15,7 @@ import pytest
 from exporter.cli import parse
 from exporter.collectors.imagepull import ImagePullCollector
 from tests.helpers.containerd_server import ContainerdServer
-from tests.helpers.etcd_server import EtcdServer
-from tests.helpers.kube_apiserver import KubeApiServer
+from tests.helpers.kube_apiserver import apiserver_on_new_etcd
 from tests.helpers.registry_server import RegistryServer
 from tests.helpers.throttle_proxy import ThrottleProxy
 
@@ -82,15 +81,8 @@ def make_collector(monkeypatch):
 @pytest.fixture(scope="session")
 def apiserver():
     path = tempfile.mkdtemp(prefix="ipk-", dir="/tmp")
-    etcd = EtcdServer(f"{path}/etcd").start()
-    try:
-        api = KubeApiServer(f"{path}/apiserver", etcd.client_url).start()
-    except BaseException:
-        etcd.stop()
-        raise
-    yield api
-    api.stop()
-    etcd.stop()
+    with apiserver_on_new_etcd(path) as api:
+        yield api
     shutil.rmtree(path, ignore_errors=True)
 
 
