@@ -4,59 +4,38 @@
 label values and cluster-scoped names (`uniq`). Tests that restart the API server or
 compact etcd start their own pair with `fresh_apiserver`.
 """
+import contextlib
 import uuid
 
 import pytest
 
 from exporter import kube
-from tests.helpers.etcd_server import EtcdServer
-from tests.helpers.kube_apiserver import KubeApiServer
-
-
-def _start_pair(workdir, watch_cache=True, etcd=None):
-    """An API server, on its own new etcd or on `etcd` (then it is not stopped with it)."""
-    own = etcd is None
-    if own:
-        etcd = EtcdServer(workdir / "etcd").start()
-    try:
-        api = KubeApiServer(workdir / "apiserver", etcd.client_url,
-                            watch_cache=watch_cache).start()
-    except BaseException:
-        if own:
-            etcd.stop()
-        raise
-    api.etcd = etcd
-    api.owns_etcd = own
-    return api
-
-
-def _stop_pair(api):
-    api.stop()
-    if api.owns_etcd:
-        api.etcd.stop()
+from tests.helpers.kube_apiserver import KubeApiServer, apiserver_on_new_etcd
 
 
 @pytest.fixture(scope="session")
 def apiserver(tmp_path_factory):
-    api = _start_pair(tmp_path_factory.mktemp("kube"))
-    yield api
-    _stop_pair(api)
+    with apiserver_on_new_etcd(tmp_path_factory.mktemp("kube")) as api:
+        yield api
 
 
 @pytest.fixture
 def fresh_apiserver(tmp_path):
     """Start-your-own: `fresh_apiserver(watch_cache=False)`, or a second API server on the
     same etcd with `fresh_apiserver(etcd=first.etcd)`; all stopped after the test."""
-    started = []
+    count = iter(range(100))
+    with contextlib.ExitStack() as stack:
+        def start(watch_cache=True, etcd=None):
+            workdir = tmp_path / f"api{next(count)}"
+            if etcd is None:
+                return stack.enter_context(apiserver_on_new_etcd(workdir,
+                                                                 watch_cache=watch_cache))
+            api = KubeApiServer(workdir, etcd.client_url, watch_cache=watch_cache).start()
+            stack.callback(api.stop)
+            api.etcd = etcd
+            return api
 
-    def start(watch_cache=True, etcd=None):
-        api = _start_pair(tmp_path / f"pair{len(started)}", watch_cache=watch_cache, etcd=etcd)
-        started.append(api)
-        return api
-
-    yield start
-    for api in reversed(started):
-        _stop_pair(api)
+        yield start
 
 
 @pytest.fixture
