@@ -15,7 +15,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from exporter import __version__
+from exporter import __version__, kube
 from exporter.registry import MODES, Collector, UsageError, add_collector_flags, enabled_collectors
 
 log = logging.getLogger("exporter")
@@ -95,6 +95,7 @@ def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
                         help="sysfs mount point, e.g. /host/sys in a container (default /sys).")
     parser.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS, default="info",
                         help="Least severe log level printed (default info).")
+    kube.add_arguments(parser)
     add_collector_flags(parser)
     return parser
 

@@ -1,0 +1,32 @@
+"""The `--kube.*` flags, shared by every collector that reads the Kubernetes API."""
+import argparse
+import os
+
+from .client import KubeClient
+from .config import load
+
+
+def existing_file(value: str) -> str:
+    if not os.path.isfile(value):
+        raise argparse.ArgumentTypeError(f"no such file: {value!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Kubernetes API")
+    group.add_argument(
+        "--kube.kubeconfig", dest="kube_kubeconfig", type=existing_file, default=None,
+        metavar="PATH",
+        help="kubeconfig file for running outside a cluster (default: $KUBECONFIG, else the "
+             "pod's service account).")
+    group.add_argument(
+        "--kube.node-name", dest="kube_node_name", default=os.environ.get("NODE_NAME", ""),
+        metavar="NAME",
+        help="This node's name, for node mode's spec.nodeName watches (default: $NODE_NAME, "
+             "set from the downward API).")
+
+
+def client_from_args(args) -> KubeClient:
+    """A client for the configured API server; ConfigError says what is missing."""
+    return KubeClient(load(getattr(args, "kube_kubeconfig", None)))
+

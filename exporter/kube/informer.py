@@ -1,0 +1,334 @@
+"""List+watch caches (informers) kept current by a background thread.
+
+The loop: list (paged with limit/continue, or from the API server's watch cache), then
+watch from the list's resourceVersion with allowWatchBookmarks. When a watch ends, the
+next one resumes from the last resourceVersion seen (an event or a BOOKMARK); only 410
+Gone makes it list again. Errors back off with jitter (`Backoff`). Scrapes read `items()`;
+they never reach the API server.
+"""
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+import requests
+from urllib3.exceptions import ReadTimeoutError
+
+from .client import ApiError, Gone, KubeClient
+
+log = logging.getLogger(__name__)
+
+# The server closes each watch after timeoutSeconds drawn from this range, spreading the
+# re-watches of thousands of nodes (client-go uses 5-10 minutes too).
+WATCH_TIMEOUT_SECONDS = (300, 600)
+# The API server's watch cache sends a BOOKMARK about once a minute; a read that stays
+# silent for twice that means a dead connection, and the watch resumes from the last RV.
+WATCH_READ_TIMEOUT = 120.0
+PAGE_SIZE = 500
+# A watch the server ends sooner than this without a single event counts as a failure.
+QUICK_CLOSE_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A listable API resource: `api` is "/api/v1" or "/apis/GROUP/VERSION"."""
+
+    api: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace=None) -> str:
+        if namespace and self.namespaced:
+            return f"{self.api}/namespaces/{namespace}/{self.plural}"
+        return f"{self.api}/{self.plural}"
+
+
+PODS = Resource("/api/v1", "pods")
+NODES = Resource("/api/v1", "nodes", namespaced=False)
+PRIORITY_CLASSES = Resource("/apis/scheduling.k8s.io/v1", "priorityclasses", namespaced=False)
+
+
+class Backoff:
+    """Exponential backoff with jitter, reset after a success.
+
+    The n-th consecutive failure waits a uniform random time in
+    [0.5, 1] x min(cap, initial x 2^(n-1)): with the defaults 0.5-1 s, 1-2 s, 2-4 s, ...
+    and never more than 30 s. The jitter keeps a fleet of exporters from reconnecting in
+    lockstep after an API server restart.
+    """
+
+    def __init__(self, initial=1.0, cap=30.0, rand=random.random):
+        self.initial = initial
+        self.cap = cap
+        self._rand = rand
+        self._failures = 0
+
+    def next_delay(self) -> float:
+        self._failures += 1
+        ceiling = min(self.cap, self.initial * 2 ** (self._failures - 1))
+        return ceiling * (0.5 + 0.5 * self._rand())
+
+    def reset(self):
+        self._failures = 0
+
+
+def object_key(obj) -> str:
+    meta = obj.get("metadata", {})
+    ns = meta.get("namespace")
+    return f"{ns}/{meta['name']}" if ns else meta["name"]
+
+
+def _strip_managed_fields(obj):
+    # Server-side-apply bookkeeping: often half an object's size and never read here.
+    obj.get("metadata", {}).pop("managedFields", None)
+    return obj
+
+
+@dataclass(frozen=True)
+class Health:
+    """What `kube.health` exports for one informer."""
+
+    resource: str
+    up: bool
+    last_sync_age: float | None  # seconds; None before the first sync
+    relists: int
+
+
+class Informer:
+    """A thread-safe cache of one resource, filtered on the server by label/field selectors.
+
+    Handlers run on the informer's thread, in event order: `on_add(obj)`,
+    `on_update(old, new)`, `on_delete(obj)`. After a relist the differences against the
+    old cache are delivered the same way, so a deletion missed during a gap is still seen.
+    Objects are shared between the cache, handlers and readers: treat them as read-only.
+    `transform(obj) -> obj` may shrink objects before they are stored.
+    """
+
+    def __init__(self, client: KubeClient, resource: Resource, *, namespace=None,
+                 label_selector=None, field_selector=None, list_from_cache=False,
+                 on_add=None, on_update=None, on_delete=None, transform=None,
+                 page_size=PAGE_SIZE, backoff=None, watch_timeout=WATCH_TIMEOUT_SECONDS,
+                 read_timeout=WATCH_READ_TIMEOUT):
+        self.client = client
+        self.resource = resource
+        self.path = resource.path(namespace)
+        self.selectors = {}
+        if label_selector:
+            self.selectors["labelSelector"] = label_selector
+        if field_selector:
+            self.selectors["fieldSelector"] = field_selector
+        # resourceVersion=0 lists from the API server's watch cache instead of etcd: the
+        # cheap choice for thousands of node-filtered informers (it ignores paging).
+        self.list_from_cache = list_from_cache
+        self.page_size = page_size
+        self.backoff = backoff or Backoff()
+        self.watch_timeout = watch_timeout
+        self.read_timeout = read_timeout
+        self._on_add, self._on_update, self._on_delete = on_add, on_update, on_delete
+        self._transform = transform or _strip_managed_fields
+
+        self._lock = threading.Lock()
+        self._items = {}
+        self._rv = None
+        self._up = False
+        self._last_sync = None
+        self._lists = 0
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._watch = None
+        self._thread = None
+
+    # ---- what collectors use -------------------------------------------------------
+    def start(self):
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name=f"informer-{self.resource.plural}")
+            self._thread.start()
+        return self
+
+    def stop(self, timeout=5.0):
+        self._stop.set()
+        watch = self._watch
+        if watch is not None:
+            watch.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wait_synced(self, timeout=None) -> bool:
+        return self._synced.wait(timeout)
+
+    @property
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    def items(self) -> list:
+        with self._lock:
+            return list(self._items.values())
+
+    def get(self, key):
+        with self._lock:
+            return self._items.get(key)
+
+    def health(self) -> Health:
+        with self._lock:
+            age = None if self._last_sync is None else time.monotonic() - self._last_sync
+            return Health(self.resource.plural, self._up, age, max(0, self._lists - 1))
+
+    @property
+    def resource_version(self):
+        return self._rv
+
+    # ---- the loop ----------------------------------------------------------------------
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                if self._rv is None:
+                    self._list()
+                    self.backoff.reset()
+                self._watch_once()
+            except Gone:
+                log.info("%s: resourceVersion %s is gone; relisting", self.path, self._rv)
+                self._rv = None
+            except (ApiError, requests.RequestException, ValueError) as e:
+                if self._stop.is_set():
+                    return
+                delay = self.backoff.next_delay()
+                log.warning("%s: %s; retrying in %.1fs", self.path, e, delay)
+                self._set_up(False)
+                self._stop.wait(delay)
+
+    def _list(self):
+        params = dict(self.selectors)
+        if self.list_from_cache and self._lists == 0:
+            params["resourceVersion"] = "0"
+        else:
+            params["limit"] = str(self.page_size)
+        fresh = {}
+        while True:
+            doc = self.client.get(self.path, params)
+            for obj in doc.get("items") or []:
+                obj = self._transform(obj)
+                fresh[object_key(obj)] = obj
+            meta = doc.get("metadata") or {}
+            if not meta.get("continue"):
+                break
+            params = dict(params, **{"continue": meta["continue"]})
+        rv = meta.get("resourceVersion")
+        with self._lock:
+            old, self._items = self._items, fresh
+            self._rv = rv
+            self._lists += 1
+            self._up = True
+            self._last_sync = time.monotonic()
+        self._synced.set()
+        self._deliver_diff(old, fresh)
+
+    def _deliver_diff(self, old, fresh):
+        for key, obj in fresh.items():
+            prev = old.get(key)
+            if prev is None:
+                self._call(self._on_add, obj)
+            elif _rv_of(prev) != _rv_of(obj):
+                self._call(self._on_update, prev, obj)
+        for key, obj in old.items():
+            if key not in fresh:
+                self._call(self._on_delete, obj)
+
+    def _watch_once(self):
+        params = dict(self.selectors, resourceVersion=self._rv, allowWatchBookmarks="true",
+                      timeoutSeconds=str(random.randint(*self.watch_timeout)))
+        watch = self.client.watch(self.path, params, self.read_timeout)
+        self._watch = watch
+        if self._stop.is_set():  # stop() ran before the watch was registered
+            watch.close()
+            return
+        self._set_up(True)
+        opened, events = time.monotonic(), 0
+        try:
+            for event in watch:
+                self._apply(event)
+                events += 1
+                self.backoff.reset()
+        except requests.exceptions.ConnectionError as e:
+            # A read that timed out (no bookmark within read_timeout): the connection is
+            # dead or the server is not sending bookmarks; resume from the last RV.
+            if not (e.args and isinstance(e.args[0], ReadTimeoutError)) or self._stop.is_set():
+                raise
+        finally:
+            self._watch = None
+            watch.close()
+        # The server closed the watch at timeoutSeconds: a normal end, resume from RV.
+        self._mark_synced()
+        if events == 0 and time.monotonic() - opened < QUICK_CLOSE_SECONDS:
+            # Closed at once with nothing in it (a proxy cutting streams?): back off
+            # rather than re-watch in a tight loop.
+            self._stop.wait(self.backoff.next_delay())
+        else:
+            self.backoff.reset()
+
+    def _apply(self, event):
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            raise _watch_error(obj)
+        rv = obj.get("metadata", {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            with self._lock:
+                self._rv = rv or self._rv
+                self._last_sync = time.monotonic()
+            return
+        obj = self._transform(obj)
+        key = object_key(obj)
+        with self._lock:
+            prev = self._items.get(key)
+            if kind == "DELETED":
+                self._items.pop(key, None)
+            else:
+                self._items[key] = obj
+            self._rv = rv or self._rv
+            self._last_sync = time.monotonic()
+        if kind == "DELETED":
+            self._call(self._on_delete, prev or obj)
+        elif prev is None:
+            self._call(self._on_add, obj)
+        else:
+            self._call(self._on_update, prev, obj)
+
+    def _mark_synced(self):
+        with self._lock:
+            self._last_sync = time.monotonic()
+
+    def _set_up(self, up):
+        with self._lock:
+            self._up = up
+
+    def _call(self, handler, *objs):
+        if handler is None:
+            return
+        try:
+            handler(*objs)
+        except Exception:  # a handler's bug must not stop the cache from updating
+            log.exception("%s: event handler failed", self.path)
+
+
+def _rv_of(obj):
+    return obj.get("metadata", {}).get("resourceVersion")
+
+
+def _watch_error(status):
+    code = status.get("code") or 0
+    err = (Gone if code == 410 else ApiError)(code, status.get("reason", ""),
+                                                status.get("message", ""))
+    return err
+
+
+def for_node(client, resource, node_name, **kw) -> Informer:
+    """Node mode: only objects on `node_name`, selected on the server by spec.nodeName.
+
+    One list from the API server's watch cache, then one watch held open and resumed from
+    bookmarks: no periodic relists, so thousands of nodes cost the API server little.
+    """
+    if not node_name:
+        raise ValueError("node mode needs a node name (--kube.node-name or NODE_NAME)")
+    return Informer(client, resource, field_selector=f"spec.nodeName={node_name}",
+                    list_from_cache=True, **kw)

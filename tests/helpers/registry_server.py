@@ -1,0 +1,107 @@
+"""A real Docker registry (Debian's docker-registry) on loopback, filesystem storage.
+
+`push_image` builds an OCI image with fresh random layers (so no earlier test's blob can
+be reused from containerd's content store) and pushes it with the registry HTTP API.
+"""
+import hashlib
+import io
+import json
+import os
+import tarfile
+
+import requests
+
+from .ports import free_port
+from .procs import Proc, wait_for_port
+
+REGISTRY = "/usr/bin/docker-registry"
+
+CONFIG = """\
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: {root}
+http:
+  addr: 127.0.0.1:{port}
+"""
+
+LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar"
+CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
+MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+
+
+def sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def random_layer(size: int) -> bytes:
+    """An uncompressed tar holding one file of `size` random bytes (incompressible)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        info = tarfile.TarInfo("data")
+        info.size = size
+        tar.addfile(info, io.BytesIO(os.urandom(size)))
+    return buf.getvalue()
+
+
+class RegistryServer:
+    def __init__(self, workdir, port=None):
+        self.workdir = str(workdir)
+        self.port = port or free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        self.url = f"http://{self.host}"
+        self.proc = None
+
+    def start(self):
+        if not os.path.exists(REGISTRY):
+            raise FileNotFoundError(f"{REGISTRY} is missing (.ci/setup.d/50-imagepull.sh installs it)")
+        os.makedirs(self.workdir, exist_ok=True)
+        config = os.path.join(self.workdir, "registry.yml")
+        with open(config, "w") as f:
+            f.write(CONFIG.format(root=os.path.join(self.workdir, "storage"), port=self.port))
+        self.proc = Proc([REGISTRY, "serve", config], os.path.join(self.workdir, "registry.log"))
+        wait_for_port(self.port, proc=self.proc)
+        return self
+
+    def push_blob(self, repo: str, data: bytes) -> str:
+        digest = sha256(data)
+        start = requests.post(f"{self.url}/v2/{repo}/blobs/uploads/", timeout=30)
+        start.raise_for_status()
+        location = start.headers["Location"]
+        if location.startswith("/"):
+            location = self.url + location
+        sep = "&" if "?" in location else "?"
+        done = requests.put(f"{location}{sep}digest={digest}", data=data, timeout=120,
+                            headers={"Content-Type": "application/octet-stream"})
+        done.raise_for_status()
+        return digest
+
+    def push_image(self, repo: str, tag: str, layer_sizes) -> dict:
+        """Push an image with one fresh random layer per size; returns its digests."""
+        layers = []
+        diff_ids = []
+        for size in layer_sizes:
+            data = random_layer(size)
+            layers.append({"mediaType": LAYER_TYPE, "digest": self.push_blob(repo, data),
+                           "size": len(data)})
+            diff_ids.append(sha256(data))
+        config = json.dumps({"architecture": "amd64", "os": "linux", "config": {},
+                             "rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
+        manifest = json.dumps({
+            "schemaVersion": 2, "mediaType": MANIFEST_TYPE,
+            "config": {"mediaType": CONFIG_TYPE, "digest": self.push_blob(repo, config),
+                       "size": len(config)},
+            "layers": layers,
+        }).encode()
+        put = requests.put(f"{self.url}/v2/{repo}/manifests/{tag}", data=manifest, timeout=30,
+                           headers={"Content-Type": MANIFEST_TYPE})
+        put.raise_for_status()
+        return {"manifest": sha256(manifest), "layers": [l["digest"] for l in layers],
+                "layer_sizes": [l["size"] for l in layers],
+                "size": sum(l["size"] for l in layers) + len(config) + len(manifest)}
+
+    def stop(self):
+        if self.proc:
+            self.proc.stop()

@@ -1,0 +1,126 @@
+"""Real containerd, a real docker-registry and a throttling proxy between them; a real
+etcd + kube-apiserver for the pods and events.
+
+The registry and the proxy are shared by the module (images are pushed with fresh
+random layers per test); each test gets its own containerd, so an ingest one test
+leaves behind is never seen by another. The API server is shared by the session; tests
+keep to their own namespace.
+"""
+import shutil
+import tempfile
+import uuid
+
+import pytest
+
+from exporter.cli import parse
+from exporter.collectors.imagepull import ImagePullCollector
+from tests.helpers.containerd_server import ContainerdServer
+from tests.helpers.etcd_server import EtcdServer
+from tests.helpers.kube_apiserver import KubeApiServer
+from tests.helpers.registry_server import RegistryServer
+from tests.helpers.throttle_proxy import ThrottleProxy
+
+# 4 MiB/s per connection: a 16 MiB layer takes about 4 s, long enough to watch.
+PROXY_RATE = 4 << 20
+
+
+@pytest.fixture(scope="module")
+def workdir():
+    # Short, so unix socket paths stay under the 108-byte limit.
+    path = tempfile.mkdtemp(prefix="ip-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def registry(workdir):
+    server = RegistryServer(f"{workdir}/registry").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(workdir, registry):
+    p = ThrottleProxy(workdir, registry.port, PROXY_RATE)
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def containerd():
+    path = tempfile.mkdtemp(prefix="cd-", dir="/tmp")
+    server = ContainerdServer(path).start()
+    yield server
+    server.wipe()
+
+
+def collector_args(*flags):
+    args, classes = parse(["--collector.disable-defaults", "--collector.imagepull", *flags])
+    assert classes == [ImagePullCollector]
+    return args
+
+
+@pytest.fixture
+def make_collector(monkeypatch):
+    """make_collector(address, *flags) -> a started ImagePullCollector.
+
+    Without --kube.node-name (NODE_NAME is cleared) it has no pod watch."""
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    made = []
+
+    def make(address, *flags):
+        c = ImagePullCollector(collector_args("--containerd.address", address, *flags))
+        c.start()
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture(scope="session")
+def apiserver():
+    path = tempfile.mkdtemp(prefix="ipk-", dir="/tmp")
+    etcd = EtcdServer(f"{path}/etcd").start()
+    try:
+        api = KubeApiServer(f"{path}/apiserver", etcd.client_url).start()
+    except BaseException:
+        etcd.stop()
+        raise
+    yield api
+    api.stop()
+    etcd.stop()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def namespace(apiserver):
+    name = "t" + uuid.uuid4().hex[:8]
+    apiserver.admin.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    return name
+
+
+@pytest.fixture
+def kubeconfig_for(apiserver, tmp_path):
+    """kubeconfig_for(name, rules): a kubeconfig for a new service account that holds a
+    ClusterRole of exactly `rules` and nothing else (its token from the TokenRequest API)."""
+
+    def make(name, rules):
+        sa = f"{name}-{uuid.uuid4().hex[:6]}"
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        apiserver.admin.create("/api/v1/namespaces/default/serviceaccounts",
+                               {"metadata": {"name": sa}})
+        apiserver.admin.create(f"{rbac}/clusterroles", {"metadata": {"name": sa}, "rules": rules})
+        apiserver.admin.create(f"{rbac}/clusterrolebindings", {
+            "metadata": {"name": sa},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": sa},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "default"}]})
+        token = apiserver.admin.create(
+            f"/api/v1/namespaces/default/serviceaccounts/{sa}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": 3600}})["status"]["token"]
+        return apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{sa}", token=token)
+
+    return make

@@ -1,0 +1,218 @@
+"""The imagepull collector against a real containerd pulling from a real registry."""
+import os
+import signal
+import socket
+import time
+import uuid
+
+import pytest
+
+from exporter.containerd.client import ContainerdError
+from exporter.scrape import Scraper
+from tests.helpers.metrics import sample
+
+MiB = 1 << 20
+
+
+def scrape(collector):
+    return list(collector.collect())
+
+
+def value(collector, name):
+    return sample(scrape(collector), name)
+
+
+def wait_for(collector, predicate, timeout, what):
+    """Scrape until predicate(families) holds; the families of that scrape."""
+    deadline = time.monotonic() + timeout
+    while True:
+        families = scrape(collector)
+        if predicate(families):
+            return families
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} within {timeout}s: "
+                                 f"{[(s.name, s.value) for f in families for s in f.samples]}")
+        time.sleep(0.2)
+
+
+def fresh_repo():
+    return "t" + uuid.uuid4().hex[:10]
+
+
+def test_pull_progress_moves_and_a_finished_pull_drops_out(containerd, registry, proxy,
+                                                          make_collector, workdir):
+    repo = fresh_repo()
+    image = registry.push_image(repo, "v1", [16 * MiB])
+    c = make_collector(containerd.address)
+    assert value(c, "kubescale_image_pulls_in_progress") == 0
+
+    fetch = containerd.fetch(f"{proxy.host}/{repo}:v1", f"{workdir}/{repo}.log")
+    try:
+        first = wait_for(c, lambda f: sample(f, "kubescale_image_pull_downloaded_bytes") > 0,
+                         10, "downloading")
+        assert sample(first, "kubescale_image_pulls_in_progress") == 1
+        # The layer is the only blob still being written: its size is what is expected.
+        assert sample(first, "kubescale_image_pull_expected_bytes") == image["layer_sizes"][0]
+        time.sleep(1.0)
+        later = scrape(c)
+        assert (sample(later, "kubescale_image_pull_downloaded_bytes")
+                > sample(first, "kubescale_image_pull_downloaded_bytes"))
+        assert sample(later, "kubescale_image_pull_oldest_seconds") >= 1.0
+        assert sample(later, "kubescale_image_pull_stalled") == 0
+        assert fetch.popen.wait(30) == 0, fetch.log_tail()
+    finally:
+        fetch.stop()
+    done = scrape(c)
+    assert sample(done, "kubescale_image_pulls_in_progress") == 0
+    assert sample(done, "kubescale_image_pull_downloaded_bytes") == 0
+    assert sample(done, "kubescale_image_pull_expected_bytes") == 0
+    assert sample(done, "kubescale_image_pull_oldest_seconds") == 0
+    assert image["manifest"] in containerd.ctr("content", "ls", "-q").stdout
+
+
+def test_layers_of_one_image_count_as_one_pull(containerd, registry, proxy, make_collector,
+                                               workdir):
+    repos = [fresh_repo(), fresh_repo()]
+    for repo in repos:
+        registry.push_image(repo, "v1", [8 * MiB, 8 * MiB, 8 * MiB])
+    c = make_collector(containerd.address)
+    fetches = [containerd.fetch(f"{proxy.host}/{r}:v1", f"{workdir}/{r}.log") for r in repos]
+    try:
+        # Six layers download at once (ctr fetches three per image concurrently)...
+        families = wait_for(c, lambda f: sample(f, "kubescale_image_pull_expected_bytes")
+                            >= 6 * 8 * MiB, 15, "six layers downloading")
+        # ...but they are two images.
+        assert sample(families, "kubescale_image_pulls_in_progress") == 2
+        for f in fetches:
+            assert f.popen.wait(60) == 0, f.log_tail()
+    finally:
+        for f in fetches:
+            f.stop()
+    assert value(c, "kubescale_image_pulls_in_progress") == 0
+
+
+def test_killed_client_leaves_a_stalled_pull(containerd, registry, proxy, make_collector,
+                                             workdir):
+    repo = fresh_repo()
+    registry.push_image(repo, "v1", [32 * MiB])
+    c = make_collector(containerd.address, "--image-pull.stall-after", "1.5s")
+    fetch = containerd.fetch(f"{proxy.host}/{repo}:v1", f"{workdir}/{repo}.log")
+    try:
+        wait_for(c, lambda f: sample(f, "kubescale_image_pull_downloaded_bytes") > 2 * MiB,
+                 10, "downloading")
+    finally:
+        os.kill(fetch.pid, signal.SIGKILL)
+        fetch.stop()
+    killed = scrape(c)
+    assert sample(killed, "kubescale_image_pulls_in_progress") == 1
+    assert sample(killed, "kubescale_image_pull_stalled") == 0
+    left = sample(killed, "kubescale_image_pull_downloaded_bytes")
+    assert 0 < left < 32 * MiB
+    stalled = wait_for(c, lambda f: sample(f, "kubescale_image_pull_stalled") == 1, 5,
+                       "stalled")
+    assert sample(stalled, "kubescale_image_pull_downloaded_bytes") == left
+    assert sample(stalled, "kubescale_image_pull_oldest_seconds") >= 1.5
+    advice = c.findings()
+    assert any(f.severity == "warning" and "no progress" in f.summary for f in advice), advice
+
+
+def test_preload_missing_counts_absent_images(containerd, registry, proxy, make_collector,
+                                              workdir):
+    repo = fresh_repo()
+    registry.push_image(repo, "v1", [1 * MiB])
+    present = f"{proxy.host}/{repo}:v1"
+    absent = f"{proxy.host}/{repo}:never-pushed"
+    c = make_collector(containerd.address, "--image-pull.preload", f"{present},{absent}")
+    assert value(c, "kubescale_image_preload_missing") == 2
+    containerd.ctr("content", "fetch", "--plain-http", present)
+    assert value(c, "kubescale_image_preload_missing") == 1
+    warning = [f for f in c.findings() if "baked into this node" in f.summary]
+    assert warning and absent in warning[0].advice and present not in warning[0].advice
+
+
+def test_missing_socket_fails_alone_with_a_clear_error_and_recovers(make_collector):
+    from tests.helpers.containerd_server import ContainerdServer
+
+    path = tempfile_dir()
+    server = ContainerdServer(path)
+    c = make_collector(server.address)
+    with pytest.raises(ContainerdError, match=f"containerd socket {server.address} does not exist"):
+        scrape(c)
+    scraper = Scraper([c])
+    families = scraper.scrape(timeout=5)
+    assert sample(families, "kubescale_scrape_collector_success", collector="imagepull") == 0
+    assert "does not exist" in scraper.last_error("imagepull")
+    server.start()
+    try:
+        # The same collector recovers on its own.
+        families = scraper.scrape(timeout=5)
+        assert sample(families, "kubescale_scrape_collector_success", collector="imagepull") == 1
+        assert sample(families, "kubescale_image_pulls_in_progress") == 0
+    finally:
+        scraper.close()
+        server.wipe()
+
+
+def tempfile_dir():
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="cd-", dir="/tmp")
+
+
+def test_a_socket_that_is_not_containerd_fails_within_the_timeout(make_collector):
+    path = os.path.join(tempfile_dir(), "silent.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(16)  # accepts (in the backlog) and never answers
+    try:
+        c = make_collector(path, "--containerd.timeout", "0.5s")
+        start = time.monotonic()
+        with pytest.raises(ContainerdError, match=f"containerd at {path} ListStatuses"):
+            scrape(c)
+        assert time.monotonic() - start < 2.0
+    finally:
+        listener.close()
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+
+
+def test_a_file_that_is_not_a_socket_is_named(make_collector, tmp_path):
+    path = tmp_path / "plain-file"
+    path.write_text("")
+    c = make_collector(str(path))
+    with pytest.raises(ContainerdError, match=f"{path} is not a socket"):
+        scrape(c)
+
+
+def test_an_http1_server_socket_is_reported_as_not_grpc(containerd, make_collector):
+    # containerd's own debug socket speaks HTTP/1 (pprof, expvar), not gRPC.
+    c = make_collector(containerd.address + ".debug")
+    with pytest.raises(ContainerdError, match=r"ListStatuses: UNAVAILABLE: .*not a gRPC server"):
+        scrape(c)
+
+
+def test_containerd_errors_keep_their_grpc_code(containerd):
+    from exporter.containerd.client import ContainerdClient
+
+    client = ContainerdClient(containerd.address, "k8s.io", 2)
+    with pytest.raises(ContainerdError, match=r"Content.List: INVALID_ARGUMENT: filters"):
+        client.content('labels."unterminated')
+    assert client.content('labels."containerd.io/gc.ref.content.config"') == []
+
+
+def test_a_hung_containerd_times_out_and_the_collector_recovers(containerd, make_collector):
+    c = make_collector(containerd.address, "--containerd.timeout", "0.5s")
+    scraper = Scraper([c])
+    try:
+        containerd.proc.pause()  # SIGSTOP: the socket accepts, nothing answers
+        start = time.monotonic()
+        families = scraper.scrape(timeout=5)
+        assert time.monotonic() - start < 2.0
+        assert sample(families, "kubescale_scrape_collector_success", collector="imagepull") == 0
+        assert "DEADLINE_EXCEEDED" in scraper.last_error("imagepull")
+        containerd.proc.resume()
+        families = scraper.scrape(timeout=5)
+        assert sample(families, "kubescale_scrape_collector_success", collector="imagepull") == 1
+    finally:
+        containerd.proc.resume()
+        scraper.close()

@@ -1,0 +1,130 @@
+"""Golden exposition of the imagepull collector from fixed containerd, pod and kubelet input."""
+from datetime import UTC, datetime
+
+from exporter.collectors.imagepull import (
+    KubeletPullSettings,
+    advise,
+    families,
+    images_wanted,
+    observe,
+)
+from exporter.containerd.client import ContentInfo, Ingest
+from exporter.containerd.pulls import ManifestIndex
+from exporter.containerd.reference import parse
+from tests.helpers.golden import assert_golden, series_count
+
+NOW = 1_800_000_000.0
+GiB = 1 << 30
+BIG = "sha256:" + "b" * 64
+SMALL = "sha256:" + "5" * 64
+BIG_L0, BIG_L1 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+STALE = "sha256:" + "3" * 64
+EARLY = "sha256:" + "e" * 64
+
+
+def info(digest, created, sources, layers):
+    labels = {f"containerd.io/gc.ref.content.l.{i}": d for i, d in enumerate(layers)}
+    labels["containerd.io/gc.ref.content.config"] = "sha256:" + digest[-1] * 64
+    labels.update({f"containerd.io/distribution.source.{h}": r for h, r in sources})
+    return ContentInfo(digest, 1000, created, labels)
+
+
+INGESTS = [
+    # A 17 GiB image: two layers moving, started 30 minutes ago.
+    Ingest(f"layer-{BIG_L0}", 9 * GiB, 12 * GiB, NOW - 1800, NOW - 1),
+    Ingest(f"layer-{BIG_L1}", 3 * GiB, 5 * GiB, NOW - 1790, NOW - 2),
+    # A killed client's layer: no byte for 10 minutes.
+    Ingest(f"layer-{STALE}", 100 << 20, 400 << 20, NOW - 900, NOW - 600),
+    # A pull whose manifest is still being fetched: no manifest claims it yet.
+    Ingest(f"manifest-{EARLY}", 0, 2000, NOW - 1, NOW - 1),
+    # Not a pull (a hand-made ingest): ignored.
+    Ingest("my-upload", 5, 10, NOW - 5000, NOW - 5000),
+]
+MANIFESTS = [
+    info(BIG, NOW - 1805, [("registry.example", "team/big")], [BIG_L0, BIG_L1]),
+    info(SMALL, NOW - 905, [("docker.io", "library/redis")], [STALE]),
+]
+
+
+def pod(name, containers, statuses=None, phase="Pending", start="2027-01-15T07:20:00Z",
+        init=(), init_statuses=None):
+    return {
+        "metadata": {"name": name, "namespace": "default",
+                     "creationTimestamp": "2027-01-15T07:10:00Z"},
+        "spec": {"initContainers": [{"name": n, "image": i} for n, i in init],
+                 "containers": [{"name": n, "image": i} for n, i in containers]},
+        "status": {"phase": phase, "startTime": start,
+                   "initContainerStatuses": init_statuses or [],
+                   "containerStatuses": statuses or []},
+    }
+
+
+def waiting(name, reason):
+    return {"name": name, "state": {"waiting": {"reason": reason}}}
+
+
+PODS = [
+    # Waits for the big image, which is downloading: not queued.
+    pod("trainer", [("main", "registry.example:5000/team/big:v3")],
+        [waiting("main", "ContainerCreating")]),
+    # Waits behind it for two images neither present nor downloading: queued, and the
+    # oldest unfinished pull is theirs (startTime 2027-01-15T07:20:00Z = NOW - 2400).
+    pod("web", [("nginx", "nginx:1.25"), ("sidecar", "quay.io/org/proxy:2")],
+        [waiting("nginx", "ImagePullBackOff"), waiting("sidecar", "ErrImagePull")]),
+    # Just bound to the node, no status yet; wants an image that is present.
+    pod("fresh", [("c", "busybox")], None, start=None),
+    # Its init container pulls; the main container waits for it, not for a pull.
+    pod("init", [("main", "ghcr.io/x/app:1")], [waiting("main", "PodInitializing")],
+        init=[("setup", "nginx:1.25")], init_statuses=[waiting("setup", "ContainerCreating")]),
+    # Running or finished pods need nothing.
+    pod("running", [("c", "ghcr.io/x/other:1")], [{"name": "c", "state": {"running": {}}}],
+        phase="Running"),
+    pod("done", [("c", "ghcr.io/x/done:1")], [waiting("c", "ContainerCreating")],
+        phase="Succeeded"),
+]
+PRESENT = {"docker.io/library/busybox:latest", "registry.k8s.io/pause:3.9",
+           "sha256:" + "9" * 64}
+PRELOAD = [parse("registry.k8s.io/pause:3.9"), parse("nvcr.io/nvidia/cuda:12.4.0")]
+
+
+def state():
+    owners = ManifestIndex(lambda: MANIFESTS).lookup({i.digest for i in INGESTS if i.digest})
+    return observe(NOW, 120.0, INGESTS, owners, PRESENT, images_wanted(PODS),
+                   KubeletPullSettings(serialize=True, max_parallel=1), PRELOAD)
+
+
+def test_golden_exposition():
+    assert datetime.fromtimestamp(NOW - 2400, UTC).isoformat() == "2027-01-15T07:20:00+00:00"
+    text = assert_golden("imagepull", families(state()))
+    assert series_count(text) == 9
+
+
+def test_golden_input_reads_as_documented():
+    s = state()
+    assert [p.key for p in s.pulls] == [SMALL, BIG, EARLY]  # by key
+    assert [r.name for r, _ in s.queued] == ["docker.io/library/nginx:1.25",
+                                             "quay.io/org/proxy:2"]
+    assert [p.key for p in s.stalled] == [SMALL]
+    assert s.oldest_seconds == 2400
+    assert s.preload_missing == ["nvcr.io/nvidia/cuda:12.4.0"]
+
+
+def test_findings_advise_parallel_pulls_for_a_serialized_backlog():
+    advice = advise(state())
+    warnings = [f for f in advice if f.severity == "warning"]
+    assert [f.summary.split(" ")[0] for f in warnings] == ["serializeImagePulls", "1", "1"]
+    serialized = warnings[0]
+    assert "2 image(s) wait for a pull slot behind 3 pull(s)" in serialized.summary
+    assert "serializeImagePulls: false" in serialized.advice
+    assert "maxParallelImagePulls" in serialized.advice
+    assert "nvcr.io/nvidia/cuda:12.4.0" in warnings[2].advice
+
+
+def test_no_serialized_backlog_warning_without_a_pull_in_progress():
+    s = state()
+    idle = observe(NOW, 120.0, [], {}, PRESENT, images_wanted(PODS),
+                   KubeletPullSettings(serialize=True, max_parallel=1), [])
+    assert s.queued and idle.queued and not idle.pulls
+    summaries = [f.summary for f in advise(idle)]
+    assert not any(f.severity == "warning" for f in advise(idle)), summaries
+    assert any("neither present nor downloading" in m for m in summaries)

@@ -1,0 +1,190 @@
+"""The imagepull collector's parts: wire codec, image references, manifest index,
+kubelet config file, pods, and its flags."""
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from exporter.collectors.imagepull import (
+    KubeletConfigFile,
+    duration,
+    images_wanted,
+    pod_summary,
+)
+from exporter.containerd import wire
+from exporter.containerd.client import ContentInfo
+from exporter.containerd.pulls import ManifestIndex
+from exporter.containerd.reference import parse
+
+# ---- wire ----------------------------------------------------------------------------
+
+
+def varint(n):
+    return wire._varint(n)
+
+
+@given(st.lists(st.text(max_size=300), max_size=20))
+def test_repeated_strings_round_trip(values):
+    assert [wire.string([v]) for v in wire.fields(wire.encode_strings(1, values))[1]] == values
+
+
+@given(st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1))
+def test_int64_round_trip_including_negative(n):
+    assert wire.int64(wire.fields(varint(4 << 3 | wire.VARINT) + varint(n))[4]) == n
+
+
+def test_unknown_fields_of_every_wire_type_are_skipped():
+    status = (varint(3 << 3 | wire.LENGTH) + varint(3) + b"ref"
+              + varint(9 << 3 | wire.FIXED64) + b"\x01" * 8
+              + varint(10 << 3 | wire.FIXED32) + b"\x02" * 4
+              + varint(11 << 3 | wire.VARINT) + varint(300)
+              + varint(4 << 3 | wire.VARINT) + varint(42))
+    f = wire.fields(status)
+    assert wire.string(f[3]) == "ref" and wire.int64(f[4]) == 42
+
+
+@pytest.mark.parametrize("bad", [b"\x1a\x05abc", b"\x20", b"\x20\xff", b"\x00\x01", b"\x1b"])
+def test_malformed_messages_raise(bad):
+    with pytest.raises(wire.WireError):
+        wire.fields(bad)
+
+
+def test_timestamp_and_map():
+    ts = varint(1 << 3) + varint(1_700_000_000) + varint(2 << 3) + varint(500_000_000)
+    assert wire.timestamp([ts]) == 1_700_000_000.5
+    assert wire.timestamp([]) is None
+    entry = wire.encode_strings(1, ["k"]) + wire.encode_strings(2, ["v"])
+    assert wire.string_map([entry]) == {"k": "v"}
+
+
+# ---- references ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("image,name,source", [
+    ("nginx", "docker.io/library/nginx:latest", ("docker.io", "library/nginx")),
+    ("team/app:v2", "docker.io/team/app:v2", ("docker.io", "team/app")),
+    ("quay.io/a/b:1", "quay.io/a/b:1", ("quay.io", "a/b")),
+    ("127.0.0.1:5000/big:v1", "127.0.0.1:5000/big:v1", ("127.0.0.1", "big")),
+    ("localhost/x", "localhost/x:latest", ("localhost", "x")),
+    ("reg:5000/a/b:v1@sha256:abc", "reg:5000/a/b@sha256:abc", ("reg", "a/b")),
+    ("[::1]:5000/x:y", "[::1]:5000/x:y", ("::1", "x")),
+])
+def test_references_normalize_like_containerd(image, name, source):
+    ref = parse(image)
+    assert (ref.name, ref.source) == (name, source)
+
+
+@pytest.mark.parametrize("bad", ["", "x:", "@sha256:abc", "x@nodigest"])
+def test_malformed_references_raise(bad):
+    with pytest.raises(ValueError):
+        parse(bad)
+
+
+# ---- manifest index ------------------------------------------------------------------
+
+def test_manifest_index_lists_only_when_a_new_digest_appears():
+    calls = []
+    m = ContentInfo("sha256:m", 1, 10.0, {"containerd.io/gc.ref.content.l.0": "sha256:a",
+                                          "containerd.io/gc.ref.content.config": "sha256:c"})
+
+    def listing():
+        calls.append(1)
+        return [m]
+
+    index = ManifestIndex(listing)
+    assert index.lookup({"sha256:a"})["sha256:a"].digest == "sha256:m"
+    assert index.lookup({"sha256:a", "sha256:c"})["sha256:c"].digest == "sha256:m"
+    assert len(calls) == 1  # both were known from the first listing
+    assert index.lookup({"sha256:a", "sha256:lone"}).keys() == {"sha256:a"}
+    assert index.lookup({"sha256:a", "sha256:lone"}).keys() == {"sha256:a"}
+    assert len(calls) == 2  # the unclaimed digest is remembered, not listed again
+    assert index.lookup(set()) == {}
+    assert index.lookup({"sha256:a"}) and len(calls) == 3  # forgotten once gone
+
+
+# ---- kubelet config file -------------------------------------------------------------
+
+@pytest.mark.parametrize("text,serialize,parallel", [
+    ("kind: KubeletConfiguration\n", True, 1),
+    ("serializeImagePulls: true\n", True, 1),
+    ("serializeImagePulls: false\n", False, 0),
+    ("serializeImagePulls: false\nmaxParallelImagePulls: 5\n", False, 5),
+])
+def test_kubelet_pull_settings(tmp_path, text, serialize, parallel):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    s = KubeletConfigFile(str(path)).read()
+    assert (s.serialize, s.max_parallel) == (serialize, parallel)
+
+
+@pytest.mark.parametrize("text", ["serializeImagePulls: maybe\n", "maxParallelImagePulls: 0\n",
+                                  "- a list\n", "a: [unclosed\n"])
+def test_bad_kubelet_config_is_reported_not_raised(tmp_path, text):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    config = KubeletConfigFile(str(path))
+    assert config.read() is None and str(path) in config.error
+
+
+def test_kubelet_config_is_read_again_when_it_changes(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("serializeImagePulls: true\n")
+    config = KubeletConfigFile(str(path))
+    assert config.read().serialize
+    path.write_text("serializeImagePulls: false\nmaxParallelImagePulls: 3\n")
+    assert config.read().max_parallel == 3
+    path.unlink()
+    assert config.read() is None and "No such file" in config.error
+
+
+# ---- pods ----------------------------------------------------------------------------
+
+def test_pod_summary_keeps_what_images_wanted_reads():
+    full = {
+        "metadata": {"name": "p", "namespace": "n", "uid": "u", "resourceVersion": "7",
+                     "creationTimestamp": "2027-01-01T00:00:00Z", "labels": {"a": "b"},
+                     "managedFields": [{"big": "x" * 1000}]},
+        "spec": {"containers": [{"name": "c", "image": "nginx", "env": [{"name": "X"}]}],
+                 "volumes": [{"name": "v"}]},
+        "status": {"phase": "Pending", "startTime": "2027-01-01T00:00:01Z",
+                   "conditions": [{"type": "Ready"}],
+                   "containerStatuses": [{"name": "c", "image": "nginx", "ready": False,
+                                          "state": {"waiting": {"reason": "ErrImagePull",
+                                                                "message": "long"}}}]},
+    }
+    small = pod_summary(full)
+    assert "managedFields" not in small["metadata"] and "volumes" not in small["spec"]
+    assert images_wanted([small]) == images_wanted([full])
+    assert list(images_wanted([small])) == ["docker.io/library/nginx:latest"]
+
+
+# ---- flags ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,seconds", [("120", 120), ("90s", 90), ("2m", 120),
+                                          ("1h30m", 5400), ("1.5s", 1.5)])
+def test_durations(text, seconds):
+    assert duration(text) == seconds
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--image-pull.stall-after", "soon"], "--image-pull.stall-after"),
+    (["--image-pull.stall-after", "0s"], "--image-pull.stall-after"),
+    (["--containerd.timeout", "-1"], "--containerd.timeout"),
+    (["--containerd.address", "run/containerd.sock"], "--containerd.address"),
+    (["--containerd.namespace", ""], "--containerd.namespace"),
+    (["--kubelet.config-file", "/nonexistent/config.yaml"], "--kubelet.config-file"),
+    (["--image-pull.preload", "ok:1,bad:"], "--image-pull.preload"),
+])
+def test_bad_flags_exit_2_naming_the_flag(flags, named):
+    run = subprocess.run([sys.executable, "-m", "exporter", "--collector.imagepull", *flags],
+                         check=False, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and named in run.stderr, run.stderr
+
+
+def test_h2_is_imported_only_when_the_collector_runs():
+    code = ("import sys, exporter.cli as c; c.parse(['--collector.imagepull']); "
+            "print('h2' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert run.stdout.strip() == "False"

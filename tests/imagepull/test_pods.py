@@ -1,0 +1,109 @@
+"""Queued pulls from pods in a real kube-apiserver, with a real containerd and registry;
+the kubelet's pull settings from a test kubelet config file.
+
+No kubelet runs: the test binds pods to the node (spec.nodeName) and writes their
+container statuses itself, as the kubelet would while it waits for images.
+"""
+import time
+import uuid
+
+from exporter.collectors.imagepull import RBAC_RULES
+from tests.helpers.kube_apiserver import pod_manifest
+from tests.helpers.metrics import sample
+
+NODE = "node-a"
+MiB = 1 << 20
+
+
+def add_pod(api, ns, name, image, reason="ContainerCreating", node=NODE, init_image=None):
+    """A pod bound to `node` whose container waits with `reason` (as the kubelet reports)."""
+    body = pod_manifest(name, node=node)
+    body["spec"]["containers"][0]["image"] = image
+    statuses = {"containerStatuses": [waiting_status("pause", image, reason)]}
+    if init_image:
+        body["spec"]["initContainers"] = [{"name": "init", "image": init_image}]
+        statuses = {
+            "initContainerStatuses": [waiting_status("init", init_image, "ContainerCreating")],
+            "containerStatuses": [waiting_status("pause", image, "PodInitializing")],
+        }
+    base = f"/api/v1/namespaces/{ns}/pods"
+    api.admin.create(base, body)
+    api.admin.merge_patch(f"{base}/{name}/status", {"status": {
+        "phase": "Pending", "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **statuses}})
+
+
+def waiting_status(name, image, reason):
+    return {"name": name, "image": image, "imageID": "", "ready": False, "restartCount": 0,
+            "state": {"waiting": {"reason": reason}}}
+
+
+def scrape_until(c, name, want, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        families = list(c.collect())
+        try:
+            got = sample(families, name)
+        except KeyError:
+            got = None
+        if got == want:
+            return families
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} is {got}, not {want}, after {timeout}s")
+        time.sleep(0.2)
+
+
+def test_queued_counts_images_neither_present_nor_downloading(
+        apiserver, namespace, containerd, registry, proxy, make_collector, workdir, tmp_path,
+        kubeconfig_for):
+    tag = uuid.uuid4().hex[:8]
+    present = f"{registry.host}/present-{tag}:v1"
+    registry.push_image(f"present-{tag}", "v1", [MiB])
+    containerd.ctr("content", "fetch", "--plain-http", present)
+    registry.push_image(f"slow-{tag}", "v1", [24 * MiB])
+    slow = f"{proxy.host}/slow-{tag}:v1"
+    absent = f"{registry.host}/absent-{tag}:v1"
+
+    kubelet = tmp_path / "kubelet.yaml"
+    kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
+    c = make_collector(containerd.address,
+                       "--kube.kubeconfig", kubeconfig_for("imagepull", RBAC_RULES),
+                       "--kube.node-name", NODE, "--kubelet.config-file", str(kubelet))
+
+    scrape_until(c, "kubescale_image_pulls_queued", 0)
+    add_pod(apiserver, namespace, "has-image", present)
+    add_pod(apiserver, namespace, "needs-absent", absent, reason="ImagePullBackOff")
+    add_pod(apiserver, namespace, "needs-absent-too", absent, reason="ErrImagePull")
+    add_pod(apiserver, namespace, "other-node", f"{registry.host}/elsewhere:v1", node="node-b")
+    add_pod(apiserver, namespace, "behind-init", f"{registry.host}/later:v1",
+            init_image=present)
+    add_pod(apiserver, namespace, "needs-slow", slow)
+    # Two pods want one absent image; the slow image waits for its turn too.
+    families = scrape_until(c, "kubescale_image_pulls_queued", 2)
+    assert sample(families, "kubescale_kubelet_serialize_image_pulls") == 1
+    assert sample(families, "kubescale_image_pull_oldest_seconds") >= 0
+    assert sample(families, "kubescale_kube_watch_up", resource="pods") == 1
+    # Nothing downloads yet: no pull to wait behind (the kubelet would be in back-off).
+    assert not [f for f in c.findings() if f.severity == "warning"]
+
+    fetch = containerd.fetch(slow, f"{workdir}/slow-{tag}.log")
+    try:
+        # Downloading now: no longer queued, counted in progress.
+        families = scrape_until(c, "kubescale_image_pulls_queued", 1)
+        assert sample(families, "kubescale_image_pulls_in_progress") == 1
+        advice = [f for f in c.findings() if f.severity == "warning"]
+        assert advice and "1 image(s) wait for a pull slot behind 1 pull(s)" in advice[0].summary
+        assert "serializeImagePulls: false" in advice[0].advice
+        assert fetch.popen.wait(60) == 0, fetch.log_tail()
+    finally:
+        fetch.stop()
+    families = scrape_until(c, "kubescale_image_pulls_queued", 1)  # present now
+    assert sample(families, "kubescale_image_pulls_in_progress") == 0
+
+    for name in ("needs-absent", "needs-absent-too"):
+        apiserver.admin.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    scrape_until(c, "kubescale_image_pulls_queued", 0)
+
+    kubelet.write_text("serializeImagePulls: false\nmaxParallelImagePulls: 4\n")
+    families = scrape_until(c, "kubescale_kubelet_serialize_image_pulls", 0)
+    assert sample(families, "kubescale_kubelet_max_parallel_image_pulls") == 4
