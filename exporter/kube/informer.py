@@ -190,11 +190,13 @@ class Informer:
             except Gone:
                 log.info("%s: resourceVersion %s is gone; relisting", self.path, self._rv)
                 self._rv = None
-            except (ApiError, requests.RequestException, ValueError) as e:
+            except Exception as e:  # noqa: BLE001  (the thread must outlive any error)
                 if self._stop.is_set():
                     return
                 delay = self.backoff.next_delay()
-                log.warning("%s: %s; retrying in %.1fs", self.path, e, delay)
+                expected = isinstance(e, (ApiError, requests.RequestException, ValueError))
+                log.warning("%s: %s; retrying in %.1fs", self.path, e, delay,
+                            exc_info=not expected)
                 self._set_up(False)
                 self._stop.wait(delay)
 
@@ -255,6 +257,8 @@ class Informer:
             # dead or the server is not sending bookmarks; resume from the last RV.
             if not (e.args and isinstance(e.args[0], ReadTimeoutError)) or self._stop.is_set():
                 raise
+            log.info("%s: watch silent for %.0fs; resuming", self.path, self.read_timeout)
+            return
         finally:
             self._watch = None
             watch.close()

@@ -349,3 +349,40 @@ def test_watches_closed_at_once_back_off_instead_of_spinning(apiserver, namespac
     proxy.clear()
     apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod_manifest("ok"))
     assert wait_until(lambda: names(inf) == ["ok"], 10)
+
+
+def test_a_silent_watch_is_resumed_without_an_error(apiserver, namespace, make_client,
+                                                    informers, caplog):
+    """No event and no bookmark within the read timeout: resume from the last RV, quietly."""
+    inf = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace,
+                                  read_timeout=1.0, **FAST))
+    assert inf.wait_synced(10)
+    caplog.set_level("INFO", logger="exporter.kube.informer")
+    downs = 0
+    deadline = time.monotonic() + 3.5
+    while time.monotonic() < deadline:
+        downs += not inf.health().up
+        time.sleep(0.05)
+    resumed = [r for r in caplog.records if "silent" in r.getMessage()]
+    assert len(resumed) >= 2 and downs == 0
+    apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod_manifest("heard"))
+    assert wait_until(lambda: names(inf) == ["heard"], 10)
+    assert inf.health().relists == 0
+
+
+def test_bookmarks_carry_a_quiet_node_watch_forward(apiserver, namespace, make_client,
+                                                    informers):
+    """Nothing happens on this node while the cluster changes: BOOKMARKs move the
+    informer's resourceVersion forward anyway, so resuming never falls behind into 410."""
+    node = f"quiet-{namespace}"
+    inf = informers(kube.for_node(make_client(apiserver), kube.PODS, node,
+                                  watch_timeout=(4, 4), **FAST))
+    assert inf.wait_synced(10)
+    start_rv = int(inf.resource_version)
+    made = apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods",
+                                  pod_manifest("elsewhere", node=f"busy-{namespace}"))
+    cluster_rv = int(made["metadata"]["resourceVersion"])
+    assert cluster_rv > start_rv
+    # The server sends a bookmark shortly before it ends the 4-second watch.
+    assert wait_until(lambda: int(inf.resource_version) >= cluster_rv, 10)
+    assert inf.items() == [] and inf.health().relists == 0
