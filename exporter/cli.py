@@ -63,6 +63,16 @@ def non_negative_int(value: str) -> int:
     return int(value)
 
 
+def web_config(value: str):
+    """--web.config.file: load and check it now, so a mistake exits 2 before serving."""
+    from exporter.webconfig import WebConfigError, load  # noqa: PLC0415
+
+    try:
+        return load(value)
+    except WebConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, allow_abbrev=False,
@@ -79,6 +89,10 @@ def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
                         help=f"Address to serve on (default :{DEFAULT_PORT}).")
     parser.add_argument("--web.telemetry-path", dest="telemetry_path", type=telemetry_path,
                         default="/metrics", help="Path for metrics (default /metrics).")
+    parser.add_argument("--web.config.file", dest="web_config", type=web_config, default=None,
+                        metavar="FILE",
+                        help="exporter-toolkit web config (TLS, mTLS, basic auth); see "
+                             "docs/deploy.md. Default: plain HTTP, no auth.")
     parser.add_argument("--web.max-requests", dest="max_requests", type=non_negative_int,
                         default=40, help="Concurrent scrapes allowed; more get 503. 0 means "
                                          "no limit (default 40).")
@@ -141,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 def serve(args, collectors: list[Collector]) -> int:
     from exporter.http import App, make_server  # noqa: PLC0415
     from exporter.scrape import Scraper  # noqa: PLC0415
+    from exporter.webconfig import LiveWebConfig  # noqa: PLC0415
 
     extra = None
     if args.process_metrics:
@@ -149,7 +164,9 @@ def serve(args, collectors: list[Collector]) -> int:
         PlatformCollector(registry=extra)
         GCCollector(registry=extra)
     scraper = Scraper(collectors)
-    app = App(scraper, args.telemetry_path, args.scrape_timeout, args.max_requests, extra)
+    web = LiveWebConfig(args.web_config) if args.web_config else None
+    app = App(scraper, args.telemetry_path, args.scrape_timeout, args.max_requests, extra,
+              web=web)
     host, port = args.listen
     try:
         server = make_server(app, host, port)
@@ -162,9 +179,12 @@ def serve(args, collectors: list[Collector]) -> int:
         signal.signal(sig, lambda *_: stop.set())
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
-    log.info("kube-scale-exporter %s (Python %s) mode=%s collectors=%s listening on %s:%d",
+    log.info("kube-scale-exporter %s (Python %s) mode=%s collectors=%s listening on %s:%d "
+             "tls=%s basic_auth=%s",
              __version__, platform.python_version(), args.mode,
-             ",".join(c.name for c in collectors) or "none", host or "*", server.server_port)
+             ",".join(c.name for c in collectors) or "none", host or "*", server.server_port,
+             bool(args.web_config and args.web_config.tls),
+             bool(args.web_config and args.web_config.users))
     stop.wait()
     log.info("shutting down")
     server.shutdown()

@@ -4,6 +4,13 @@ Each metrics request runs one scrape under a deadline taken from Prometheus'
 X-Prometheus-Scrape-Timeout-Seconds header (less a margin for the reply), capped by
 --scrape.timeout. At most --web.max-requests scrapes run at once; more get 503, so a
 burst of scrapers cannot pile up threads on a node.
+
+With --web.config.file (exporter/webconfig.py) connections are TLS, optionally mutual,
+and every path but /healthz asks for basic auth before doing any work. The web config
+is taken as it is on disk at each handshake and each request, so renewed certificates
+and changed users apply without a restart.
+The TLS handshake runs in the connection's own thread, under a timeout, so a slow or
+silent client cannot hold up the accept loop.
 """
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import gzip
 import html
 import logging
 import socket
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -19,11 +27,15 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter.scrape import Scraper
+from exporter.webconfig import Active, LiveWebConfig
 
 log = logging.getLogger(__name__)
 
 # Time kept back from Prometheus' scrape timeout to encode and send the answer.
 TIMEOUT_MARGIN_SECONDS = 0.25
+
+# A TLS client has this long to finish its handshake.
+HANDSHAKE_TIMEOUT_SECONDS = 10.0
 
 
 class _Families:
@@ -41,13 +53,14 @@ class App:
 
     def __init__(self, scraper: Scraper, telemetry_path: str, max_timeout: float,
                  max_requests: int, extra_registry: CollectorRegistry | None = None,
-                 title: str = "kube-scale-exporter"):
+                 title: str = "kube-scale-exporter", web: LiveWebConfig | None = None):
         self.scraper = scraper
         self.telemetry_path = telemetry_path
         self.max_timeout = max_timeout
         self.extra_registry = extra_registry
         self.title = title
         self._slots = threading.BoundedSemaphore(max_requests) if max_requests > 0 else None
+        self.web = web
 
     def scrape_timeout(self, header: str | None) -> float:
         if header:
@@ -87,6 +100,7 @@ class Handler(BaseHTTPRequestHandler):
     app: App  # set on the subclass made by make_handler
     server_version = "kube-scale-exporter"
     protocol_version = "HTTP/1.1"
+    active: Active | None = None  # the web config this request is checked against
 
     def setup(self):
         super().setup()
@@ -101,7 +115,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        for key, value in headers:
+        configured = self.active.config.headers if self.active else ()
+        for key, value in (*configured, *headers):
             self.send_header(key, value)
         self.end_headers()
         if self.command != "HEAD":
@@ -109,6 +124,17 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802  (http.server's naming)
         path = urlsplit(self.path).path
+        web = self.server.web
+        # Checked per request, not per connection: a password removed from the file stops
+        # working on connections that were kept alive too.
+        self.active = web.current() if web else None
+        if web is not None and self.active is None:
+            self.close_connection = True
+            self._send(503, b"web config is broken; see the exporter's log\n",
+                       "text/plain; charset=utf-8")
+            return
+        if path != "/healthz" and not self._authorized():
+            return
         if path == self.app.telemetry_path:
             self._metrics()
         elif path == "/":
@@ -119,6 +145,22 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, b"not found\n", "text/plain; charset=utf-8")
 
     do_HEAD = do_GET
+
+    def _authorized(self) -> bool:
+        """Answers 401/403 itself and returns False when the client may not go on."""
+        if self.active is None:
+            return True
+        tls = self.active.config.tls
+        peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
+        if tls is not None and not tls.peer_allowed(peer):
+            self._send(403, b"client certificate not allowed\n", "text/plain; charset=utf-8")
+            return False
+        auth = self.active.basic_auth
+        if auth is not None and not auth.check(self.headers.get("Authorization")):
+            self._send(401, b"unauthorized\n", "text/plain; charset=utf-8",
+                       [("WWW-Authenticate", 'Basic realm="kube-scale-exporter", charset="UTF-8"')])
+            return False
+        return True
 
     def _metrics(self):
         if not self.app.try_acquire():
@@ -141,6 +183,26 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    web: LiveWebConfig | None = None
+
+    def finish_request(self, request, client_address):
+        active = self.web.current() if self.web else None
+        if self.web is not None and active is None:
+            return  # the web config on disk is broken (logged): refuse, never serve stale
+        if active is None or active.ssl_context is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
+        try:
+            conn = active.ssl_context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
+            return
+        try:
+            conn.settimeout(None)
+            super().finish_request(conn, client_address)
+        finally:
+            conn.close()
 
 
 class Server6(Server):
@@ -150,4 +212,6 @@ class Server6(Server):
 def make_server(app: App, host: str, port: int) -> Server:
     handler = type("BoundHandler", (Handler,), {"app": app})
     server_class = Server6 if ":" in host else Server
-    return server_class((host, port), handler)
+    server = server_class((host, port), handler)
+    server.web = app.web
+    return server

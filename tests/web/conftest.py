@@ -1,0 +1,105 @@
+"""Certificates made by openssl, web config files, and the real exporter process."""
+import os
+import subprocess
+import sys
+
+import bcrypt
+import pytest
+
+from tests.helpers.ports import free_port
+from tests.helpers.procs import Proc, wait_for_port
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PASSWORD = "s3cret-scrape"
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+class PKI:
+    """A CA, a server certificate for 127.0.0.1/localhost, and client certificates."""
+
+    def __init__(self, root):
+        self.root = str(root)
+        os.makedirs(self.root, exist_ok=True)
+        self.ca = self._ca("ca", "kube-scale-exporter test CA")
+        self.rogue_ca = self._ca("rogue-ca", "someone else's CA")
+        self.server = self.leaf("server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1")
+        self.client = self.leaf("client", "ca", "subjectAltName=DNS:prometheus.test")
+        self.other_client = self.leaf("other", "ca", "subjectAltName=DNS:intruder.test")
+        self.rogue_client = self.leaf("rogue", "rogue-ca", "subjectAltName=DNS:prometheus.test")
+
+    def path(self, name):
+        return os.path.join(self.root, name)
+
+    def _ca(self, name, cn):
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "2",
+                "-subj", f"/CN={cn}", cwd=self.root)
+        return self.path(f"{name}.crt")
+
+    def leaf(self, name, ca, san):
+        with open(self.path(f"{name}.ext"), "w") as f:
+            f.write(san + "\n")
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+                "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=self.root)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
+                "-CAcreateserial", "-out", f"{name}.crt", "-days", "2",
+                "-extfile", f"{name}.ext", cwd=self.root)
+        return self.path(f"{name}.crt"), self.path(f"{name}.key")
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory):
+    return PKI(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="session")
+def password():
+    """(plain password, its bcrypt hash at cost 10)."""
+    return PASSWORD, bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()
+
+
+def exporter_argv(port, web_config=None, *extra):
+    argv = [sys.executable, "-m", "exporter", "--collector.disable-defaults",
+            "--web.listen-address", f"127.0.0.1:{port}"]
+    if web_config:
+        argv += ["--web.config.file", str(web_config)]
+    return argv + list(extra)
+
+
+class Exporter:
+    def __init__(self, proc, port, scheme):
+        self.proc = proc
+        self.port = port
+        self.url = f"{scheme}://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def start_exporter(tmp_path):
+    """start_exporter(config_text) runs `python -m exporter` with that web config."""
+    started = []
+
+    def start(config_text=None, scheme="https", config_path=None):
+        config = config_path or tmp_path / f"web-{len(started)}.yml"
+        if config_text is not None:
+            config.write_text(config_text)
+        port = free_port()
+        proc = Proc(exporter_argv(port, config), tmp_path / f"exporter-{port}.log", cwd=REPO)
+        started.append(proc)
+        wait_for_port(port, proc=proc, timeout=15)
+        return Exporter(proc, port, scheme)
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
+def run_exporter():
+    """run_exporter(*flags): the exporter run to completion, for flags that make it exit."""
+    def run(*argv, timeout=20):
+        return subprocess.run([sys.executable, "-m", "exporter", *argv], cwd=REPO,
+                              capture_output=True, text=True, timeout=timeout)
+    return run
