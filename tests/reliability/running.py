@@ -50,7 +50,7 @@ class RunningExporter:
         self.session = requests.Session()
         self.session.trust_env = False
 
-    def start(self) -> "RunningExporter":
+    def start(self) -> RunningExporter:
         self.proc = Proc(self.argv, self.log_path, cwd=str(ROOT))
         wait_for_port(self.port, proc=self.proc)
         return self
