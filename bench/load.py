@@ -107,9 +107,9 @@ class ActivePulls:
     """Real containerd + registry + throttling proxy with `n` layer downloads in progress."""
 
     def __init__(self, workdir: str, n: int):
-        from tests.helpers.containerd_server import ContainerdServer  # noqa: PLC0415
-        from tests.helpers.registry_server import RegistryServer  # noqa: PLC0415
-        from tests.helpers.throttle_proxy import ThrottleProxy  # noqa: PLC0415
+        from tests.helpers.containerd_server import ContainerdServer
+        from tests.helpers.registry_server import RegistryServer
+        from tests.helpers.throttle_proxy import ThrottleProxy
 
         self._started = []
         try:
@@ -131,7 +131,7 @@ class ActivePulls:
 
     def wait_active(self, want: int, timeout: float = 60) -> int:
         """Layers downloading now, once at least `want` are (or at the timeout)."""
-        from exporter.containerd.client import ContainerdClient  # noqa: PLC0415
+        from exporter.containerd.client import ContainerdClient
 
         client = ContainerdClient(self.containerd.address, "k8s.io", 5)
         deadline = time.monotonic() + timeout

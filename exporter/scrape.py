@@ -20,9 +20,9 @@ import logging
 import platform
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Iterable
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -134,7 +134,7 @@ class Scraper:
     def _close_one(collector: Collector) -> None:
         try:
             collector.close()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("closing collector %s", collector.name)
 
 

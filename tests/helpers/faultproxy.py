@@ -65,7 +65,7 @@ class FaultProxy:
         self.session = requests.Session()
         self.session.trust_env = False
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
