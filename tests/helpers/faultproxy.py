@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import requests
+import urllib3
 
 from .ports import free_port
 
@@ -173,7 +174,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
-        except OSError:
+        except (OSError, urllib3.exceptions.HTTPError):
+            # The client went away, or the upstream did (stopped, cut): end this answer.
             self.close_connection = True
         finally:
             with proxy._lock:

@@ -12,51 +12,12 @@ import time
 
 import pytest
 
-from tests.helpers.etcd_server import EtcdServer
-from tests.helpers.faultproxy import FaultProxy
-from tests.helpers.kube_apiserver import KubeApiServer
+from tests.reliability.conftest import COLLECTORS, WATCH
 
 SCRAPE_TIMEOUT = 3.0
-COLLECTORS = {"balloon", "imagepull_events", "etcd"}
-WATCH = r"/api/v1/pods\?.*watch=1"
 # After n failures the informer waits at most min(30, 2^(n-1)) s: a few failures of a
 # restart or an injected burst are over well within this.
 RECOVERY_SECONDS = 30
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    work = tmp_path_factory.mktemp("cluster")
-    etcd = EtcdServer(work / "etcd").start()
-    try:
-        api = KubeApiServer(work / "api", etcd.client_url).start()
-    except BaseException:
-        etcd.stop()
-        raise
-    api.etcd = etcd
-    yield api
-    api.stop()
-    etcd.stop()
-
-
-@pytest.fixture
-def proxy(cluster):
-    p = FaultProxy(cluster.server, upstream_verify=cluster.ca, certfile=cluster.ca,
-                   keyfile=cluster.serving_key).start()
-    yield p
-    p.stop()
-
-
-@pytest.fixture
-def cluster_exporter(cluster, proxy, run_exporter, workdir):
-    kubeconfig = cluster.write_kubeconfig(f"{workdir}/kubeconfig", server=proxy.url)
-    exporter = run_exporter([
-        "--mode", "cluster", "--kube.kubeconfig", kubeconfig,
-        "--balloon.selector", "run=overprovisioning", "--collector.imagepull_events",
-        "--etcd.cluster", f"main={cluster.etcd.client_url}", "--etcd.timeout", "1",
-        "--etcd.min-interval", "0.5"])
-    exporter.wait_for(lambda s: all_up(s) and watch_up(s) == 1, within=15)
-    return exporter
 
 
 def all_up(scrape):
