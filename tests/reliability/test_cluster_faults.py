@@ -70,8 +70,8 @@ def test_5xx_backs_off_and_recovers(proxy, cluster_exporter, status):
     first = proxy.count(WATCH, status)
     time.sleep(8)
     retries = proxy.count(WATCH, status) - first
-    # Doubling from 0.5-1 s: at most ~5 attempts in 8 s, never a tight loop.
-    assert retries <= 6, retries
+    # Doubling from 0.5-1 s: 2 to 5 attempts in 8 s: it keeps trying, never in a tight loop.
+    assert 2 <= retries <= 6, retries
     proxy.clear()
     s = cluster_exporter.wait_for(lambda s: watch_up(s) == 1, within=RECOVERY_SECONDS)
     assert all_up(s)
