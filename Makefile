@@ -1,7 +1,9 @@
 # Every target is what CI or a newcomer runs; see README.md.
 PYTHON ?= python3
 
-.PHONY: run test install generate check-generated bench
+.PHONY: run test install generate check-generated bench demo
+
+include mixin/Makefile.inc
 
 install:
 	$(PYTHON) -m pip install -q -e '.[test]'
@@ -13,10 +15,13 @@ test:
 	$(PYTHON) -m pytest
 
 # Regenerate committed files (rules YAML, dashboards JSON, manifests) from their sources.
-generate:
+generate: mixin-generate
 
 # Fail when a committed generated file differs from what its source gives.
-check-generated:
+check-generated: mixin-check
+
+# Real Prometheus with the generated rules, scraping the exporter and a small-quota etcd.
+demo: mixin-demo
 
 bench:
 	$(PYTHON) -m bench

@@ -3,7 +3,7 @@
 A throwaway namespace gets a veth link and 100,000 PERMANENT IPv4 entries (PERMANENT so
 that the host's shared table, gc_thresh3 1024 by default, never overflows). In it run:
   - kube-scale-exporter with only the O(1) `neighbor` collector,
-  - kube-scale-exporter with `neighbor` and the dumping `neighbor_gc` collector,
+  - kube-scale-exporter with `neighbor` and the `neighbor_gc` collector (table read + dump),
   - Debian's prometheus-node-exporter with only --collector.arp (it reads /proc/net/arp),
 each on a free loopback port of the namespace, scraped from inside it. Prints scrape wall
 times, each collector's own duration, ratios and the exporter's RSS, writes
@@ -102,11 +102,13 @@ def main() -> None:
     our_entries = sample(parse_exposition(runs["neighbor"][3]), "kubescale_neighbor_entries",
                          family="ipv4")
     eligible = sample(parse_exposition(runs["neighbor_gc"][3]),
-                      "kubescale_neighbor_gc_exempt_entries", family="ipv4")
+                      "kubescale_neighbor_gc_eligible_entries", family="ipv4")
 
     node_ms = median_ms(ndurations)
-    for label, key in (("kube-scale-exporter, `neighbor` only (O(1))", "neighbor"),
-                       ("kube-scale-exporter, `neighbor_gc` (dump, with `neighbor`)", "neighbor_gc")):
+    for label, key in (
+            ("kube-scale-exporter, `neighbor` only (O(1))", "neighbor"),
+            ("kube-scale-exporter, `neighbor_gc` (table read + dump, with `neighbor`)",
+             "neighbor_gc")):
         walls, durations, (rss, hwm), _ = runs[key]
         rows.append((label, median_ms(walls), max_ms(walls), min(durations) * 1000,
                      median_ms(durations), max_ms(durations), node_ms / median_ms(durations),
@@ -138,8 +140,9 @@ def main() -> None:
         "",
         "Entries each one reports: kube-scale-exporter "
         f"`kubescale_neighbor_entries{{family=\"ipv4\"}}` {our_entries:,.0f} (the host's whole "
-        f"table), `kubescale_neighbor_gc_exempt_entries` {eligible:,.0f} (this namespace's "
-        f"PERMANENT entries); node_exporter `node_arp_entries{{device=\"v0\"}}` "
+        f"table), `kubescale_neighbor_gc_eligible_entries{{family=\"ipv4\"}}` {eligible:,.0f} "
+        f"(the host's entries less this namespace's {ENTRIES:,} PERMANENT ones); node_exporter "
+        f"`node_arp_entries{{device=\"v0\"}}` "
         f"{node_entries:,.0f} (this namespace only, IPv4 only).",
         "",
         "Targets: " + "; ".join([

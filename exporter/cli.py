@@ -16,6 +16,7 @@ import threading
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from exporter import __version__, kube
+from exporter.durations import duration
 from exporter.registry import MODES, Collector, UsageError, add_collector_flags, enabled_collectors
 
 log = logging.getLogger("exporter")
@@ -39,16 +40,6 @@ def telemetry_path(value: str) -> str:
     if not value.startswith("/") or value in ("/", "/healthz"):
         raise argparse.ArgumentTypeError(f"must start with / and not be / or /healthz, got {value!r}")
     return value
-
-
-def positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value.removesuffix("s"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds such as 10 or 2.5s, got {value!r}") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {value!r}")
-    return seconds
 
 
 def existing_dir(value: str) -> str:
@@ -99,7 +90,7 @@ def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
     parser.add_argument("--web.process-metrics", dest="process_metrics", action="store_true",
                         help="Also export the client library's process_* and python_* series "
                              "(off: they cost ~16 series per node).")
-    parser.add_argument("--scrape.timeout", dest="scrape_timeout", type=positive_seconds,
+    parser.add_argument("--scrape.timeout", dest="scrape_timeout", type=duration,
                         default=10.0, help="Longest a scrape may take when Prometheus sends no "
                                            "X-Prometheus-Scrape-Timeout-Seconds (default 10s); "
                                            "also caps that header.")

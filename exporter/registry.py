@@ -45,11 +45,18 @@ class Collector:
     name: ClassVar[str]
     modes: ClassVar[frozenset] = frozenset({"node"})
     default_enabled: ClassVar[bool] = False
+    # Said after "default on" in --help when `enabled_by_default` looks at the host.
+    default_condition: ClassVar[str] = ""
     help: ClassVar[str] = ""
 
     @classmethod
     def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
         """Add the collector's own flags, always with an explicit dest=."""
+
+    @classmethod
+    def enabled_by_default(cls, args: argparse.Namespace) -> bool:
+        """Whether it runs when no flag decides; override to look for its source."""
+        return cls.default_enabled
 
     @classmethod
     def enabled_by(cls, args: argparse.Namespace) -> bool:
@@ -110,7 +117,7 @@ def add_collector_flags(parser: argparse.ArgumentParser) -> None:
     )
     for name, cls in registered().items():
         group = parser.add_argument_group(f"collector {name}", cls.help or None)
-        default = "on" if cls.default_enabled else "off"
+        default = f"on{cls.default_condition}" if cls.default_enabled else "off"
         modes = "/".join(sorted(cls.modes))
         group.add_argument(
             f"--collector.{name}", dest=_dest(name), action=argparse.BooleanOptionalAction,
@@ -135,7 +142,8 @@ def enabled_collectors(args: argparse.Namespace) -> list[type[Collector]]:
                     f"--mode {'/'.join(sorted(cls.modes))}, not --mode {args.mode}"
                 )
             chosen.append(cls)
-        elif explicit is None and in_mode and cls.default_enabled and not args.collector_disable_defaults:
+        elif (explicit is None and in_mode and not args.collector_disable_defaults
+              and cls.enabled_by_default(args)):
             chosen.append(cls)
     for cls in chosen:
         cls.validate(args)

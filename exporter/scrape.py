@@ -83,16 +83,7 @@ class Scraper:
         start = time.monotonic()
         deadline = start + timeout
         futures = {c.name: self._submit(c) for c in self.collectors}
-        success = GaugeMetricFamily(
-            "kubescale_scrape_collector_success",
-            "Whether the collector succeeded in this scrape (0 on error or timeout).",
-            labels=["collector"],
-        )
-        duration = GaugeMetricFamily(
-            "kubescale_scrape_collector_duration_seconds",
-            "How long the collector took in this scrape (up to the deadline on timeout).",
-            labels=["collector"],
-        )
+        outcomes: list[tuple[str, bool, float]] = []
         out: list[Metric] = []
         for name, future in futures.items():
             ok, error = False, None
@@ -106,9 +97,8 @@ class Scraper:
                 error, elapsed = f"{type(exc).__name__}: {exc}", time.monotonic() - start
             with self._lock:
                 self._report(name, error)
-            success.add_metric([name], 1.0 if ok else 0.0)
-            duration.add_metric([name], elapsed)
-        return [build_info(), success, duration, *out]
+            outcomes.append((name, ok, elapsed))
+        return [build_info(), *collector_status(outcomes), *out]
 
     def close(self, timeout: float = CLOSE_SECONDS) -> None:
         """Close every collector at once and wait at most `timeout` in all.
@@ -138,11 +128,30 @@ class Scraper:
             log.exception("closing collector %s", collector.name)
 
 
-def build_info() -> GaugeMetricFamily:
+def collector_status(outcomes: list[tuple[str, bool, float]]) -> list[GaugeMetricFamily]:
+    """Success and duration per collector, from (name, succeeded, seconds) of one scrape."""
+    success = GaugeMetricFamily(
+        "kubescale_scrape_collector_success",
+        "Whether the collector succeeded in this scrape (0 on error or timeout).",
+        labels=["collector"],
+    )
+    duration = GaugeMetricFamily(
+        "kubescale_scrape_collector_duration_seconds",
+        "How long the collector took in this scrape (up to the deadline on timeout).",
+        labels=["collector"],
+    )
+    for name, ok, seconds in outcomes:
+        success.add_metric([name], 1.0 if ok else 0.0)
+        duration.add_metric([name], seconds)
+    return [success, duration]
+
+
+def build_info(version: str = __version__,
+               python_version: str = platform.python_version()) -> GaugeMetricFamily:
     info = GaugeMetricFamily(
         "kubescale_build_info",
         "A constant 1, labelled with the exporter's version and Python version.",
         labels=["version", "python_version"],
     )
-    info.add_metric([__version__, platform.python_version()], 1.0)
+    info.add_metric([version, python_version], 1.0)
     return info

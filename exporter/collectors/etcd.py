@@ -62,7 +62,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from exporter.cli import positive_seconds
+from exporter.durations import duration
 from exporter.etcd.client import EtcdError, TLSFiles, new_session
 from exporter.etcd.cluster import ClusterState, EtcdCluster
 from exporter.etcd.keys import count_resources
@@ -169,18 +169,18 @@ class EtcdCollector(Collector):
                            help="Client certificate for etcd (with --etcd.key-file).")
         group.add_argument("--etcd.key-file", dest="etcd_key_file", default=None, metavar="FILE",
                            help="Client key for etcd (with --etcd.cert-file).")
-        group.add_argument("--etcd.timeout", dest="etcd_timeout", type=positive_seconds, metavar="SECONDS",
+        group.add_argument("--etcd.timeout", dest="etcd_timeout", type=duration, metavar="DURATION",
                            default=2.0, help="Timeout of each request to etcd (default 2s).")
         group.add_argument("--etcd.quota-bytes", dest="etcd_quota_bytes", type=byte_size,
                            default=DEFAULT_QUOTA, metavar="BYTES",
                            help="Quota to assume when etcd tells neither in Status nor in "
                                 "/metrics (default 2Gi, etcd's default).")
         group.add_argument("--etcd.min-interval", dest="etcd_min_interval",
-                           type=positive_seconds, default=15.0, metavar="SECONDS",
+                           type=duration, default=15.0, metavar="DURATION",
                            help="Serve member status from cache when younger than this, "
                                 "whatever the number of scrapers (default 15s).")
         group.add_argument("--etcd.keys-interval", dest="etcd_keys_interval",
-                           type=positive_seconds, default=300.0, metavar="SECONDS",
+                           type=duration, default=300.0, metavar="DURATION",
                            help="Count keys per resource in the background this often "
                                 "(default 300s).")
         group.add_argument("--etcd.keys-prefix", dest="etcd_keys_prefix", type=keys_prefix,

@@ -39,10 +39,8 @@ mapped to images and the limits of that mapping.
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -61,6 +59,7 @@ from exporter.containerd.client import (
     socket_path,
 )
 from exporter.containerd.reference import Reference, parse
+from exporter.durations import duration
 from exporter.registry import Collector, Finding, UsageError, register
 
 log = logging.getLogger(__name__)
@@ -72,42 +71,6 @@ RBAC_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watc
 # Waiting reasons that do not mean "needs its image now": the container waits for the
 # pod's init containers, and the kubelet has not asked for its image yet.
 NOT_PULLING_YET = frozenset({"PodInitializing"})
-_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
-                 "m": 60.0, "h": 3600.0}
-
-
-def go_duration(text: str) -> float:
-    """Seconds in a Go time.Duration string such as "1m2.5s", "812ms" or "0s"."""
-    if text == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for match in _GO_DURATION_PART.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"not a Go duration: {text!r}")
-    return total
-
-
-def duration(value: str) -> float:
-    """A flag's seconds: "120", or a Go duration as Kubernetes users write, "90s", "2m"."""
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            seconds = go_duration(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a duration such as 120, 90s or 2m, got {value!r}") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {value!r}")
-    return seconds
-
-
 def _rfc3339(value) -> float | None:
     if not value:
         return None
@@ -168,7 +131,7 @@ class KubeletConfigFile:
 # ---- pods on this node ---------------------------------------------------------------
 
 def _waiting_containers(pod: dict):
-    """(container spec, waiting reason or None) for containers whose image is wanted now."""
+    """The specs of the pod's containers whose image is wanted now."""
     status = pod.get("status") or {}
     if status.get("phase") in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
         return
@@ -181,11 +144,11 @@ def _waiting_containers(pod: dict):
             if s is None:
                 # Not reported by the kubelet yet: the pod was just bound to this node.
                 if status.get("phase", "Pending") == "Pending":
-                    yield container, None
+                    yield container
                 continue
             waiting = (s.get("state") or {}).get("waiting")
             if waiting is not None and waiting.get("reason") not in NOT_PULLING_YET:
-                yield container, waiting.get("reason")
+                yield container
 
 
 def images_wanted(pods) -> dict[str, tuple[Reference, float | None]]:
@@ -194,7 +157,7 @@ def images_wanted(pods) -> dict[str, tuple[Reference, float | None]]:
     for pod in pods:
         status = pod.get("status") or {}
         since = _rfc3339(status.get("startTime") or pod["metadata"].get("creationTimestamp"))
-        for container, _reason in _waiting_containers(pod):
+        for container in _waiting_containers(pod):
             try:
                 ref = parse(container.get("image") or "")
             except ValueError:
@@ -243,6 +206,7 @@ class PullState:
     stall_after: float
     pulls: list[pullmap.Pull]
     queued: list[tuple[Reference, float | None]] | None  # None: pods not known
+    waiting_since: list[float]  # when pods began waiting for each image not present
     kubelet: KubeletPullSettings | None
     kubelet_error: str | None = None
     preload_missing: list[str] | None = None  # None: no --image-pull.preload
@@ -253,8 +217,7 @@ class PullState:
 
     def __post_init__(self):
         self.stalled = [p for p in self.pulls if p.stalled(self.now, self.stall_after)]
-        starts = [p.started_at for p in self.pulls if p.started_at]
-        starts += [since for _ref, since in self.queued or () if since]
+        starts = [p.started_at for p in self.pulls if p.started_at] + self.waiting_since
         self.oldest_seconds = max(0.0, self.now - min(starts)) if starts else 0.0
 
 
@@ -266,16 +229,19 @@ def observe(now, stall_after, ingests: list[Ingest], owners, present: set[str] |
     set of image names containerd has (None when it was not needed)."""
     in_progress = pullmap.group(ingests, owners)
     present = present or set()
-    queued = None
+    queued, waiting_since = None, []
     if wanted is not None:
         downloading = set().union(*(p.sources for p in in_progress))
-        queued = sorted(((ref, since) for name, (ref, since) in wanted.items()
-                         if name not in present and ref.source not in downloading),
+        missing = [(ref, since) for name, (ref, since) in wanted.items() if name not in present]
+        queued = sorted(((ref, since) for ref, since in missing if ref.source not in downloading),
                         key=lambda item: item[0].name)
-    missing = [r.name for r in preload if r.name not in present] if preload else None
+        # A pod's pull began when it started waiting, even if the download began later.
+        waiting_since = [since for _ref, since in missing if since is not None]
+    preload_missing = [r.name for r in preload if r.name not in present] if preload else None
     return PullState(now=now, stall_after=stall_after, pulls=in_progress, queued=queued,
-                     kubelet=kubelet, kubelet_error=kubelet_error, preload_missing=missing,
-                     preload_total=len(preload), pods_error=pods_error)
+                     waiting_since=waiting_since, kubelet=kubelet, kubelet_error=kubelet_error,
+                     preload_missing=preload_missing, preload_total=len(preload),
+                     pods_error=pods_error)
 
 
 def families(state: PullState):
@@ -402,6 +368,7 @@ class ImagePullCollector(Collector):
     name = "imagepull"
     modes = frozenset({"node"})
     default_enabled = True
+    default_condition = " where --containerd.address exists"
     help = ("Image pulls on this node from containerd (downloading, queued, stalled), the "
             "kubelet's pull settings and missing preloaded images.")
 
@@ -429,6 +396,12 @@ class ImagePullCollector(Collector):
             "--image-pull.preload", dest="image_pull_preload", action="append", default=[],
             metavar="IMAGE[,IMAGE...]",
             help="Images this node should have baked in; repeat or separate with commas.")
+
+    @classmethod
+    def enabled_by_default(cls, args):
+        # A plain Linux host has no containerd: stay quiet there. The DaemonSet passes
+        # --collector.imagepull, so a socket left unmounted fails loudly instead.
+        return os.path.exists(socket_path(args.containerd_address))
 
     @classmethod
     def validate(cls, args):
@@ -468,16 +441,11 @@ class ImagePullCollector(Collector):
         self.pods, self.pods_error = start_pod_watch(self.args)
 
     def _containerd(self):
-        """The client, made on first use so a missing h2 fails scrapes, not startup."""
+        """The client, made on first use so h2 is imported only where this collector runs."""
         if self.client is None:
-            try:
-                client = ContainerdClient(self.args.containerd_address,
-                                          self.args.containerd_namespace,
-                                          self.args.containerd_timeout)
-            except ImportError as exc:
-                raise ContainerdError(
-                    f"the imagepull collector needs h2 ({exc}): "
-                    "pip install 'kube-scale-exporter[imagepull]'") from None
+            client = ContainerdClient(self.args.containerd_address,
+                                      self.args.containerd_namespace,
+                                      self.args.containerd_timeout)
             self.manifests = pullmap.ManifestIndex(
                 lambda: client.content(pullmap.MANIFEST_FILTER))
             self.client = client

@@ -31,7 +31,7 @@ from datetime import datetime
 from prometheus_client.core import HistogramMetricFamily
 
 from exporter import kube
-from exporter.collectors.imagepull import go_duration
+from exporter.durations import go_duration
 from exporter.registry import Collector, UsageError, register
 
 # All the API access it needs; the tests run it as a service account bound to exactly these.

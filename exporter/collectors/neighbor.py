@@ -29,7 +29,8 @@ from typing import Iterable, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporter.cli import non_negative_int
-from exporter.netlink.neighbor import NeighborCount, NeighborTable, count_entries, read_tables
+from exporter.netlink.neighbor import (NeighborCount, NeighborTable, count_entries,
+                                       host_gc_eligible, read_tables)
 from exporter.netlink.route import RouteSocket
 from exporter.registry import Collector, Finding, register
 
@@ -168,9 +169,8 @@ def advise(tables: Mapping[str, NeighborTable], counts: Mapping[str, NeighborCou
            expected_peers: int, in_host_netns: bool) -> list[Finding]:
     """What `check` says about each family's table.
 
-    A dump shows only the exporter's own network namespace, so the GC-eligible entries of
-    the whole host are bounded from above: all entries less the exempt ones seen here
-    (pods' own namespaces hold few entries, and nearly all of them are GC-eligible).
+    The host's GC-eligible entries are bounded from above as the neighbor_gc collector
+    exports them (host_gc_eligible).
     """
     findings = []
     if not in_host_netns:
@@ -180,7 +180,7 @@ def advise(tables: Mapping[str, NeighborTable], counts: Mapping[str, NeighborCou
             "files; run it with hostNetwork: true."))
     for name, table in sorted(tables.items()):
         count = counts.get(name, NeighborCount())
-        eligible = max(0, table.entries - count.gc_exempt)
+        eligible = host_gc_eligible(table, count)
         need = max(eligible, expected_peers)
         overflows = table.stats.get("table_fulls", 0)
         state = (f"{name}: {table.entries} entries (at most {eligible} GC-eligible), "

@@ -177,6 +177,17 @@ def count_entries(sock: RouteSocket) -> dict[str, NeighborCount]:
     return counter.counts
 
 
+def host_gc_eligible(table: NeighborTable, count: NeighborCount) -> int:
+    """An upper bound of the host's GC-eligible entries in one family's table.
+
+    The table's entry count is global; the exempt entries are counted in the dump of one
+    namespace (the host's, with hostNetwork). Exempt entries in other namespaces are
+    invisible and counted as GC-eligible: pods' own namespaces hold few entries, nearly
+    all of them GC-eligible, so the bound is close.
+    """
+    return max(0, table.entries - count.gc_exempt)
+
+
 def _u32(buf, offset: int) -> int:
     return struct.unpack_from("=I", buf, offset)[0]
 

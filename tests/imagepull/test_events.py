@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from exporter.cli import parse
-from exporter.collectors.imagepull import go_duration
+from exporter.durations import go_duration
 from exporter.collectors.imagepull_events import (
     RBAC_RULES,
     ImagePullEventsCollector,

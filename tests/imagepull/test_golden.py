@@ -64,11 +64,11 @@ def waiting(name, reason):
 
 
 PODS = [
-    # Waits for the big image, which is downloading: not queued.
+    # Waits for the big image, which is downloading: not queued. It has waited longest
+    # (since 2027-01-15T07:00:00Z = NOW - 3600), so the oldest unfinished pull is its.
     pod("trainer", [("main", "registry.example:5000/team/big:v3")],
-        [waiting("main", "ContainerCreating")]),
-    # Waits behind it for two images neither present nor downloading: queued, and the
-    # oldest unfinished pull is theirs (startTime 2027-01-15T07:20:00Z = NOW - 2400).
+        [waiting("main", "ContainerCreating")], start="2027-01-15T07:00:00Z"),
+    # Waits behind it for two images neither present nor downloading: queued.
     pod("web", [("nginx", "nginx:1.25"), ("sidecar", "quay.io/org/proxy:2")],
         [waiting("nginx", "ImagePullBackOff"), waiting("sidecar", "ErrImagePull")]),
     # Just bound to the node, no status yet; wants an image that is present.
@@ -94,7 +94,7 @@ def state():
 
 
 def test_golden_exposition():
-    assert datetime.fromtimestamp(NOW - 2400, UTC).isoformat() == "2027-01-15T07:20:00+00:00"
+    assert datetime.fromtimestamp(NOW - 3600, UTC).isoformat() == "2027-01-15T07:00:00+00:00"
     text = assert_golden("imagepull", families(state()))
     assert series_count(text) == 9
 
@@ -105,7 +105,7 @@ def test_golden_input_reads_as_documented():
     assert [r.name for r, _ in s.queued] == ["docker.io/library/nginx:1.25",
                                              "quay.io/org/proxy:2"]
     assert [p.key for p in s.stalled] == [SMALL]
-    assert s.oldest_seconds == 2400
+    assert s.oldest_seconds == 3600
     assert s.preload_missing == ["nvcr.io/nvidia/cuda:12.4.0"]
 
 

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from exporter.collectors.imagepull import (
     KubeletConfigFile,
-    duration,
     images_wanted,
     pod_summary,
 )
@@ -17,6 +16,7 @@ from exporter.containerd import wire
 from exporter.containerd.client import ContentInfo
 from exporter.containerd.pulls import ManifestIndex
 from exporter.containerd.reference import parse
+from exporter.durations import duration
 
 # ---- wire ----------------------------------------------------------------------------
 
@@ -188,3 +188,18 @@ def test_h2_is_imported_only_when_the_collector_runs():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert run.stdout.strip() == "False"
+
+
+def test_on_by_default_only_where_the_containerd_socket_exists(tmp_path):
+    import socket
+
+    from exporter.cli import parse as parse_flags
+
+    path = str(tmp_path / "containerd.sock")
+    names = lambda *flags: [c.name for c in parse_flags(["--containerd.address", path, *flags])[1]]  # noqa: E731
+    assert "imagepull" not in names(), "a host without containerd must not run it by default"
+    assert "imagepull" in names("--collector.imagepull")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(path)
+        assert "imagepull" in names()
+        assert "imagepull" not in names("--collector.disable-defaults")

@@ -42,7 +42,7 @@ def test_neighbor_golden():
 
 
 def test_neighbor_gc_golden():
-    assert_golden("neighbor_gc", count_families(recorded_counts()))
+    assert_golden("neighbor_gc", count_families(recorded_tables(), recorded_counts()))
 
 
 def test_decoded_tables_agree_with_proc_net_stat_recorded_alongside():
@@ -81,3 +81,16 @@ def test_damaged_replies_raise_and_never_hang(data):
             consumer(memoryview(bytes(chunk)))
         except (ValueError, struct.error, OSError):
             pass
+
+
+def test_gc_eligible_is_never_negative_when_the_table_shrank_between_the_reads():
+    """The table is read before the dump: entries freed in between can leave fewer entries
+    than exempt ones counted."""
+    from tests.helpers.metrics import sample  # noqa: PLC0415
+
+    tables = recorded_tables()
+    counts = recorded_counts()
+    tables["ipv4"].entries = counts["ipv4"].gc_exempt - 1
+    families = count_families(tables, counts)
+    assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv4") == 0
+    assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv6") == 7

@@ -2,12 +2,14 @@
 
 The tables are global and other tests may add entries at the same time, so global
 figures are compared with /proc read before and after (exact when /proc held still) and
-deltas are taken in attempts until one ran undisturbed. Namespace-local figures are
-compared with `ip neigh show nud all` of a namespace only this test touches.
+deltas are taken in attempts until one ran undisturbed. The dump's namespace-local counts
+are compared with `ip neigh show nud all` of a namespace only this test touches.
 """
 import json
 from pathlib import Path
 
+from exporter.netlink.neighbor import count_entries
+from exporter.netlink.route import RouteSocket
 from tests.helpers.metrics import sample
 from tests.helpers.netns import neighbor_adds
 
@@ -85,38 +87,65 @@ def ip_neigh_json(ns):
     return json.loads(ns.ip("-j", "neigh", "show", "nud", "all").stdout or "[]")
 
 
-def test_gc_eligible_and_exempt_entries_in_a_namespace(collectors, netns):
-    """Counted from the dump of the collector's own namespace, against ip's own dump."""
-    netns.batch(
-        neighbor_adds(7, "ipv4", "stale") + neighbor_adds(4, "ipv4", "permanent", start=50)
-        + neighbor_adds(3, "ipv4", "reachable", start=80)
-        + neighbor_adds(5, "ipv6", "stale") + neighbor_adds(2, "ipv6", "permanent", start=50)
-        + neighbor_adds(1, "ipv6", "noarp", start=80)
-        + ["neigh add 10.99.0.1 lladdr 02:00:00:00:99:01 dev v0 nud stale extern_learn",
-           "neigh add 10.99.0.2 dev v0 managed"])
-    (gc,) = collectors("--collector.neighbor_gc")
-    families = netns.run(scrape, gc)
+def namespace_counts():
+    """count_entries() from a socket opened in the calling thread's namespace."""
+    sock = RouteSocket()
+    try:
+        return count_entries(sock)
+    finally:
+        sock.close()
+
+
+# 10 GC-eligible and 6 exempt IPv4 entries, 6 and 2 IPv6, of every kind the kernel tells apart.
+MIXED_ENTRIES = (
+    neighbor_adds(7, "ipv4", "stale") + neighbor_adds(4, "ipv4", "permanent", start=50)
+    + neighbor_adds(3, "ipv4", "reachable", start=80)
+    + neighbor_adds(5, "ipv6", "stale") + neighbor_adds(2, "ipv6", "permanent", start=50)
+    + neighbor_adds(1, "ipv6", "noarp", start=80)
+    + ["neigh add 10.99.0.1 lladdr 02:00:00:00:99:01 dev v0 nud stale extern_learn",
+       "neigh add 10.99.0.2 dev v0 managed"])
+MIXED_EXEMPT = {"ipv4": 6, "ipv6": 2}
+
+
+def test_count_entries_in_a_namespace_matches_ip(netns):
+    """The netlink layer's dump of its own namespace, against ip's own dump of it."""
+    netns.batch(MIXED_ENTRIES)
+    counts = netns.run(namespace_counts)
 
     listed = ip_neigh_json(netns)
-    assert len(listed) == 7 + 4 + 3 + 5 + 2 + 1 + 2  # nothing else appeared in the namespace
+    assert len(listed) == len(MIXED_ENTRIES)  # nothing else appeared in the namespace
     for family, is_family in (("ipv4", lambda d: ":" not in d), ("ipv6", lambda d: ":" in d)):
         mine = [e for e in listed if is_family(e["dst"])]
         exempt = [e for e in mine
                   if "PERMANENT" in e["state"] or "extern_learn" in e or "managed" in e]
-        assert sample(families, "kubescale_neighbor_gc_exempt_entries", family=family) == len(exempt)
+        assert (counts[family].entries, counts[family].gc_exempt) == (len(mine), len(exempt))
+    assert (counts["ipv4"].gc_eligible, counts["ipv4"].gc_exempt) == (10, MIXED_EXEMPT["ipv4"])
+    assert (counts["ipv6"].gc_eligible, counts["ipv6"].gc_exempt) == (6, MIXED_EXEMPT["ipv6"])
+
+
+def test_gc_eligible_is_the_hosts_entries_less_the_namespaces_exempt_ones(collectors, netns):
+    """Run in a namespace holding only our entries, the collector's value is the host-wide
+    entry count of the same scrape less the exempt entries added there; compared in an
+    attempt where the global table held still (/proc/net/stat before and after)."""
+    netns.batch(MIXED_ENTRIES)
+    neighbor, gc = collectors("--collector.neighbor", "--collector.neighbor_gc")
+    for _ in range(20):
+        before = {f: proc_stat(f)["entries"] for f in FAMILIES}
+        families = netns.run(lambda: scrape(neighbor) + scrape(gc))
+        after = {f: proc_stat(f)["entries"] for f in FAMILIES}
+        entries = {f: sample(families, "kubescale_neighbor_entries", family=f) for f in FAMILIES}
+        if before == after == entries:
+            break
+    else:
+        raise AssertionError(f"the global table never held still: {before} {entries} {after}")
+    for family in FAMILIES:
         assert sample(families, "kubescale_neighbor_gc_eligible_entries", family=family) == \
-            len(mine) - len(exempt)
-    assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv4") == 10
-    assert sample(families, "kubescale_neighbor_gc_exempt_entries", family="ipv4") == 6
-    assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv6") == 6
-    assert sample(families, "kubescale_neighbor_gc_exempt_entries", family="ipv6") == 2
+            entries[family] - MIXED_EXEMPT[family], family
 
 
-def test_a_dump_larger_than_one_reply_chunk_counts_every_entry(collectors, netns):
+def test_a_dump_larger_than_one_reply_chunk_counts_every_entry(netns):
     """5,000 entries span many 32 KiB chunks; the count must not lose any at the seams."""
     netns.batch(neighbor_adds(3000, "ipv4", "permanent") + neighbor_adds(2000, "ipv6", "permanent"))
-    (gc,) = collectors("--collector.neighbor_gc")
-    families = netns.run(scrape, gc)
-    assert sample(families, "kubescale_neighbor_gc_exempt_entries", family="ipv4") == 3000
-    assert sample(families, "kubescale_neighbor_gc_exempt_entries", family="ipv6") == 2000
-    assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv4") == 0
+    counts = netns.run(namespace_counts)
+    assert (counts["ipv4"].entries, counts["ipv4"].gc_exempt) == (3000, 3000)
+    assert (counts["ipv6"].entries, counts["ipv6"].gc_exempt) == (2000, 2000)

@@ -1,0 +1,38 @@
+"""Durations as Kubernetes and Go write them ("90s", "2m", "1m2.5s"), for flags and events."""
+import argparse
+import re
+
+_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
+                 "m": 60.0, "h": 3600.0}
+
+
+def go_duration(text: str) -> float:
+    """Seconds in a Go time.Duration string such as "1m2.5s", "812ms" or "0s"."""
+    if text == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for match in _GO_DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"not a Go duration: {text!r}")
+    return total
+
+
+def duration(value: str) -> float:
+    """A flag's seconds: "120", or a Go duration as Kubernetes users write, "90s", "2m"."""
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            seconds = go_duration(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a duration such as 120, 90s or 2m, got {value!r}") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {value!r}")
+    return seconds

@@ -1,0 +1,48 @@
+// Balloons are low-priority placeholder pods keeping spare capacity warm. No Running balloon
+// means no headroom; a Pending balloon that stays Pending means no new node is coming.
+{
+  prometheusAlerts+:: {
+    groups+: [
+      {
+        local c = $._config,
+        name: 'kube-scale-exporter-balloon',
+        rules: [
+          {
+            alert: 'KubeScaleBalloonHeadroomExhausted',
+            expr: |||
+              sum by (%(clusterLabel)s) (cluster_phase:kubescale_balloon_pods:max{phase="Pending"}) > 0
+              unless
+              sum by (%(clusterLabel)s) (cluster_phase:kubescale_balloon_pods:max{phase="Running"}) > 0
+            ||| % c,
+            'for': c.balloonExhaustedFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: 'Every balloon has been preempted: no warm headroom is left.',
+              description: 'No balloon is Running and {{ $value }} are Pending; new pods wait for cluster-autoscaler.',
+            },
+          },
+          {
+            alert: 'KubeScaleBalloonPendingTooLong',
+            expr: 'cluster:kubescale_balloon_pending_oldest_seconds:max > %(balloonPendingSeconds)d' % c,
+            'for': c.balloonPendingFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: 'A balloon has been Pending for long: cluster-autoscaler is not adding nodes.',
+              description: 'The oldest Pending balloon has waited {{ $value | humanizeDuration }}.',
+            },
+          },
+          {
+            alert: 'KubeScaleBalloonMisconfigured',
+            expr: 'cluster_reason:kubescale_balloon_misconfigured:max > 0',
+            'for': c.balloonMisconfiguredFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: 'Balloons are configured so that they cannot provide headroom.',
+              description: '{{ $value }} balloons are misconfigured: {{ $labels.reason }}.',
+            },
+          },
+        ],
+      },
+    ],
+  },
+}

@@ -1,0 +1,4 @@
+(import 'overview.libsonnet') +
+(import 'node.libsonnet') +
+(import 'etcd.libsonnet') +
+(import 'balloons.libsonnet')

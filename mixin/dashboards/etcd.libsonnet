@@ -1,0 +1,40 @@
+// etcd capacity per cluster and member: size against quota, fragmentation, time to quota,
+// alarms and which Kubernetes resources fill it. Reads recording rules only.
+local g = import '../lib/grafana.libsonnet';
+local common = import 'common.libsonnet';
+
+{
+  grafanaDashboards+:: {
+    'kubescale-etcd.json':
+      local c = $._config;
+      local e = common.selector([common.clusterMatcher(c), 'etcd_cluster=~"$etcd_cluster"']);
+      local etcdVariable = g.queryVariable(
+        'etcd_cluster',
+        'etcd cluster',
+        'label_values(etcd_cluster_member:kubescale_etcd_quota_usage:ratio%s, etcd_cluster)' % common.selector([common.clusterMatcher(c)]),
+        multi=true
+      );
+      local byMember = '{{etcd_cluster}} {{member}}';
+      common.dashboard(c, 'kubescale-etcd.json', 'etcd capacity', 'etcd backend size against its quota, per cluster and member.', [
+        g.row('Quota', [
+          g.timeseries('Database size and quota', [
+            g.target('etcd_cluster_member:kubescale_etcd_db_size_bytes:max' + e, byMember + ' size'),
+            g.target('etcd_cluster_member:kubescale_etcd_db_size_in_use_bytes:max' + e, byMember + ' in use'),
+            g.target('etcd_cluster_member:kubescale_etcd_quota_bytes:max' + e, byMember + ' quota'),
+          ], 'bytes', width=12),
+          g.timeseries('Quota used', [g.target('etcd_cluster_member:kubescale_etcd_quota_usage:ratio' + e, byMember)], 'percentunit', thresholds=[[c.etcdQuotaWarning, 'orange'], [c.etcdQuotaCritical, 'red']], width=12, min=0, max=1),
+          g.timeseries('Growth', [g.target('etcd_cluster_member:kubescale_etcd_db_size_bytes:deriv1h' + e, byMember)], 'Bps', 'Slope of the database size over the last hour.', width=8),
+          g.timeseries('Time to quota', [g.target('etcd_cluster_member:kubescale_etcd_seconds_to_quota:deriv1h' + e, byMember)], 's', "At the last hour's growth; empty while the database does not grow.", width=8),
+          g.timeseries('Fragmentation', [g.target('etcd_cluster_member:kubescale_etcd_fragmentation:ratio' + e, byMember)], 'percentunit', 'Free pages a defragmentation would give back.', [[c.etcdFragmentationRatio, 'orange']], width=8, min=0, max=1),
+        ]),
+        g.row('Health', [
+          g.table('Active alarms', [g.instantTarget('etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max%s > 0' % e)], [['etcd_cluster', 'etcd cluster'], ['member', 'Member'], ['alarm', 'Alarm']], width=12),
+          g.stat('Leaders', [g.target('etcd_cluster:kubescale_etcd_leaders:sum' + e, '{{etcd_cluster}}')], 'short', 'Exactly one per etcd cluster.', width=12),
+        ], height=6),
+        g.row('What fills it', [
+          g.barGauge('Keys per resource', [g.instantTarget('topk(%d, etcd_cluster_resource:kubescale_etcd_keys:max%s)' % [c.topK, e]) { format: 'time_series', legendFormat: '{{etcd_cluster}} {{resource}}' }], width=12),
+          g.timeseries('Events share of keys', [g.target('etcd_cluster:kubescale_etcd_events_keys:ratio' + e, '{{etcd_cluster}}')], 'percentunit', 'Above %g in an etcd other than "%s": move events with --etcd-servers-overrides.' % [c.etcdEventsShare, c.etcdEventsClusterName], [[c.etcdEventsShare, 'orange']], width=12, min=0, max=1),
+        ]),
+      ], [etcdVariable]),
+  },
+}

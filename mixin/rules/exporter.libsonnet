@@ -1,0 +1,44 @@
+// The exporter's own health per job: targets up, collectors failing, series per target.
+{
+  prometheusRules+:: {
+    groups+: [
+      {
+        local c = $._config,
+        // Both deployments; `or` because two selectors cannot share one pair of braces.
+        local both(metric) = '(%s{%s} or %s{%s})' % [metric, c.nodeExporterSelector, metric, c.clusterExporterSelector],
+        name: 'kube-scale-exporter-exporter.rules',
+        rules: [
+          {
+            record: 'cluster_job:kubescale_exporter_up:avg',
+            expr: 'avg by (%s, job) %s' % [c.clusterLabel, both('up')],
+          },
+          {
+            record: 'cluster_job:kubescale_exporter_targets:count',
+            expr: 'count by (%s, job) %s' % [c.clusterLabel, both('up')],
+          },
+          {
+            record: 'cluster_job_collector:kubescale_scrape_collector_failures:sum',
+            expr: 'sum by (%s, job, collector) (%s == bool 0)' % [c.clusterLabel, both('kubescale_scrape_collector_success')],
+          },
+          {
+            record: 'cluster_job_collector:kubescale_scrape_collector_duration_seconds:max',
+            expr: 'max by (%s, job, collector) %s' % [c.clusterLabel, both('kubescale_scrape_collector_duration_seconds')],
+          },
+          {
+            // Kubernetes API watches (informers) that are down: their collectors serve stale data.
+            record: 'cluster_job_resource:kubescale_kube_watches_down:sum',
+            expr: 'sum by (%s, job, resource) (%s == bool 0)' % [c.clusterLabel, both('kubescale_kube_watch_up')],
+          },
+          {
+            record: 'cluster_job:kubescale_exporter_samples_scraped:max',
+            expr: 'max by (%s, job) %s' % [c.clusterLabel, both('scrape_samples_scraped')],
+          },
+          {
+            record: 'cluster_job_version:kubescale_build_info:count',
+            expr: 'count by (%s, job, version) %s' % [c.clusterLabel, both('kubescale_build_info')],
+          },
+        ],
+      },
+    ],
+  },
+}

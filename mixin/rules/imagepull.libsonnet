@@ -1,0 +1,59 @@
+// Fleet totals of image pulls: what waits for a pull slot, what moves, what is stuck.
+{
+  prometheusRules+:: {
+    groups+: [
+      {
+        local c = $._config,
+        name: 'kube-scale-exporter-imagepull.rules',
+        rules: [
+          {
+            record: 'cluster:kubescale_image_pulls_queued:sum',
+            expr: 'sum by (%(clusterLabel)s) (kubescale_image_pulls_queued{%(nodeExporterSelector)s})' % c,
+          },
+          {
+            record: 'cluster:kubescale_image_pulls_in_progress:sum',
+            expr: 'sum by (%(clusterLabel)s) (kubescale_image_pulls_in_progress{%(nodeExporterSelector)s})' % c,
+          },
+          {
+            record: 'cluster:kubescale_image_pull_stalled:sum',
+            expr: 'sum by (%(clusterLabel)s) (kubescale_image_pull_stalled{%(nodeExporterSelector)s})' % c,
+          },
+          {
+            record: 'cluster:kubescale_image_pull_oldest_seconds:max',
+            expr: 'max by (%(clusterLabel)s) (kubescale_image_pull_oldest_seconds{%(nodeExporterSelector)s})' % c,
+          },
+          {
+            // "Worst nodes" tables: only nodes with something to show, at most topK of them.
+            record: 'node:kubescale_image_pulls_queued:topk%(topK)d' % c,
+            expr: 'topk by (%(clusterLabel)s) (%(topK)d, kubescale_image_pulls_queued{%(nodeExporterSelector)s} > 0)' % c,
+          },
+          {
+            record: 'node:kubescale_image_pull_oldest_seconds:topk%(topK)d' % c,
+            expr: 'topk by (%(clusterLabel)s) (%(topK)d, kubescale_image_pull_oldest_seconds{%(nodeExporterSelector)s} > 0)' % c,
+          },
+          {
+            record: 'cluster:kubescale_image_pull_remaining_bytes:sum',
+            expr: |||
+              sum by (%(clusterLabel)s) (
+                kubescale_image_pull_expected_bytes{%(nodeExporterSelector)s}
+                - kubescale_image_pull_downloaded_bytes{%(nodeExporterSelector)s}
+              )
+            ||| % c,
+          },
+          {
+            record: 'cluster:kubescale_image_pull_nodes_with_backlog:sum',
+            expr: 'sum by (%(clusterLabel)s) (kubescale_image_pulls_queued{%(nodeExporterSelector)s} > bool 0)' % c,
+          },
+          {
+            record: 'cluster:kubescale_kubelet_serialize_image_pulls:sum',
+            expr: 'sum by (%(clusterLabel)s) (kubescale_kubelet_serialize_image_pulls{%(nodeExporterSelector)s})' % c,
+          },
+          {
+            record: 'cluster:kubescale_image_preload_nodes_missing:sum',
+            expr: 'sum by (%(clusterLabel)s) (kubescale_image_preload_missing{%(nodeExporterSelector)s} > bool 0)' % c,
+          },
+        ],
+      },
+    ],
+  },
+}

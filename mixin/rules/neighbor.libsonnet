@@ -1,0 +1,56 @@
+// Fleet views of the kernel neighbor (ARP/NDISC) tables. Per node the usage ratio is kept
+// (it feeds alerts and the "worst nodes" tables); everything else is per cluster and family.
+{
+  prometheusRules+:: {
+    groups+: [
+      {
+        name: 'kube-scale-exporter-neighbor.rules',
+        rules: [
+          {
+            // GC-eligible entries are what gc_thresh3 limits; the cheaper total is the
+            // fallback on nodes where the dump collector is off.
+            record: 'node_family:kubescale_neighbor_usage:ratio',
+            expr: |||
+              (
+                kubescale_neighbor_gc_eligible_entries{%(nodeExporterSelector)s}
+                or
+                kubescale_neighbor_entries{%(nodeExporterSelector)s}
+              )
+              /
+              kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s}
+            ||| % $._config,
+          },
+          {
+            record: 'cluster_family:kubescale_neighbor_usage:max',
+            expr: 'max by (%(clusterLabel)s, family) (node_family:kubescale_neighbor_usage:ratio)' % $._config,
+          },
+          {
+            // The overview's "worst nodes" table: bounded to topK series per cluster and family.
+            record: 'node_family:kubescale_neighbor_usage:topk%(topK)d' % $._config,
+            expr: 'topk by (%(clusterLabel)s, family) (%(topK)d, node_family:kubescale_neighbor_usage:ratio)' % $._config,
+          },
+          {
+            record: 'cluster_family:kubescale_neighbor_nodes_above_warning:sum',
+            expr: 'sum by (%(clusterLabel)s, family) (node_family:kubescale_neighbor_usage:ratio > bool %(neighborUsageWarning)g)' % $._config,
+          },
+          {
+            record: 'cluster_family:kubescale_neighbor_nodes:count',
+            expr: 'count by (%(clusterLabel)s, family) (kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s})' % $._config,
+          },
+          {
+            record: 'cluster_family:kubescale_neighbor_nodes_at_kernel_default:sum',
+            expr: 'sum by (%(clusterLabel)s, family) (kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s} <= bool %(neighborKernelDefaultThresh3)d)' % $._config,
+          },
+          {
+            record: 'cluster_family:kubescale_neighbor_table_overflows:rate%(rateInterval)s' % $._config,
+            expr: 'sum by (%(clusterLabel)s, family) (rate(kubescale_neighbor_table_overflows_total{%(nodeExporterSelector)s}[%(rateInterval)s]))' % $._config,
+          },
+          {
+            record: 'cluster_family:kubescale_neighbor_forced_gc_runs:rate%(rateInterval)s' % $._config,
+            expr: 'sum by (%(clusterLabel)s, family) (rate(kubescale_neighbor_forced_gc_runs_total{%(nodeExporterSelector)s}[%(rateInterval)s]))' % $._config,
+          },
+        ],
+      },
+    ],
+  },
+}

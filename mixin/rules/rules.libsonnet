@@ -1,0 +1,5 @@
+(import 'neighbor.libsonnet') +
+(import 'imagepull.libsonnet') +
+(import 'etcd.libsonnet') +
+(import 'balloon.libsonnet') +
+(import 'exporter.libsonnet')

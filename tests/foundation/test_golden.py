@@ -1,0 +1,8 @@
+"""The exporter's own series, as every scrape carries them."""
+from exporter.scrape import build_info, collector_status
+from tests.helpers.golden import assert_golden
+
+
+def test_exporter_series_golden():
+    outcomes = [("etcd", False, 2.0), ("neighbor", True, 0.0012)]
+    assert_golden("exporter", [build_info("0.1.0", "3.11.7"), *collector_status(outcomes)])

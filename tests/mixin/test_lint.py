@@ -1,0 +1,273 @@
+"""Checks in the spirit of mixtool lint and Grafana's dashboard linter, for our conventions."""
+import re
+import subprocess
+
+import yaml
+
+from tests.mixin.support import REPO, alert_rules, dashboard_queries, panels, recording_rules
+
+SEVERITIES = {"critical", "warning", "info"}
+RECORD_NAME = re.compile(r"^[a-z][a-z_]*:kubescale_[a-z0-9_]+:[a-z0-9_]+$")
+# A metric name used raw (not part of a level:metric:operation recording rule name).
+RAW_METRIC = re.compile(r"(?<![\w:])((?:kubescale|scrape|prometheus|container)_[a-z0-9_]*|up|ALERTS)(?![\w:])")
+RECORDING_NAME = re.compile(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b")
+
+
+def all_exprs(m):
+    return [r["expr"] for r in alert_rules(m) + recording_rules(m)]
+
+
+# --- alerts ---------------------------------------------------------------------------------
+
+def test_alert_names_are_camel_case_with_our_prefix(mixin):
+    for rule in alert_rules(mixin):
+        assert re.fullmatch(r"KubeScale(?:[A-Z][a-z0-9]*|[A-Z]+(?=[A-Z]|$))+", rule["alert"]), rule["alert"]
+
+
+def test_alerts_have_a_known_severity_once_per_name(mixin):
+    seen = set()
+    for rule in alert_rules(mixin):
+        severity = rule["labels"]["severity"]
+        assert severity in SEVERITIES, rule["alert"]
+        assert (rule["alert"], severity) not in seen, f"{rule['alert']} twice with {severity}"
+        seen.add((rule["alert"], severity))
+
+
+def test_paging_can_be_turned_off(mixin, customised):
+    assert "critical" in {r["labels"]["severity"] for r in alert_rules(mixin)}
+    assert {r["labels"]["severity"] for r in alert_rules(customised)} <= {"warning", "info"}
+
+
+def test_alert_annotations(mixin):
+    pattern = mixin["config"]["runbookURLPattern"]
+    for rule in alert_rules(mixin):
+        annotations = rule["annotations"]
+        assert set(annotations) == {"summary", "description", "runbook_url"}, rule["alert"]
+        assert "{{" not in annotations["summary"], f"{rule['alert']}: summary must be static"
+        assert annotations["summary"].endswith("."), rule["alert"]
+        assert "{{" in annotations["description"], f"{rule['alert']}: description must say which"
+        assert annotations["runbook_url"] == pattern % rule["alert"].lower()
+
+
+def test_runbook_url_pattern_is_a_knob(customised):
+    for rule in alert_rules(customised):
+        assert rule["annotations"]["runbook_url"] == "https://runbooks.example/" + rule["alert"].lower()
+
+
+def runbook_sections():
+    """`## Name` headings of docs/runbooks.md with the text under each."""
+    text = (REPO / "docs" / "runbooks.md").read_text()
+    parts = re.split(r"^## (\S+)\s*$", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_every_alert_has_a_runbook_section(mixin):
+    sections = runbook_sections()
+    for name in {r["alert"] for r in alert_rules(mixin)}:
+        assert name in sections, f"docs/runbooks.md has no '## {name}'"
+        body = sections[name]
+        for part in ("Meaning", "Confirm", "Fix"):
+            assert re.search(rf"^\*\*{part}", body, re.M), f"{name}: runbook lacks **{part}**"
+
+
+def test_runbooks_hold_no_section_for_an_alert_that_does_not_exist(mixin):
+    names = {r["alert"] for r in alert_rules(mixin)}
+    assert set(runbook_sections()) - names == set()
+
+
+# --- rules ----------------------------------------------------------------------------------
+
+def test_recording_rule_names_are_level_metric_operation(mixin):
+    for rule in recording_rules(mixin):
+        assert RECORD_NAME.match(rule["record"]), rule["record"]
+
+
+def test_groups_are_small_and_uniquely_named(mixin):
+    groups = mixin["rules"]["groups"] + mixin["alerts"]["groups"]
+    names = [g["name"] for g in groups]
+    assert len(names) == len(set(names))
+    for g in groups:
+        assert 0 < len(g["rules"]) <= 20, g["name"]
+        assert g["name"].startswith("kube-scale-exporter-")
+
+
+def test_every_raw_series_is_selected_by_job(mixin):
+    """A raw metric without our selector would pick up another job's series of that name."""
+    c = mixin["config"]
+    selectors = [c["nodeExporterSelector"], c["clusterExporterSelector"], c["etcdSelector"],
+                 c["prometheusSelector"], c["prometheusContainerSelector"]]
+    for expr in all_exprs(mixin):
+        for match in RAW_METRIC.finditer(expr):
+            rest = expr[match.end():]
+            assert rest.startswith("{") and any(rest[1:].startswith(s) for s in selectors), \
+                f"{match.group(1)} without a selector in:\n{expr}"
+
+
+def test_promtool_rejects_nothing_in_the_rules(promtool, mixin, tmp_path):
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": mixin["rules"]["groups"] + mixin["alerts"]["groups"]}))
+    out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+# --- clusterLabel ---------------------------------------------------------------------------
+
+def without_names_and_strings(text):
+    """Recording rule names ("cluster:...") and label values ("...-cluster") are not labels."""
+    return re.sub(r'"[^"]*"', '""', RECORDING_NAME.sub("RULE", text))
+
+
+def test_changing_cluster_label_leaves_no_hard_coded_cluster(customised):
+    for rule in alert_rules(customised):
+        assert not re.search(r"\$labels\.cluster\b", rule["annotations"]["description"]), rule["alert"]
+    texts = all_exprs(customised)
+    for dashboard in customised["dashboards"].values():
+        texts += [expr for _, expr in dashboard_queries(dashboard)]
+        texts += [t.get("legendFormat", "") for p in panels(dashboard) for t in p.get("targets", [])]
+        texts += [v["name"] for v in dashboard["templating"]["list"]]
+    for text in texts:
+        assert not re.search(r"\bcluster\b", without_names_and_strings(text)), text
+
+
+def test_every_aggregation_keeps_the_cluster_label(customised):
+    for expr in all_exprs(customised):
+        for by in re.findall(r"\bby \(([^)]*)\)", expr):
+            assert "k8s_cluster" in [label.strip() for label in by.split(",")], expr
+
+
+def test_multi_cluster_dashboards_filter_every_query_on_the_cluster(customised):
+    for name, dashboard in customised["dashboards"].items():
+        variables = [v["name"] for v in dashboard["templating"]["list"]]
+        assert "k8s_cluster" in variables, name
+        for title, expr in dashboard_queries(dashboard):
+            if title == "variable k8s_cluster":
+                continue
+            assert 'k8s_cluster="$k8s_cluster"' in expr, f"{name} / {title}: {expr}"
+
+
+def test_single_cluster_dashboards_have_no_cluster_variable(mixin):
+    for dashboard in mixin["dashboards"].values():
+        assert mixin["config"]["clusterLabel"] not in [v["name"] for v in dashboard["templating"]["list"]]
+
+
+# --- dashboards -----------------------------------------------------------------------------
+
+def test_dashboard_uids_are_stable_unique_and_short(mixin, customised):
+    uids = {name: d["uid"] for name, d in mixin["dashboards"].items()}
+    assert uids == mixin["config"]["grafanaDashboardIDs"]
+    assert uids == {name: d["uid"] for name, d in customised["dashboards"].items()}
+    assert len(set(uids.values())) == len(uids)
+    assert all(re.fullmatch(r"[a-z0-9-]{1,40}", uid) for uid in uids.values())
+
+
+def test_dashboards_use_a_datasource_variable(mixin):
+    for name, dashboard in mixin["dashboards"].items():
+        (ds,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+        assert ds["name"] == "datasource" and ds["query"] == "prometheus"
+        for p in panels(dashboard):
+            if p["type"] == "row":
+                continue
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+            for t in p["targets"]:
+                assert t["datasource"]["uid"] == "${datasource}", p["title"]
+
+
+def test_dashboards_use_rate_interval(mixin):
+    for name, dashboard in mixin["dashboards"].items():
+        for title, expr in dashboard_queries(dashboard):
+            for window in re.findall(r"\[([^\]]*)\]", expr):
+                assert window == "$__rate_interval", f"{name} / {title}: [{window}]"
+
+
+def test_dashboards_use_modern_panel_types_only(mixin):
+    for dashboard in mixin["dashboards"].values():
+        for p in panels(dashboard):
+            assert p["type"] in {"row", "timeseries", "stat", "table", "bargauge"}, p["type"]
+
+
+def test_panels_have_unique_ids_and_do_not_overlap(mixin):
+    for name, dashboard in mixin["dashboards"].items():
+        ids = [p["id"] for p in panels(dashboard)]
+        assert len(ids) == len(set(ids)), name
+        cells = set()
+        for p in panels(dashboard):
+            g = p["gridPos"]
+            assert g["x"] >= 0 and g["x"] + g["w"] <= 24, f"{name} / {p['title']}"
+            mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+            assert not cells & mine, f"{name} / {p['title']} overlaps another panel"
+            cells |= mine
+
+
+def test_every_panel_has_a_title_and_queries(mixin):
+    for dashboard in mixin["dashboards"].values():
+        for p in panels(dashboard):
+            assert p["title"]
+            if p["type"] != "row":
+                assert p["targets"] and all(t["expr"] for t in p["targets"]), p["title"]
+
+
+def test_fleet_dashboards_read_recording_rules_only(mixin):
+    """At 7,500 nodes a panel over raw per-node series is what takes Grafana and Prometheus
+    down; fleet-wide panels read recording rules (ALERTS is Prometheus' own, and small)."""
+    for name, dashboard in mixin["dashboards"].items():
+        if name == "kubescale-node.json":
+            continue
+        for title, expr in dashboard_queries(dashboard):
+            raw = {m.group(1) for m in RAW_METRIC.finditer(expr)} - {"ALERTS"}
+            assert raw == set(), f"{name} / {title} reads raw series {raw}: {expr}"
+
+
+def test_node_dashboard_queries_are_pinned_to_one_node(mixin):
+    dashboard = mixin["dashboards"]["kubescale-node.json"]
+    node = '%s="$node"' % mixin["config"]["nodeLabel"]
+    for title, expr in dashboard_queries(dashboard):
+        if not title.startswith("variable"):
+            assert node in expr, f"{title}: {expr}"
+
+
+def test_node_label_is_a_knob(customised):
+    m = customised
+    node = m["dashboards"]["kubescale-node.json"]
+    assert all('kubernetes_node="$node"' in e for t, e in dashboard_queries(node) if not t.startswith("variable"))
+    descriptions = [r["annotations"]["description"] for r in alert_rules(m)]
+    assert not any("$labels.node " in d for d in descriptions)
+    assert any("$labels.kubernetes_node" in d for d in descriptions)
+
+
+def test_dashboard_queries_are_valid_promql(promtool, mixin, customised, tmp_path):
+    """promtool has no expression checker, so each query becomes a recording rule."""
+    substitutions = {"$__rate_interval": "5m", "${datasource}": "x"}
+    rules = []
+    for m in (mixin, customised):
+        for name, dashboard in m["dashboards"].items():
+            for title, expr in dashboard_queries(dashboard):
+                if title.startswith("variable"):
+                    expr = re.fullmatch(r"label_values\((.*), \w+\)", expr).group(1)
+                for var, value in substitutions.items():
+                    expr = expr.replace(var, value)
+                expr = re.sub(r"\$\w+", "x", expr)
+                rules.append({"record": "dashboard:query:check", "expr": expr})
+    path = tmp_path / "queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "queries", "rules": rules}]}))
+    out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_dashboards_follow_the_config(mixin):
+    c = mixin["config"]
+    for dashboard in mixin["dashboards"].values():
+        assert dashboard["tags"] == c["dashboardTags"]
+        assert dashboard["refresh"] == c["dashboardRefresh"]
+        assert dashboard["time"]["from"] == c["dashboardTimeFrom"]
+        assert dashboard["title"].startswith(c["dashboardTitlePrefix"])
+
+
+# --- config ---------------------------------------------------------------------------------
+
+def test_every_knob_is_used_and_documented(mixin):
+    sources = [p for p in (REPO / "mixin").rglob("*sonnet") if p.name != "config.libsonnet"]
+    text = "\n".join(p.read_text() for p in sources)
+    docs = (REPO / "docs" / "mixin.md").read_text()
+    for knob in mixin["config"]:
+        assert re.search(rf"\b{knob}\b", text), f"{knob} is not used"
+        assert f"`{knob}`" in docs, f"{knob} is not in docs/mixin.md"

@@ -1,0 +1,141 @@
+"""The rules against the real exporter: Debian's Prometheus loads the generated rules and
+scrapes kube-scale-exporter in node and cluster mode (and a real etcd filled past its quota),
+every second. The recording rules must see the series the exporter really serves.
+
+Checks follow the collectors present in this checkout: a collector's checks run once its
+golden exposition (tests/golden/NAME.prom) exists, and then a missing collector fails them.
+"""
+import json
+import socket
+import time
+
+import pytest
+import requests
+
+import exporter.collectors  # noqa: F401  (registers the collectors)
+from exporter.registry import registered
+from tests.helpers.etcd_server import EtcdServer
+from tests.helpers.ports import free_port
+from tests.helpers.procs import Proc, wait_for_port
+from tests.mixin.support import REPO, binary, load_demo
+
+demo = load_demo()
+COLLECTORS = set(registered())
+
+
+def landed(name):
+    """Skip a collector's checks until its golden file exists; fail if it then is missing."""
+    if not (REPO / "tests" / "golden" / f"{name}.prom").exists():
+        pytest.skip(f"the {name} collector has not landed (no tests/golden/{name}.prom)")
+    assert name in COLLECTORS, f"tests/golden/{name}.prom exists but no {name} collector is registered"
+
+
+def working_collectors():
+    """Collectors that must succeed in the live stack: those needing only this host's kernel,
+    and etcd, which the stack provides. Others (containerd, the Kubernetes API) may fail here."""
+    return COLLECTORS & {"neighbor", "neighbor_gc", "etcd"}
+
+
+class Live:
+    def __init__(self, prom_url, etcd_url):
+        self.prom = demo.Prometheus(prom_url)
+        self.etcd_url = etcd_url
+
+    def values(self, expr):
+        """{frozenset(labels): value} of an instant query."""
+        return {frozenset(r["metric"].items()): float(r["value"][1]) for r in self.prom.query(expr)}
+
+    def wait_for(self, expr, until=bool, timeout=30):
+        """Poll an instant query until `until(result)` holds: targets and rule groups start
+        at different moments, and the etcd collector refreshes on its own interval."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.values(expr)
+            if until(found):
+                return found
+            if time.monotonic() > deadline:
+                pytest.fail(f"{expr} gave {found} after {timeout}s")
+            time.sleep(0.5)
+
+
+def by(label, found):
+    return {dict(k)[label]: v for k, v in found.items()}
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("live")
+    procs = []
+    try:
+        node_port, cluster_port, prom_port = free_port(), free_port(), free_port()
+        procs.append(demo.exporter(["--mode", "node"], node_port, workdir, "exporter-node"))
+        cluster_args = ["--mode", "cluster"]
+        etcd_url = None
+        if "etcd" in COLLECTORS:
+            etcd_server = EtcdServer(workdir, version="3.4", name="etcd-0", quota_bytes=demo.QUOTA).start()
+            procs.append(etcd_server)
+            etcd_url = etcd_server.client_url
+            etcd = demo.Etcd(etcd_url)
+            while etcd.put_object():
+                pass
+            cluster_args += ["--etcd.cluster", f"main={etcd_url}", "--etcd.min-interval", "1",
+                             "--etcd.keys-interval", "1"]
+        procs.append(demo.exporter(cluster_args, cluster_port, workdir, "exporter-cluster"))
+        config = workdir / "prometheus.yml"
+        config.write_text(json.dumps(demo.prometheus_config(node_port, cluster_port, prom_port, interval="1s")))
+        prom = Proc([binary("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+                     f"--web.listen-address=127.0.0.1:{prom_port}"], workdir / "prometheus.log")
+        procs.append(prom)
+        wait_for_port(prom_port, proc=prom, timeout=60)
+        result = Live(f"http://127.0.0.1:{prom_port}", etcd_url)
+        result.prom.wait_ready(prom)
+        yield result
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+
+def test_exporter_health_rules_see_both_jobs(live):
+    both = {demo.NODE_JOB: 1.0, demo.CLUSTER_JOB: 1.0}
+    live.wait_for("cluster_job:kubescale_exporter_up:avg", lambda f: by("job", f) == both)
+    live.wait_for("cluster_job_version:kubescale_build_info:count", lambda f: by("job", f) == both)
+    samples = live.wait_for("cluster_job:kubescale_exporter_samples_scraped:max", lambda f: len(f) == 2)
+    budgets = {demo.NODE_JOB: 40, demo.CLUSTER_JOB: 500}
+    for labels, value in samples.items():
+        assert 0 < value <= budgets[dict(labels)["job"]]
+
+
+def test_collector_failures_rule_sees_the_working_collectors_succeed(live):
+    expected = working_collectors()
+    if not expected:
+        pytest.skip("no collector has landed in this checkout")
+    live.wait_for("cluster_job_collector:kubescale_scrape_collector_failures:sum",
+                  lambda f: all(by("collector", f).get(name) == 0.0 for name in expected))
+
+
+def test_neighbor_rules_follow_the_kernel(live):
+    landed("neighbor")
+    usage = live.wait_for("node_family:kubescale_neighbor_usage:ratio", lambda f: len(f) == 2)
+    assert {dict(k)["family"] for k in usage} == {"ipv4", "ipv6"}
+    assert {dict(k)["node"] for k in usage} == {socket.gethostname()}
+    assert all(0 <= v < 1 for v in usage.values())
+    at_default = live.wait_for("cluster_family:kubescale_neighbor_nodes_at_kernel_default:sum",
+                               lambda f: len(f) == 2)
+    for labels, value in at_default.items():
+        family = dict(labels)["family"]
+        with open(f"/proc/sys/net/{family}/neigh/default/gc_thresh3") as f:
+            assert value == float(int(f.read()) <= 1024), family
+
+
+def test_etcd_rules_and_alert_see_a_real_nospace(live):
+    landed("etcd")
+    live.wait_for("etcd_cluster_member:kubescale_etcd_quota_bytes:max",
+                  lambda f: list(f.values()) == [float(demo.QUOTA)])
+    live.wait_for("etcd_cluster_member:kubescale_etcd_quota_usage:ratio",
+                  lambda f: len(f) == 1 and list(f.values())[0] >= 0.95)
+    live.wait_for('etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max{alarm="NOSPACE"}',
+                  lambda f: list(f.values()) == [1.0])
+    # Three events for every two pods were written.
+    live.wait_for("etcd_cluster:kubescale_etcd_events_keys:ratio",
+                  lambda f: len(f) == 1 and abs(list(f.values())[0] - 0.6) < 0.02)
+    live.wait_for('ALERTS{alertname="KubeScaleEtcdAlarmActive"}', lambda f: set(by("alarm", f)) == {"NOSPACE"})

@@ -1,0 +1,54 @@
+"""promtool unit tests: every alert fires and stays quiet, every recording rule is checked."""
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from tests.mixin.support import PROMTOOL_TESTS, alert_rules, recording_rules
+
+
+def test_there_are_promtool_tests():
+    assert len(PROMTOOL_TESTS) >= 6
+
+
+@pytest.mark.parametrize("path", PROMTOOL_TESTS, ids=lambda p: p.name)
+def test_promtool_unit_tests_pass(promtool, path):
+    out = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True,
+                         cwd=path.parent)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _loaded_tests():
+    return [t for path in PROMTOOL_TESTS for t in yaml.safe_load(path.read_text())["tests"]]
+
+
+def test_every_alert_fires_and_stays_quiet_in_some_test(mixin):
+    fires, quiet = set(), set()
+    for test in _loaded_tests():
+        for case in test.get("alert_rule_test", []):
+            (fires if case.get("exp_alerts") else quiet).add(case["alertname"])
+    names = {r["alert"] for r in alert_rules(mixin)}
+    assert names - fires == set(), "alerts never shown firing"
+    assert names - quiet == set(), "alerts never shown quiet"
+    assert (fires | quiet) - names == set(), "tests for alerts that do not exist"
+
+
+def test_every_severity_of_every_alert_fires_in_some_test(mixin):
+    fired = {
+        (case["alertname"], alert["exp_labels"]["severity"])
+        for test in _loaded_tests()
+        for case in test.get("alert_rule_test", [])
+        for alert in case.get("exp_alerts") or []
+    }
+    defined = {(r["alert"], r["labels"]["severity"]) for r in alert_rules(mixin)}
+    assert defined - fired == set()
+
+
+def test_every_recording_rule_is_checked_in_some_test(mixin):
+    checked = set()
+    for test in _loaded_tests():
+        for case in test.get("promql_expr_test", []):
+            checked |= set(re.findall(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", case["expr"]))
+    names = {r["record"] for r in recording_rules(mixin)}
+    assert names - checked == set()

@@ -1,0 +1,97 @@
+"""Node mode's series budget (issue 7): at most 40 series per node with the default
+collectors, measured on the real exporter process configured as the DaemonSet runs it.
+
+Real backends for every default node collector: the host's neighbor tables over netlink,
+a real containerd for imagepull, and a real etcd + kube-apiserver for its pod watch (whose
+kubescale_kube_* health series count too). The kubelet config file is given, as the
+DaemonSet mounts it, so the kubelet series are in the count.
+"""
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.helpers.containerd_server import ContainerdServer
+from tests.helpers.etcd_server import EtcdServer
+from tests.helpers.golden import promtool_check, series_count
+from tests.helpers.kube_apiserver import KubeApiServer
+from tests.helpers.metrics import parse_exposition, sample, wait_until
+from tests.helpers.ports import free_port
+from tests.helpers.procs import Proc, wait_for_port
+
+REPO = Path(__file__).resolve().parents[1]
+NODE_SERIES_BUDGET = 40
+DEFAULT_NODE_COLLECTORS = {"neighbor", "neighbor_gc", "imagepull"}
+
+
+@pytest.fixture
+def workdir():
+    # Short, so unix socket paths stay under the 108-byte limit.
+    path = tempfile.mkdtemp(prefix="sb-", dir="/tmp")
+    yield Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def apiserver(workdir):
+    etcd = EtcdServer(workdir / "etcd").start()
+    try:
+        api = KubeApiServer(str(workdir / "apiserver"), etcd.client_url).start()
+    except BaseException:
+        etcd.stop()
+        raise
+    yield api
+    api.stop()
+    etcd.stop()
+
+
+@pytest.fixture
+def containerd(workdir):
+    server = ContainerdServer(workdir / "cd").start()
+    yield server
+    server.stop()
+
+
+def test_node_mode_default_collectors_stay_within_the_series_budget(
+        workdir, apiserver, containerd):
+    kubelet = workdir / "kubelet.yaml"
+    kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+                       "serializeImagePulls: false\nmaxParallelImagePulls: 4\n")
+    port = free_port()
+    proc = Proc([sys.executable, "-m", "exporter", "--mode", "node",
+                 "--web.listen-address", f"127.0.0.1:{port}",
+                 "--collector.imagepull", "--containerd.address", containerd.address,
+                 "--kubelet.config-file", str(kubelet),
+                 "--kube.kubeconfig", apiserver.write_kubeconfig(workdir / "kubeconfig"),
+                 "--kube.node-name", "node-a"], workdir / "exporter.log", cwd=REPO)
+    try:
+        wait_for_port(port, proc=proc)
+        scraped = {}
+
+        def watch_synced():
+            scraped["text"] = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            families = parse_exposition(scraped["text"])
+            try:
+                sample(families, "kubescale_image_pulls_queued")  # present once synced
+                return sample(families, "kubescale_kube_watch_up", resource="pods") == 1
+            except KeyError:
+                return False
+
+        assert wait_until(watch_synced, timeout=30), scraped.get("text")
+    finally:
+        proc.stop()
+    text = scraped["text"]
+    families = parse_exposition(text)
+    promtool_check(text)
+    succeeded = {s.labels["collector"] for f in families for s in f.samples
+                 if s.name == "kubescale_scrape_collector_success" and s.value == 1}
+    ran = {s.labels["collector"] for f in families for s in f.samples
+           if s.name == "kubescale_scrape_collector_success"}
+    assert ran == succeeded == DEFAULT_NODE_COLLECTORS, text
+    assert sample(families, "kubescale_kubelet_max_parallel_image_pulls") == 4
+    count = series_count(text)
+    print(f"node mode, default collectors: {count} series (budget {NODE_SERIES_BUDGET})")
+    assert count <= NODE_SERIES_BUDGET, text
