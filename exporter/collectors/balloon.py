@@ -31,7 +31,8 @@ two nodes and one balloon waiting for a node:
     kubescale_balloon_misconfigured{reason="priority_below_autoscaler_cutoff"} 0.0
     ...
 
-followed by the informers' kubescale_kube_* health (exporter.kube.health). Every label
+followed by the kubescale_kube_* health (exporter.kube.health) of every informer in the
+process: its own three and those of other cluster-mode collectors. Every label
 value comes from a fixed set, except `resource`, which is bounded by the resource names
 the cluster defines (cpu, memory, nvidia.com/gpu, ...), named as kube-state-metrics does.
 """
@@ -106,7 +107,7 @@ def resource_label(name: str) -> tuple[str, str]:
 
 
 def _timestamp(text):
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(text).timestamp()
 
 
 def _preempted(pod) -> bool:
@@ -124,6 +125,13 @@ def _has_disruption_target(pod) -> bool:
 
 def _running(pod) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running" and bool(
+        (pod.get("spec") or {}).get("nodeName"))
+
+
+def _started(pod) -> bool:
+    """It ran on a node. Kubelets since 1.22 move a deleted pod to Failed or Succeeded
+    before it disappears, so a preempted balloon is not always Running at the end."""
+    return (pod.get("status") or {}).get("phase") not in (None, "Pending") and bool(
         (pod.get("spec") or {}).get("nodeName"))
 
 
@@ -292,8 +300,8 @@ class BalloonCollector(Collector):
                 return
         if _preempted(pod):
             counted = True
-        elif _running(pod) and not _has_disruption_target(pod) and not self._server_sets_conditions():
-            counted = True  # before 1.26 a deleted Running balloon is the best sign there is
+        elif _started(pod) and not _has_disruption_target(pod) and not self._server_sets_conditions():
+            counted = True  # before 1.26 a deleted running balloon is the best sign there is
         else:
             counted = False
         if counted:
@@ -333,7 +341,9 @@ class BalloonCollector(Collector):
             preemptions = self._preemptions
         self._summary = s
         yield from families(s, preemptions)
-        yield from kube.health_families(self.informers)
+        # Every informer of the process, other cluster-mode collectors' too: a scrape may
+        # hold each health family only once.
+        yield from kube.health_families(kube.live_informers())
 
     def findings(self):
         s = self._summary

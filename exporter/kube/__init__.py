@@ -24,8 +24,11 @@ The whole interface a collector needs:
 - `Resource(api, plural, namespaced)`: e.g. `Resource("/api/v1", "events")`; PODS, NODES
   and PRIORITY_CLASSES are predefined.
 - `health_families(informers)`: kubescale_kube_watch_up{resource},
-  kubescale_kube_last_sync_age_seconds{resource}, kubescale_kube_relists_total{resource}.
-  Only one collector per process may yield them (one family per name in a scrape).
+  kubescale_kube_last_sync_age_seconds{resource}, kubescale_kube_relists_total{resource},
+  informers of one resource reported together. Only one collector per process may yield
+  them (one family per name in a scrape): imagepull in node mode, balloon in cluster mode,
+  which passes `live_informers()` (every started informer of the process) so the
+  health of other cluster-mode collectors' informers is exported too.
 - `parse_quantity`, `pod_requests`: resource quantities as exact Decimals.
 - `KubeClient.get(path, params)` for a one-off read (e.g. /version); scrapes must not use it.
 
@@ -37,11 +40,13 @@ from .client import ApiError, Gone, KubeClient
 from .config import ConfigError, KubeConfig, load
 from .flags import add_arguments, client_from_args
 from .health import health_families
-from .informer import NODES, PODS, PRIORITY_CLASSES, Backoff, Informer, Resource, for_node
+from .informer import (NODES, PODS, PRIORITY_CLASSES, Backoff, Informer, Resource, for_node,
+                       live_informers)
 from .quantity import parse_quantity, pod_requests
 
 __all__ = [
     "ApiError", "Backoff", "ConfigError", "Gone", "Informer", "KubeClient", "KubeConfig",
     "NODES", "PODS", "PRIORITY_CLASSES", "Resource", "add_arguments", "client_from_args",
-    "for_node", "health_families", "load", "parse_quantity", "pod_requests",
+    "for_node", "health_families", "live_informers", "load", "parse_quantity",
+    "pod_requests",
 ]

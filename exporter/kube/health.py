@@ -10,8 +10,9 @@
     # TYPE kubescale_kube_relists_total counter
     kubescale_kube_relists_total{resource="pods"} 0.0
 
-`resource` is the plural of the resource, a bounded set. Before its first sync an
-informer's age is absent (there is nothing to be old).
+`resource` is the plural of the resource, a bounded set. Informers of the same resource
+are reported together: up only if all are, the oldest sync, the sum of relists. Before
+its first sync an informer has no age (there is nothing to be old).
 """
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -28,10 +29,14 @@ def health_families(informers):
         "kubescale_kube_relists",
         "Lists after the first one (the watch fell behind: 410 Gone).",
         labels=["resource"])
+    by_resource = {}
     for informer in informers:
-        h = informer.health()
-        up.add_metric([h.resource], 1.0 if h.up else 0.0)
-        if h.last_sync_age is not None:
-            age.add_metric([h.resource], h.last_sync_age)
-        relists.add_metric([h.resource], h.relists)
+        by_resource.setdefault(informer.resource.plural, []).append(informer.health())
+    for resource in sorted(by_resource):
+        healths = by_resource[resource]
+        up.add_metric([resource], 1.0 if all(h.up for h in healths) else 0.0)
+        ages = [h.last_sync_age for h in healths]
+        if None not in ages:
+            age.add_metric([resource], max(ages))
+        relists.add_metric([resource], sum(h.relists for h in healths))
     return [up, age, relists]

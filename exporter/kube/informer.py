@@ -73,6 +73,17 @@ class Backoff:
         self._failures = 0
 
 
+# Every started, not yet stopped informer of the process: one collector exports the
+# health of all of them (a scrape may hold each metric family once).
+_LIVE = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def live_informers() -> list:
+    with _LIVE_LOCK:
+        return list(_LIVE)
+
+
 def object_key(obj) -> str:
     meta = obj.get("metadata", {})
     ns = meta.get("namespace")
@@ -99,8 +110,9 @@ class Informer:
     """A thread-safe cache of one resource, filtered on the server by label/field selectors.
 
     Handlers run on the informer's thread, in event order: `on_add(obj)`,
-    `on_update(old, new)`, `on_delete(obj)`. After a relist the differences against the
-    old cache are delivered the same way, so a deletion missed during a gap is still seen.
+    `on_update(old, new)`, `on_delete(obj)` (the object's final state from the DELETED
+    event). After a relist the differences against the old cache are delivered the same
+    way, so a deletion missed during a gap is still seen (with the last state cached).
     Objects are shared between the cache, handlers and readers: treat them as read-only.
     `transform(obj) -> obj` may shrink objects before they are stored.
     """
@@ -144,10 +156,14 @@ class Informer:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, daemon=True,
                                             name=f"informer-{self.resource.plural}")
+            with _LIVE_LOCK:
+                _LIVE.add(self)
             self._thread.start()
         return self
 
     def stop(self, timeout=5.0):
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
         self._stop.set()
         watch = self._watch
         if watch is not None:
@@ -190,7 +206,7 @@ class Informer:
             except Gone:
                 log.info("%s: resourceVersion %s is gone; relisting", self.path, self._rv)
                 self._rv = None
-            except Exception as e:  # noqa: BLE001  (the thread must outlive any error)
+            except Exception as e:  # the thread must outlive any error
                 if self._stop.is_set():
                     return
                 delay = self.backoff.next_delay()
@@ -292,7 +308,7 @@ class Informer:
             self._rv = rv or self._rv
             self._last_sync = time.monotonic()
         if kind == "DELETED":
-            self._call(self._on_delete, prev or obj)
+            self._call(self._on_delete, obj)  # the final state, from the event
         elif prev is None:
             self._call(self._on_add, obj)
         else:

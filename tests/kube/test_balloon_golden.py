@@ -1,11 +1,11 @@
 """The balloon exposition for fixed objects, byte for byte (tests/golden/balloon.prom)."""
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from exporter import kube
 from exporter.collectors.balloon import families, resource_label, summarize, valid_selector
 from tests.helpers.golden import assert_golden
 
-NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 CLASSES = [
     {"metadata": {"name": "overprovisioning"}, "value": -1},
     {"metadata": {"name": "too-low"}, "value": -100},

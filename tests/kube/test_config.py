@@ -70,7 +70,8 @@ def test_in_cluster_config_reads_the_service_account_files(apiserver, tmp_path):
 def test_load_order_flag_then_env_then_in_cluster(apiserver, tmp_path):
     flag = apiserver.write_kubeconfig(tmp_path / "flag")
     env_file = tmp_path / "env"
-    doc = yaml.safe_load(open(flag))
+    with open(flag) as f:
+        doc = yaml.safe_load(f)
     doc["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1"
     env_file.write_text(yaml.safe_dump(doc))
     env = {"KUBECONFIG": str(env_file)}

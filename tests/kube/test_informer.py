@@ -2,6 +2,7 @@
 token rotation, and node mode's request budget counted at the API server."""
 import os
 import random
+import shutil
 import threading
 import time
 
@@ -11,9 +12,9 @@ from exporter import kube
 from exporter.kube.informer import Backoff
 from tests.helpers.faultproxy import FaultProxy
 from tests.helpers.kube_apiserver import etcd_compact, pod_manifest
-from tests.helpers.metrics import wait_until
+from tests.helpers.metrics import sample, wait_until
 
-FAST = dict(backoff=Backoff(initial=0.1, cap=0.5))
+FAST = {"backoff": Backoff(initial=0.1, cap=0.5)}
 
 
 class Recorder:
@@ -36,7 +37,7 @@ class Recorder:
             self.events.append(("delete", obj["metadata"]["name"]))
 
     def handlers(self):
-        return dict(on_add=self.add, on_update=self.update, on_delete=self.delete)
+        return {"on_add": self.add, "on_update": self.update, "on_delete": self.delete}
 
     def of(self, kind):
         with self.lock:
@@ -207,7 +208,7 @@ def test_rotated_token_file_is_picked_up(apiserver, namespace, tmp_path, informe
     new = _service_account_token(apiserver, namespace, "reader", "s-new")
     sa = tmp_path / "sa"
     sa.mkdir()
-    (sa / "ca.crt").write_bytes(open(apiserver.ca, "rb").read())
+    shutil.copy(apiserver.ca, sa / "ca.crt")
     (sa / "token").write_text(old)
     client = _in_cluster_client(apiserver, sa)
     inf = informers(kube.Informer(client, kube.PODS, namespace=namespace, watch_timeout=(1, 1),
@@ -234,7 +235,7 @@ def test_401_makes_the_client_read_the_token_again(apiserver, namespace, tmp_pat
     width = max(len(old), len(new))
     sa = tmp_path / "sa"
     sa.mkdir()
-    (sa / "ca.crt").write_bytes(open(apiserver.ca, "rb").read())
+    shutil.copy(apiserver.ca, sa / "ca.crt")
     token_file = sa / "token"
     token_file.write_text(old.ljust(width))
     client = _in_cluster_client(apiserver, sa)
@@ -303,7 +304,6 @@ def test_stop_interrupts_a_blocked_watch_promptly(apiserver, namespace, make_cli
 
 
 def test_health_families(apiserver, namespace, make_client, informers):
-    from tests.helpers.metrics import sample
     inf = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace))
     assert inf.wait_synced(10)
     fams = kube.health_families([inf])
@@ -383,6 +383,24 @@ def test_bookmarks_carry_a_quiet_node_watch_forward(apiserver, namespace, make_c
                                   pod_manifest("elsewhere", node=f"busy-{namespace}"))
     cluster_rv = int(made["metadata"]["resourceVersion"])
     assert cluster_rv > start_rv
-    # The server sends a bookmark shortly before it ends the 4-second watch.
-    assert wait_until(lambda: int(inf.resource_version) >= cluster_rv, 10)
+    # The server sends a bookmark 2 s before it ends each 4-second watch.
+    assert wait_until(lambda: int(inf.resource_version) >= cluster_rv, 20), (
+        inf.resource_version, cluster_rv)
     assert inf.items() == [] and inf.health().relists == 0
+
+
+def test_health_reports_informers_of_one_resource_together(apiserver, namespace, make_client,
+                                                           informers, tmp_path):
+    good = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace))
+    assert good.wait_synced(10)
+    dead_config = kube.load(apiserver.write_kubeconfig(tmp_path / "dead",
+                                                       server="https://127.0.0.1:1"))
+    dead = informers(kube.Informer(kube.KubeClient(dead_config), kube.PODS, **FAST))
+    fams = kube.health_families([good, dead])
+    assert sample(fams, "kubescale_kube_watch_up", resource="pods") == 0  # not all up
+    with pytest.raises(KeyError):  # one has never synced: no age to show
+        sample(fams, "kubescale_kube_last_sync_age_seconds", resource="pods")
+    assert {good, dead} <= set(kube.live_informers())
+    dead.stop()
+    assert dead not in kube.live_informers() and good in kube.live_informers()
+    assert sample(kube.health_families([good]), "kubescale_kube_watch_up", resource="pods") == 1
