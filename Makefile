@@ -4,6 +4,7 @@ PYTHON ?= python3
 .PHONY: run test install generate check-generated bench demo
 
 include mixin/Makefile.inc
+include deploy/Makefile.inc
 
 install:
 	$(PYTHON) -m pip install -q -e '.[test]'
@@ -15,10 +16,10 @@ test:
 	$(PYTHON) -m pytest
 
 # Regenerate committed files (rules YAML, dashboards JSON, manifests) from their sources.
-generate: mixin-generate
+generate: mixin-generate deploy-generate
 
 # Fail when a committed generated file differs from what its source gives.
-check-generated: mixin-check
+check-generated: mixin-check deploy-check
 
 # Real Prometheus with the generated rules, scraping the exporter and a small-quota etcd.
 demo: mixin-demo

@@ -240,8 +240,8 @@ class BasicAuth:
     misses it. Failures are not cached, so the cache only ever holds what valid
     credentials produced; it is bounded all the same. bcrypt runs one check at a time
     so a password-guessing flood keeps to one core and cannot starve the scrapes.
-    An unknown user costs a bcrypt check against a dummy hash, so response times do
-    not tell which users exist.
+    An unknown user costs a bcrypt check against a dummy hash of the highest cost in the
+    file, so response times do not tell which users exist.
     """
 
     def __init__(self, users: dict[str, bytes]):
@@ -250,7 +250,8 @@ class BasicAuth:
         self._ok: OrderedDict[bytes, None] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._bcrypt_lock = threading.Lock()
-        self._dummy = bcrypt.hashpw(b"unknown user", bcrypt.gensalt(10))
+        cost = max(int(hashed[4:6]) for hashed in users.values())
+        self._dummy = bcrypt.hashpw(b"unknown user", bcrypt.gensalt(cost))
 
     def check(self, header: str | None) -> bool:
         credentials = _parse_basic(header)

@@ -14,8 +14,7 @@ KUBECTL = os.environ.get("KUBECTL_BIN", "/var/cache/kube-scale-exporter/kubectl"
 
 # Our own minimal CRDs for the prometheus-operator kinds the manifests use: enough for the
 # API server to know the kinds and keep their fields, nothing of the operator's schema.
-CRD_STUBS = [("ServiceMonitor", "servicemonitors"), ("PodMonitor", "podmonitors"),
-             ("PrometheusRule", "prometheusrules")]
+CRD_STUBS = [("ServiceMonitor", "servicemonitors"), ("PrometheusRule", "prometheusrules")]
 
 
 def crd_stub(kind, plural):

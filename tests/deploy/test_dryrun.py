@@ -93,7 +93,7 @@ def rbac_applied(kubectl, namespace, manifests):
 ALLOWED = {
     "kube-scale-exporter-node": [("list", "pods"), ("watch", "pods")],
     "kube-scale-exporter-cluster": [("list", "pods"), ("watch", "pods"), ("list", "nodes"),
-                                    ("watch", "nodes"),
+                                    ("watch", "nodes"), ("list", "events"), ("watch", "events"),
                                     ("list", "priorityclasses.scheduling.k8s.io"),
                                     ("watch", "priorityclasses.scheduling.k8s.io")],
 }
@@ -149,8 +149,8 @@ def scrape_until(url, predicate, timeout=30):
 def test_the_cluster_deployment_runs_on_its_role_and_not_on_less(apiserver, rbac_applied,
                                                                  manifests, tmp_path, account,
                                                                  granted):
-    """The Deployment's own args, as its ServiceAccount: the balloon informers sync. With
-    the node pods' narrower role instead, they cannot, and only that collector fails."""
+    """The Deployment's own args, as its ServiceAccount: every informer syncs. With the
+    node pods' narrower role instead, they cannot, and the collectors fail."""
     [dep] = [obj for _, obj in manifests if obj["kind"] == "Deployment"]
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     port = free_port()
@@ -161,14 +161,18 @@ def test_the_cluster_deployment_runs_on_its_role_and_not_on_less(apiserver, rbac
     try:
         wait_for_port(port, proc=proc)
         url = f"http://127.0.0.1:{port}/metrics"
-        success = 'kubescale_scrape_collector_success{collector="balloon"} 1.0'
-        text = scrape_until(url, lambda t: success in t, timeout=30 if granted else 8)
-        assert (success in text) is granted, proc.log_tail()
+        collectors = ("balloon", "imagepull_events")
+        success = [f'kubescale_scrape_collector_success{{collector="{c}"}} 1.0'
+                   for c in collectors]
+        text = scrape_until(url, lambda t: all(line in t for line in success),
+                            timeout=30 if granted else 8)
         if granted:
-            for resource in ("pods", "priorityclasses", "nodes"):
+            assert all(line in text for line in success), proc.log_tail()
+            for resource in ("pods", "priorityclasses", "nodes"):  # balloon reports these
                 assert f'kubescale_kube_watch_up{{resource="{resource}"}} 1.0' in text
         else:
-            assert 'kubescale_scrape_collector_success{collector="balloon"} 0.0' in text
+            for c in collectors:
+                assert f'kubescale_scrape_collector_success{{collector="{c}"}} 0.0' in text
             assert "forbidden" in proc.log_tail().lower()
     finally:
         proc.stop()

@@ -162,9 +162,18 @@ def test_the_context_holds_what_the_build_copies(dockerfile):
 
 
 def test_the_image_wheel_is_the_wheel_the_repository_builds(built, world):
+    # From the committed files, as a fresh clone in CI has them (a build in the work tree
+    # would also leave build/ behind, whose stale copies can end up in later wheels).
+    checkout = os.path.join(world, "checkout")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True,
+                             capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, tracked):
+        if os.path.isfile(os.path.join(REPO, rel)):
+            os.makedirs(os.path.join(checkout, os.path.dirname(rel)), exist_ok=True)
+            shutil.copy(os.path.join(REPO, rel), os.path.join(checkout, rel))
     ci = os.path.join(world, "ci-wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
-                    "--wheel-dir", ci, REPO], check=True, capture_output=True, timeout=300)
+                    "--wheel-dir", ci, checkout], check=True, capture_output=True, timeout=300)
     from_image, from_repo = own_wheel(built), own_wheel(ci)
     assert os.path.basename(from_image) == f"kube_scale_exporter-{__version__}-py3-none-any.whl"
     assert record(from_image) == record(from_repo)

@@ -57,7 +57,7 @@ def test_committed_files_are_what_the_generator_writes():
     written = {os.path.relpath(os.path.join(d, f), DEPLOY)
                for d, _, files in os.walk(DEPLOY) for f in files}
     generated = set(generate.render(generate.load_values(os.path.join(DEPLOY, "values.yaml"))))
-    assert written - generated == {"generate.py", "values.yaml"}
+    assert written - generated == {"generate.py", "values.yaml", "Makefile.inc"}
 
 
 def test_check_fails_on_a_hand_edited_file(tmp_path):
@@ -236,6 +236,7 @@ def test_cluster_mode_reads_what_its_collectors_watch(manifests):
     assert rules_of(manifests, "kube-scale-exporter-cluster") == {
         ("", "pods"): {"list", "watch"},
         ("", "nodes"): {"list", "watch"},
+        ("", "events"): {"list", "watch"},
         ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
     }
 
@@ -250,17 +251,33 @@ def test_each_binding_binds_its_role_to_its_own_service_account(manifests):
 
 # --- scraping --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("component,limit", [("node", 80), ("cluster", 1000)])
-def test_service_monitors_add_the_node_label_and_twice_the_budget(manifests, component, limit):
-    [mon] = [m for m in by_kind(manifests, "ServiceMonitor")
-             if m["metadata"]["name"] == f"kube-scale-exporter-{component}"]
+SCRAPES = [("kube-scale-exporter-node", 80, "kube-scale-exporter-node"),
+           ("kube-scale-exporter-etcd-node", 320, "kube-scale-exporter-node"),
+           ("kube-scale-exporter-cluster", 1000, "kube-scale-exporter-cluster")]
+
+
+@pytest.mark.parametrize("name,limit,job", SCRAPES)
+def test_service_monitors_add_the_node_label_and_twice_the_budget(manifests, name, limit, job):
+    [mon] = [m for m in by_kind(manifests, "ServiceMonitor") if m["metadata"]["name"] == name]
     assert mon["spec"]["sampleLimit"] == limit
     [endpoint] = mon["spec"]["endpoints"]
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node",
             "action": "replace"} in endpoint["relabelings"]
+    # the job label the mixin selects on: the Service's name, unless set explicitly
     [svc] = [s for s in by_kind(manifests, "Service")
              if s["metadata"]["labels"] == mon["spec"]["selector"]["matchLabels"]]
-    assert svc["metadata"]["name"] == mon["metadata"]["name"]  # the job label the mixin expects
+    assert svc["metadata"]["name"] == name
+    set_job = [r["replacement"] for r in endpoint["relabelings"] if r.get("targetLabel") == "job"]
+    assert (set_job or [name]) == [job]
+
+
+def test_each_service_selects_the_pods_of_exactly_one_workload(manifests):
+    templates = {obj["metadata"]["name"]: obj["spec"]["template"]["metadata"]["labels"]
+                 for _, obj in manifests if obj["kind"] in ("DaemonSet", "Deployment")}
+    for svc in by_kind(manifests, "Service"):
+        selector = svc["spec"]["selector"].items()
+        chosen = [name for name, pod in templates.items() if selector <= pod.items()]
+        assert chosen == [svc["metadata"]["name"]], (svc["metadata"]["name"], chosen)
 
 
 def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path):
@@ -270,26 +287,31 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path):
         config = yaml.safe_load(f)
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     assert {name: j["sample_limit"] for name, j in jobs.items()} == {
-        "kube-scale-exporter-node": 80, "kube-scale-exporter-cluster": 1000}
-    job = jobs["kube-scale-exporter-node"]
-    assert [sd["role"] for sd in job.pop("kubernetes_sd_configs")] == ["endpoints"]
+        name: limit for name, limit, _ in SCRAPES}
     port = free_port()
     exporter = Proc([sys.executable, "-m", "exporter", "--collector.disable-defaults",
                      "--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "exporter.log",
                     cwd=os.path.dirname(DEPLOY))
     meta = {"__meta_kubernetes_namespace": "kube-scale-exporter",
-            "__meta_kubernetes_pod_node_name": "gpu-node-17",
             "__meta_kubernetes_endpoint_port_name": "metrics"}
-    targets = [
-        {"targets": [f"127.0.0.1:{port}"],
-         "labels": {**meta, "__meta_kubernetes_service_name": "kube-scale-exporter-node"}},
-        {"targets": [f"127.0.0.2:{port}"],  # another Service's endpoint: must be dropped
-         "labels": {**meta, "__meta_kubernetes_service_name": "kube-dns"}},
-    ]
+    # What endpoints discovery would find: one pod of each node DaemonSet, and another
+    # Service's endpoint on the same namespace, which the jobs must drop.
+    found = [("kube-scale-exporter-node", "gpu-node-17", "127.0.0.1"),
+             ("kube-scale-exporter-etcd-node", "control-plane-1", "127.0.0.1"),
+             ("kube-dns", "gpu-node-17", "127.0.0.2")]
+    targets = [{"targets": [f"{address}:{port}"],
+                "labels": {**meta, "__meta_kubernetes_service_name": service,
+                           "__meta_kubernetes_pod_node_name": node}}
+               for service, node, address in found]
     (tmp_path / "targets.json").write_text(json.dumps(targets))
-    job["file_sd_configs"] = [{"files": [str(tmp_path / "targets.json")]}]
-    job.update(scrape_interval="1s", scrape_timeout="1s")
-    (tmp_path / "prometheus.yml").write_text(json.dumps({"scrape_configs": [job]}))
+    run = []
+    for name in ("kube-scale-exporter-node", "kube-scale-exporter-etcd-node"):
+        job = jobs[name]
+        assert [sd["role"] for sd in job.pop("kubernetes_sd_configs")] == ["endpoints"]
+        job["file_sd_configs"] = [{"files": [str(tmp_path / "targets.json")]}]
+        job.update(scrape_interval="1s", scrape_timeout="1s")
+        run.append(job)
+    (tmp_path / "prometheus.yml").write_text(json.dumps({"scrape_configs": run}))
     web = free_port()
     prom = Proc(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
                  f"--storage.tsdb.path={tmp_path / 'tsdb'}",
@@ -301,14 +323,18 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path):
         s.trust_env = False
         result = []
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not result:
+        while time.monotonic() < deadline and len(result) < 2:
             time.sleep(0.3)
             r = s.get(f"http://127.0.0.1:{web}/api/v1/query", params={"query": "up"}, timeout=5)
             result = r.json()["data"]["result"] if r.ok else []
-        assert [x["metric"] for x in result] == [{
-            "__name__": "up", "instance": f"127.0.0.1:{port}", "job": "kube-scale-exporter-node",
-            "namespace": "kube-scale-exporter", "node": "gpu-node-17"}], prom.log_tail()
-        assert result[0]["value"][1] == "1"
+        # one job label for every node, the etcd nodes' included
+        assert sorted((x["metric"]["node"], x["value"][1]) for x in result) == [
+            ("control-plane-1", "1"), ("gpu-node-17", "1")], prom.log_tail()
+        for x in result:
+            assert x["metric"] == {"__name__": "up", "instance": f"127.0.0.1:{port}",
+                                   "job": "kube-scale-exporter-node",
+                                   "namespace": "kube-scale-exporter",
+                                   "node": x["metric"]["node"]}
     finally:
         prom.stop()
         exporter.stop()
