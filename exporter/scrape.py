@@ -27,6 +27,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from exporter import __version__
+from exporter.kube import health_families, live_informers
 from exporter.registry import Collector
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,11 @@ class Scraper:
             with self._lock:
                 self._report(name, error)
             outcomes.append((name, ok, elapsed))
-        return [build_info(), *collector_status(outcomes), *out]
+        # The API watches are the process's, shared by collectors: their health is the
+        # scrape's, present even when the collector reading them fails.
+        informers = live_informers()
+        health = health_families(informers) if informers else []
+        return [build_info(), *collector_status(outcomes), *health, *out]
 
     def close(self, timeout: float = CLOSE_SECONDS) -> None:
         """Close every collector at once and wait at most `timeout` in all.

@@ -84,6 +84,9 @@
     // Series budgets per target (issue 7's budgets: node <= 40 with default collectors,
     // cluster <= 500); above them the fleet multiplies the overrun by the node count.
     nodeSeriesBudget: 40,
+    // Node pods on etcd nodes (--etcd.local) add ~10 series per member plus, beside the
+    // leader, one per Kubernetes resource (--etcd.keys-max-resources, default 100).
+    etcdNodeSeriesBudget: 160,
     clusterSeriesBudget: 500,
     seriesBudgetFor: '30m',
 

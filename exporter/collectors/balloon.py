@@ -31,9 +31,8 @@ two nodes and one balloon waiting for a node:
     kubescale_balloon_misconfigured{reason="priority_below_autoscaler_cutoff"} 0.0
     ...
 
-followed by the kubescale_kube_* health (exporter.kube.health) of every informer in the
-process: its own three and those of other cluster-mode collectors. Every label
-value comes from a fixed set, except `resource`, which is bounded by the resource names
+Its three watches' kubescale_kube_* health comes with every scrape (exporter/scrape.py).
+Every label value comes from a fixed set, except `resource`, which is bounded by the resource names
 the cluster defines (cpu, memory, nvidia.com/gpu, ...), named as kube-state-metrics does.
 """
 import logging
@@ -221,10 +220,13 @@ def families(s: Summary, preemptions: int):
 
 
 def _node_allocatable(node):
-    # Only what the fit check needs: a 7,500-node cache stays a few MB.
+    """Only what the fit check needs, parsed once per node update on the informer's
+    thread: a 7,500-node cache stays a few MB and a scrape parses nothing."""
     meta = node.get("metadata") or {}
+    alloc = (node.get("status") or {}).get("allocatable") or {}
     return {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion")},
-            "status": {"allocatable": (node.get("status") or {}).get("allocatable") or {}}}
+            "allocatable": tuple(sorted((name, kube.parse_quantity(q))
+                                        for name, q in alloc.items()))}
 
 
 @register
@@ -262,16 +264,14 @@ class BalloonCollector(Collector):
         except kube.ConfigError as e:
             raise UsageError(f"--kube.kubeconfig: {e}") from None
 
-    def __init__(self, args, client=None):
+    def __init__(self, args):
         self.selector = args.balloon_selector
         self.cutoff = args.balloon_autoscaler_cutoff
-        self.client = client or kube.client_from_args(args)
+        self.client = kube.client_from_args(args)
         self._lock = threading.Lock()
         self._preemptions = 0
         self._counted = set()   # uids already counted from their DisruptionTarget condition
         self._conditions_api = None  # does the server set DisruptionTarget (1.26+)?
-        self._alloc_key = None
-        self._allocs = []
         self.pods = kube.Informer(self.client, kube.PODS, label_selector=self.selector,
                                   on_update=self._on_update, on_delete=self._on_delete)
         self.classes = kube.Informer(self.client, kube.PRIORITY_CLASSES)
@@ -319,16 +319,8 @@ class BalloonCollector(Collector):
 
     # ---- scrape ------------------------------------------------------------------------
     def _allocatables(self):
-        """Distinct node allocatable vectors, recomputed only when nodes change."""
-        key = self.nodes.resource_version
-        if key != self._alloc_key:
-            distinct = {}
-            for node in self.nodes.items():
-                alloc = {name: kube.parse_quantity(q)
-                         for name, q in node["status"]["allocatable"].items()}
-                distinct[tuple(sorted(alloc.items()))] = alloc
-            self._allocs, self._alloc_key = list(distinct.values()), key
-        return self._allocs
+        """Distinct node allocatable vectors (node pools share a few shapes)."""
+        return [dict(shape) for shape in {node["allocatable"] for node in self.nodes.items()}]
 
     def collect(self):
         deadline = time.monotonic() + SYNC_WAIT_SECONDS
@@ -341,9 +333,6 @@ class BalloonCollector(Collector):
             preemptions = self._preemptions
         self._summary = s
         yield from families(s, preemptions)
-        # Every informer of the process, other cluster-mode collectors' too: a scrape may
-        # hold each health family only once.
-        yield from kube.health_families(kube.live_informers())
 
     def findings(self):
         s = self._summary

@@ -456,8 +456,6 @@ class ImagePullCollector(Collector):
         with self._lock:
             self._state = state
         yield from families(state)
-        if self.pods is not None:
-            yield from kube.health_families([self.pods])
 
     def observe(self) -> PullState:
         client = self._containerd()

@@ -158,8 +158,6 @@ class ImagePullEventsCollector(Collector):
         self.informer.start()
 
     def collect(self):
-        # No kubescale_kube_* health series here: in cluster mode the balloon collector
-        # yields them, and a scrape may hold each family only once.
         if not self.informer.wait_synced(SYNC_WAIT_SECONDS):
             raise RuntimeError("no Pulled events from the API server yet")
         yield from self.events.families()

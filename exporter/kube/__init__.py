@@ -11,7 +11,6 @@ The whole interface a collector needs:
     pods.start()                                  # background list+watch thread
     pods.wait_synced(5)                           # True once the first list is in
     for pod in pods.items(): ...                  # in collect(): cache only, never the API
-    yield from kube.health_families([pods])       # kubescale_kube_* health series
     pods.stop()                                   # in close()
 
 - `Informer(client, resource, namespace=, label_selector=, field_selector=, on_add=,
@@ -25,10 +24,9 @@ The whole interface a collector needs:
   and PRIORITY_CLASSES are predefined.
 - `health_families(informers)`: kubescale_kube_watch_up{resource},
   kubescale_kube_last_sync_age_seconds{resource}, kubescale_kube_relists_total{resource},
-  informers of one resource reported together. Only one collector per process may yield
-  them (one family per name in a scrape): imagepull in node mode, balloon in cluster mode,
-  which passes `live_informers()` (every started informer of the process) so the
-  health of other cluster-mode collectors' informers is exported too.
+  informers of one resource reported together. Every scrape carries them for
+  `live_informers()` (every started informer of the process; exporter/scrape.py), so
+  collectors never yield them and they are there even when a collector fails.
 - `parse_quantity`, `pod_requests`: resource quantities as exact Decimals.
 - `KubeClient.get(path, params)` for a one-off read (e.g. /version); scrapes must not use it.
 

@@ -40,7 +40,9 @@
           {
             alert: 'KubeScaleExporterSeriesOverBudget',
             expr: |||
-              max by (%(clusterLabel)s, job) (scrape_samples_scraped{%(nodeExporterSelector)s}) > %(nodeSeriesBudget)d
+              max by (%(clusterLabel)s, job) (scrape_samples_scraped{%(nodeExporterSelector)s} unless on (%(clusterLabel)s, job, instance) kubescale_etcd_up{%(nodeExporterSelector)s}) > %(nodeSeriesBudget)d
+              or
+              max by (%(clusterLabel)s, job) (scrape_samples_scraped{%(nodeExporterSelector)s} and on (%(clusterLabel)s, job, instance) kubescale_etcd_up{%(nodeExporterSelector)s}) > %(etcdNodeSeriesBudget)d
               or
               max by (%(clusterLabel)s, job) (scrape_samples_scraped{%(clusterExporterSelector)s}) > %(clusterSeriesBudget)d
             ||| % c,

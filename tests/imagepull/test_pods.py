@@ -8,6 +8,7 @@ import time
 import uuid
 
 from exporter.collectors.imagepull import RBAC_RULES
+from exporter.scrape import Scraper
 from tests.helpers.kube_apiserver import pod_manifest
 from tests.helpers.metrics import sample
 
@@ -82,7 +83,7 @@ def test_queued_counts_images_neither_present_nor_downloading(
     families = scrape_until(c, "kubescale_image_pulls_queued", 2)
     assert sample(families, "kubescale_kubelet_serialize_image_pulls") == 1
     assert sample(families, "kubescale_image_pull_oldest_seconds") >= 0
-    assert sample(families, "kubescale_kube_watch_up", resource="pods") == 1
+    assert sample(Scraper([c]).scrape(10), "kubescale_kube_watch_up", resource="pods") == 1
     # Nothing downloads yet: no pull to wait behind (the kubelet would be in back-off).
     assert not [f for f in c.findings() if f.severity == "warning"]
 

@@ -10,6 +10,7 @@ import requests
 
 from exporter.cli import parse
 from exporter.collectors.balloon import RBAC_RULES, BalloonCollector
+from exporter.scrape import Scraper
 from tests.helpers.kube_apiserver import LIMITED_USER, pod_manifest
 from tests.helpers.metrics import parse_exposition, sample, wait_until
 from tests.helpers.ports import free_port
@@ -96,7 +97,8 @@ def collector(cluster, tmp_path):
 
 
 def scrape(c):
-    return list(c.collect())
+    """One scrape as the exporter serves it: the collector's series and the watches' health."""
+    return Scraper([c]).scrape(10)
 
 
 def value(c, name, **labels):
@@ -202,10 +204,9 @@ def test_a_balloon_the_kubelet_marked_failed_before_deletion_counts(balloons, co
     assert value(c, "kubescale_balloon_preemptions_total") == 1
 
 
-def test_health_of_other_cluster_mode_informers_is_exported_once(balloons, collector, cluster,
-                                                                   tmp_path):
-    """Another cluster-mode collector's informer (here: events) shows up in the balloon
-    collector's health families, since only one collector may yield them."""
+def test_every_informers_health_is_in_the_scrape_once(balloons, collector, cluster, tmp_path):
+    """Another collector's informer (here: events) shows up in the scrape's health
+    families beside the balloon collector's own, each family once."""
     from exporter import kube
     client = kube.KubeClient(kube.load(cluster.write_kubeconfig(tmp_path / "events-kc")))
     events = kube.Informer(client, kube.Resource("/api/v1", "events"),

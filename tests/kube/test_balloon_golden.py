@@ -2,8 +2,11 @@
 from datetime import UTC, datetime
 
 from exporter import kube
-from exporter.collectors.balloon import families, resource_label, summarize, valid_selector
-from tests.helpers.golden import assert_golden
+from exporter.collectors.balloon import (REASONS, families, resource_label, summarize,
+                                         valid_selector)
+from tests.helpers.golden import GOLDEN_DIR, assert_golden
+
+DOCS = GOLDEN_DIR.parent.parent / "docs"
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 CLASSES = [
@@ -110,3 +113,10 @@ def test_selector_syntax():
         assert valid_selector(ok), ok
     for bad in ("", "a=b,", "=b", "a in b", "a=b c", "a in (b"):
         assert not valid_selector(bad), bad
+
+
+def test_every_misconfiguration_reason_is_documented():
+    for doc in ("balloon.md", "runbooks.md"):
+        text = (DOCS / doc).read_text()
+        missing = [reason for reason in REASONS if f"`{reason}`" not in text]
+        assert not missing, f"docs/{doc} does not explain {missing}"

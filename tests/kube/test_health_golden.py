@@ -1,0 +1,21 @@
+"""The watches' health series every scrape carries, from fixed health readings."""
+from exporter.kube import Resource, health_families
+from exporter.kube.informer import Health
+from tests.helpers.golden import assert_golden
+
+
+class Reading:
+    """What health_families reads of an informer: its resource and a health snapshot."""
+
+    def __init__(self, plural, up, age, relists):
+        self.resource = Resource("/api/v1", plural)
+        self._health = Health(plural, up, age, relists)
+
+    def health(self):
+        return self._health
+
+
+def test_kube_health_golden():
+    informers = [Reading("pods", True, 12.5, 0), Reading("priorityclasses", False, 340.0, 2),
+                 Reading("events", True, None, 0)]
+    assert_golden("kube", health_families(informers))
