@@ -179,8 +179,9 @@ def table(rows: list[dict]) -> str:
     lines = []
     for r in rows:
         at10k = f"{r['rss_10k']:.1f}" if r["rss_10k"] is not None else "n/a (<10k)"
+        cpu = f"{r['cpu_per_scrape_ms']:.2f}" if r["scrapes"] else "n/a (no scrape served)"
         lines.append(f"| {r['name']} | {r['scrapes']} | {r['failed']} | {r['p50_ms']:.2f} | "
-                     f"{r['p99_ms']:.2f} | {r['cpu_per_scrape_ms']:.2f} | {r['rss_start']:.1f} | "
+                     f"{r['p99_ms']:.2f} | {cpu} | {r['rss_start']:.1f} | "
                      f"{at10k} | {r['rss_end']:.1f} |")
     return head + "\n".join(lines) + "\n"
 
