@@ -124,3 +124,33 @@ def test_sigterm_exits_within_seconds_while_a_source_hangs(run_exporter, etcd, c
         containerd.proc.resume()
     assert code == 0
     assert took < 3.0, f"shutdown took {took:.2f}s"
+
+
+def test_a_burst_past_max_requests_gets_503_at_once_and_the_rest_answer(run_exporter, etcd,
+                                                                         containerd):
+    exporter = run_exporter([*node_flags(etcd, containerd), "--web.max-requests", "5"])
+    exporter.wait_for(all_up, within=10)
+    # imagepull asks containerd on every scrape: each one now holds its slot for the
+    # 1 s containerd timeout.
+    containerd.proc.pause()
+    try:
+        results = []
+
+        def one():
+            start = time.monotonic()
+            status = exporter.scrape(SCRAPE_TIMEOUT).status
+            results.append((status, time.monotonic() - start))
+
+        threads = [threading.Thread(target=one) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        containerd.proc.resume()
+    ok = [took for status, took in results if status == 200]
+    refused = [took for status, took in results if status == 503]
+    assert len(ok) + len(refused) == 20
+    assert 1 <= len(ok) <= 5 and len(refused) >= 15
+    assert max(refused) < 0.5  # refused at once, not queued behind the slow ones
+    exporter.wait_for(all_up, within=10)
