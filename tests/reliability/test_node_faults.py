@@ -154,3 +154,25 @@ def test_a_burst_past_max_requests_gets_503_at_once_and_the_rest_answer(run_expo
     assert 1 <= len(ok) <= 5 and len(refused) >= 15
     assert max(refused) < 0.5  # refused at once, not queued behind the slow ones
     exporter.wait_for(all_up, within=10)
+
+
+def test_api_server_gone_leaves_imagepull_on_containerd(run_exporter, etcd, containerd,
+                                                        cluster, proxy, workdir):
+    """Node mode with the pod watch: the API going away costs only the watch (and the
+    queued count), never the containerd side or the other collectors."""
+    kubeconfig = cluster.write_kubeconfig(f"{workdir}/kubeconfig", server=proxy.url)
+    exporter = run_exporter([*node_flags(etcd, containerd), "--kube.kubeconfig", kubeconfig,
+                             "--kube.node-name", "node-under-test"])
+
+    def watching(s):
+        return s.value("kubescale_kube_watch_up", resource="pods") == 1
+
+    exporter.wait_for(lambda s: all_up(s) and watching(s), within=15)
+    proxy.inject(r"/api/v1/pods", status=503, body=b"{}")
+    proxy.cut_streams(r"watch=1")
+    down = exporter.wait_for(lambda s: s.value("kubescale_kube_watch_up", resource="pods") == 0,
+                             within=10)
+    assert all_up(down)
+    assert down.value("kubescale_image_pulls_in_progress") is not None
+    proxy.clear()
+    exporter.wait_for(lambda s: all_up(s) and watching(s), within=30)
