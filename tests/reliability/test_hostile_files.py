@@ -1,5 +1,5 @@
 """Hostile local input: the web config file, the kubelet's config file, Pulled event
-messages and the objects the balloon collector reads.
+messages, the objects the balloon collector reads and the pods imagepull reads.
 
 Each parser either accepts the input or reports it in its own way (WebConfigError, the
 kubelet series absent with the error kept, a message skipped); none lets another
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from exporter.collectors.balloon import families as balloon_families
 from exporter.collectors.balloon import summarize
-from exporter.collectors.imagepull import KubeletConfigFile
+from exporter.collectors.imagepull import KubeletConfigFile, images_wanted, pod_summary
 from exporter.collectors.imagepull_events import PulledEvents, parse_pulled
 from exporter.webconfig import WebConfig, WebConfigError, load
 
@@ -212,3 +212,27 @@ def test_a_flood_of_extended_resources_stays_within_the_series_budget():
     pods = [balloon(f"p{i}", {f"vendor{i}.example.com/dev": "1", "cpu": "1"}) for i in range(500)]
     families = balloon_families(summarize(pods, [], [], time.time(), -10), 0)
     assert sum(len(f.samples) for f in families) <= 40
+
+
+# ---- pods on this node (imagepull's pod watch) -----------------------------------------
+
+def node_pod(i, images, reason, phase):
+    containers = [{"name": f"c{j}", "image": image} for j, image in enumerate(images)]
+    return {"metadata": {"name": f"p{i}", "namespace": "n", "uid": str(i),
+                         "creationTimestamp": "2030-01-01T00:00:00Z", "unknown": {"x": [1]}},
+            "spec": {"containers": containers, "nodeName": "n1", "future": True},
+            "status": {"phase": phase, "containerStatuses": [
+                {"name": c["name"], "state": {"waiting": {"reason": reason}}}
+                for c in containers[::2]]}}
+
+
+@settings(max_examples=200, deadline=None)
+@given(pods=st.lists(st.tuples(st.lists(st.text(max_size=300), min_size=1, max_size=3),
+                               st.text(max_size=20), st.sampled_from(["Pending", "Running", ""])),
+                     max_size=20))
+def test_any_image_strings_on_the_node_never_fail_the_scrape(pods):
+    summaries = [pod_summary(node_pod(i, *p)) for i, p in enumerate(pods)]
+    wanted = images_wanted(summaries)
+    assert len(wanted) <= sum(len(p[0]) for p in pods)
+    for name, (ref, since) in wanted.items():
+        assert name == ref.name and (since is None or math.isfinite(since))
