@@ -62,7 +62,7 @@ POISONING = {
     "bad-quantity": "balloon caches a pod with an unparsable quantity; every scrape then "
                     "fails until a relist",
     "bookmark-with-junk-version": "the informer resumes from a resourceVersion the server "
-                                  "never issued; the server refuses it (400) forever",
+                                  "never issued; the server refuses it (HTTP 500) forever",
 }
 
 
