@@ -1,12 +1,16 @@
 """Load: many concurrent scrapers against a real exporter process, with a peer beside it.
 
     python -m bench.load [--duration 60] [--concurrency 20] [--neighbors 100000]
-                         [--peer node_exporter] [-- EXTRA EXPORTER FLAGS]
+                         [--active-pulls 10] [--peer node_exporter] [-- EXTRA EXPORTER FLAGS]
 
 Fills a throwaway network namespace with PERMANENT neighbor entries (they count in the
 host-global table but never against gc_thresh3), starts `python -m exporter` in node mode
 with the extra flags, and runs `--concurrency` keep-alive scrapers for `--duration`
-seconds. It prints scrapes, failures, p50/p99 latency, CPU seconds per scrape and RSS at
+seconds. With `--active-pulls N` it also starts a real containerd, a docker-registry and a
+throttling proxy, and keeps N layer downloads in progress (`ctr content fetch`) so the
+imagepull collector has live ingests to report; with 0 the imagepull collector is off. A
+scrape counts as failed when it is not HTTP 200 or when any collector reports
+kubescale_scrape_collector_success 0. It prints scrapes, failures, p50/p99 latency, CPU seconds per scrape and RSS at
 start, after 10,000 scrapes and at the end; with `--peer node_exporter` it runs Debian's
 node_exporter (arp collector, inside the namespace) under the same load for comparison.
 Results go to bench/results/load.md as well as stdout.
@@ -16,6 +20,8 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
+import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -30,6 +36,10 @@ from tests.helpers.procs import Proc, cpu_seconds, rss_mib, wait_for_port
 ROOT = Path(__file__).resolve().parent.parent
 
 RESULTS = ROOT / "bench" / "results" / "load.md"
+FAILED_COLLECTOR = re.compile(rb'kubescale_scrape_collector_success\{collector="([^"]+)"\} 0\.0')
+LAYERS_PER_IMAGE = 5
+LAYER_SIZE = 4 << 20
+PULL_RATE = 16 << 10  # bytes/s per connection: a 4 MiB layer stays in progress for minutes
 
 
 class Load:
@@ -50,8 +60,11 @@ class Load:
             try:
                 conn.request("GET", self.path, headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"})
                 reply = conn.getresponse()
-                reply.read()
+                body = reply.read()
                 outcome = None if reply.status == 200 else f"HTTP {reply.status}"
+                failed = FAILED_COLLECTOR.search(body) if outcome is None else None
+                if failed:
+                    outcome = f"collector {failed.group(1).decode()} failed"
             except (OSError, http.client.HTTPException) as exc:
                 outcome = type(exc).__name__
                 conn.close()
@@ -90,6 +103,52 @@ class Load:
         }
 
 
+class ActivePulls:
+    """Real containerd + registry + throttling proxy with `n` layer downloads in progress."""
+
+    def __init__(self, workdir: str, n: int):
+        from tests.helpers.containerd_server import ContainerdServer
+        from tests.helpers.registry_server import RegistryServer
+        from tests.helpers.throttle_proxy import ThrottleProxy
+
+        self._started = []
+        try:
+            self.containerd = self._keep(ContainerdServer(f"{workdir}/cd").start())
+            registry = self._keep(RegistryServer(f"{workdir}/reg").start())
+            proxy = self._keep(ThrottleProxy(workdir, registry.port, PULL_RATE))
+            for i in range(max(1, n // LAYERS_PER_IMAGE)):
+                repo = f"load{i}-{os.urandom(3).hex()}"
+                registry.push_image(repo, "v1", [LAYER_SIZE] * LAYERS_PER_IMAGE)
+                self._keep(self.containerd.fetch(f"{proxy.host}/{repo}:v1", f"{workdir}/fetch{i}.log"))
+            self.active = self.wait_active(n)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _keep(self, thing):
+        self._started.append(thing)
+        return thing
+
+    def wait_active(self, want: int, timeout: float = 60) -> int:
+        """Layers downloading now, once at least `want` are (or at the timeout)."""
+        from exporter.containerd.client import ContainerdClient
+
+        client = ContainerdClient(self.containerd.address, "k8s.io", 5)
+        deadline = time.monotonic() + timeout
+        while True:
+            n = sum(1 for i in client.ingests() if i.kind == "layer")
+            if n >= want or time.monotonic() > deadline:
+                return n
+            time.sleep(0.2)
+
+    def flags(self) -> list[str]:
+        return ["--containerd.address", self.containerd.address]
+
+    def stop(self) -> None:
+        for thing in reversed(self._started):
+            thing.stop()
+
+
 def exporter_argv(port: int, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}", *extra]
 
@@ -120,8 +179,9 @@ def table(rows: list[dict]) -> str:
     lines = []
     for r in rows:
         at10k = f"{r['rss_10k']:.1f}" if r["rss_10k"] is not None else "n/a (<10k)"
+        cpu = f"{r['cpu_per_scrape_ms']:.2f}" if r["scrapes"] else "n/a (no scrape served)"
         lines.append(f"| {r['name']} | {r['scrapes']} | {r['failed']} | {r['p50_ms']:.2f} | "
-                     f"{r['p99_ms']:.2f} | {r['cpu_per_scrape_ms']:.2f} | {r['rss_start']:.1f} | "
+                     f"{r['p99_ms']:.2f} | {cpu} | {r['rss_start']:.1f} | "
                      f"{at10k} | {r['rss_end']:.1f} |")
     return head + "\n".join(lines) + "\n"
 
@@ -131,25 +191,46 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=60)
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--neighbors", type=int, default=100_000)
+    parser.add_argument("--active-pulls", type=int, default=10,
+                        help="layer downloads kept in progress in a real containerd (0: imagepull off)")
     parser.add_argument("--peer", choices=["none", "node_exporter"], default="node_exporter")
     parser.add_argument("extra", nargs="*", help="flags passed to the exporter (after --)")
     args = parser.parse_args()
 
     rows = []
-    with tempfile.TemporaryDirectory() as workdir, NetNS("kse-load") as ns:
-        ns.batch(neighbor_adds(args.neighbors, "ipv4", "permanent"))
-        port = free_port()
-        rows.append(measure("kube-scale-exporter", exporter_argv(port, args.extra), port,
-                            args, ns, workdir))
-        if args.peer == "node_exporter":
+    pulls = None
+    workdir = tempfile.mkdtemp(prefix="load-", dir="/tmp")  # short: containerd's socket path
+    try:
+        with NetNS("kse-load") as ns:
+            ns.batch(neighbor_adds(args.neighbors, "ipv4", "permanent"))
+            extra = list(args.extra)
+            if args.active_pulls:
+                pulls = ActivePulls(workdir, args.active_pulls)
+                extra += pulls.flags()
+            else:
+                extra.append("--no-collector.imagepull")
             port = free_port()
-            rows.append(measure("node_exporter (arp)", node_exporter_argv(port), port,
+            rows.append(measure("kube-scale-exporter", exporter_argv(port, extra), port,
                                 args, ns, workdir))
+            active_after = pulls.wait_active(0, timeout=0) if pulls else 0
+            if pulls:
+                pulls.stop()
+                pulls = None
+            if args.peer == "node_exporter":
+                port = free_port()
+                rows.append(measure("node_exporter (arp)", node_exporter_argv(port), port,
+                                    args, ns, workdir))
+    finally:
+        if pulls:
+            pulls.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     ours = rows[0]
+    pulls_text = (f", {args.active_pulls} layer downloads in progress in a real containerd "
+                  f"({active_after} still active at the end)" if args.active_pulls else "")
     report = (f"# Load: {args.concurrency} concurrent scrapers for {args.duration:.0f} s, "
-              f"{args.neighbors} neighbor entries\n\n"
-              f"Exporter flags: `{' '.join(args.extra) or '(defaults)'}`; "
-              f"machine: {os.cpu_count()} cores, shared.\n\n" + table(rows))
+              f"{args.neighbors} neighbor entries{pulls_text}\n\n"
+              f"Exporter flags: `{' '.join(extra)}`; machine: {os.cpu_count()} cores, "
+              f"shared, load average {os.getloadavg()[0]:.1f} at the end.\n\n" + table(rows))
     if len(rows) == 2 and rows[1]["scrapes"]:
         peer = rows[1]
         report += (f"\nRatios (ours / node_exporter): p50 {ours['p50_ms'] / peer['p50_ms']:.2f}, "

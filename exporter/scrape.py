@@ -20,9 +20,9 @@ import logging
 import platform
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Iterable
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -31,6 +31,9 @@ from exporter.kube import health_families, live_informers
 from exporter.registry import Collector
 
 log = logging.getLogger(__name__)
+
+# SIGTERM to exit: Kubernetes' default grace period is 30 s, a rollout waits on every pod.
+CLOSE_SECONDS = 2.0
 
 
 class Scraper:
@@ -102,13 +105,32 @@ class Scraper:
         health = health_families(informers) if informers else []
         return [build_info(), *collector_status(outcomes), *health, *out]
 
-    def close(self) -> None:
-        for c in self.collectors:
-            try:
-                c.close()
-            except Exception:  # noqa: BLE001
-                log.exception("closing collector %s", c.name)
+    def close(self, timeout: float = CLOSE_SECONDS) -> None:
+        """Close every collector at once and wait at most `timeout` in all.
+
+        A collector whose thread is blocked on a hung backend (a watch that never answered,
+        a frozen socket) may not return from close() for its own timeouts; SIGTERM must
+        still end the process within seconds, and its threads are daemons.
+        """
+        threads = [threading.Thread(target=self._close_one, args=(c,), daemon=True,
+                                    name=f"close-{c.name}") for c in self.collectors]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t.name.removeprefix("close-") for t in threads if t.is_alive()]
+        if stuck:
+            log.warning("collectors still closing after %.1fs, exiting anyway: %s",
+                        timeout, ", ".join(stuck))
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    @staticmethod
+    def _close_one(collector: Collector) -> None:
+        try:
+            collector.close()
+        except Exception:
+            log.exception("closing collector %s", collector.name)
 
 
 def collector_status(outcomes: list[tuple[str, bool, float]]) -> list[GaugeMetricFamily]:

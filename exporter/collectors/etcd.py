@@ -267,7 +267,10 @@ class EtcdCollector(Collector):
 
     def _keys_loop(self):
         while not self._stop.is_set():
-            self.count_keys()
+            try:
+                self.count_keys()
+            except Exception:
+                log.exception("etcd: counting keys failed; trying again in %ss", self.keys_interval)
             self._keys_counted.set()
             self._stop.wait(self.keys_interval)
 

@@ -8,9 +8,17 @@ to zero. Why not a gRPC client: see docs/etcd.md, "Design notes".
 from __future__ import annotations
 
 import base64
+import binascii
 from dataclasses import dataclass
 
 import requests
+
+from exporter.labels import sanitize
+
+# An answer's fields are decoded by these; anything else in their place (a proxy's
+# error page, a truncated or hostile document) is an EtcdError, like no answer at all.
+_MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, binascii.Error)
+MAX_UINT64 = (1 << 64) - 1
 
 
 class EtcdError(Exception):
@@ -52,8 +60,9 @@ class Member:
 
     @property
     def label(self) -> str:
-        """The member's name, or its id in hex (how etcdctl prints it) before it started."""
-        return self.name or format(int(self.id), "x")
+        """The member's name (sanitized: etcd accepts any), or its id in hex (how etcdctl
+        prints it) before it started."""
+        return sanitize(self.name, 63) if self.name else format(int(self.id), "x")
 
 
 @dataclass(frozen=True)
@@ -73,12 +82,39 @@ def new_session(tls: TLSFiles) -> requests.Session:
     return session
 
 
+def uint(value) -> int:
+    """An unsigned 64-bit field: a JSON number or (int64 over the gateway) a decimal string."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"expected an unsigned integer, got {value!r:.40}")
+    n = int(value)
+    if not 0 <= n <= MAX_UINT64:
+        raise ValueError(f"out of range: {value!r:.40}")
+    return n
+
+
+def member_id(value) -> str:
+    """Member ids as the gateway sends them: decimal strings."""
+    return str(uint(value))
+
+
+def text(value, limit: int = 256) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r:.40}")
+    return value[:limit]
+
+
+def mapping(value) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {value!r:.40}")
+    return value
+
+
 def encode_key(key: bytes) -> str:
     return base64.b64encode(key).decode("ascii")
 
 
-def decode_key(text: str) -> bytes:
-    return base64.b64decode(text)
+def decode_key(encoded: str) -> bytes:
+    return base64.b64decode(text(encoded, 1 << 20), validate=True)
 
 
 class EtcdClient:
@@ -103,51 +139,70 @@ class EtcdClient:
                 message = reply.text
             raise EtcdError(f"{self.url}{path}: HTTP {reply.status_code}: {message.strip()[:200]}")
         try:
-            return reply.json()
-        except ValueError:
-            raise EtcdError(f"{self.url}{path}: answer is not JSON") from None
+            return mapping(reply.json())
+        except (ValueError, TypeError):
+            raise EtcdError(f"{self.url}{path}: answer is not a JSON object") from None
+
+    def _read(self, path: str, body: dict, decode):
+        """decode(document) for the answer to POST path; malformed answers are EtcdError."""
+        doc = self._post(path, body)
+        try:
+            return decode(doc)
+        except _MALFORMED as exc:
+            raise EtcdError(f"{self.url}{path}: malformed answer: {type(exc).__name__}: "
+                            f"{str(exc)[:120]}") from None
 
     def status(self) -> Status:
-        doc = self._post("/v3/maintenance/status", {})
-        header = doc.get("header", {})
-        return Status(
-            member_id=header.get("member_id", "0"),
-            leader_id=doc.get("leader", "0"),
-            version=doc.get("version", ""),
-            db_size=int(doc.get("dbSize", 0)),
-            db_size_in_use=int(doc.get("dbSizeInUse", 0)),
-            db_size_quota=int(doc.get("dbSizeQuota", 0)),
-            raft_term=int(doc.get("raftTerm", 0)),
-            raft_applied_index=int(doc.get("raftAppliedIndex", 0)),
-        )
+        def decode(doc):
+            header = mapping(doc.get("header", {}))
+            return Status(
+                member_id=member_id(header.get("member_id", "0")),
+                leader_id=member_id(doc.get("leader", "0")),
+                version=text(doc.get("version", "")),
+                db_size=uint(doc.get("dbSize", 0)),
+                db_size_in_use=uint(doc.get("dbSizeInUse", 0)),
+                db_size_quota=uint(doc.get("dbSizeQuota", 0)),
+                raft_term=uint(doc.get("raftTerm", 0)),
+                raft_applied_index=uint(doc.get("raftAppliedIndex", 0)),
+            )
+        return self._read("/v3/maintenance/status", {}, decode)
 
     def members(self) -> list[Member]:
-        doc = self._post("/v3/cluster/member/list", {})
-        return [
-            Member(id=m["ID"], name=m.get("name", ""), client_urls=tuple(m.get("clientURLs", ())))
-            for m in doc.get("members", ())
-        ]
+        def decode(doc):
+            return [
+                Member(id=member_id(m["ID"]), name=text(mapping(m).get("name", "")),
+                       client_urls=tuple(text(u) for u in m.get("clientURLs", ())))
+                for m in doc.get("members", ())
+            ]
+        return self._read("/v3/cluster/member/list", {}, decode)
 
     def alarms(self) -> list[Alarm]:
-        doc = self._post("/v3/maintenance/alarm", {"action": "GET"})
-        return [Alarm(a.get("memberID", "0"), a.get("alarm", "NONE")) for a in doc.get("alarms", ())]
+        def decode(doc):
+            return [Alarm(member_id(mapping(a).get("memberID", "0")), text(a.get("alarm", "NONE")))
+                    for a in doc.get("alarms", ())]
+        return self._read("/v3/maintenance/alarm", {"action": "GET"}, decode)
 
     def count(self, key: bytes, range_end: bytes) -> int:
         """Keys in [key, range_end): etcd counts them in its index and sends no key."""
-        doc = self._post("/v3/kv/range", {
+        return self._read("/v3/kv/range", {
             "key": encode_key(key), "range_end": encode_key(range_end),
             "count_only": True, "serializable": True,
-        })
-        return int(doc.get("count", 0))
+        }, lambda doc: uint(doc.get("count", 0)))
 
     def first_key(self, key: bytes, range_end: bytes) -> bytes | None:
         """The smallest key in [key, range_end), without its value; None when empty."""
-        doc = self._post("/v3/kv/range", {
+        def decode(doc):
+            kvs = doc.get("kvs", ())
+            found = decode_key(mapping(kvs[0])["key"]) if kvs else None
+            # etcd answers within the range; anything else would walk the cursor backwards.
+            unbounded = range_end == b"\x00"
+            if found is not None and not (key <= found and (unbounded or found < range_end)):
+                raise ValueError(f"key {found[:40]!r} outside the range asked")
+            return found
+        return self._read("/v3/kv/range", {
             "key": encode_key(key), "range_end": encode_key(range_end),
             "keys_only": True, "limit": 1, "serializable": True,
-        })
-        kvs = doc.get("kvs", ())
-        return decode_key(kvs[0]["key"]) if kvs else None
+        }, decode)
 
     def metric(self, name: str) -> float | None:
         """One unlabelled sample from the member's /metrics, or None when it is absent.
@@ -163,7 +218,10 @@ class EtcdClient:
                     raise EtcdError(f"{self.url}/metrics: HTTP {reply.status_code}")
                 for line in reply.iter_lines(chunk_size=16384):
                     if line.startswith(prefix):
-                        return float(line[len(prefix):].split()[0])
+                        value = float(line[len(prefix):].split()[0])
+                        if not 0 <= value < 2**63:  # also refuses NaN and Inf
+                            raise ValueError(value)
+                        return value
         except requests.RequestException as exc:
             raise EtcdError(f"{self.url}/metrics: {type(exc).__name__}: {exc}") from None
         except ValueError:

@@ -8,7 +8,7 @@ at or after a cursor (keys only, limit 1), derives that key's resource, counts t
 resource's whole range in one count-only request, then moves the cursor past it. So a
 store of 100k keys in 50 resources costs 101 small requests, whatever the key count.
 
-Label values stay bounded: names are reduced to a safe alphabet, at most
+Label values stay bounded (exporter.labels): names are reduced to a safe alphabet, at most
 `max_resources` resources are reported (the largest), the rest are summed into
 resource="other", and after `4 * max_resources` distinct resources the walk counts the
 remaining range in one request, so a flood of junk prefixes costs neither series nor a
@@ -16,16 +16,11 @@ request per prefix.
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 from exporter.etcd.client import EtcdClient, prefix_end
+from exporter.labels import OTHER, sanitize, top
 
-OTHER = "other"
-MAX_LABEL = 100
-# Resource names are DNS labels and API groups DNS names; anything else is junk to
-# be made harmless, not an exact name to preserve.
-_UNSAFE = re.compile(r"[^a-z0-9._/-]")
 WALK_FACTOR = 4
 # Built-in resources stored one level deeper: services/specs and services/endpoints
 # (Endpoints objects, which grow with the pods behind each Service).
@@ -44,13 +39,6 @@ def resource_of(key: bytes, prefix: bytes) -> tuple[str, bytes]:
     if len(parts) <= depth:
         return sanitize(parts[0]), key
     return sanitize(b"/".join(parts[:depth])), prefix + b"/".join(parts[:depth]) + b"/"
-
-
-def sanitize(raw: bytes) -> str:
-    text = _UNSAFE.sub("_", raw.decode("utf-8", "replace").lower())[:MAX_LABEL]
-    if not text or text == OTHER:
-        return "_" + text
-    return text
 
 
 def count_resources(client: EtcdClient, prefix: bytes, max_resources: int) -> dict[str, int]:
@@ -75,14 +63,3 @@ def count_resources(client: EtcdClient, prefix: bytes, max_resources: int) -> di
             cursor = prefix_end(covered)
         walked += 1
     return top(counts, max_resources)
-
-
-def top(counts: Counter[str], n: int) -> dict[str, int]:
-    """The n largest counts by name, the rest summed into OTHER (present only if > 0)."""
-    other = counts.pop(OTHER, 0)
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    kept = dict(ranked[:n])
-    other += sum(v for _, v in ranked[n:])
-    if other:
-        kept[OTHER] = other
-    return kept

@@ -8,6 +8,7 @@ and off per request path:
     proxy.inject(r"/api/v1/pods", status=429, headers={"Retry-After": "2"}, times=3)
     proxy.inject(r"watch=true", hang=True)        # accept, then never answer
     proxy.clear()
+    proxy.cut_streams(r"watch=1")                 # end the answers streaming now (EOF)
 
 Every request is counted in `proxy.requests` as (method, path, status or "hang"), so tests
 can assert how often and how fast a client retried.
@@ -15,6 +16,7 @@ can assert how often and how fast a client retried.
 from __future__ import annotations
 
 import re
+import socket
 import ssl
 import threading
 import time
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import requests
+import urllib3
 
 from .ports import free_port
 
@@ -52,6 +55,7 @@ class FaultProxy:
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
         self._release = threading.Event()
+        self._streams: dict[int, tuple[str, object]] = {}  # id -> (path, client socket)
         handler = type("Bound", (_Handler,), {"proxy": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
         self.server.daemon_threads = True
@@ -62,7 +66,7 @@ class FaultProxy:
         self.session = requests.Session()
         self.session.trust_env = False
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
@@ -80,6 +84,19 @@ class FaultProxy:
             self._faults.clear()
         self._release.set()
         self._release = threading.Event()
+
+    def cut_streams(self, pattern: str = "") -> int:
+        """End the proxied answers still streaming whose path matches, as a server or a
+        load balancer closing the connection does; returns how many were cut."""
+        rx = re.compile(pattern)
+        with self._lock:
+            chosen = [sock for path, sock in self._streams.values() if rx.search(path)]
+        for sock in chosen:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return len(chosen)
 
     def count(self, pattern: str = "", outcome=None) -> int:
         rx = re.compile(pattern)
@@ -149,15 +166,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(k, v)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        with proxy._lock:
+            proxy._streams[id(self)] = (self.path, self.connection)
         try:
             for chunk in upstream.raw.stream(65536, decode_content=True):
                 if chunk:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
-        except OSError:
+        except (OSError, urllib3.exceptions.HTTPError):
+            # The client went away, or the upstream did (stopped, cut): end this answer.
             self.close_connection = True
         finally:
+            with proxy._lock:
+                proxy._streams.pop(id(self), None)
             upstream.close()
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle

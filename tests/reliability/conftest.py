@@ -1,0 +1,92 @@
+"""Real components for the fault tests: etcd, containerd, kube-apiserver (one for the
+session, behind a fresh fault proxy per test), the exporter.
+
+Each test gets its own servers (faults stop and pause them) in a short temp dir, so
+containerd's socket path stays under the 108-byte limit.
+"""
+import shutil
+import tempfile
+
+import pytest
+
+from tests.helpers.containerd_server import ContainerdServer
+from tests.helpers.etcd_server import EtcdServer
+from tests.helpers.faultproxy import FaultProxy
+from tests.helpers.kube_apiserver import KubeApiServer
+from tests.reliability.running import RunningExporter
+
+# The cluster-mode exporter under test and the watch the faults are aimed at.
+COLLECTORS = {"balloon", "imagepull_events", "etcd"}
+WATCH = r"/api/v1/pods\?.*watch=1"
+
+
+@pytest.fixture
+def workdir():
+    path = tempfile.mkdtemp(prefix="rel-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def etcd(workdir):
+    server = EtcdServer(f"{workdir}/etcd").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def containerd(workdir):
+    server = ContainerdServer(f"{workdir}/cd").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def run_exporter(workdir):
+    """run_exporter(flags, module="exporter") -> a started RunningExporter, stopped after."""
+    started = []
+
+    def run(flags, module="exporter"):
+        exporter = RunningExporter(flags, workdir, module=module).start()
+        started.append(exporter)
+        return exporter
+
+    yield run
+    for exporter in started:
+        exporter.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    work = tmp_path_factory.mktemp("cluster")
+    etcd = EtcdServer(work / "etcd").start()
+    try:
+        api = KubeApiServer(work / "api", etcd.client_url).start()
+    except BaseException:
+        etcd.stop()
+        raise
+    api.etcd = etcd
+    yield api
+    api.stop()
+    etcd.stop()
+
+
+@pytest.fixture
+def proxy(cluster):
+    p = FaultProxy(cluster.server, upstream_verify=cluster.ca, certfile=cluster.ca,
+                   keyfile=cluster.serving_key).start()
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def cluster_exporter(cluster, proxy, run_exporter, workdir):
+    kubeconfig = cluster.write_kubeconfig(f"{workdir}/kubeconfig", server=proxy.url)
+    exporter = run_exporter([
+        "--mode", "cluster", "--kube.kubeconfig", kubeconfig,
+        "--balloon.selector", "run=overprovisioning", "--collector.imagepull_events",
+        "--etcd.cluster", f"main={cluster.etcd.client_url}", "--etcd.timeout", "1",
+        "--etcd.min-interval", "0.5"])
+    exporter.wait_for(lambda s: all(s.success.get(n) == 1 for n in COLLECTORS)
+                      and s.value("kubescale_kube_watch_up", resource="pods") == 1, within=15)
+    return exporter

@@ -1,0 +1,178 @@
+"""Faults under a real node-mode exporter with every node collector on, scraped over HTTP.
+
+neighbor and neighbor_gc read the kernel, imagepull a real containerd, etcd a real etcd
+(node mode allows it, as on a control-plane node). Each fault is a real one: the server
+process stopped, frozen with SIGSTOP, restarted, its socket gone, or netlink refused by a
+seccomp filter. In each case the failing collector reports success 0 within the scrape's
+timeout, every other collector keeps reporting 1, the process stays up, and the failing
+collector recovers on its own once its source is back.
+"""
+import os
+import threading
+import time
+
+import pytest
+
+SCRAPE_TIMEOUT = 3.0  # what Prometheus would send in X-Prometheus-Scrape-Timeout-Seconds
+NODE_COLLECTORS = {"neighbor", "neighbor_gc", "imagepull", "etcd"}
+
+
+def node_flags(etcd, containerd):
+    return ["--mode", "node",
+            "--containerd.address", containerd.address, "--containerd.timeout", "1s",
+            "--etcd.cluster", f"main={etcd.client_url}", "--etcd.timeout", "1",
+            "--etcd.min-interval", "0.5"]
+
+
+def only_failing(name):
+    """A predicate: `name` failed, every other node collector succeeded."""
+    def check(scrape):
+        return scrape.success.get(name) == 0 and all(
+            scrape.success.get(other) == 1 for other in NODE_COLLECTORS - {name})
+    return check
+
+
+def all_up(scrape):
+    return all(scrape.success.get(name) == 1 for name in NODE_COLLECTORS)
+
+
+@pytest.fixture
+def node_exporter_proc(run_exporter, etcd, containerd):
+    exporter = run_exporter(node_flags(etcd, containerd))
+    exporter.wait_for(all_up, within=10)
+    return exporter
+
+
+def test_etcd_paused_times_out_alone_and_recovers(node_exporter_proc, etcd):
+    etcd.proc.pause()
+    try:
+        failed = node_exporter_proc.wait_for(only_failing("etcd"), within=SCRAPE_TIMEOUT + 3)
+        # No cluster answers: the collector fails and contributes no stale series.
+        assert failed.value("kubescale_etcd_db_size_bytes", etcd_cluster="main") is None
+        # Every scrape while it is frozen still answers within its timeout.
+        for _ in range(3):
+            assert only_failing("etcd")(node_exporter_proc.wait_for(lambda s: True, within=0))
+    finally:
+        etcd.proc.resume()
+    node_exporter_proc.wait_for(all_up, within=5)
+
+
+def test_etcd_stopped_then_restarted(node_exporter_proc, etcd):
+    etcd.stop()
+    node_exporter_proc.wait_for(only_failing("etcd"), within=SCRAPE_TIMEOUT + 2)
+    # A stopped etcd refuses connections: the failure is quick, not a timeout.
+    assert node_exporter_proc.scrape(SCRAPE_TIMEOUT).seconds < 1.5
+    etcd.start()
+    node_exporter_proc.wait_for(all_up, within=10)
+
+
+def test_containerd_socket_gone_then_back(node_exporter_proc, containerd):
+    containerd.stop()
+    if os.path.exists(containerd.address):
+        os.unlink(containerd.address)
+    node_exporter_proc.wait_for(only_failing("imagepull"), within=SCRAPE_TIMEOUT + 2)
+    containerd.start()
+    node_exporter_proc.wait_for(all_up, within=10)
+
+
+def test_containerd_paused_times_out_alone(node_exporter_proc, containerd):
+    containerd.proc.pause()
+    try:
+        node_exporter_proc.wait_for(only_failing("imagepull"), within=SCRAPE_TIMEOUT + 3)
+    finally:
+        containerd.proc.resume()
+    node_exporter_proc.wait_for(all_up, within=10)
+
+
+def test_every_source_down_at_once_still_answers(node_exporter_proc, etcd, containerd):
+    etcd.proc.pause()
+    containerd.proc.pause()
+    try:
+        scrape = node_exporter_proc.wait_for(
+            lambda s: s.success.get("etcd") == 0 and s.success.get("imagepull") == 0,
+            within=SCRAPE_TIMEOUT + 3)
+        assert scrape.success["neighbor"] == 1 and scrape.success["neighbor_gc"] == 1
+    finally:
+        etcd.proc.resume()
+        containerd.proc.resume()
+    node_exporter_proc.wait_for(all_up, within=10)
+
+
+def test_netlink_refused_fails_only_the_neighbor_collectors(run_exporter, etcd, containerd):
+    exporter = run_exporter(node_flags(etcd, containerd), module="tests.neighbor.no_netlink")
+    scrape = exporter.wait_for(lambda s: s.success.get("etcd") == 1, within=10)
+    assert scrape.success["neighbor"] == 0 and scrape.success["neighbor_gc"] == 0
+    assert scrape.success["imagepull"] == 1
+    # Still up and answering after many scrapes that fail the same way.
+    for _ in range(20):
+        assert exporter.scrape(SCRAPE_TIMEOUT).status == 200
+    assert exporter.alive()
+
+
+def test_sigterm_exits_within_seconds_while_a_source_hangs(run_exporter, etcd, containerd):
+    exporter = run_exporter(node_flags(etcd, containerd))
+    exporter.wait_for(all_up, within=10)
+    etcd.proc.pause()
+    containerd.proc.pause()
+    try:
+        # A scrape in flight, stuck on both frozen servers, when the signal comes.
+        threading.Thread(target=exporter.scrape, args=(SCRAPE_TIMEOUT,), daemon=True).start()
+        time.sleep(0.3)
+        code, took = exporter.terminate()
+    finally:
+        etcd.proc.resume()
+        containerd.proc.resume()
+    assert code == 0
+    assert took < 3.0, f"shutdown took {took:.2f}s"
+
+
+def test_a_burst_past_max_requests_gets_503_at_once_and_the_rest_answer(run_exporter, etcd,
+                                                                         containerd):
+    exporter = run_exporter([*node_flags(etcd, containerd), "--web.max-requests", "5"])
+    exporter.wait_for(all_up, within=10)
+    # imagepull asks containerd on every scrape: each one now holds its slot for the
+    # 1 s containerd timeout.
+    containerd.proc.pause()
+    try:
+        results = []
+
+        def one():
+            start = time.monotonic()
+            status = exporter.scrape(SCRAPE_TIMEOUT).status
+            results.append((status, time.monotonic() - start))
+
+        threads = [threading.Thread(target=one) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        containerd.proc.resume()
+    ok = [took for status, took in results if status == 200]
+    refused = [took for status, took in results if status == 503]
+    assert len(ok) + len(refused) == 20
+    assert 1 <= len(ok) <= 5 and len(refused) >= 15
+    assert max(refused) < 0.5  # refused at once, not queued behind the slow ones
+    exporter.wait_for(all_up, within=10)
+
+
+def test_api_server_gone_leaves_imagepull_on_containerd(run_exporter, etcd, containerd,
+                                                        cluster, proxy, workdir):
+    """Node mode with the pod watch: the API going away costs only the watch (and the
+    queued count), never the containerd side or the other collectors."""
+    kubeconfig = cluster.write_kubeconfig(f"{workdir}/kubeconfig", server=proxy.url)
+    exporter = run_exporter([*node_flags(etcd, containerd), "--kube.kubeconfig", kubeconfig,
+                             "--kube.node-name", "node-under-test"])
+
+    def watching(s):
+        return s.value("kubescale_kube_watch_up", resource="pods") == 1
+
+    exporter.wait_for(lambda s: all_up(s) and watching(s), within=15)
+    proxy.inject(r"/api/v1/pods", status=503, body=b"{}")
+    proxy.cut_streams(r"watch=1")
+    down = exporter.wait_for(lambda s: s.value("kubescale_kube_watch_up", resource="pods") == 0,
+                             within=10)
+    assert all_up(down)
+    assert down.value("kubescale_image_pulls_in_progress") is not None
+    proxy.clear()
+    exporter.wait_for(lambda s: all_up(s) and watching(s), within=30)
