@@ -203,7 +203,7 @@ class LiveWebConfig:
         try:
             config = load(path)
             active = _activate(config)
-        except (WebConfigError, ssl.SSLError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001  (whatever broke it, the old users must stop)
             log.error("--web.config.file: refusing connections until it is fixed: %s", exc)
             self._active = None
             return
@@ -308,8 +308,12 @@ def load(path: str) -> WebConfig:
             text = f.read()
     except OSError as exc:
         raise WebConfigError(f"{path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise WebConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise WebConfigError(f"{path}: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else path

@@ -154,6 +154,11 @@ def _widen_etcd(series: list[Series], builtin: list[Series]) -> list[Series]:
     return out
 
 
+def opt_in_count(mode: str) -> int:
+    """Series of the template that the default collectors do not export."""
+    return sum(s.family in OPT_IN_FAMILIES for s in load(mode).series)
+
+
 def load(mode: str) -> Template:
     """The template of one mode, golden files first, builtin for the rest."""
     builtin = parse((BUILTIN_DIR / f"{mode}.prom").read_text())

@@ -102,7 +102,20 @@ def resource_label(name: str) -> tuple[str, str]:
         unit = "byte"
     else:
         unit = "integer"
-    return re.sub(r"[^a-zA-Z0-9_]", "_", name), unit
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)[:100], unit
+
+
+# Extended resources (nvidia.com/gpu, ...) come from node and pod specs anyone can write:
+# at most this many, the largest, get a series; cpu, memory and storage always do.
+MAX_EXTENDED_RESOURCES = 8
+
+
+def reported_resources(reserved: dict) -> list[str]:
+    """The resource names that get a kubescale_balloon_reserved series."""
+    standard = [n for n in reserved if resource_label(n)[1] != "integer" or n == "cpu"]
+    extended = sorted((n for n in reserved if n not in standard),
+                      key=lambda n: (-reserved[n], n))
+    return standard + extended[:MAX_EXTENDED_RESOURCES]
 
 
 def _timestamp(text):
@@ -144,6 +157,41 @@ class Summary:
     nodes: int = 0
     misconfigured: dict = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     total: int = 0
+    unreadable: int = 0  # pods whose objects could not be read (counted in no metric)
+
+
+def _add_pod(s, pod, classes, held, fits_cache, node_allocatables, now, cutoff):
+    """One balloon's share of the summary."""
+    s.total += 1
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    phase = status.get("phase") or "Unknown"
+    s.phases[phase if phase in s.phases else "Unknown"] += 1
+    if phase == "Pending" and not spec.get("nodeName"):
+        waited = now - _timestamp(pod["metadata"]["creationTimestamp"])
+        s.pending_oldest = max(s.pending_oldest, waited)
+    requests = kube.pod_requests(pod)
+    if _running(pod) and not pod["metadata"].get("deletionTimestamp"):
+        held.add(spec["nodeName"])
+        for name, value in requests.items():
+            s.reserved[name] = s.reserved.get(name, 0) + value
+
+    class_name = spec.get("priorityClassName")
+    pc = classes.get(class_name) if class_name else None
+    if class_name and pc is None:
+        s.misconfigured["priority_class_missing"] += 1
+    priority = pc.get("value", 0) if pc is not None else spec.get("priority", 0)
+    if priority >= 0:
+        s.misconfigured["priority_not_negative"] += 1
+    if priority < cutoff:
+        s.misconfigured["priority_below_autoscaler_cutoff"] += 1
+    if not any(v > 0 for v in requests.values()):
+        s.misconfigured["no_requests"] += 1
+    key = tuple(sorted(requests.items()))
+    if key not in fits_cache:
+        fits_cache[key] = any(all(v <= alloc.get(r, 0) for r, v in requests.items())
+                              for alloc in node_allocatables)
+    if node_allocatables and not fits_cache[key]:
+        s.misconfigured["requests_fit_no_node"] += 1
 
 
 def summarize(pods, priority_classes, node_allocatables, now, cutoff) -> Summary:
@@ -156,36 +204,13 @@ def summarize(pods, priority_classes, node_allocatables, now, cutoff) -> Summary
     held = set()
     fits_cache = {}
     for pod in pods:
-        s.total += 1
-        spec, status = pod.get("spec") or {}, pod.get("status") or {}
-        phase = status.get("phase") or "Unknown"
-        s.phases[phase if phase in s.phases else "Unknown"] += 1
-        if phase == "Pending" and not spec.get("nodeName"):
-            waited = now - _timestamp(pod["metadata"]["creationTimestamp"])
-            s.pending_oldest = max(s.pending_oldest, waited)
-        requests = kube.pod_requests(pod)
-        if _running(pod) and not pod["metadata"].get("deletionTimestamp"):
-            held.add(spec["nodeName"])
-            for name, value in requests.items():
-                s.reserved[name] = s.reserved.get(name, 0) + value
-
-        class_name = spec.get("priorityClassName")
-        pc = classes.get(class_name) if class_name else None
-        if class_name and pc is None:
-            s.misconfigured["priority_class_missing"] += 1
-        priority = pc.get("value", 0) if pc is not None else spec.get("priority", 0)
-        if priority >= 0:
-            s.misconfigured["priority_not_negative"] += 1
-        if priority < cutoff:
-            s.misconfigured["priority_below_autoscaler_cutoff"] += 1
-        if not any(v > 0 for v in requests.values()):
-            s.misconfigured["no_requests"] += 1
-        key = tuple(sorted(requests.items()))
-        if key not in fits_cache:
-            fits_cache[key] = any(all(v <= alloc.get(r, 0) for r, v in requests.items())
-                                  for alloc in node_allocatables)
-        if node_allocatables and not fits_cache[key]:
-            s.misconfigured["requests_fit_no_node"] += 1
+        try:
+            _add_pod(s, pod, classes, held, fits_cache, node_allocatables, now, cutoff)
+        except (AttributeError, TypeError, KeyError, ValueError, ArithmeticError) as exc:
+            # One malformed object in the cache must not fail every scrape until a relist.
+            s.unreadable += 1
+            log.debug("balloon pod %r unreadable: %r", (pod.get("metadata") or {}).get("name")
+                      if isinstance(pod, dict) else pod, exc)
     s.nodes = len(held)
     return s
 
@@ -203,7 +228,7 @@ def families(s: Summary, preemptions: int):
         "kubescale_balloon_reserved",
         "Resources requested by Running balloons: the headroom real pods can take at once.",
         labels=["resource", "unit"])
-    for name in sorted(s.reserved):
+    for name in sorted(reported_resources(s.reserved)):
         reserved.add_metric(list(resource_label(name)), float(s.reserved[name]))
     nodes = GaugeMetricFamily("kubescale_balloon_nodes",
                               "Nodes holding at least one Running balloon.", value=s.nodes)
@@ -344,6 +369,10 @@ class BalloonCollector(Collector):
                                "Check the selector against the balloon Deployment's pod labels "
                                "(kubectl get pods -A -l SELECTOR)."))
             return out
+        if s.unreadable:
+            out.append(Finding("warning", f"{s.unreadable} balloon pod(s) could not be read and "
+                                          "are left out of the metrics",
+                               "Run with --log.level debug to see which and why."))
         for reason, count in s.misconfigured.items():
             if count:
                 out.append(Finding("critical" if reason != "priority_class_missing" else "warning",

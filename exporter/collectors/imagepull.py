@@ -120,7 +120,7 @@ class KubeletConfigFile:
                 with open(self.path, "rb") as f:
                     self._settings = KubeletPullSettings.from_config(yaml.safe_load(f))
                 self.error = None
-            except (OSError, yaml.YAMLError, ValueError, TypeError) as exc:
+            except (OSError, yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
                 self._settings = None
                 self.error = f"kubelet config {self.path}: {exc}"
                 log.warning("%s", self.error)

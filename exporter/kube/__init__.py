@@ -18,7 +18,7 @@ The whole interface a collector needs:
   dicts (managedFields stripped), shared and read-only. Handlers run on the informer's
   thread; after a relist they receive the differences, so no deletion is missed.
 - `for_node(client, resource, node_name, **kw)`: the node-mode informer: server-side
-  fieldSelector spec.nodeName=NODE, first list from the API server's watch cache, then one
+  fieldSelector spec.nodeName=NODE, lists from the API server's watch cache, then one
   watch resumed from bookmarks: one watch per node per resource, no periodic relists.
 - `Resource(api, plural, namespaced)`: e.g. `Resource("/api/v1", "events")`; PODS, NODES
   and PRIORITY_CLASSES are predefined.

@@ -17,24 +17,36 @@ REQUEST_TIMEOUT = 30.0
 class ApiError(Exception):
     """The API server answered with an error status (or a watch ERROR event)."""
 
-    def __init__(self, status, reason="", message=""):
+    def __init__(self, status, reason="", message="", retry_after=None):
         super().__init__(f"{status} {reason}: {message}".strip())
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after  # seconds the server asked us to wait (429, 503)
 
 
 class Gone(ApiError):
     """410: the resourceVersion (or continue token) is compacted away; relist."""
 
 
-def _error(status, body):
+def _retry_after(header):
+    """Retry-After in seconds; None when absent or not a number (HTTP dates are not sent
+    by the API server)."""
+    try:
+        seconds = float(header)
+    except (TypeError, ValueError):
+        return None
+    return seconds if 0 <= seconds < float("inf") else None
+
+
+def _error(status, body, retry_after=None):
     try:
         doc = json.loads(body)
         reason, message = doc.get("reason", ""), doc.get("message", "")
     except (ValueError, AttributeError):
         reason, message = "", str(body)[:200]
-    return (Gone if status == 410 else ApiError)(status, reason, message)
+    return (Gone if status == 410 else ApiError)(status, reason, message,
+                                                 _retry_after(retry_after))
 
 
 class Watch:
@@ -94,7 +106,7 @@ class KubeClient:
             if resp.status_code != 200:
                 body = resp.text if not stream else resp.raw.read(4096, decode_content=True)
                 resp.close()
-                raise _error(resp.status_code, body)
+                raise _error(resp.status_code, body, resp.headers.get("Retry-After"))
             return resp
         raise AssertionError("unreachable")
 

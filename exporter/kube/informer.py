@@ -49,6 +49,11 @@ NODES = Resource("/api/v1", "nodes", namespaced=False)
 PRIORITY_CLASSES = Resource("/apis/scheduling.k8s.io/v1", "priorityclasses", namespaced=False)
 
 
+# API errors in a row (no watch opened between them) after which the informer stops
+# resuming from its resourceVersion and relists.
+REFUSALS_BEFORE_RELIST = 3
+
+
 class Backoff:
     """Exponential backoff with jitter, reset after a success.
 
@@ -146,6 +151,7 @@ class Informer:
         self._up = False
         self._last_sync = None
         self._lists = 0
+        self._refusals = 0  # consecutive API errors since the last watch opened
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._watch = None
@@ -210,6 +216,14 @@ class Informer:
                 if self._stop.is_set():
                     return
                 delay = self.backoff.next_delay()
+                if isinstance(e, ApiError):
+                    if e.retry_after is not None:  # 429/503: the server says when
+                        delay = max(delay, min(e.retry_after, self.backoff.cap))
+                    # A resourceVersion the server keeps refusing (a bad bookmark, say)
+                    # must not stop the watch for good: relist after a few refusals.
+                    self._refusals += 1
+                    if self._refusals >= REFUSALS_BEFORE_RELIST:
+                        self._rv, self._refusals = None, 0
                 expected = isinstance(e, (ApiError, requests.RequestException, ValueError))
                 log.warning("%s: %s; retrying in %.1fs", self.path, e, delay,
                             exc_info=not expected)
@@ -218,7 +232,8 @@ class Informer:
 
     def _list(self):
         params = dict(self.selectors)
-        if self.list_from_cache and self._lists == 0:
+        if self.list_from_cache:
+            # Relists too: 7,500 nodes relisting after a 410 must not each read etcd.
             params["resourceVersion"] = "0"
         else:
             params["limit"] = str(self.page_size)
@@ -262,6 +277,7 @@ class Informer:
             watch.close()
             return
         self._set_up(True)
+        self._refusals = 0
         opened, events = time.monotonic(), 0
         try:
             for event in watch:

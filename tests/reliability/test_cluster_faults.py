@@ -87,9 +87,6 @@ def test_429_retry_after_then_recovers(proxy, cluster_exporter):
     assert all_up(s)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "exporter/kube/client.py drops Retry-After and informer.py retries on its own "
-    "0.5-1 s backoff: see docs/reliability.md, 'Open findings'"))
 def test_429_retry_after_is_honoured(proxy, cluster_exporter):
     proxy.inject(WATCH, status=429, body=status_body(429, "TooManyRequests"),
                  headers={"Content-Type": "application/json", "Retry-After": "3"}, times=2)

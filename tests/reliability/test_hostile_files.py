@@ -4,9 +4,6 @@ messages, the objects the balloon collector reads and the pods imagepull reads.
 Each parser either accepts the input or reports it in its own way (WebConfigError, the
 kubelet series absent with the error kept, a message skipped); none lets another
 exception out, and a bad input never leaves stale state that outlives it.
-Tests marked xfail(strict) pin bugs in code still being written on other branches; the
-fix for each is in docs/reliability.md, "Open findings". Once fixed they XPASS and fail:
-then drop the mark.
 """
 import base64
 import math
@@ -71,18 +68,12 @@ def test_web_config_documents_load_or_name_the_problem(tmp_path, doc):
         pass
 
 
-@pytest.mark.xfail(strict=True, raises=(UnicodeDecodeError, RecursionError), reason=(
-    "exporter/webconfig.py load(): UnicodeDecodeError and RecursionError escape instead of "
-    "WebConfigError (docs/reliability.md, Open findings)"))
 @pytest.mark.parametrize("data", [NOT_UTF8, NESTED_TOO_DEEP.encode()], ids=["not-utf8", "deep"])
 def test_web_config_bytes_that_are_not_yaml_are_a_web_config_error(tmp_path, data):
     with pytest.raises(WebConfigError):
         load(_write(tmp_path, data))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "exporter/webconfig.py LiveWebConfig: a reload failing with an exception other than "
-    "WebConfigError/SSLError/OSError keeps the old users active (docs/reliability.md)"))
 def test_a_web_config_broken_by_bytes_refuses_until_fixed(tmp_path, run_exporter):
     hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
     path = tmp_path / "web.yml"
@@ -132,9 +123,6 @@ def test_kubelet_config_bytes_give_settings_or_an_error(tmp_path, data):
     assert reader.read() is not None or reader.error
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "exporter/collectors/imagepull.py KubeletConfigFile.read(): RecursionError escapes and "
-    "the stat is already taken, so the next scrape serves the old settings as current"))
 def test_kubelet_config_nested_too_deep_is_an_error_not_stale_settings(tmp_path):
     path = tmp_path / "kubelet.yaml"
     path.write_text("serializeImagePulls: false\nmaxParallelImagePulls: 5\n")
@@ -203,9 +191,6 @@ def test_balloon_summaries_of_valid_pods_never_raise(pods):
             assert math.isfinite(sample.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "exporter/collectors/balloon.py: the resource label of kubescale_balloon_reserved takes "
-    "every extended resource name the balloon pods request, unbounded"))
 def test_a_flood_of_extended_resources_stays_within_the_series_budget():
     pods = [balloon(f"p{i}", {f"vendor{i}.example.com/dev": "1", "cpu": "1"}) for i in range(500)]
     families = balloon_families(summarize(pods, [], [], time.time(), -10), 0)

@@ -55,20 +55,9 @@ STREAMS = {
     "bookmark-with-junk-version": lines(
         {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "junk"}}}),
 }
-# Found by this test; the fixes are in docs/reliability.md, "Open findings".
-POISONING = {
-    "wrong-types": "balloon caches a pod whose spec is not an object; every scrape then "
-                   "fails until a relist",
-    "bad-quantity": "balloon caches a pod with an unparsable quantity; every scrape then "
-                    "fails until a relist",
-    "bookmark-with-junk-version": "the informer resumes from a resourceVersion the server "
-                                  "never issued; the server refuses it (HTTP 500) forever",
-}
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=POISONING[n]))
-    if n in POISONING else n for n in STREAMS])
+@pytest.mark.parametrize("name", list(STREAMS))
 def test_a_malformed_watch_stream_costs_at_most_a_rewatch(proxy, cluster_exporter, name):
     proxy.inject(WATCH, status=200, body=STREAMS[name],
                  headers={"Content-Type": "application/json"}, times=1)

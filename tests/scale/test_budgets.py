@@ -24,7 +24,7 @@ def test_node_mode_series_per_node_within_budget(scale_run):
     seg = _large(scale_run)
     # Counted in Prometheus' TSDB per node target, so it is what a fleet really stores.
     assert seg.node_series_max == scale_run.template_series["node"]
-    opt_in = sum(s.family in template.OPT_IN_FAMILIES for s in template.load("node").series)
+    opt_in = template.opt_in_count("node")
     defaults = seg.node_series_max - opt_in
     assert defaults <= budget.NODE_SERIES, (
         f"node mode exports {defaults} series per node with the default collectors (budget "
