@@ -92,18 +92,6 @@ def push_and_fetch(containerd, registry, proxy, ingests, logdir):
     return fetches
 
 
-def wait_ingests(containerd, want, timeout=60):
-    from exporter.containerd.client import ContainerdClient
-
-    client = ContainerdClient(containerd.address, "k8s.io", 5)
-    deadline = time.monotonic() + timeout
-    while True:
-        n = sum(1 for i in client.ingests() if i.kind == "layer")
-        if n >= want or time.monotonic() > deadline:
-            return n
-        time.sleep(0.2)
-
-
 def start_apiserver(workdir, pods, present_image, absent_image):
     from tests.helpers.etcd_server import EtcdServer
     from tests.helpers.kube_apiserver import KubeApiServer, pod_manifest
@@ -172,7 +160,7 @@ def main():
         containerd.ctr("content", "fetch", "--plain-http", present)
         fetches = push_and_fetch(containerd, registry, proxy, opts.ingests, work)
         started.extend(fetches)
-        active = wait_ingests(containerd, opts.ingests)
+        active = containerd.layers_downloading(opts.ingests)
 
         api = start_apiserver(work, opts.pods, present, f"{registry.host}/absent:v1")
         started.append(api)
@@ -190,7 +178,7 @@ def main():
         if run.returncode != 0:
             raise SystemExit(f"measured process failed:\n{run.stderr}")
         child = json.loads(run.stdout.splitlines()[-1])
-        still = wait_ingests(containerd, 0, timeout=0)
+        still = containerd.layers_downloading(0, timeout=0)
         peer_times, peer_rss = peer(containerd, 20)
     finally:
         for thing in reversed(started):

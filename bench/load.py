@@ -120,7 +120,7 @@ class ActivePulls:
                 repo = f"load{i}-{os.urandom(3).hex()}"
                 registry.push_image(repo, "v1", [LAYER_SIZE] * LAYERS_PER_IMAGE)
                 self._keep(self.containerd.fetch(f"{proxy.host}/{repo}:v1", f"{workdir}/fetch{i}.log"))
-            self.active = self.wait_active(n)
+            self.active = self.containerd.layers_downloading(n)
         except BaseException:
             self.stop()
             raise
@@ -128,18 +128,6 @@ class ActivePulls:
     def _keep(self, thing):
         self._started.append(thing)
         return thing
-
-    def wait_active(self, want: int, timeout: float = 60) -> int:
-        """Layers downloading now, once at least `want` are (or at the timeout)."""
-        from exporter.containerd.client import ContainerdClient
-
-        client = ContainerdClient(self.containerd.address, "k8s.io", 5)
-        deadline = time.monotonic() + timeout
-        while True:
-            n = sum(1 for i in client.ingests() if i.kind == "layer")
-            if n >= want or time.monotonic() > deadline:
-                return n
-            time.sleep(0.2)
 
     def flags(self) -> list[str]:
         return ["--containerd.address", self.containerd.address]
@@ -212,7 +200,7 @@ def main() -> int:
             port = free_port()
             rows.append(measure("kube-scale-exporter", exporter_argv(port, extra), port,
                                 args, ns, workdir))
-            active_after = pulls.wait_active(0, timeout=0) if pulls else 0
+            active_after = pulls.containerd.layers_downloading(0, timeout=0) if pulls else 0
             if pulls:
                 pulls.stop()
                 pulls = None

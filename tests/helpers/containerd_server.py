@@ -74,6 +74,18 @@ class ContainerdServer:
         """Start `ctr content fetch` of ref over plain HTTP as a process (stop it by PID)."""
         return Proc(self.ctr_argv("content", "fetch", "--plain-http", ref), log_path)
 
+    def layers_downloading(self, want: int = 0, timeout: float = 60.0) -> int:
+        """Layer ingests active now, once at least `want` are (or at the timeout)."""
+        from exporter.containerd.client import ContainerdClient  # noqa: PLC0415
+
+        client = ContainerdClient(self.address, self.namespace, 5)
+        deadline = time.monotonic() + timeout
+        while True:
+            n = sum(1 for i in client.ingests() if i.kind == "layer")
+            if n >= want or time.monotonic() > deadline:
+                return n
+            time.sleep(0.2)
+
     def stop(self):
         if self.proc:
             self.proc.stop()
