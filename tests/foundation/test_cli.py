@@ -32,6 +32,8 @@ def run(*flags):
     (["--mode", "edge"], "--mode"),
     (["--collector.no-such-thing"], "--collector.no-such-thing"),
     (["check", "--web.listen-address", "x"], "--web.listen-address"),
+    (["--mode", "cluster", "--collector.neighbor"], "--collector.neighbor"),
+    (["--mode", "node", "--balloon.selector", "run=overprovisioning"], "--collector.balloon"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(flags, named):
     result = run(*flags)
