@@ -160,15 +160,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(502)
             return
         proxy._record(self.command, self.path, upstream.status_code)
-        self.send_response(upstream.status_code)
-        for k, v in upstream.headers.items():
-            if k.lower() not in HOP_HEADERS:
-                self.send_header(k, v)
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        # Registered before the client sees the headers: a test that cuts streams as soon
+        # as its client reports a watch open must find this one.
         with proxy._lock:
             proxy._streams[id(self)] = (self.path, self.connection)
         try:
+            self.send_response(upstream.status_code)
+            for k, v in upstream.headers.items():
+                if k.lower() not in HOP_HEADERS:
+                    self.send_header(k, v)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
             for chunk in upstream.raw.stream(65536, decode_content=True):
                 if chunk:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
