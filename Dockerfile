@@ -7,7 +7,7 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY exporter ./exporter
+COPY kube_scale_exporter ./kube_scale_exporter
 RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}

@@ -1,6 +1,6 @@
 """Benchmark of the etcd collector against real 3-member etcd 3.4 and 3.5 clusters on loopback.
 
-    python bench/etcd.py [--keys 100000] [--resources 50] [--runs 5] [--versions 3.4,3.5]
+    python -m bench.etcd [--keys 100000] [--resources 50] [--runs 5] [--versions 3.4,3.5]
 
 Prints, and writes to bench/results/etcd.md: requests the collector sends to etcd per
 scrape and per minute (per member), how long a status refresh and a cached scrape
@@ -15,7 +15,6 @@ import base64
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -23,11 +22,10 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from exporter.cli import parse
-from exporter.etcd.client import encode_key, prefix_end
-from tests.helpers.etcd_server import etcd_binary, put_many, start_cluster
+from kube_scale_exporter.cli import parse
+from kube_scale_exporter.etcd.client import encode_key, prefix_end
+from testbed.etcd_server import etcd_binary, put_many, start_cluster
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "etcd.md")
 

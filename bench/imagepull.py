@@ -1,6 +1,6 @@
 """imagepull collector cost with 50 active ingests and 300 pods on the node.
 
-    python bench/imagepull.py [--ingests 50] [--pods 300] [--scrapes 200]
+    python -m bench.imagepull [--ingests 50] [--pods 300] [--scrapes 200]
 
 Starts a real containerd, docker-registry and a slow throttling proxy, pushes images of
 five fresh random layers and starts `ctr content fetch` for enough of them that
@@ -27,11 +27,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from tests.helpers.containerd_server import ContainerdServer
-from tests.helpers.registry_server import RegistryServer
-from tests.helpers.throttle_proxy import ThrottleProxy
+from testbed.containerd_server import ContainerdServer
+from testbed.registry_server import RegistryServer
+from testbed.throttle_proxy import ThrottleProxy
 
 RESULTS = ROOT / "bench" / "results" / "imagepull.md"
 NODE = "bench-node"
@@ -48,11 +47,11 @@ def rss():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
 argv, scrapes = json.loads(sys.argv[1]), int(sys.argv[2])
-from exporter.cli import parse
+from kube_scale_exporter.cli import parse
 args, classes = parse(argv)
 out = {"rss_exporter_imported": rss()}
 t = time.perf_counter()
-import exporter.containerd.grpc_h2
+import kube_scale_exporter.containerd.grpc_h2
 out["h2_import_ms"] = (time.perf_counter() - t) * 1e3
 out["rss_h2_imported"] = rss()
 (collector,) = [cls(args) for cls in classes]
@@ -93,8 +92,8 @@ def push_and_fetch(containerd, registry, proxy, ingests, logdir):
 
 
 def start_apiserver(workdir, pods, present_image, absent_image):
-    from tests.helpers.etcd_server import EtcdServer
-    from tests.helpers.kube_apiserver import KubeApiServer, pod_manifest
+    from testbed.etcd_server import EtcdServer
+    from testbed.kube_apiserver import KubeApiServer, pod_manifest
 
     etcd = EtcdServer(f"{workdir}/etcd").start()
     api = KubeApiServer(f"{workdir}/api", etcd.client_url).start()
@@ -214,7 +213,7 @@ def main():
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         "# imagepull collector benchmark\n\n"
-        f"`python bench/imagepull.py --ingests {opts.ingests} --pods {opts.pods} "
+        f"`python -m bench.imagepull --ingests {opts.ingests} --pods {opts.pods} "
         f"--scrapes {opts.scrapes}` on {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores "
         f"(load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: "
         f"other jobs share the machine), Python {sys.version.split()[0]}, "

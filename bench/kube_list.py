@@ -1,8 +1,8 @@
 """Kubernetes API client cost: our raw-JSON informer beside the official `kubernetes` client.
 
-    python bench/kube_list.py [--pods 2000] [--nodes 50] [--rounds 5]
+    python -m bench.kube_list [--pods 2000] [--nodes 50] [--rounds 5]
 
-Starts a real etcd + kube-apiserver (tests/helpers), creates `--pods` pods spread over
+Starts a real etcd + kube-apiserver (testbed), creates `--pods` pods spread over
 `--nodes` node names, then runs each client in its own fresh process:
 
 - cold start: import time and RSS after import;
@@ -29,9 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from tests.helpers.kube_apiserver import apiserver_on_new_etcd, pod_manifest
+from testbed.kube_apiserver import apiserver_on_new_etcd, pod_manifest
 
 RESULTS = ROOT / "bench" / "results" / "kube_list.md"
 PEER_DIR = "/var/cache/kube-scale-exporter/peer-kubernetes"
@@ -66,7 +65,7 @@ print(json.dumps({"import_s": import_s, "rss_import": rss_import, "walls": walls
 """
 
 OURS = COMMON.replace("IMPORTS", r"""
-from exporter import kube
+from kube_scale_exporter import kube
 client = kube.KubeClient(kube.load(cfg["kubeconfig"]))
 running = []
 def synced(inf):  # timed until the cache is synced; stopping the watch is not

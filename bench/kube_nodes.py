@@ -1,8 +1,8 @@
 """What node mode costs the API server: many nodes' informers beside a naive peer.
 
-    python bench/kube_nodes.py [--nodes 50] [--pods-per-node 20] [--churn-seconds 20]
+    python -m bench.kube_nodes [--nodes 50] [--pods-per-node 20] [--churn-seconds 20]
 
-Starts a real etcd + kube-apiserver (tests/helpers) and `--nodes` x `--pods-per-node`
+Starts a real etcd + kube-apiserver (testbed) and `--nodes` x `--pods-per-node`
 pods, then simulates one exporter per node, all in this process:
 
 - ours: `kube.for_node` informers (spec.nodeName field selector, first list from the API
@@ -28,10 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from exporter import kube  # noqa: E402
-from tests.helpers.kube_apiserver import apiserver_on_new_etcd, pod_manifest  # noqa: E402
+from kube_scale_exporter import kube
+from testbed.kube_apiserver import apiserver_on_new_etcd, pod_manifest
 
 RESULTS = ROOT / "bench" / "results" / "kube_nodes.md"
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -4,7 +4,7 @@
                          [--active-pulls 10] [--peer node_exporter] [-- EXTRA EXPORTER FLAGS]
 
 Fills a throwaway network namespace with PERMANENT neighbor entries (they count in the
-host-global table but never against gc_thresh3), starts `python -m exporter` in node mode
+host-global table but never against gc_thresh3), starts `python -m kube_scale_exporter` in node mode
 with the extra flags, and runs `--concurrency` keep-alive scrapers for `--duration`
 seconds. With `--active-pulls N` it also starts a real containerd, a docker-registry and a
 throttling proxy, and keeps N layer downloads in progress (`ctr content fetch`) so the
@@ -29,9 +29,9 @@ import threading
 import time
 from pathlib import Path
 
-from tests.helpers.netns import NetNS, neighbor_adds
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, cpu_seconds, rss_mib, wait_for_port
+from testbed.netns import NetNS, neighbor_adds
+from testbed.ports import free_port
+from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,9 +107,9 @@ class ActivePulls:
     """Real containerd + registry + throttling proxy with `n` layer downloads in progress."""
 
     def __init__(self, workdir: str, n: int):
-        from tests.helpers.containerd_server import ContainerdServer
-        from tests.helpers.registry_server import RegistryServer
-        from tests.helpers.throttle_proxy import ThrottleProxy
+        from testbed.containerd_server import ContainerdServer
+        from testbed.registry_server import RegistryServer
+        from testbed.throttle_proxy import ThrottleProxy
 
         self._started = []
         try:
@@ -138,7 +138,7 @@ class ActivePulls:
 
 
 def exporter_argv(port: int, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}", *extra]
+    return [sys.executable, "-m", "kube_scale_exporter", "--web.listen-address", f"127.0.0.1:{port}", *extra]
 
 
 def node_exporter_argv(port: int) -> list[str]:

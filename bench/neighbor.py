@@ -21,10 +21,10 @@ from pathlib import Path
 
 import requests
 
-from tests.helpers.metrics import parse_exposition, sample
-from tests.helpers.netns import NetNS, neighbor_adds
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, rss_mib, wait_for_port
+from testbed.metrics import parse_exposition, sample
+from testbed.netns import NetNS, neighbor_adds
+from testbed.ports import free_port
+from testbed.procs import Proc, rss_mib, wait_for_port
 
 ENTRIES = 100_000
 SCRAPES = 30
@@ -70,7 +70,7 @@ def main() -> None:
         ns.batch(neighbor_adds(ENTRIES, "ipv4", "permanent"))
         fill_s = time.perf_counter() - start
         try:
-            exporter = [sys.executable, "-m", "exporter", "--collector.disable-defaults"]
+            exporter = [sys.executable, "-m", "kube_scale_exporter", "--collector.disable-defaults"]
             runs = {}
             for flags, collector in (
                 (["--collector.neighbor"], "neighbor"),

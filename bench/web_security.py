@@ -1,6 +1,6 @@
 """What --web.config.file costs a scrape, beside Debian's node_exporter with the same file.
 
-    python bench/web_security.py [--scrapes 500] [--connections 100]
+    python -m bench.web_security [--scrapes 500] [--connections 100]
 
 Both exporters run with every collector off, so the figures are the HTTP layer's own.
 For each of plain HTTP, TLS, and TLS with basic auth (bcrypt cost 10), it times
@@ -23,10 +23,9 @@ import bcrypt
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from tests.helpers.ports import free_port  # noqa: E402
-from tests.helpers.procs import Proc, wait_for_port  # noqa: E402
+from testbed.ports import free_port
+from testbed.procs import Proc, wait_for_port
 
 RESULTS = ROOT / "bench" / "results" / "web_security.md"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -69,7 +68,7 @@ def configs(root: Path, cert: str, key: str) -> dict[str, str | None]:
 
 def exporter_argv(which: str, port: int, web: str | None) -> list[str]:
     if which == "kube-scale-exporter":
-        argv = [sys.executable, "-m", "exporter", "--collector.disable-defaults",
+        argv = [sys.executable, "-m", "kube_scale_exporter", "--collector.disable-defaults",
                 "--web.listen-address", f"127.0.0.1:{port}"]
     else:
         argv = ["prometheus-node-exporter", "--collector.disable-defaults",

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.helpers.containerd_server import ContainerdServer
-from tests.helpers.golden import promtool_check, series_count
-from tests.helpers.kube_apiserver import apiserver_on_new_etcd
-from tests.helpers.metrics import parse_exposition, sample, wait_until
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, wait_for_port
+from testbed.containerd_server import ContainerdServer
+from testbed.golden import promtool_check, series_count
+from testbed.kube_apiserver import apiserver_on_new_etcd
+from testbed.metrics import parse_exposition, sample, wait_until
+from testbed.ports import free_port
+from testbed.procs import Proc, wait_for_port
 
 REPO = Path(__file__).resolve().parents[1]
 NODE_SERIES_BUDGET = 40
@@ -53,7 +53,7 @@ def test_node_mode_default_collectors_stay_within_the_series_budget(
     kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
                        "serializeImagePulls: false\nmaxParallelImagePulls: 4\n")
     port = free_port()
-    proc = Proc([sys.executable, "-m", "exporter", "--mode", "node",
+    proc = Proc([sys.executable, "-m", "kube_scale_exporter", "--mode", "node",
                  "--web.listen-address", f"127.0.0.1:{port}",
                  "--collector.imagepull", "--containerd.address", containerd.address,
                  "--kubelet.config-file", str(kubelet),

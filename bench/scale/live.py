@@ -21,8 +21,8 @@ from bench.scale import queries, template
 from bench.scale.measure import group_cost
 from bench.scale.prom import Prometheus
 from bench.scale.target import scrape_configs
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, wait_for_port
+from testbed.ports import free_port
+from testbed.procs import Proc, wait_for_port
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """A real Prometheus (Debian 2.42) on a free loopback port, and the few API calls we need.
 
-Started by argv with its own config, stopped by PID (tests/helpers/procs.py). Queries ask
+Started by argv with its own config, stopped by PID (testbed/procs.py). Queries ask
 for `stats=all`; the server runs with --enable-feature=promql-per-step-stats so a range
 query's stats carry samples per step too.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 import requests
 import yaml
 
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, wait_for_port
+from testbed.ports import free_port
+from testbed.procs import Proc, wait_for_port
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"

@@ -22,7 +22,7 @@ import yaml
 from bench.scale.prom import SCRAPE_INTERVAL
 
 REPO = Path(__file__).resolve().parents[2]
-RULE_FILES = (REPO / "mixin/generated/prometheus_rules.yaml", REPO / "mixin/generated/prometheus_alerts.yaml")
+RULE_FILES = (REPO / "rules/prometheus_rules.yaml", REPO / "rules/prometheus_alerts.yaml")
 DASHBOARD_DIR = REPO / "dashboards"
 DASHBOARD_WIDTH_PX = 1920
 

@@ -92,7 +92,7 @@ def parse(text: str) -> list[Series]:
 def registry_collectors(mode: str) -> tuple[str, ...] | None:
     """Default collectors of the mode from the exporter's registry, once collectors exist."""
     try:
-        registry = importlib.import_module("exporter.registry")
+        registry = importlib.import_module("kube_scale_exporter.registry")
         found = registry.registered()
     except Exception:  # noqa: BLE001  (an unimportable tree falls back to the issues' list)
         return None
@@ -109,7 +109,7 @@ def golden_file(collector: str) -> Path | None:
 
 
 def _own_series(collectors: tuple[str, ...], builtin: list[Series]) -> list[Series]:
-    """build_info plus success and duration per enabled collector, as exporter/scrape.py emits."""
+    """build_info plus success and duration per enabled collector, as kube_scale_exporter/scrape.py emits."""
     info = [s for s in builtin if s.family == "kubescale_build_info"]
     out = list(info)
     for fam, value in (("kubescale_scrape_collector_success", 1.0),
@@ -181,7 +181,7 @@ def load(mode: str) -> Template:
         template.series += [s for s in builtin if owner(s.family) == "kube"]
         template.sources["kube"] = "builtin"
     template.series = _own_series(collectors, builtin) + template.series
-    template.sources["exporter"] = "exporter/scrape.py (build_info, success, duration)"
+    template.sources["exporter"] = "kube_scale_exporter/scrape.py (build_info, success, duration)"
     if mode == "cluster":
         template.series = _widen_etcd(template.series, builtin)
     return template

@@ -5,7 +5,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.helpers.kube_apiserver import apiserver_on_new_etcd
+from testbed.kube_apiserver import apiserver_on_new_etcd
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(REPO, "deploy")

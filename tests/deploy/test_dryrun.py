@@ -11,8 +11,8 @@ import requests
 import yaml
 
 from tests.deploy.conftest import DEPLOY
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, wait_for_port
+from testbed.ports import free_port
+from testbed.procs import Proc, wait_for_port
 
 NAMESPACE = "kube-scale-exporter"
 
@@ -155,7 +155,7 @@ def test_the_cluster_deployment_runs_on_its_role_and_not_on_less(apiserver, rbac
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     port = free_port()
     kubeconfig = service_account_kubeconfig(apiserver, account, tmp_path / "kubeconfig")
-    proc = Proc([sys.executable, "-m", "exporter", *args, "--kube.kubeconfig", kubeconfig,
+    proc = Proc([sys.executable, "-m", "kube_scale_exporter", *args, "--kube.kubeconfig", kubeconfig,
                  "--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "exporter.log",
                 cwd=os.path.dirname(DEPLOY))
     try:

@@ -9,11 +9,11 @@ import time
 import pytest
 import yaml
 
-from exporter.cli import DEFAULT_PORT, build_parser
-from exporter.registry import registered
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, wait_for_port
-from tests.helpers.prometheus import PrometheusServer
+from kube_scale_exporter.cli import DEFAULT_PORT, build_parser
+from kube_scale_exporter.registry import registered
+from testbed.ports import free_port
+from testbed.procs import Proc, wait_for_port
+from testbed.prometheus import PrometheusServer
 
 DEPLOY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                       "deploy")
@@ -289,7 +289,7 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path):
     assert {name: j["sample_limit"] for name, j in jobs.items()} == {
         name: limit for name, limit, _ in SCRAPES}
     port = free_port()
-    exporter = Proc([sys.executable, "-m", "exporter", "--collector.disable-defaults",
+    exporter = Proc([sys.executable, "-m", "kube_scale_exporter", "--collector.disable-defaults",
                      "--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "exporter.log",
                     cwd=os.path.dirname(DEPLOY))
     meta = {"__meta_kubernetes_namespace": "kube-scale-exporter",

@@ -3,9 +3,9 @@ import re
 
 import pytest
 
-from exporter.cli import parse
-from exporter.scrape import Scraper
-from tests.helpers.etcd_server import EtcdServer, start_cluster
+from kube_scale_exporter.cli import parse
+from kube_scale_exporter.scrape import Scraper
+from testbed.etcd_server import EtcdServer, start_cluster
 
 VERSIONS = ["3.4", "3.5"]
 

@@ -4,7 +4,7 @@ import subprocess
 import time
 
 from tests.etcd.conftest import samples, value
-from tests.helpers.etcd_server import etcd_metric, etcdctl_binary, put_many
+from testbed.etcd_server import etcd_metric, etcdctl_binary, put_many
 
 MiB = 1024 * 1024
 
@@ -181,8 +181,8 @@ def test_local_mode_reports_only_its_member_and_counts_keys_only_beside_the_lead
 
 
 def test_member_url_skips_unix_sockets():
-    from exporter.etcd.client import Member
-    from exporter.etcd.cluster import client_url
+    from kube_scale_exporter.etcd.client import Member
+    from kube_scale_exporter.etcd.cluster import client_url
 
     assert client_url(Member("1", "m0", ("unix://localhost:2379", "https://10.0.0.1:2379"))) == \
         "https://10.0.0.1:2379"

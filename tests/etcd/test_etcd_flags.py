@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from exporter.cli import parse
+from kube_scale_exporter.cli import parse
 
 BAD = [
     (["--etcd.cluster", "main"], "--etcd.cluster"),
@@ -39,7 +39,7 @@ def test_bad_values_exit_2_naming_the_flag(argv, flag, capsys):
 
 
 def test_exit_status_of_the_real_command():
-    run = subprocess.run([sys.executable, "-m", "exporter", "--etcd.cluster", "main=nope"],
+    run = subprocess.run([sys.executable, "-m", "kube_scale_exporter", "--etcd.cluster", "main=nope"],
                          capture_output=True, text=True, timeout=60, check=False)
     assert run.returncode == 2 and "--etcd.cluster" in run.stderr
 

@@ -1,8 +1,8 @@
 """Golden exposition and `check` findings from fixed cluster states (UPDATE_GOLDEN=1 rewrites)."""
-from exporter.collectors.etcd import advise, exposition
-from exporter.etcd.client import Status, TLSFiles
-from exporter.etcd.cluster import ClusterState, MemberState
-from tests.helpers.golden import assert_golden, series_count
+from kube_scale_exporter.collectors.etcd import advise, exposition
+from kube_scale_exporter.etcd.client import Status, TLSFiles
+from kube_scale_exporter.etcd.cluster import ClusterState, MemberState
+from testbed.golden import assert_golden, series_count
 
 MiB = 1024 * 1024
 

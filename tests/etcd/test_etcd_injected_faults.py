@@ -1,4 +1,4 @@
-"""Faults etcd will not make on demand, injected by tests/helpers/faultproxy.py in front of it.
+"""Faults etcd will not make on demand, injected by testbed/faultproxy.py in front of it.
 
 --etcd.local sends every request to the one configured URL (no discovery), so all of
 them pass through the proxy.
@@ -9,8 +9,8 @@ import time
 import pytest
 
 from tests.etcd.conftest import samples, value
-from tests.helpers.etcd_server import put_many
-from tests.helpers.faultproxy import FaultProxy
+from testbed.etcd_server import put_many
+from testbed.faultproxy import FaultProxy
 
 MEMBER = {"etcd_cluster": "main", "member": "default"}
 

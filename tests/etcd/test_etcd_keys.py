@@ -1,9 +1,9 @@
 """Key counts per resource: exact against keys written, cheap, and bounded against junk."""
 from collections import Counter
 
-from exporter.etcd.keys import OTHER, resource_of
+from kube_scale_exporter.etcd.keys import OTHER, resource_of
 from tests.etcd.conftest import samples, value
-from tests.helpers.etcd_server import put_many
+from testbed.etcd_server import put_many
 
 WRITTEN = {
     "pods": 300, "events": 0, "configmaps": 120, "services/specs": 7, "services/endpoints": 9,
@@ -100,7 +100,7 @@ def test_resource_of_follows_kubernetes_layout():
 
 
 def test_check_command_advises_moving_events_out_of_main(etcd_factory, capsys):
-    from exporter.cli import main
+    from kube_scale_exporter.cli import main
 
     etcd = etcd_factory(version="3.5")
     put_many(etcd.session(), etcd.client_url, kube_keys({"pods": 40, "events": 200}))

@@ -7,11 +7,11 @@ import pytest
 import requests
 from prometheus_client.core import GaugeMetricFamily
 
-from exporter.http import App, make_server
-from exporter.registry import Collector
-from exporter.scrape import Scraper
+from kube_scale_exporter.http import App, make_server
+from kube_scale_exporter.registry import Collector
+from kube_scale_exporter.scrape import Scraper
 from tests.etcd.conftest import samples, success_of, value
-from tests.helpers.etcd_server import make_tls
+from testbed.etcd_server import make_tls
 
 MEMBER = {"etcd_cluster": "main", "member": "default"}
 

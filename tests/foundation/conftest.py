@@ -4,7 +4,7 @@ import threading
 import pytest
 from prometheus_client.core import GaugeMetricFamily
 
-from exporter.registry import Collector
+from kube_scale_exporter.registry import Collector
 
 
 class Scripted(Collector):

@@ -1,8 +1,8 @@
 """`check` prints what it found and exits 1 when something needs changing."""
 import io
 
-from exporter.check import run_check
-from exporter.registry import Finding
+from kube_scale_exporter.check import run_check
+from kube_scale_exporter.registry import Finding
 
 
 def test_nothing_to_change_exits_0(scripted):

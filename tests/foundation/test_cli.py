@@ -7,11 +7,11 @@ import time
 import pytest
 import requests
 
-from tests.helpers.metrics import parse_exposition
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, wait_for_port
+from testbed.metrics import parse_exposition
+from testbed.ports import free_port
+from testbed.procs import Proc, wait_for_port
 
-EXPORTER = [sys.executable, "-m", "exporter"]
+EXPORTER = [sys.executable, "-m", "kube_scale_exporter"]
 
 
 def run(*flags):
@@ -42,7 +42,7 @@ def test_bad_flags_exit_2_naming_the_flag(flags, named):
 
 
 def test_help_lists_every_collector_flag():
-    from exporter.registry import registered
+    from kube_scale_exporter.registry import registered
 
     text = run("--help").stdout
     for name in registered():

@@ -1,6 +1,6 @@
 """The exporter's own series, as every scrape carries them."""
-from exporter.scrape import build_info, collector_status
-from tests.helpers.golden import assert_golden
+from kube_scale_exporter.scrape import build_info, collector_status
+from testbed.golden import assert_golden
 
 
 def test_exporter_series_golden():

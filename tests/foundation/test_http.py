@@ -5,9 +5,9 @@ import time
 import pytest
 import requests
 
-from exporter.http import App, make_server
-from exporter.scrape import Scraper
-from tests.helpers.metrics import parse_exposition, sample
+from kube_scale_exporter.http import App, make_server
+from kube_scale_exporter.scrape import Scraper
+from testbed.metrics import parse_exposition, sample
 
 
 @pytest.fixture

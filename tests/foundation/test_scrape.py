@@ -2,8 +2,8 @@
 import threading
 import time
 
-from exporter.scrape import Scraper
-from tests.helpers.metrics import sample, wait_until
+from kube_scale_exporter.scrape import Scraper
+from testbed.metrics import sample, wait_until
 
 
 def test_all_collectors_succeed_and_report_their_series(scripted):

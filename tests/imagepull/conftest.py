@@ -12,12 +12,12 @@ import uuid
 
 import pytest
 
-from exporter.cli import parse
-from exporter.collectors.imagepull import ImagePullCollector
-from tests.helpers.containerd_server import ContainerdServer
-from tests.helpers.kube_apiserver import apiserver_on_new_etcd
-from tests.helpers.registry_server import RegistryServer
-from tests.helpers.throttle_proxy import ThrottleProxy
+from kube_scale_exporter.cli import parse
+from kube_scale_exporter.collectors.imagepull import ImagePullCollector
+from testbed.containerd_server import ContainerdServer
+from testbed.kube_apiserver import apiserver_on_new_etcd
+from testbed.registry_server import RegistryServer
+from testbed.throttle_proxy import ThrottleProxy
 
 # 4 MiB/s per connection: a 16 MiB layer takes about 4 s, long enough to watch.
 PROXY_RATE = 4 << 20

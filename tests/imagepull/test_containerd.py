@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from exporter.containerd.client import ContainerdError
-from exporter.scrape import Scraper
-from tests.helpers.metrics import sample
+from kube_scale_exporter.containerd.client import ContainerdError
+from kube_scale_exporter.scrape import Scraper
+from testbed.metrics import sample
 
 MiB = 1 << 20
 
@@ -131,7 +131,7 @@ def test_preload_missing_counts_absent_images(containerd, registry, proxy, make_
 
 
 def test_missing_socket_fails_alone_with_a_clear_error_and_recovers(make_collector):
-    from tests.helpers.containerd_server import ContainerdServer
+    from testbed.containerd_server import ContainerdServer
 
     path = tempfile_dir()
     server = ContainerdServer(path)
@@ -192,7 +192,7 @@ def test_an_http1_server_socket_is_reported_as_not_grpc(containerd, make_collect
 
 
 def test_containerd_errors_keep_their_grpc_code(containerd):
-    from exporter.containerd.client import ContainerdClient
+    from kube_scale_exporter.containerd.client import ContainerdClient
 
     client = ContainerdClient(containerd.address, "k8s.io", 2)
     with pytest.raises(ContainerdError, match=r"Content.List: INVALID_ARGUMENT: filters"):

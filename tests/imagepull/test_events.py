@@ -8,16 +8,16 @@ import uuid
 
 import pytest
 
-from exporter.cli import parse
-from exporter.durations import go_duration
-from exporter.collectors.imagepull_events import (
+from kube_scale_exporter.cli import parse
+from kube_scale_exporter.durations import go_duration
+from kube_scale_exporter.collectors.imagepull_events import (
     RBAC_RULES,
     ImagePullEventsCollector,
     PulledEvents,
     parse_pulled,
 )
-from tests.helpers.golden import assert_golden
-from tests.helpers.metrics import sample
+from testbed.golden import assert_golden
+from testbed.metrics import sample
 
 
 @pytest.mark.parametrize("text,seconds", [("0", 0), ("0s", 0), ("812ms", 0.812),

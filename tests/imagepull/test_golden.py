@@ -1,17 +1,17 @@
 """Golden exposition of the imagepull collector from fixed containerd, pod and kubelet input."""
 from datetime import UTC, datetime
 
-from exporter.collectors.imagepull import (
+from kube_scale_exporter.collectors.imagepull import (
     KubeletPullSettings,
     advise,
     families,
     images_wanted,
     observe,
 )
-from exporter.containerd.client import ContentInfo, Ingest
-from exporter.containerd.pulls import ManifestIndex
-from exporter.containerd.reference import parse
-from tests.helpers.golden import assert_golden, series_count
+from kube_scale_exporter.containerd.client import ContentInfo, Ingest
+from kube_scale_exporter.containerd.pulls import ManifestIndex
+from kube_scale_exporter.containerd.reference import parse
+from testbed.golden import assert_golden, series_count
 
 NOW = 1_800_000_000.0
 GiB = 1 << 30

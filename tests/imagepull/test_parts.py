@@ -7,16 +7,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.collectors.imagepull import (
+from kube_scale_exporter.collectors.imagepull import (
     KubeletConfigFile,
     images_wanted,
     pod_summary,
 )
-from exporter.containerd import wire
-from exporter.containerd.client import ContentInfo
-from exporter.containerd.pulls import ManifestIndex
-from exporter.containerd.reference import parse
-from exporter.durations import duration
+from kube_scale_exporter.containerd import wire
+from kube_scale_exporter.containerd.client import ContentInfo
+from kube_scale_exporter.containerd.pulls import ManifestIndex
+from kube_scale_exporter.containerd.reference import parse
+from kube_scale_exporter.durations import duration
 
 # ---- wire ----------------------------------------------------------------------------
 
@@ -177,13 +177,13 @@ def test_durations(text, seconds):
     (["--image-pull.preload", "ok:1,bad:"], "--image-pull.preload"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(flags, named):
-    run = subprocess.run([sys.executable, "-m", "exporter", "--collector.imagepull", *flags],
+    run = subprocess.run([sys.executable, "-m", "kube_scale_exporter", "--collector.imagepull", *flags],
                          check=False, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and named in run.stderr, run.stderr
 
 
 def test_h2_is_imported_only_when_the_collector_runs():
-    code = ("import sys, exporter.cli as c; c.parse(['--collector.imagepull']); "
+    code = ("import sys, kube_scale_exporter.cli as c; c.parse(['--collector.imagepull']); "
             "print('h2' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
@@ -193,7 +193,7 @@ def test_h2_is_imported_only_when_the_collector_runs():
 def test_on_by_default_only_where_the_containerd_socket_exists(tmp_path):
     import socket
 
-    from exporter.cli import parse as parse_flags
+    from kube_scale_exporter.cli import parse as parse_flags
 
     path = str(tmp_path / "containerd.sock")
     names = lambda *flags: [c.name for c in parse_flags(["--containerd.address", path, *flags])[1]]  # noqa: E731

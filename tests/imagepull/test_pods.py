@@ -7,10 +7,10 @@ container statuses itself, as the kubelet would while it waits for images.
 import time
 import uuid
 
-from exporter.collectors.imagepull import RBAC_RULES
-from exporter.scrape import Scraper
-from tests.helpers.kube_apiserver import pod_manifest
-from tests.helpers.metrics import sample
+from kube_scale_exporter.collectors.imagepull import RBAC_RULES
+from kube_scale_exporter.scrape import Scraper
+from testbed.kube_apiserver import pod_manifest
+from testbed.metrics import sample
 
 NODE = "node-a"
 MiB = 1 << 20

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from exporter import kube
-from tests.helpers.kube_apiserver import KubeApiServer, apiserver_on_new_etcd
+from kube_scale_exporter import kube
+from testbed.kube_apiserver import KubeApiServer, apiserver_on_new_etcd
 
 
 @pytest.fixture(scope="session")

@@ -8,12 +8,12 @@ import time
 import pytest
 import requests
 
-from exporter.cli import parse
-from exporter.collectors.balloon import RBAC_RULES, BalloonCollector
-from exporter.scrape import Scraper
-from tests.helpers.kube_apiserver import LIMITED_USER, pod_manifest
-from tests.helpers.metrics import parse_exposition, sample, wait_until
-from tests.helpers.ports import free_port
+from kube_scale_exporter.cli import parse
+from kube_scale_exporter.collectors.balloon import RBAC_RULES, BalloonCollector
+from kube_scale_exporter.scrape import Scraper
+from testbed.kube_apiserver import LIMITED_USER, pod_manifest
+from testbed.metrics import parse_exposition, sample, wait_until
+from testbed.ports import free_port
 
 NODE_SIZE = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "8", "pods": "110"}
 
@@ -207,7 +207,7 @@ def test_a_balloon_the_kubelet_marked_failed_before_deletion_counts(balloons, co
 def test_every_informers_health_is_in_the_scrape_once(balloons, collector, cluster, tmp_path):
     """Another collector's informer (here: events) shows up in the scrape's health
     families beside the balloon collector's own, each family once."""
-    from exporter import kube
+    from kube_scale_exporter import kube
     client = kube.KubeClient(kube.load(cluster.write_kubeconfig(tmp_path / "events-kc")))
     events = kube.Informer(client, kube.Resource("/api/v1", "events"),
                            field_selector="reason=Pulled").start()
@@ -254,7 +254,7 @@ def test_selector_matching_nothing_is_a_finding(balloons, collector):
 # ---- the whole exporter, as a process -------------------------------------------------
 
 def run_exporter(*argv, **kw):
-    return subprocess.run([sys.executable, "-m", "exporter", *argv], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kube_scale_exporter", *argv], capture_output=True,
                           text=True, timeout=60, check=False, **kw)
 
 
@@ -299,7 +299,7 @@ def test_served_scrape_fails_while_the_api_is_down_and_recovers(fresh_apiserver,
     api.stop()
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "--mode", "cluster", "--balloon.selector", "x=y",
+        [sys.executable, "-m", "kube_scale_exporter", "--mode", "cluster", "--balloon.selector", "x=y",
          "--kube.kubeconfig", kc, "--web.listen-address", f"127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -1,10 +1,10 @@
 """The balloon exposition for fixed objects, byte for byte (tests/golden/balloon.prom)."""
 from datetime import UTC, datetime
 
-from exporter import kube
-from exporter.collectors.balloon import (REASONS, families, resource_label, summarize,
+from kube_scale_exporter import kube
+from kube_scale_exporter.collectors.balloon import (REASONS, families, resource_label, summarize,
                                          valid_selector)
-from tests.helpers.golden import GOLDEN_DIR, assert_golden
+from testbed.golden import GOLDEN_DIR, assert_golden
 
 DOCS = GOLDEN_DIR.parent.parent / "docs"
 

@@ -5,8 +5,8 @@ import shutil
 import pytest
 import yaml
 
-from exporter import kube
-from exporter.kube.config import ConfigError, from_kubeconfig, in_cluster
+from kube_scale_exporter import kube
+from kube_scale_exporter.kube.config import ConfigError, from_kubeconfig, in_cluster
 
 
 def _version(client):

@@ -1,7 +1,7 @@
 """The watches' health series every scrape carries, from fixed health readings."""
-from exporter.kube import Resource, health_families
-from exporter.kube.informer import Health
-from tests.helpers.golden import assert_golden
+from kube_scale_exporter.kube import Resource, health_families
+from kube_scale_exporter.kube.informer import Health
+from testbed.golden import assert_golden
 
 
 class Reading:

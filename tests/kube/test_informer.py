@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from exporter import kube
-from exporter.kube.informer import Backoff
-from tests.helpers.faultproxy import FaultProxy
-from tests.helpers.kube_apiserver import etcd_compact, pod_manifest
-from tests.helpers.metrics import sample, wait_until
+from kube_scale_exporter import kube
+from kube_scale_exporter.kube.informer import Backoff
+from testbed.faultproxy import FaultProxy
+from testbed.kube_apiserver import etcd_compact, pod_manifest
+from testbed.metrics import sample, wait_until
 
 FAST = {"backoff": Backoff(initial=0.1, cap=0.5)}
 
@@ -357,7 +357,7 @@ def test_a_silent_watch_is_resumed_without_an_error(apiserver, namespace, make_c
     inf = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace,
                                   read_timeout=1.0, **FAST))
     assert inf.wait_synced(10)
-    caplog.set_level("INFO", logger="exporter.kube.informer")
+    caplog.set_level("INFO", logger="kube_scale_exporter.kube.informer")
     downs = 0
     deadline = time.monotonic() + 3.5
     while time.monotonic() < deadline:

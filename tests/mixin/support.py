@@ -1,9 +1,10 @@
-"""What the mixin tests share: the mixin rendered through mixin/build.py, and walkers over it."""
-import importlib.util
+"""What the mixin tests share: the mixin rendered through tools/build_mixin.py, and walkers over it."""
 import pathlib
 import shutil
 
 import pytest
+
+from tools import build_mixin as build
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PROMTOOL_TESTS = sorted((REPO / "tests" / "mixin" / "promtool").glob("*_test.yaml"))
@@ -18,22 +19,6 @@ CUSTOM_CONFIG = {
 }
 
 
-def _load_build():
-    spec = importlib.util.spec_from_file_location("mixin_build", REPO / "mixin" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _load_build()
-
-
-def load_demo():
-    """mixin/demo.py as a module: the live test runs the demo's stack, faster."""
-    spec = importlib.util.spec_from_file_location("mixin_demo", REPO / "mixin" / "demo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def binary(name: str) -> str:

@@ -6,11 +6,11 @@ suite checks what it hands to Prometheus; `make demo` is the end-to-end run.
 import json
 import subprocess
 
-from tests.mixin.support import load_demo
+from tools import demo
 
 
 def test_demo_prometheus_config_is_valid_and_matches_the_mixin(promtool, mixin, tmp_path):
-    demo = load_demo()
+
     config = demo.prometheus_config(9001, 9002, 9003)
     path = tmp_path / "prometheus.yml"
     path.write_text(json.dumps(config))

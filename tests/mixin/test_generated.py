@@ -14,7 +14,7 @@ def test_committed_files_match_the_jsonnet(rendered):
 
 def test_drift_check_notices_edited_missing_and_stale_files(rendered, tmp_path, monkeypatch):
     monkeypatch.setattr(build, "REPO", tmp_path)
-    monkeypatch.setattr(build, "GENERATED", tmp_path / "mixin" / "generated")
+    monkeypatch.setattr(build, "GENERATED", tmp_path / "rules")
     monkeypatch.setattr(build, "DASHBOARDS", tmp_path / "dashboards")
     rendered = {tmp_path / path.relative_to(REPO): content for path, content in rendered.items()}
     for path, content in rendered.items():
@@ -27,7 +27,7 @@ def test_drift_check_notices_edited_missing_and_stale_files(rendered, tmp_path, 
     (build.DASHBOARDS / "kubescale-node.json").unlink()
     (build.DASHBOARDS / "old.json").write_text("{}")
     assert build.drift(rendered) == [
-        "mixin/generated/prometheus_alerts.yaml: differs from the jsonnet",
+        "rules/prometheus_alerts.yaml: differs from the jsonnet",
         "dashboards/kubescale-node.json: missing",
         "dashboards/old.json: no longer generated",
     ]

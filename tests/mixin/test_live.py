@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-import exporter.collectors  # noqa: F401  (registers the collectors)
-from tests.helpers.etcd_server import EtcdServer
-from tests.helpers.ports import free_port
-from tests.helpers.prometheus import PrometheusServer
-from tests.mixin.support import binary, load_demo
+import kube_scale_exporter.collectors  # noqa: F401  (registers the collectors)
+from testbed.etcd_server import EtcdServer
+from testbed.ports import free_port
+from testbed.prometheus import PrometheusServer
+from tests.mixin.support import binary
+from tools import demo
 
-demo = load_demo()
 
 
 def working_collectors():

@@ -1,8 +1,8 @@
 """Fixtures for the neighbor collectors: throwaway namespaces and collectors built from flags."""
 import pytest
 
-from exporter.cli import parse
-from tests.helpers.netns import NetNS
+from kube_scale_exporter.cli import parse
+from testbed.netns import NetNS
 
 
 @pytest.fixture

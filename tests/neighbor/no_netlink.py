@@ -53,6 +53,6 @@ def deny_netlink() -> None:
 
 if __name__ == "__main__":
     deny_netlink()
-    from exporter.cli import main  # noqa: E402
+    from kube_scale_exporter.cli import main  # noqa: E402
 
     raise SystemExit(main(sys.argv[1:]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from exporter.netlink.route import RouteSocket
+from kube_scale_exporter.netlink.route import RouteSocket
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 _LENGTH = struct.Struct("=I")
@@ -80,8 +80,8 @@ def populate(ns) -> None:
 
 def record() -> None:
     """Record both dumps and the /proc/net/stat files they are compared with."""
-    from exporter.netlink.neighbor import count_entries, read_tables  # noqa: PLC0415
-    from tests.helpers.netns import NetNS  # noqa: PLC0415
+    from kube_scale_exporter.netlink.neighbor import count_entries, read_tables  # noqa: PLC0415
+    from testbed.netns import NetNS  # noqa: PLC0415
 
     stat_dir = FIXTURES / "procfs/net/stat"
     stat_dir.mkdir(parents=True, exist_ok=True)

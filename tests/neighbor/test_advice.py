@@ -2,8 +2,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.collectors.neighbor import HEADROOM, advise, is_short, recommended_thresholds
-from exporter.netlink.neighbor import NeighborCount, NeighborTable
+from kube_scale_exporter.collectors.neighbor import HEADROOM, advise, is_short, recommended_thresholds
+from kube_scale_exporter.netlink.neighbor import NeighborCount, NeighborTable
 
 
 def table(family="ipv4", t1=128, t2=512, t3=1024, entries=0, fulls=0):

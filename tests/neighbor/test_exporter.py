@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from exporter.scrape import Scraper
-from tests.helpers.golden import promtool_check, series_count
-from tests.helpers.metrics import parse_exposition, sample
-from tests.helpers.netns import neighbor_adds
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, wait_for_port
+from kube_scale_exporter.scrape import Scraper
+from testbed.golden import promtool_check, series_count
+from testbed.metrics import parse_exposition, sample
+from testbed.netns import neighbor_adds
+from testbed.ports import free_port
+from testbed.procs import Proc, wait_for_port
 from tests.neighbor.test_kernel import proc_stat
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ NEIGHBOR_METRICS = {
 NO_CAPABILITIES = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs"]
 
 
-def start(tmp_path, *argv, module="exporter", prefix=()):
+def start(tmp_path, *argv, module="kube_scale_exporter", prefix=()):
     port = free_port()
     proc = Proc([*prefix, sys.executable, "-m", module, "--web.listen-address", f"127.0.0.1:{port}",
                  "--collector.disable-defaults", "--collector.neighbor", "--collector.neighbor_gc",
@@ -45,7 +45,7 @@ def start(tmp_path, *argv, module="exporter", prefix=()):
 def exporter(tmp_path):
     procs = []
 
-    def run(*argv, module="exporter", prefix=()):
+    def run(*argv, module="kube_scale_exporter", prefix=()):
         proc, url = start(tmp_path, *argv, module=module, prefix=prefix)
         procs.append(proc)
         return proc, url
@@ -110,7 +110,7 @@ def test_collector_recovers_when_netlink_comes_back(collectors):
 
 
 def run_check(*argv):
-    return subprocess.run([sys.executable, "-m", "exporter", "check", "--collector.disable-defaults",
+    return subprocess.run([sys.executable, "-m", "kube_scale_exporter", "check", "--collector.disable-defaults",
                            "--collector.neighbor", *argv], capture_output=True, text=True,
                           cwd=REPO, timeout=60)
 
@@ -145,7 +145,7 @@ def test_exporter_inside_a_namespace_subtracts_that_namespaces_exempt_entries(tm
     netns.batch(neighbor_adds(12, "ipv4", "stale") + neighbor_adds(5, "ipv4", "permanent", start=50)
                 + neighbor_adds(3, "ipv6", "permanent"))
     port = free_port()
-    proc = Proc(["ip", "netns", "exec", netns.name, sys.executable, "-m", "exporter",
+    proc = Proc(["ip", "netns", "exec", netns.name, sys.executable, "-m", "kube_scale_exporter",
                  "--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "exporter.log", cwd=REPO)
     try:
         netns.run(wait_for_port, port, "127.0.0.1", 30.0, proc)
@@ -175,7 +175,7 @@ def test_exporter_inside_a_namespace_subtracts_that_namespaces_exempt_entries(tm
 
 
 def test_check_outside_the_host_namespace_says_so(netns):
-    result = subprocess.run(["ip", "netns", "exec", netns.name, sys.executable, "-m", "exporter",
+    result = subprocess.run(["ip", "netns", "exec", netns.name, sys.executable, "-m", "kube_scale_exporter",
                              "check", "--collector.disable-defaults", "--collector.neighbor"],
                             capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 1, result.stdout + result.stderr

@@ -10,10 +10,10 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.collectors.neighbor import read_unresolved_discards, table_families
-from exporter.collectors.neighbor_gc import count_families
-from exporter.netlink.neighbor import EntryCounter, TableReader
-from tests.helpers.golden import assert_golden
+from kube_scale_exporter.collectors.neighbor import read_unresolved_discards, table_families
+from kube_scale_exporter.collectors.neighbor_gc import count_families
+from kube_scale_exporter.netlink.neighbor import EntryCounter, TableReader
+from testbed.golden import assert_golden
 from tests.neighbor.recorded import FIXTURES, RECORDED_ENTRIES, load, replay
 from tests.neighbor.test_kernel import PROC_COLUMNS
 
@@ -46,7 +46,7 @@ def test_neighbor_gc_golden():
 
 
 def test_decoded_tables_agree_with_proc_net_stat_recorded_alongside():
-    from tests.helpers.metrics import sample  # noqa: PLC0415
+    from testbed.metrics import sample  # noqa: PLC0415
 
     families = table_families(recorded_tables(), read_unresolved_discards(PROCFS))
     for family in ("ipv4", "ipv6"):
@@ -86,7 +86,7 @@ def test_damaged_replies_raise_and_never_hang(data):
 def test_gc_eligible_is_never_negative_when_the_table_shrank_between_the_reads():
     """The table is read before the dump: entries freed in between can leave fewer entries
     than exempt ones counted."""
-    from tests.helpers.metrics import sample  # noqa: PLC0415
+    from testbed.metrics import sample  # noqa: PLC0415
 
     tables = recorded_tables()
     counts = recorded_counts()

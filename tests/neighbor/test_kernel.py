@@ -8,10 +8,10 @@ are compared with `ip neigh show nud all` of a namespace only this test touches.
 import json
 from pathlib import Path
 
-from exporter.netlink.neighbor import count_entries
-from exporter.netlink.route import RouteSocket
-from tests.helpers.metrics import sample
-from tests.helpers.netns import neighbor_adds
+from kube_scale_exporter.netlink.neighbor import count_entries
+from kube_scale_exporter.netlink.route import RouteSocket
+from testbed.metrics import sample
+from testbed.netns import neighbor_adds
 
 FAMILIES = ("ipv4", "ipv6")
 STAT_FILE = {"ipv4": "arp_cache", "ipv6": "ndisc_cache"}

@@ -4,8 +4,8 @@ The ARP table is the host's: while it is full every namespace on this host fails
 neighbors, so the namespace is deleted (which flushes its entries) as soon as the
 overflow has been scraped, and the test checks that the table has room again.
 """
-from tests.helpers.metrics import sample, wait_until
-from tests.helpers.netns import NetNS, neighbor_adds
+from testbed.metrics import sample, wait_until
+from testbed.netns import NetNS, neighbor_adds
 
 
 def test_overflow_raises_table_overflows_total(collectors):

@@ -9,10 +9,10 @@ import tempfile
 
 import pytest
 
-from tests.helpers.containerd_server import ContainerdServer
-from tests.helpers.etcd_server import EtcdServer
-from tests.helpers.faultproxy import FaultProxy
-from tests.helpers.kube_apiserver import KubeApiServer
+from testbed.containerd_server import ContainerdServer
+from testbed.etcd_server import EtcdServer
+from testbed.faultproxy import FaultProxy
+from testbed.kube_apiserver import KubeApiServer
 from tests.reliability.running import RunningExporter
 
 # The cluster-mode exporter under test and the watch the faults are aimed at.
@@ -43,10 +43,10 @@ def containerd(workdir):
 
 @pytest.fixture
 def run_exporter(workdir):
-    """run_exporter(flags, module="exporter") -> a started RunningExporter, stopped after."""
+    """run_exporter(flags, module="kube_scale_exporter") -> a started RunningExporter, stopped after."""
     started = []
 
-    def run(flags, module="exporter"):
+    def run(flags, module="kube_scale_exporter"):
         exporter = RunningExporter(flags, workdir, module=module).start()
         started.append(exporter)
         return exporter

@@ -1,7 +1,7 @@
 """A real exporter process under test, scraped over HTTP the way Prometheus does.
 
     exporter = RunningExporter(["--mode", "node", ...], log_dir).start()
-    scrape = exporter.scrape(timeout=3)       # Scrape: status, seconds, success per collector
+    scrape = kube_scale_exporter.scrape(timeout=3)       # Scrape: status, seconds, success per collector
     exporter.wait_for(lambda s: s.success["etcd"] == 0, within=5)
     exporter.terminate()                      # SIGTERM; returns (exit status, seconds)
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import requests
 
-from tests.helpers.metrics import parse_exposition
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, wait_for_port
+from testbed.metrics import parse_exposition
+from testbed.ports import free_port
+from testbed.procs import Proc, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +40,7 @@ class Scrape:
 
 
 class RunningExporter:
-    def __init__(self, flags: list[str], log_dir, module: str = "exporter"):
+    def __init__(self, flags: list[str], log_dir, module: str = "kube_scale_exporter"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [sys.executable, "-m", module, "--web.listen-address",

@@ -1,4 +1,4 @@
-"""The informers' backoff (exporter.kube.Backoff, the real class) across a fleet: 7,500
+"""The informers' backoff (kube_scale_exporter.kube.Backoff, the real class) across a fleet: 7,500
 node-mode pods losing the API server at the same moment, simulated with seeded jitter.
 
 The figures asserted here are the ones docs/reliability.md gives: how hard the fleet
@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from exporter.kube import Backoff
+from kube_scale_exporter.kube import Backoff
 
 PODS = 7_500
 CAP = 30.0

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.cli import parse
-from exporter.collectors.etcd import EtcdCollector
-from exporter.etcd.client import (
+from kube_scale_exporter.cli import parse
+from kube_scale_exporter.collectors.etcd import EtcdCollector
+from kube_scale_exporter.etcd.client import (
     EtcdClient,
     EtcdError,
     Member,
@@ -25,10 +25,10 @@ from exporter.etcd.client import (
     TLSFiles,
     new_session,
 )
-from exporter.etcd.cluster import QUOTA_METRIC
-from tests.helpers.etcd_server import EtcdServer
-from tests.helpers.faultproxy import FaultProxy
-from tests.helpers.metrics import sample
+from kube_scale_exporter.etcd.cluster import QUOTA_METRIC
+from testbed.etcd_server import EtcdServer
+from testbed.faultproxy import FaultProxy
+from testbed.metrics import sample
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -16,11 +16,11 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.collectors.balloon import families as balloon_families
-from exporter.collectors.balloon import summarize
-from exporter.collectors.imagepull import KubeletConfigFile, images_wanted, pod_summary
-from exporter.collectors.imagepull_events import PulledEvents, parse_pulled
-from exporter.webconfig import WebConfig, WebConfigError, load
+from kube_scale_exporter.collectors.balloon import families as balloon_families
+from kube_scale_exporter.collectors.balloon import summarize
+from kube_scale_exporter.collectors.imagepull import KubeletConfigFile, images_wanted, pod_summary
+from kube_scale_exporter.collectors.imagepull_events import PulledEvents, parse_pulled
+from kube_scale_exporter.webconfig import WebConfig, WebConfigError, load
 
 FILES = settings(max_examples=150, deadline=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,10 +1,10 @@
-"""exporter/labels.py: any flood of outside names ends as a few safe label values."""
+"""kube_scale_exporter/labels.py: any flood of outside names ends as a few safe label values."""
 from collections import Counter
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.labels import MAX_LENGTH, OTHER, sanitize, top
+from kube_scale_exporter.labels import MAX_LENGTH, OTHER, sanitize, top
 
 SAFE = set("abcdefghijklmnopqrstuvwxyz0123456789._/-_")
 

@@ -5,17 +5,17 @@ import requests
 
 from bench.scale import template
 from bench.scale.target import Fleet
-from tests.helpers.golden import promtool_check
-from tests.helpers.metrics import parse_exposition
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, wait_for_port
+from testbed.golden import promtool_check
+from testbed.metrics import parse_exposition
+from testbed.ports import free_port
+from testbed.procs import Proc, wait_for_port
 
 
 def test_real_node_mode_exporter_emits_nothing_the_template_lacks(tmp_path):
     """Run the exporter in node mode with its default collectors and scrape it: every
     series name it emits must be in the node template, or the budget would undercount."""
     port = free_port()
-    proc = Proc([sys.executable, "-m", "exporter", "--mode", "node",
+    proc = Proc([sys.executable, "-m", "kube_scale_exporter", "--mode", "node",
                  f"--web.listen-address=127.0.0.1:{port}"], tmp_path / "exporter.log")
     try:
         wait_for_port(port, proc=proc)

@@ -6,9 +6,9 @@ import sys
 import bcrypt
 import pytest
 
-from tests.helpers.pki import TestCA
-from tests.helpers.ports import free_port
-from tests.helpers.procs import Proc, wait_for_port
+from testbed.pki import TestCA
+from testbed.ports import free_port
+from testbed.procs import Proc, wait_for_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PASSWORD = "s3cret-scrape"
@@ -47,7 +47,7 @@ def password():
 
 
 def exporter_argv(port, web_config=None, *extra):
-    argv = [sys.executable, "-m", "exporter", "--collector.disable-defaults",
+    argv = [sys.executable, "-m", "kube_scale_exporter", "--collector.disable-defaults",
             "--web.listen-address", f"127.0.0.1:{port}"]
     if web_config:
         argv += ["--web.config.file", str(web_config)]
@@ -63,7 +63,7 @@ class Exporter:
 
 @pytest.fixture
 def start_exporter(tmp_path):
-    """start_exporter(config_text) runs `python -m exporter` with that web config."""
+    """start_exporter(config_text) runs `python -m kube_scale_exporter` with that web config."""
     started = []
 
     def start(config_text=None, scheme="https", config_path=None):
@@ -85,6 +85,6 @@ def start_exporter(tmp_path):
 def run_exporter():
     """run_exporter(*flags): the exporter run to completion, for flags that make it exit."""
     def run(*argv, timeout=20):
-        return subprocess.run([sys.executable, "-m", "exporter", *argv], cwd=REPO,
+        return subprocess.run([sys.executable, "-m", "kube_scale_exporter", *argv], cwd=REPO,
                               capture_output=True, text=True, timeout=timeout)
     return run

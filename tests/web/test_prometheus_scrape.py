@@ -3,7 +3,7 @@ import time
 
 import requests
 
-from tests.helpers.prometheus import PrometheusServer
+from testbed.prometheus import PrometheusServer
 
 
 def scrape_job(name, port, pki, username, password):

@@ -7,7 +7,7 @@ import bcrypt
 import pytest
 import requests
 
-from exporter.webconfig import BasicAuth
+from kube_scale_exporter.webconfig import BasicAuth
 
 
 def tls_block(pki, **extra):

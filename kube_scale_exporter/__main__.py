@@ -1,0 +1,3 @@
+from kube_scale_exporter.cli import main
+
+raise SystemExit(main())

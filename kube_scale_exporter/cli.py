@@ -1,0 +1,184 @@
+"""Command line: `kube-scale-exporter [flags]` serves metrics; `... check [flags]` advises.
+
+Flags follow node_exporter's names so that operators can guess them. Any bad flag or
+value exits with status 2 and a message that names the flag.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import signal
+import sys
+import threading
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+
+from kube_scale_exporter import __version__, kube
+from kube_scale_exporter.durations import duration
+from kube_scale_exporter.registry import MODES, Collector, UsageError, add_collector_flags, enabled_collectors
+
+log = logging.getLogger("kube_scale_exporter")
+
+DEFAULT_PORT = 9867
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+              "error": logging.ERROR}
+
+
+def listen_address(value: str) -> tuple[str, int]:
+    """Parse HOST:PORT, :PORT or [IPv6]:PORT."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT or :PORT, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def telemetry_path(value: str) -> str:
+    if not value.startswith("/") or value in ("/", "/healthz"):
+        raise argparse.ArgumentTypeError(f"must start with / and not be / or /healthz, got {value!r}")
+    return value
+
+
+def existing_dir(value: str) -> str:
+    if not os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"no such directory: {value!r}")
+    return value
+
+
+def non_negative_int(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value!r}")
+    return int(value)
+
+
+def web_config(value: str):
+    """--web.config.file: load and check it now, so a mistake exits 2 before serving."""
+    from kube_scale_exporter.webconfig import WebConfigError, load  # noqa: PLC0415
+
+    try:
+        return load(value)
+    except WebConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, allow_abbrev=False,
+        description="Prometheus exporter for the failures of very large Kubernetes clusters. "
+                    "`kube-scale-exporter check [flags]` runs the enabled collectors once and "
+                    "prints what to change.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--mode", choices=MODES, default="node",
+                        help="node: per-node signals (DaemonSet, hostNetwork); "
+                             "cluster: cluster-wide signals (one Deployment). Default node.")
+    parser.add_argument("--web.listen-address", dest="listen", type=listen_address,
+                        default=("", DEFAULT_PORT), metavar="HOST:PORT",
+                        help=f"Address to serve on (default :{DEFAULT_PORT}).")
+    parser.add_argument("--web.telemetry-path", dest="telemetry_path", type=telemetry_path,
+                        default="/metrics", help="Path for metrics (default /metrics).")
+    parser.add_argument("--web.config.file", dest="web_config", type=web_config, default=None,
+                        metavar="FILE",
+                        help="exporter-toolkit web config (TLS, mTLS, basic auth); see "
+                             "docs/deploy.md. Default: plain HTTP, no auth.")
+    parser.add_argument("--web.max-requests", dest="max_requests", type=non_negative_int,
+                        default=40, help="Concurrent scrapes allowed; more get 503. 0 means "
+                                         "no limit (default 40).")
+    parser.add_argument("--web.process-metrics", dest="process_metrics", action="store_true",
+                        help="Also export the client library's process_* and python_* series "
+                             "(off: they cost ~16 series per node).")
+    parser.add_argument("--scrape.timeout", dest="scrape_timeout", type=duration,
+                        default=10.0, help="Longest a scrape may take when Prometheus sends no "
+                                           "X-Prometheus-Scrape-Timeout-Seconds (default 10s); "
+                                           "also caps that header.")
+    parser.add_argument("--path.procfs", dest="procfs", type=existing_dir, default="/proc",
+                        help="procfs mount point, e.g. /host/proc in a container (default /proc).")
+    parser.add_argument("--path.sysfs", dest="sysfs", type=existing_dir, default="/sys",
+                        help="sysfs mount point, e.g. /host/sys in a container (default /sys).")
+    parser.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS, default="info",
+                        help="Least severe log level printed (default info).")
+    kube.add_arguments(parser)
+    add_collector_flags(parser)
+    return parser
+
+
+def parse(argv: list[str], prog: str = "kube-scale-exporter"):
+    """Parse flags and choose collectors; exits 2 with a message naming the bad flag."""
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    try:
+        classes = enabled_collectors(args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    return args, classes
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=LOG_LEVELS[level], stream=sys.stderr,
+        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)r",
+    )
+
+
+def instantiate(classes: list[type[Collector]], args) -> list[Collector]:
+    collectors = [cls(args) for cls in classes]
+    for c in collectors:
+        c.start()
+    return collectors
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["check"]:
+        from kube_scale_exporter.check import run_check  # noqa: PLC0415
+
+        args, classes = parse(argv[1:], prog="kube-scale-exporter check")
+        setup_logging(args.log_level)
+        return run_check(instantiate(classes, args), args.scrape_timeout, sys.stdout)
+    args, classes = parse(argv)
+    setup_logging(args.log_level)
+    return serve(args, instantiate(classes, args))
+
+
+def serve(args, collectors: list[Collector]) -> int:
+    from kube_scale_exporter.http import App, make_server  # noqa: PLC0415
+    from kube_scale_exporter.scrape import Scraper  # noqa: PLC0415
+    from kube_scale_exporter.webconfig import LiveWebConfig  # noqa: PLC0415
+
+    extra = None
+    if args.process_metrics:
+        extra = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=extra)
+        PlatformCollector(registry=extra)
+        GCCollector(registry=extra)
+    scraper = Scraper(collectors)
+    web = LiveWebConfig(args.web_config) if args.web_config else None
+    app = App(scraper, args.telemetry_path, args.scrape_timeout, args.max_requests, extra,
+              web=web)
+    host, port = args.listen
+    try:
+        server = make_server(app, host, port)
+    except OSError as exc:
+        log.error("--web.listen-address: cannot listen on %s:%d: %s", host, port, exc)
+        scraper.close()
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
+    log.info("kube-scale-exporter %s (Python %s) mode=%s collectors=%s listening on %s:%d "
+             "tls=%s basic_auth=%s",
+             __version__, platform.python_version(), args.mode,
+             ",".join(c.name for c in collectors) or "none", host or "*", server.server_port,
+             bool(args.web_config and args.web_config.tls),
+             bool(args.web_config and args.web_config.users))
+    stop.wait()
+    log.info("shutting down")
+    server.shutdown()
+    server.server_close()
+    scraper.close()
+    return 0

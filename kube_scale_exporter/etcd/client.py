@@ -1,0 +1,239 @@
+"""A small etcd v3 client over etcd's grpc-gateway JSON API (POST /v3/...), using requests.
+
+etcd 3.4 and later serve the gateway on every client URL, with the same TLS as gRPC.
+Keys and values travel base64-encoded, int64 fields come back as decimal strings, and
+fields holding their zero value are left out of the JSON, so every read below defaults
+to zero. Why not a gRPC client: see docs/etcd.md, "Design notes".
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+import requests
+
+from kube_scale_exporter.labels import sanitize
+
+# An answer's fields are decoded by these; anything else in their place (a proxy's
+# error page, a truncated or hostile document) is an EtcdError, like no answer at all.
+_MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, binascii.Error)
+MAX_UINT64 = (1 << 64) - 1
+
+
+class EtcdError(Exception):
+    """etcd did not answer, or answered with an error; the message names the endpoint."""
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """Client TLS: the CA that signed etcd's serving certificate and our client pair."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Status:
+    """The fields of Maintenance.Status that the collector uses."""
+
+    member_id: str
+    leader_id: str
+    version: str
+    db_size: int
+    db_size_in_use: int
+    db_size_quota: int  # 0 when etcd does not send it (before 3.6)
+    raft_term: int
+    raft_applied_index: int
+
+    @property
+    def is_leader(self) -> bool:
+        return self.member_id == self.leader_id and self.member_id != "0"
+
+
+@dataclass(frozen=True)
+class Member:
+    id: str
+    name: str
+    client_urls: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        """The member's name (sanitized: etcd accepts any), or its id in hex (how etcdctl
+        prints it) before it started."""
+        return sanitize(self.name, 63) if self.name else format(int(self.id), "x")
+
+
+@dataclass(frozen=True)
+class Alarm:
+    member_id: str
+    alarm: str  # "NOSPACE" or "CORRUPT"
+
+
+def new_session(tls: TLSFiles) -> requests.Session:
+    session = requests.Session()
+    # The environment (REQUESTS_CA_BUNDLE, proxies, .netrc) must not change which CA
+    # we trust or route etcd traffic through a proxy.
+    session.trust_env = False
+    session.verify = tls.ca if tls.ca else True
+    if tls.cert:
+        session.cert = (tls.cert, tls.key)
+    return session
+
+
+def uint(value) -> int:
+    """An unsigned 64-bit field: a JSON number or (int64 over the gateway) a decimal string."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"expected an unsigned integer, got {value!r:.40}")
+    n = int(value)
+    if not 0 <= n <= MAX_UINT64:
+        raise ValueError(f"out of range: {value!r:.40}")
+    return n
+
+
+def member_id(value) -> str:
+    """Member ids as the gateway sends them: decimal strings."""
+    return str(uint(value))
+
+
+def text(value, limit: int = 256) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r:.40}")
+    return value[:limit]
+
+
+def mapping(value) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {value!r:.40}")
+    return value
+
+
+def encode_key(key: bytes) -> str:
+    return base64.b64encode(key).decode("ascii")
+
+
+def decode_key(encoded: str) -> bytes:
+    return base64.b64decode(text(encoded, 1 << 20), validate=True)
+
+
+class EtcdClient:
+    """One etcd endpoint. Every request has its own timeout (connect and read)."""
+
+    def __init__(self, session: requests.Session, url: str, timeout: float):
+        self.session = session
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.requests_sent = 0  # read by the benchmark and tests
+
+    def _post(self, path: str, body: dict) -> dict:
+        self.requests_sent += 1
+        try:
+            reply = self.session.post(self.url + path, json=body, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise EtcdError(f"{self.url}: {type(exc).__name__}: {exc}") from None
+        if reply.status_code != 200:
+            try:
+                message = reply.json().get("message") or reply.text
+            except ValueError:
+                message = reply.text
+            raise EtcdError(f"{self.url}{path}: HTTP {reply.status_code}: {message.strip()[:200]}")
+        try:
+            return mapping(reply.json())
+        except (ValueError, TypeError):
+            raise EtcdError(f"{self.url}{path}: answer is not a JSON object") from None
+
+    def _read(self, path: str, body: dict, decode):
+        """decode(document) for the answer to POST path; malformed answers are EtcdError."""
+        doc = self._post(path, body)
+        try:
+            return decode(doc)
+        except _MALFORMED as exc:
+            raise EtcdError(f"{self.url}{path}: malformed answer: {type(exc).__name__}: "
+                            f"{str(exc)[:120]}") from None
+
+    def status(self) -> Status:
+        def decode(doc):
+            header = mapping(doc.get("header", {}))
+            return Status(
+                member_id=member_id(header.get("member_id", "0")),
+                leader_id=member_id(doc.get("leader", "0")),
+                version=text(doc.get("version", "")),
+                db_size=uint(doc.get("dbSize", 0)),
+                db_size_in_use=uint(doc.get("dbSizeInUse", 0)),
+                db_size_quota=uint(doc.get("dbSizeQuota", 0)),
+                raft_term=uint(doc.get("raftTerm", 0)),
+                raft_applied_index=uint(doc.get("raftAppliedIndex", 0)),
+            )
+        return self._read("/v3/maintenance/status", {}, decode)
+
+    def members(self) -> list[Member]:
+        def decode(doc):
+            return [
+                Member(id=member_id(m["ID"]), name=text(mapping(m).get("name", "")),
+                       client_urls=tuple(text(u) for u in m.get("clientURLs", ())))
+                for m in doc.get("members", ())
+            ]
+        return self._read("/v3/cluster/member/list", {}, decode)
+
+    def alarms(self) -> list[Alarm]:
+        def decode(doc):
+            return [Alarm(member_id(mapping(a).get("memberID", "0")), text(a.get("alarm", "NONE")))
+                    for a in doc.get("alarms", ())]
+        return self._read("/v3/maintenance/alarm", {"action": "GET"}, decode)
+
+    def count(self, key: bytes, range_end: bytes) -> int:
+        """Keys in [key, range_end): etcd counts them in its index and sends no key."""
+        return self._read("/v3/kv/range", {
+            "key": encode_key(key), "range_end": encode_key(range_end),
+            "count_only": True, "serializable": True,
+        }, lambda doc: uint(doc.get("count", 0)))
+
+    def first_key(self, key: bytes, range_end: bytes) -> bytes | None:
+        """The smallest key in [key, range_end), without its value; None when empty."""
+        def decode(doc):
+            kvs = doc.get("kvs", ())
+            found = decode_key(mapping(kvs[0])["key"]) if kvs else None
+            # etcd answers within the range; anything else would walk the cursor backwards.
+            unbounded = range_end == b"\x00"
+            if found is not None and not (key <= found and (unbounded or found < range_end)):
+                raise ValueError(f"key {found[:40]!r} outside the range asked")
+            return found
+        return self._read("/v3/kv/range", {
+            "key": encode_key(key), "range_end": encode_key(range_end),
+            "keys_only": True, "limit": 1, "serializable": True,
+        }, decode)
+
+    def metric(self, name: str) -> float | None:
+        """One unlabelled sample from the member's /metrics, or None when it is absent.
+
+        Reads the page as a stream and stops at the sample: the quota sits about a fifth
+        of the way into etcd's ~150 KB page.
+        """
+        self.requests_sent += 1
+        prefix = name.encode() + b" "
+        try:
+            with self.session.get(self.url + "/metrics", timeout=self.timeout, stream=True) as reply:
+                if reply.status_code != 200:
+                    raise EtcdError(f"{self.url}/metrics: HTTP {reply.status_code}")
+                for line in reply.iter_lines(chunk_size=16384):
+                    if line.startswith(prefix):
+                        value = float(line[len(prefix):].split()[0])
+                        if not 0 <= value < 2**63:  # also refuses NaN and Inf
+                            raise ValueError(value)
+                        return value
+        except requests.RequestException as exc:
+            raise EtcdError(f"{self.url}/metrics: {type(exc).__name__}: {exc}") from None
+        except ValueError:
+            raise EtcdError(f"{self.url}/metrics: bad sample for {name}") from None
+        return None
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The range_end that selects every key starting with `prefix` (etcdctl's --prefix)."""
+    end = bytearray(prefix)
+    for i in reversed(range(len(end))):
+        if end[i] < 0xFF:
+            end[i] += 1
+            return bytes(end[: i + 1])
+    return b"\x00"  # all keys

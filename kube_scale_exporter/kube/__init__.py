@@ -1,0 +1,50 @@
+"""Kubernetes API access for collectors: config, a read-only client, informers, health.
+
+The whole interface a collector needs:
+
+    from kube_scale_exporter import kube
+
+    client = kube.client_from_args(args)          # --kube.kubeconfig, $KUBECONFIG or in-cluster
+    pods = kube.for_node(client, kube.PODS, args.kube_node_name,   # node mode
+                         on_delete=lambda pod: ...)
+    # or, cluster mode:  kube.Informer(client, kube.PODS, label_selector="app=x")
+    pods.start()                                  # background list+watch thread
+    pods.wait_synced(5)                           # True once the first list is in
+    for pod in pods.items(): ...                  # in collect(): cache only, never the API
+    pods.stop()                                   # in close()
+
+- `Informer(client, resource, namespace=, label_selector=, field_selector=, on_add=,
+  on_update=, on_delete=, transform=)`: a thread-safe cache; objects are the API's JSON
+  dicts (managedFields stripped), shared and read-only. Handlers run on the informer's
+  thread; after a relist they receive the differences, so no deletion is missed.
+- `for_node(client, resource, node_name, **kw)`: the node-mode informer: server-side
+  fieldSelector spec.nodeName=NODE, lists from the API server's watch cache, then one
+  watch resumed from bookmarks: one watch per node per resource, no periodic relists.
+- `Resource(api, plural, namespaced)`: e.g. `Resource("/api/v1", "events")`; PODS, NODES
+  and PRIORITY_CLASSES are predefined.
+- `health_families(informers)`: kubescale_kube_watch_up{resource},
+  kubescale_kube_last_sync_age_seconds{resource}, kubescale_kube_relists_total{resource},
+  informers of one resource reported together. Every scrape carries them for
+  `live_informers()` (every started informer of the process; kube_scale_exporter/scrape.py), so
+  collectors never yield them and they are there even when a collector fails.
+- `parse_quantity`, `pod_requests`: resource quantities as exact Decimals.
+- `KubeClient.get(path, params)` for a one-off read (e.g. /version); scrapes must not use it.
+
+Timeouts: 5 s connect and 30 s read on every request; watches ask the server to close them
+after 300-600 s and give up on a read silent for 120 s (bookmarks come about every 60 s).
+Errors retry with `Backoff`: 0.5-1 s, doubling per consecutive failure, at most 30 s.
+"""
+from .client import ApiError, Gone, KubeClient
+from .config import ConfigError, KubeConfig, load
+from .flags import add_arguments, client_from_args
+from .health import health_families
+from .informer import (NODES, PODS, PRIORITY_CLASSES, Backoff, Informer, Resource, for_node,
+                       live_informers)
+from .quantity import parse_quantity, pod_requests
+
+__all__ = [
+    "ApiError", "Backoff", "ConfigError", "Gone", "Informer", "KubeClient", "KubeConfig",
+    "NODES", "PODS", "PRIORITY_CLASSES", "Resource", "add_arguments", "client_from_args",
+    "for_node", "health_families", "live_informers", "load", "parse_quantity",
+    "pod_requests",
+]

@@ -1,0 +1,95 @@
+"""A real containerd (Debian's) with its root, state and sockets under a temp dir.
+
+The CRI plugin is off (these tests play the kubelet themselves) and the opt plugin's
+path is set, so nothing is written outside the work dir. `ctr` drives pulls.
+"""
+import os
+import shutil
+import subprocess
+import time
+
+from .procs import Proc
+
+CONTAINERD = "/usr/bin/containerd"
+CTR = "/usr/bin/ctr"
+
+CONFIG = """\
+version = 2
+root = "{root}"
+state = "{state}"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "{sock}"
+[ttrpc]
+  address = "{sock}.ttrpc"
+[debug]
+  address = "{sock}.debug"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{opt}"
+"""
+
+
+def require(binary: str) -> str:
+    if not os.path.exists(binary):
+        raise FileNotFoundError(f"{binary} is missing (.ci/setup.d/50-imagepull.sh installs it)")
+    return binary
+
+
+class ContainerdServer:
+    """containerd on a unix socket in `workdir`; `ctr(...)` runs ctr against it."""
+
+    def __init__(self, workdir, namespace="k8s.io"):
+        self.workdir = str(workdir)
+        # Unix socket paths are limited to 108 bytes: keep it short and inside workdir.
+        self.address = os.path.join(self.workdir, "c.sock")
+        self.namespace = namespace
+        self.proc = None
+
+    def start(self, timeout=30.0):
+        os.makedirs(self.workdir, exist_ok=True)
+        config = os.path.join(self.workdir, "config.toml")
+        with open(config, "w") as f:
+            f.write(CONFIG.format(root=os.path.join(self.workdir, "root"),
+                                  state=os.path.join(self.workdir, "state"),
+                                  sock=self.address, opt=os.path.join(self.workdir, "opt")))
+        self.proc = Proc([require(CONTAINERD), "--config", config],
+                         os.path.join(self.workdir, "containerd.log"))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.proc.alive():
+                raise RuntimeError(f"containerd exited early:\n{self.proc.log_tail()}")
+            if os.path.exists(self.address) and self.ctr("version", check=False).returncode == 0:
+                return self
+            time.sleep(0.1)
+        raise TimeoutError(f"containerd not ready after {timeout}s:\n{self.proc.log_tail()}")
+
+    def ctr_argv(self, *args):
+        return [require(CTR), "-a", self.address, "-n", self.namespace, *args]
+
+    def ctr(self, *args, check=True, timeout=120):
+        return subprocess.run(self.ctr_argv(*args), capture_output=True, text=True,
+                              check=check, timeout=timeout)
+
+    def fetch(self, ref, log_path):
+        """Start `ctr content fetch` of ref over plain HTTP as a process (stop it by PID)."""
+        return Proc(self.ctr_argv("content", "fetch", "--plain-http", ref), log_path)
+
+    def layers_downloading(self, want: int = 0, timeout: float = 60.0) -> int:
+        """Layer ingests active now, once at least `want` are (or at the timeout)."""
+        from kube_scale_exporter.containerd.client import ContainerdClient  # noqa: PLC0415
+
+        client = ContainerdClient(self.address, self.namespace, 5)
+        deadline = time.monotonic() + timeout
+        while True:
+            n = sum(1 for i in client.ingests() if i.kind == "layer")
+            if n >= want or time.monotonic() > deadline:
+                return n
+            time.sleep(0.2)
+
+    def stop(self):
+        if self.proc:
+            self.proc.stop()
+
+    def wipe(self):
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)

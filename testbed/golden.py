@@ -1,0 +1,49 @@
+"""Golden exposition files: a collector's output for fixed input, compared byte for byte.
+
+Set UPDATE_GOLDEN=1 to rewrite the files after a deliberate change, then review the diff.
+Every golden file is also linted by `promtool check metrics`, as Prometheus would see it.
+"""
+import os
+import subprocess
+from pathlib import Path
+
+from prometheus_client.exposition import generate_latest
+
+GOLDEN_DIR = Path(__file__).resolve().parent.parent / "tests" / "golden"
+
+
+class _Families:
+    def __init__(self, families):
+        self._families = list(families)
+
+    def collect(self):
+        return iter(self._families)
+
+
+def render(families) -> str:
+    return generate_latest(_Families(families)).decode()
+
+
+def promtool_check(text: str) -> None:
+    """Fail on any lint problem promtool reports (naming, units, HELP, counters)."""
+    result = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                            text=True, timeout=60)
+    problems = (result.stdout + result.stderr).strip()
+    assert result.returncode == 0 and not problems, f"promtool check metrics:\n{problems}"
+
+
+def assert_golden(name: str, families) -> str:
+    """Compare the exposition of `families` with tests/golden/NAME.prom; returns the text."""
+    text = render(families)
+    path = GOLDEN_DIR / f"{name}.prom"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"{path} missing: run with UPDATE_GOLDEN=1 and review it"
+    assert text == path.read_text(), f"exposition differs from {path}; UPDATE_GOLDEN=1 rewrites it"
+    promtool_check(text)
+    return text
+
+
+def series_count(text: str) -> int:
+    """Series in an exposition: sample lines, not comments."""
+    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
