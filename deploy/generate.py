@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
-from kube_scale_exporter.registry import registered  # noqa: E402
+from kube_scale_exporter.collectors import COLLECTORS  # noqa: E402
 PORT = 9867
 NAME = "kube-scale-exporter"
 PLACEMENT = "kube-scale-exporter/placement"  # which DaemonSet a node pod belongs to
@@ -133,7 +133,7 @@ class Workload:
     def rules(self) -> list[dict]:
         """The collectors' RBAC_RULES, merged per API group and verbs."""
         by_group: dict[tuple[str, tuple[str, ...]], set[str]] = {}
-        for rule in (r for c in self.collectors for r in rbac_rules(c)):
+        for rule in (r for c in self.collectors for r in rbac_rules(c, self.mode)):
             for group in rule["apiGroups"]:
                 key = (group, tuple(sorted(rule["verbs"])))
                 by_group.setdefault(key, set()).update(rule["resources"])
@@ -151,10 +151,10 @@ class Workload:
         return bool(self.rules())
 
 
-def rbac_rules(collector: str) -> list[dict]:
-    """A collector's RBAC_RULES: all the API access it needs (none when it has none)."""
-    cls = registered()[collector]
-    return getattr(sys.modules[cls.__module__], "RBAC_RULES", [])
+def rbac_rules(collector: str, mode: str) -> list[dict]:
+    """A collector's declared RBAC rules in a mode: all the API access it needs."""
+    cls = {c.name: c for c in COLLECTORS}[collector]
+    return list(cls.needs_in(mode).rbac_rules)
 
 
 def container(w: Workload, values: dict, args: list[str], resources: dict) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from kube_scale_exporter.registry import Collector, Finding
+from kube_scale_exporter.registry import Collector
 from kube_scale_exporter.scrape import Scraper
 
 LABELS = {"info": "", "warning": "WARNING", "critical": "CRITICAL"}
@@ -16,21 +16,20 @@ LABELS = {"info": "", "warning": "WARNING", "critical": "CRITICAL"}
 def run_check(collectors: list[Collector], timeout: float, out: TextIO) -> int:
     scraper = Scraper(collectors)
     try:
-        families = scraper.scrape(timeout)
-        success = next(f for f in families if f.name == "kubescale_scrape_collector_success")
-        ok = {s.labels["collector"]: s.value == 1.0 for s in success.samples}
-        failed = 0
-        actionable = 0
+        for c in collectors:
+            c.wait_ready()
+        result = scraper.scrape(timeout)
+        by_name = {c.name: c for c in collectors}
+        failed = actionable = 0
         if not collectors:
             out.write("No collector is enabled for these flags.\n")
-        for c in collectors:
-            out.write(f"[{c.name}]\n")
-            if not ok[c.name]:
+        for outcome in result.outcomes:
+            out.write(f"[{outcome.name}]\n")
+            if not outcome.ok:
                 failed += 1
-                error = scraper.last_error(c.name) or "unknown error"
-                out.write(f"  {'FAILED':<8} the collector failed: {error}\n")
+                out.write(f"  {'FAILED':<8} the collector failed: {outcome.error}\n")
                 continue
-            findings: list[Finding] = c.findings()
+            findings = by_name[outcome.name].advise(result.states[outcome.name])
             if not findings:
                 out.write(f"  {'':<8} nothing to report\n")
             for f in findings:

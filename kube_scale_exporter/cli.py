@@ -16,42 +16,17 @@ import threading
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from kube_scale_exporter import __version__, kube
-from kube_scale_exporter.durations import duration
-from kube_scale_exporter.registry import MODES, Collector, UsageError, add_collector_flags, enabled_collectors
+from kube_scale_exporter.collectors import COLLECTORS
+from kube_scale_exporter.flagtypes import (duration, existing_dir, listen_address,
+                                           non_negative_int, telemetry_path)
+from kube_scale_exporter.registry import (MODES, Collector, UsageError, add_collector_flags,
+                                          enabled_collectors)
 
 log = logging.getLogger("kube_scale_exporter")
 
 DEFAULT_PORT = 9867
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
               "error": logging.ERROR}
-
-
-def listen_address(value: str) -> tuple[str, int]:
-    """Parse HOST:PORT, :PORT or [IPv6]:PORT."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT or :PORT, got {value!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
-
-
-def telemetry_path(value: str) -> str:
-    if not value.startswith("/") or value in ("/", "/healthz"):
-        raise argparse.ArgumentTypeError(f"must start with / and not be / or /healthz, got {value!r}")
-    return value
-
-
-def existing_dir(value: str) -> str:
-    if not os.path.isdir(value):
-        raise argparse.ArgumentTypeError(f"no such directory: {value!r}")
-    return value
-
-
-def non_negative_int(value: str) -> int:
-    if not value.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value!r}")
-    return int(value)
 
 
 def web_config(value: str):
@@ -101,16 +76,21 @@ def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
     parser.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS, default="info",
                         help="Least severe log level printed (default info).")
     kube.add_arguments(parser)
-    add_collector_flags(parser)
+    add_collector_flags(parser, COLLECTORS)
     return parser
 
 
-def parse(argv: list[str], prog: str = "kube-scale-exporter"):
-    """Parse flags and choose collectors; exits 2 with a message naming the bad flag."""
+def parse(argv: list[str], prog: str = "kube-scale-exporter", check: bool = False):
+    """Parse flags and choose collectors; exits 2 with a message naming the bad flag.
+
+    `args.check` tells collectors they run once for `check`, which may read more than a
+    scrape does (the neighbor dump).
+    """
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    args.check = check
     try:
-        classes = enabled_collectors(args)
+        classes = enabled_collectors(args, COLLECTORS)
     except UsageError as exc:
         parser.error(str(exc))
     return args, classes
@@ -135,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["check"]:
         from kube_scale_exporter.check import run_check  # noqa: PLC0415
 
-        args, classes = parse(argv[1:], prog="kube-scale-exporter check")
+        args, classes = parse(argv[1:], prog="kube-scale-exporter check", check=True)
         setup_logging(args.log_level)
         return run_check(instantiate(classes, args), args.scrape_timeout, sys.stdout)
     args, classes = parse(argv)
@@ -143,9 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     return serve(args, instantiate(classes, args))
 
 
+def make_scraper(collectors: list[Collector]):
+    """The serving scraper: the collectors, plus the health of the API watches they run."""
+    from kube_scale_exporter.scrape import Scraper  # noqa: PLC0415
+
+    return Scraper(collectors, sources=[kube.watch_health(collectors)])
+
+
 def serve(args, collectors: list[Collector]) -> int:
     from kube_scale_exporter.http import App, make_server  # noqa: PLC0415
-    from kube_scale_exporter.scrape import Scraper  # noqa: PLC0415
     from kube_scale_exporter.webconfig import LiveWebConfig  # noqa: PLC0415
 
     extra = None
@@ -154,7 +140,7 @@ def serve(args, collectors: list[Collector]) -> int:
         ProcessCollector(registry=extra)
         PlatformCollector(registry=extra)
         GCCollector(registry=extra)
-    scraper = Scraper(collectors)
+    scraper = make_scraper(collectors)
     web = LiveWebConfig(args.web_config) if args.web_config else None
     app = App(scraper, args.telemetry_path, args.scrape_timeout, args.max_requests, extra,
               web=web)

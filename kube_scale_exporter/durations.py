@@ -1,5 +1,4 @@
-"""Durations as Kubernetes and Go write them ("90s", "2m", "1m2.5s"), for flags and events."""
-import argparse
+"""Durations as Go writes them ("90s", "2m", "1m2.5s"), in kubelet events and flags."""
 import math
 import re
 
@@ -27,18 +26,3 @@ def go_duration(text: str) -> float:
         raise ValueError(f"duration out of range: {text[:60]!r}")
     return total
 
-
-def duration(value: str) -> float:
-    """A flag's seconds: "120", or a Go duration as Kubernetes users write, "90s", "2m"."""
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            seconds = go_duration(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a duration such as 120, 90s or 2m, got {value!r}") from None
-    if not 0 < seconds <= MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"must be more than 0 and finite, got {value!r}")
-    return seconds

@@ -72,7 +72,7 @@ class App:
         return self.max_timeout
 
     def metrics(self, timeout: float):
-        families = self.scraper.scrape(timeout)
+        families = self.scraper.scrape(timeout).families
         if self.extra_registry is not None:
             families.extend(self.extra_registry.collect())
         return _Families(families)

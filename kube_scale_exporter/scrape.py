@@ -1,6 +1,8 @@
 """One scrape: run every enabled collector concurrently under a deadline.
 
-A collector that raises, or that is still running when the deadline passes, is reported
+Each collector's `observe()` and `families(state)` run in a worker thread; the scrape
+returns a ScrapeResult: each collector's outcome, the states it observed (what `check`
+advises on) and the metric families to serve. A collector that raises, or that is still running when the deadline passes, is reported
 with `kubescale_scrape_collector_success{collector="NAME"} 0` and contributes no other
 series; the others are unaffected. Concurrent scrapes share a collector's run in flight
 (several Prometheus replicas cost one backend call), and a collector hung on its backend
@@ -20,14 +22,16 @@ import logging
 import platform
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kube_scale_exporter import __version__
-from kube_scale_exporter.kube import health_families, live_informers
 from kube_scale_exporter.registry import Collector
 
 log = logging.getLogger(__name__)
@@ -36,11 +40,36 @@ log = logging.getLogger(__name__)
 CLOSE_SECONDS = 2.0
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """How one collector did in one scrape; `error` is None when it succeeded."""
+
+    name: str
+    ok: bool
+    seconds: float
+    error: str | None = None
+
+
+@dataclass
+class ScrapeResult:
+    """One scrape: outcomes in collector order, the states observed, the exposition."""
+
+    outcomes: list[Outcome]
+    states: dict[str, Any] = field(default_factory=dict)  # collector name -> its state
+    families: list[Metric] = field(default_factory=list)
+
+
+# A source of families that belong to the process rather than to one collector (the API
+# watches' health): called on every scrape, after the collectors.
+Source = Callable[[], Iterable[Metric]]
+
+
 class Scraper:
     """Runs collectors for each scrape; safe to call from many HTTP threads at once."""
 
-    def __init__(self, collectors: Iterable[Collector]):
+    def __init__(self, collectors: Iterable[Collector], sources: Iterable[Source] = ()):
         self.collectors = list(collectors)
+        self.sources = list(sources)
         # One run in flight per collector, so one worker each is enough.
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, len(self.collectors)), thread_name_prefix="collect"
@@ -59,10 +88,11 @@ class Scraper:
             return future
 
     @staticmethod
-    def _run(collector: Collector) -> tuple[list[Metric], float]:
+    def _run(collector: Collector) -> tuple[Any, list[Metric], float]:
         start = time.monotonic()
-        families = list(collector.collect())
-        return families, time.monotonic() - start
+        state = collector.observe()
+        families = list(collector.families(state))
+        return state, families, time.monotonic() - start
 
     def _report(self, name: str, error: str | None) -> None:
         """Log a collector's failures when they start or change, and its recovery."""
@@ -80,30 +110,31 @@ class Scraper:
         with self._lock:
             return self._last_error.get(name)
 
-    def scrape(self, timeout: float) -> list[Metric]:
+    def scrape(self, timeout: float) -> ScrapeResult:
         start = time.monotonic()
         deadline = start + timeout
         futures = {c.name: self._submit(c) for c in self.collectors}
-        outcomes: list[tuple[str, bool, float]] = []
+        result = ScrapeResult(outcomes=[])
         out: list[Metric] = []
         for name, future in futures.items():
-            ok, error = False, None
+            error = None
             try:
-                families, elapsed = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                state, families, elapsed = future.result(
+                    timeout=max(0.0, deadline - time.monotonic()))
+                result.states[name] = state
                 out.extend(families)
-                ok = True
             except FutureTimeout:
                 error, elapsed = f"timed out after {timeout:.2f}s", timeout
             except Exception as exc:  # noqa: BLE001  (any collector error stays its own)
                 error, elapsed = f"{type(exc).__name__}: {exc}", time.monotonic() - start
             with self._lock:
                 self._report(name, error)
-            outcomes.append((name, ok, elapsed))
-        # The API watches are the process's, shared by collectors: their health is the
-        # scrape's, present even when the collector reading them fails.
-        informers = live_informers()
-        health = health_families(informers) if informers else []
-        return [build_info(), *collector_status(outcomes), *health, *out]
+            result.outcomes.append(Outcome(name, error is None, elapsed, error))
+        # Process-wide families (the API watches' health) come even when the collector
+        # reading those watches fails.
+        shared = [family for source in self.sources for family in source()]
+        result.families = [build_info(), *collector_status(result.outcomes), *shared, *out]
+        return result
 
     def close(self, timeout: float = CLOSE_SECONDS) -> None:
         """Close every collector at once and wait at most `timeout` in all.
@@ -133,8 +164,8 @@ class Scraper:
             log.exception("closing collector %s", collector.name)
 
 
-def collector_status(outcomes: list[tuple[str, bool, float]]) -> list[GaugeMetricFamily]:
-    """Success and duration per collector, from (name, succeeded, seconds) of one scrape."""
+def collector_status(outcomes: Iterable[Outcome]) -> list[GaugeMetricFamily]:
+    """Success and duration per collector of one scrape."""
     success = GaugeMetricFamily(
         "kubescale_scrape_collector_success",
         "Whether the collector succeeded in this scrape (0 on error or timeout).",
@@ -145,9 +176,9 @@ def collector_status(outcomes: list[tuple[str, bool, float]]) -> list[GaugeMetri
         "How long the collector took in this scrape (up to the deadline on timeout).",
         labels=["collector"],
     )
-    for name, ok, seconds in outcomes:
-        success.add_metric([name], 1.0 if ok else 0.0)
-        duration.add_metric([name], seconds)
+    for o in outcomes:
+        success.add_metric([o.name], 1.0 if o.ok else 0.0)
+        duration.add_metric([o.name], o.seconds)
     return [success, duration]
 
 

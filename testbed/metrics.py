@@ -24,3 +24,8 @@ def wait_until(predicate, timeout=5.0):
 def parse_exposition(text):
     """Families parsed from exposition text, so tests read what Prometheus would."""
     return list(text_string_to_metric_families(text))
+
+
+def collect(collector):
+    """One scrape's families from a collector alone, as the Scraper makes them."""
+    return list(collector.families(collector.observe()))

@@ -12,11 +12,12 @@ one test member is widened to that topology, since the budget is about productio
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from kube_scale_exporter.collectors import COLLECTORS
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = REPO / "tests" / "golden"
@@ -45,9 +46,6 @@ OWNER_PREFIXES = (
     ("kubescale_scrape_collector_", "exporter"),
 )
 # Collectors each mode runs when the registry has none (before the collectors landed).
-DEFAULT_COLLECTORS = {"node": ("neighbor", "neighbor_gc", "imagepull"),
-                      "cluster": ("etcd", "balloon", "imagepull_events")}
-
 ETCD_TOPOLOGY = {"main": 5, "events": 3}
 
 
@@ -89,15 +87,9 @@ def parse(text: str) -> list[Series]:
     return out
 
 
-def registry_collectors(mode: str) -> tuple[str, ...] | None:
-    """Default collectors of the mode from the exporter's registry, once collectors exist."""
-    try:
-        registry = importlib.import_module("kube_scale_exporter.registry")
-        found = registry.registered()
-    except Exception:  # noqa: BLE001  (an unimportable tree falls back to the issues' list)
-        return None
-    if not found:
-        return None
+def registry_collectors(mode: str) -> tuple[str, ...]:
+    """Default collectors of the mode (node), or every collector of the mode (cluster)."""
+    found = {c.name: c for c in COLLECTORS}
     if mode == "node":
         return tuple(n for n, c in found.items() if mode in c.modes and c.default_enabled)
     return tuple(n for n, c in found.items() if mode in c.modes)
@@ -162,7 +154,7 @@ def opt_in_count(mode: str) -> int:
 def load(mode: str) -> Template:
     """The template of one mode, golden files first, builtin for the rest."""
     builtin = parse((BUILTIN_DIR / f"{mode}.prom").read_text())
-    collectors = registry_collectors(mode) or DEFAULT_COLLECTORS[mode]
+    collectors = registry_collectors(mode)
     template = Template(mode, [])
     from_golden: set[str] = set()
     for collector in collectors:

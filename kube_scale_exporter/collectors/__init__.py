@@ -1,7 +1,16 @@
-"""Importing a collector module registers it; one line per collector."""
-from kube_scale_exporter.collectors import balloon  # noqa: F401
-from kube_scale_exporter.collectors import etcd  # noqa: F401
-from kube_scale_exporter.collectors import imagepull  # noqa: F401
-from kube_scale_exporter.collectors import imagepull_events  # noqa: F401
-from kube_scale_exporter.collectors import neighbor  # noqa: F401
-from kube_scale_exporter.collectors import neighbor_gc  # noqa: F401
+"""Every collector, one line each: the CLI hands this list to the registry."""
+from kube_scale_exporter.collectors.balloon import BalloonCollector
+from kube_scale_exporter.collectors.etcd import EtcdCollector
+from kube_scale_exporter.collectors.imagepull import ImagePullCollector
+from kube_scale_exporter.collectors.imagepull_events import ImagePullEventsCollector
+from kube_scale_exporter.collectors.neighbor import NeighborCollector
+from kube_scale_exporter.collectors.neighbor_gc import NeighborGCCollector
+
+COLLECTORS = (
+    BalloonCollector,
+    EtcdCollector,
+    ImagePullCollector,
+    ImagePullEventsCollector,
+    NeighborCollector,
+    NeighborGCCollector,
+)

@@ -45,16 +45,10 @@ from datetime import datetime
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from kube_scale_exporter import kube
-from kube_scale_exporter.registry import Collector, Finding, UsageError, register
+from kube_scale_exporter.registry import Collector, Finding, Needs, UsageError
 
 log = logging.getLogger(__name__)
 
-# All the access it needs (ClusterRole rules); /version is readable by every user.
-RBAC_RULES = [
-    {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"],
-     "verbs": ["list", "watch"]},
-]
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 REASONS = {
     "priority_below_autoscaler_cutoff":
@@ -254,13 +248,26 @@ def _node_allocatable(node):
                                         for name, q in alloc.items()))}
 
 
-@register
+@dataclass(frozen=True)
+class BalloonState:
+    summary: Summary
+    preemptions: int
+    selector: str
+    cutoff: int
+
+
 class BalloonCollector(Collector):
     name = "balloon"
     modes = frozenset({"cluster"})
     default_enabled = False
     help = ("Overprovisioning headroom held by low-priority balloon pods (enabled by "
             "--balloon.selector).")
+    # /version, read once, is open to every user.
+    needs = {"cluster": Needs(rbac_rules=(
+        {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"],
+         "verbs": ["list", "watch"]},
+    ))}
 
     @classmethod
     def add_arguments(cls, group):
@@ -301,12 +308,14 @@ class BalloonCollector(Collector):
                                   on_update=self._on_update, on_delete=self._on_delete)
         self.classes = kube.Informer(self.client, kube.PRIORITY_CLASSES)
         self.nodes = kube.Informer(self.client, kube.NODES, transform=_node_allocatable)
-        self.informers = [self.pods, self.classes, self.nodes]
-        self._summary = None
+        self._informers = [self.pods, self.classes, self.nodes]
 
     def start(self):
-        for informer in self.informers:
+        for informer in self._informers:
             informer.start()
+
+    def informers(self):
+        return list(self._informers)
 
     # ---- preemptions, from the pods informer's thread --------------------------------
     def _on_update(self, old, new):
@@ -347,54 +356,61 @@ class BalloonCollector(Collector):
         """Distinct node allocatable vectors (node pools share a few shapes)."""
         return [dict(shape) for shape in {node["allocatable"] for node in self.nodes.items()}]
 
-    def collect(self):
+    def observe(self) -> BalloonState:
         deadline = time.monotonic() + SYNC_WAIT_SECONDS
-        for informer in self.informers:
+        for informer in self._informers:
             if not informer.wait_synced(max(0.0, deadline - time.monotonic())):
                 raise RuntimeError(f"no {informer.resource.plural} from the API server yet")
         s = summarize(self.pods.items(), self.classes.items(), self._allocatables(),
                       time.time(), self.cutoff)
         with self._lock:
             preemptions = self._preemptions
-        self._summary = s
-        yield from families(s, preemptions)
+        return BalloonState(s, preemptions, self.selector, self.cutoff)
 
-    def findings(self):
-        s = self._summary
-        if s is None:
-            return []
-        out = []
-        if s.total == 0:
-            out.append(Finding("warning", f"--balloon.selector {self.selector!r} matches no pods",
-                               "Check the selector against the balloon Deployment's pod labels "
-                               "(kubectl get pods -A -l SELECTOR)."))
-            return out
-        if s.unreadable:
-            out.append(Finding("warning", f"{s.unreadable} balloon pod(s) could not be read and "
-                                          "are left out of the metrics",
-                               "Run with --log.level debug to see which and why."))
-        for reason, count in s.misconfigured.items():
-            if count:
-                out.append(Finding("critical" if reason != "priority_class_missing" else "warning",
-                                   f"{count} balloon pod(s): {REASONS[reason]}",
-                                   _ADVICE[reason].format(cutoff=self.cutoff)))
-        if s.pending_oldest > PENDING_WARN_SECONDS:
-            out.append(Finding(
-                "warning", f"a balloon has waited {s.pending_oldest / 60:.0f} min for a node",
-                "The autoscaler is not adding nodes for it: check its logs, node group limits "
-                "and cloud quotas."))
-        if s.phases["Running"] == 0:
-            out.append(Finding("warning", "no balloon is Running: there is no headroom",
-                               "Real pods will wait for new nodes until balloons run again."))
-        cpu = s.reserved.get("cpu", 0)
-        out.append(Finding("info", f"{s.phases['Running']} balloon(s) Running on {s.nodes} "
-                                   f"node(s), holding {float(cpu):g} CPU"))
-        return out
+    @staticmethod
+    def families(state: BalloonState):
+        return families(state.summary, state.preemptions)
+
+    @staticmethod
+    def advise(state: BalloonState):
+        return advise(state)
 
     def close(self):
-        for informer in self.informers:
+        for informer in self._informers:
             informer.stop()
         self.client.close()
+
+
+def advise(state: BalloonState) -> list[Finding]:
+    """What `check` says about the balloons."""
+    s = state.summary
+    out = []
+    if s.total == 0:
+        out.append(Finding("warning", f"--balloon.selector {state.selector!r} matches no pods",
+                           "Check the selector against the balloon Deployment's pod labels "
+                           "(kubectl get pods -A -l SELECTOR)."))
+        return out
+    if s.unreadable:
+        out.append(Finding("warning", f"{s.unreadable} balloon pod(s) could not be read and "
+                                      "are left out of the metrics",
+                           "Run with --log.level debug to see which and why."))
+    for reason, count in s.misconfigured.items():
+        if count:
+            out.append(Finding("critical" if reason != "priority_class_missing" else "warning",
+                               f"{count} balloon pod(s): {REASONS[reason]}",
+                               _ADVICE[reason].format(cutoff=state.cutoff)))
+    if s.pending_oldest > PENDING_WARN_SECONDS:
+        out.append(Finding(
+            "warning", f"a balloon has waited {s.pending_oldest / 60:.0f} min for a node",
+            "The autoscaler is not adding nodes for it: check its logs, node group limits "
+            "and cloud quotas."))
+    if s.phases["Running"] == 0:
+        out.append(Finding("warning", "no balloon is Running: there is no headroom",
+                           "Real pods will wait for new nodes until balloons run again."))
+    cpu = s.reserved.get("cpu", 0)
+    out.append(Finding("info", f"{s.phases['Running']} balloon(s) Running on {s.nodes} "
+                               f"node(s), holding {float(cpu):g} CPU"))
+    return out
 
 
 _ADVICE = {

@@ -56,17 +56,17 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from kube_scale_exporter.durations import duration
+from kube_scale_exporter.flagtypes import byte_size, duration, positive_int
 from kube_scale_exporter.etcd.client import EtcdError, TLSFiles, new_session
 from kube_scale_exporter.etcd.cluster import ClusterState, EtcdCluster
 from kube_scale_exporter.etcd.keys import count_resources
-from kube_scale_exporter.registry import Collector, Finding, UsageError, register
+from kube_scale_exporter.registry import Collector, Finding, HostPath, Needs, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +84,6 @@ NEAR_QUOTA_WARNING, NEAR_QUOTA_CRITICAL = 0.6, 0.8
 # check: free pages worth a defragment: a fifth of the quota and a third of the file.
 DEFRAG_OF_QUOTA, DEFRAG_OF_SIZE = 0.2, 0.33
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
-_SIZE = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti)?$")
-_UNITS = {None: 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
 
 
 def cluster_spec(value: str) -> tuple[str, tuple[str, ...]]:
@@ -109,20 +107,6 @@ def cluster_spec(value: str) -> tuple[str, tuple[str, ...]]:
     return name, endpoints
 
 
-def byte_size(value: str) -> int:
-    """Bytes as a whole number, optionally with Ki, Mi, Gi or Ti."""
-    match = _SIZE.match(value.strip())
-    if not match or int(match.group(1)) == 0:
-        raise argparse.ArgumentTypeError(f"expected bytes such as 8589934592 or 8Gi, got {value!r}")
-    return int(match.group(1)) * _UNITS[match.group(2)]
-
-
-def positive_int(value: str) -> int:
-    if not value.isdigit() or int(value) == 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number > 0, got {value!r}")
-    return int(value)
-
-
 def keys_prefix(value: str) -> str:
     if not value.startswith("/"):
         raise argparse.ArgumentTypeError(f"must start with /, got {value!r}")
@@ -138,7 +122,16 @@ def tls_files(args: argparse.Namespace) -> TLSFiles:
     return given
 
 
-@register
+@dataclass(frozen=True)
+class EtcdState:
+    """Every cluster's member status, the last key counts, and what the text needs."""
+
+    clusters: list[ClusterState]
+    keys: dict[str, tuple[dict[str, int], float]]
+    keys_interval: float
+    tls: TLSFiles
+
+
 class EtcdCollector(Collector):
     """See the module docstring for the exposition."""
 
@@ -147,6 +140,14 @@ class EtcdCollector(Collector):
     default_enabled = False
     help = ("etcd database size against its quota, alarms, leader, keys per resource. "
             "On when --etcd.cluster or --etcd.local is given.")
+    # Node mode runs beside a kubeadm etcd member with its healthcheck client pair (0600,
+    # owned by root; never the CA key or the peer/server keys). Cluster mode reads remote
+    # members; certificates, if any, come from a Secret the user mounts (docs/deploy.md).
+    needs = {"node": Needs(
+        host_paths=(HostPath("etcd-ca-crt", KUBEADM_TLS.ca, "File"),
+                    HostPath("etcd-healthcheck-client-crt", KUBEADM_TLS.cert, "File"),
+                    HostPath("etcd-healthcheck-client-key", KUBEADM_TLS.key, "File")),
+        file_owner_root=True, args=("--etcd.local",))}
 
     @classmethod
     def add_arguments(cls, group):
@@ -295,17 +296,24 @@ class EtcdCollector(Collector):
             with self._lock:
                 self._keys[cluster.name] = (counts, time.time())
 
-    def collect(self) -> Iterable[Metric]:
+    def observe(self) -> EtcdState:
         states = self.states()
         if not any(s.up for s in states):
             raise EtcdError("; ".join(f"{s.name}: {s.error}" for s in states))
-        return exposition(states, self.keys(), self.keys_interval)
+        return EtcdState(states, self.keys(), self.keys_interval, self.tls)
 
-    def findings(self) -> list[Finding]:
+    @staticmethod
+    def families(state: EtcdState) -> list[Metric]:
+        return exposition(state.clusters, state.keys, state.keys_interval)
+
+    @staticmethod
+    def advise(state: EtcdState) -> list[Finding]:
+        return advise(state.clusters, state.keys, state.tls)
+
+    def wait_ready(self) -> None:
+        # `check` runs once, right after start(): let the first key count finish.
         if self._thread is not None:
-            # `check` runs once, right after start(): let the first key count finish.
             self._keys_counted.wait(timeout=10 * self.args.etcd_timeout)
-        return advise(self.states(), self.keys(), self.tls)
 
 
 def exposition(states: list[ClusterState], keys: dict[str, tuple[dict[str, int], float]],

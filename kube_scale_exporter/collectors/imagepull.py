@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -58,15 +57,12 @@ from kube_scale_exporter.containerd.client import (
     socket_path,
 )
 from kube_scale_exporter.containerd.reference import Reference, parse
-from kube_scale_exporter.durations import duration
-from kube_scale_exporter.registry import Collector, Finding, UsageError, register
+from kube_scale_exporter.flagtypes import duration
+from kube_scale_exporter.registry import Collector, Finding, HostPath, Needs, UsageError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
-# All the API access it needs; the tests run it as a service account bound to exactly
-# these. The watch is filtered to this node's pods, which RBAC cannot express.
-RBAC_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
 # Waiting reasons that do not mean "needs its image now": the container waits for the
 # pod's init containers, and the kubelet has not asked for its image yet.
 NOT_PULLING_YET = frozenset({"PodInitializing"})
@@ -360,7 +356,6 @@ def advise(state: PullState) -> list[Finding]:
 
 # ---- the collector ------------------------------------------------------------------
 
-@register
 class ImagePullCollector(Collector):
     """The `imagepull` collector; its exposition is in this module's docstring."""
 
@@ -370,6 +365,13 @@ class ImagePullCollector(Collector):
     default_condition = " where --containerd.address exists"
     help = ("Image pulls on this node from containerd (downloading, queued, stalled), the "
             "kubelet's pull settings and missing preloaded images.")
+    # The pod watch is filtered to this node's pods, which RBAC cannot express; containerd's
+    # socket is node root, so its group is all the pod joins (docs/deploy.md).
+    needs = {"node": Needs(
+        rbac_rules=({"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},),
+        host_paths=(HostPath("containerd-socket", DEFAULT_ADDRESS, "Socket"),
+                    HostPath("kubelet-config", DEFAULT_KUBELET_CONFIG, "File")),
+        socket_group=True)}
 
     @classmethod
     def add_arguments(cls, group):
@@ -432,9 +434,7 @@ class ImagePullCollector(Collector):
         self.manifests = None
         self.pods = None
         self.pods_error = None
-        self._state: PullState | None = None
         self._wanted_at: tuple = (None, None)
-        self._lock = threading.Lock()
 
     def start(self):
         self.pods, self.pods_error = start_pod_watch(self.args)
@@ -449,12 +449,6 @@ class ImagePullCollector(Collector):
                 lambda: client.content(pullmap.MANIFEST_FILTER))
             self.client = client
         return self.client
-
-    def collect(self):
-        state = self.observe()
-        with self._lock:
-            self._state = state
-        yield from families(state)
 
     def observe(self) -> PullState:
         client = self._containerd()
@@ -478,9 +472,11 @@ class ImagePullCollector(Collector):
             self._wanted_at = (version, images_wanted(self.pods.items()))
         return self._wanted_at[1]
 
-    def findings(self):
-        with self._lock:
-            return advise(self._state) if self._state else []
+    families = staticmethod(families)
+    advise = staticmethod(advise)
+
+    def informers(self):
+        return [self.pods] if self.pods is not None else []
 
     def close(self):
         if self.pods is not None:

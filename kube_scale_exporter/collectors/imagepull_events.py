@@ -26,16 +26,15 @@ import bisect
 import re
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime
 
 from prometheus_client.core import HistogramMetricFamily
 
 from kube_scale_exporter import kube
 from kube_scale_exporter.durations import go_duration
-from kube_scale_exporter.registry import Collector, UsageError, register
+from kube_scale_exporter.registry import Collector, Needs, UsageError
 
-# All the API access it needs; the tests run it as a service account bound to exactly these.
-RBAC_RULES = [{"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]}]
 # A scrape right after start (as in `check`) waits this long for the first list.
 SYNC_WAIT_SECONDS = 5.0
 # From a fast local pull to the 30-minute pull of a 17 GB image.
@@ -70,14 +69,25 @@ class Histogram:
             self.counts[bisect.bisect_left(self.bounds, value)] += times
             self.sum += value * times
 
-    def family(self, name: str, doc: str) -> HistogramMetricFamily:
+    def snapshot(self) -> HistogramSnapshot:
         with self._lock:
-            counts, total = list(self.counts), self.sum
+            return HistogramSnapshot(self.bounds, tuple(self.counts), self.sum)
+
+
+@dataclass(frozen=True)
+class HistogramSnapshot:
+    """A histogram's counts per bucket (not cumulative) and sum at one moment."""
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]
+    sum: float
+
+    def family(self, name: str, doc: str) -> HistogramMetricFamily:
         cumulative, running = [], 0
-        for bound, count in zip((*map(str, self.bounds), "+Inf"), counts):
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts):
             running += count
             cumulative.append((bound, running))
-        return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=total)
+        return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=self.sum)
 
 
 def event_summary(event: dict) -> dict:
@@ -117,18 +127,27 @@ class PulledEvents:
         # The kubelet folds an identical repeat into the same event, raising its count.
         self._observe(new, (new.get("count") or 1) - (old.get("count") or 1))
 
-    def families(self):
-        return [
-            self.duration.family("kubescale_image_pull_duration_seconds",
-                                 "Image pull time reported by kubelet Pulled events "
-                                 "(download only)."),
-            self.queue_wait.family("kubescale_image_pull_queue_wait_seconds",
-                                   "Time pulls waited in the kubelet's pull queue before "
-                                   "downloading (Pulled events)."),
-        ]
+    def snapshot(self) -> PulledState:
+        return PulledState(self.duration.snapshot(), self.queue_wait.snapshot())
 
 
-@register
+@dataclass(frozen=True)
+class PulledState:
+    duration: HistogramSnapshot
+    queue_wait: HistogramSnapshot
+
+
+def families(state: PulledState) -> list[HistogramMetricFamily]:
+    return [
+        state.duration.family("kubescale_image_pull_duration_seconds",
+                              "Image pull time reported by kubelet Pulled events "
+                              "(download only)."),
+        state.queue_wait.family("kubescale_image_pull_queue_wait_seconds",
+                                "Time pulls waited in the kubelet's pull queue before "
+                                "downloading (Pulled events)."),
+    ]
+
+
 class ImagePullEventsCollector(Collector):
     """Pull-time and queue-wait histograms; the exposition is in this module's docstring."""
 
@@ -137,6 +156,8 @@ class ImagePullEventsCollector(Collector):
     default_enabled = False
     help = ("Histograms of image pull time and kubelet pull-queue wait from Pulled events "
             "(one cluster-wide watch, reason=Pulled).")
+    needs = {"cluster": Needs(rbac_rules=(
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},))}
 
     @classmethod
     def validate(cls, args):
@@ -157,10 +178,15 @@ class ImagePullEventsCollector(Collector):
     def start(self):
         self.informer.start()
 
-    def collect(self):
+    def observe(self) -> PulledState:
         if not self.informer.wait_synced(SYNC_WAIT_SECONDS):
             raise RuntimeError("no Pulled events from the API server yet")
-        yield from self.events.families()
+        return self.events.snapshot()
+
+    families = staticmethod(families)
+
+    def informers(self):
+        return [self.informer]
 
     def close(self):
         self.informer.stop()

@@ -24,15 +24,16 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from typing import Iterable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from kube_scale_exporter.cli import non_negative_int
+from kube_scale_exporter.flagtypes import non_negative_int
 from kube_scale_exporter.netlink.neighbor import (NeighborCount, NeighborTable, count_entries,
-                                       host_gc_eligible, read_tables)
+                                                  host_gc_eligible, read_tables)
 from kube_scale_exporter.netlink.route import RouteSocket
-from kube_scale_exporter.registry import Collector, Finding, register
+from kube_scale_exporter.registry import Collector, Finding
 
 SYSCTL_PREFIX = {"ipv4": "net.ipv4.neigh.default", "ipv6": "net.ipv6.neigh.default"}
 PROC_STAT_FILE = {"ipv4": "arp_cache", "ipv6": "ndisc_cache"}
@@ -55,7 +56,17 @@ COUNTERS = (
 HEADROOM = 2
 
 
-@register
+@dataclass(frozen=True)
+class NeighborState:
+    """One read of the tables; `counts` (a dump) only when `check` runs."""
+
+    tables: Mapping[str, NeighborTable]
+    discards: Mapping[str, int]
+    counts: Mapping[str, NeighborCount]
+    expected_peers: int
+    in_host_netns: bool
+
+
 class NeighborCollector(Collector):
     name = "neighbor"
     modes = frozenset({"node"})
@@ -76,18 +87,29 @@ class NeighborCollector(Collector):
         super().__init__(args)
         self._procfs = args.procfs
         self._expected_peers = args.neighbor_expected_peers
+        # Only `check` pays for a dump (O(table size)); scrapes stay O(1).
+        self._dump = args.check
         self._sock = RouteSocket()
-        self._tables: dict[str, NeighborTable] = {}
 
-    def collect(self) -> Iterable[Metric]:
-        self._tables = read_tables(self._sock)
-        if not self._tables:
+    def observe(self) -> NeighborState:
+        tables = read_tables(self._sock)
+        if not tables:
             raise RuntimeError("the kernel reported no arp_cache or ndisc_cache table")
-        return table_families(self._tables, read_unresolved_discards(self._procfs))
+        return NeighborState(
+            tables=tables,
+            discards=read_unresolved_discards(self._procfs),
+            counts=count_entries(self._sock) if self._dump else {},
+            expected_peers=self._expected_peers,
+            in_host_netns=os.path.isdir(
+                os.path.join(self._procfs, "sys/net/ipv4/neigh/default")))
 
-    def findings(self) -> list[Finding]:
-        in_host_netns = os.path.isdir(os.path.join(self._procfs, "sys/net/ipv4/neigh/default"))
-        return advise(self._tables, count_entries(self._sock), self._expected_peers, in_host_netns)
+    @staticmethod
+    def families(state: NeighborState) -> list[Metric]:
+        return table_families(state.tables, state.discards)
+
+    @staticmethod
+    def advise(state: NeighborState) -> list[Finding]:
+        return advise(state.tables, state.counts, state.expected_peers, state.in_host_netns)
 
     def close(self) -> None:
         self._sock.close()

@@ -17,17 +17,19 @@ GC-eligible anyway. This is the figure to divide by kubescale_neighbor_gc_thresh
 from __future__ import annotations
 
 import argparse
-from typing import Iterable, Mapping
+from collections.abc import Mapping
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kube_scale_exporter.netlink.neighbor import (NeighborCount, NeighborTable, count_entries,
-                                       host_gc_eligible, read_tables)
+                                                  host_gc_eligible, read_tables)
 from kube_scale_exporter.netlink.route import RouteSocket
-from kube_scale_exporter.registry import Collector, register
+from kube_scale_exporter.registry import Collector
+
+# One read of the tables and one dump of this namespace's entries.
+NeighborCounts = tuple[Mapping[str, NeighborTable], Mapping[str, NeighborCount]]
 
 
-@register
 class NeighborGCCollector(Collector):
     name = "neighbor_gc"
     modes = frozenset({"node"})
@@ -41,11 +43,15 @@ class NeighborGCCollector(Collector):
         super().__init__(args)
         self._sock = RouteSocket()
 
-    def collect(self) -> Iterable[Metric]:
+    def observe(self) -> NeighborCounts:
         tables = read_tables(self._sock)
         if not tables:
             raise RuntimeError("the kernel reported no arp_cache or ndisc_cache table")
-        return count_families(tables, count_entries(self._sock))
+        return tables, count_entries(self._sock)
+
+    @staticmethod
+    def families(state: NeighborCounts) -> list[Metric]:
+        return count_families(*state)
 
     def close(self) -> None:
         self._sock.close()

@@ -24,9 +24,9 @@ The whole interface a collector needs:
   and PRIORITY_CLASSES are predefined.
 - `health_families(informers)`: kubescale_kube_watch_up{resource},
   kubescale_kube_last_sync_age_seconds{resource}, kubescale_kube_relists_total{resource},
-  informers of one resource reported together. Every scrape carries them for
-  `live_informers()` (every started informer of the process; kube_scale_exporter/scrape.py), so
-  collectors never yield them and they are there even when a collector fails.
+  informers of one resource reported together. `watch_health(collectors)` is the scrape
+  source the CLI hands the Scraper: every scrape carries the health of the informers the
+  collectors return from `informers()`, even when a collector fails.
 - `parse_quantity`, `pod_requests`: resource quantities as exact Decimals.
 - `KubeClient.get(path, params)` for a one-off read (e.g. /version); scrapes must not use it.
 
@@ -37,14 +37,13 @@ Errors retry with `Backoff`: 0.5-1 s, doubling per consecutive failure, at most 
 from .client import ApiError, Gone, KubeClient
 from .config import ConfigError, KubeConfig, load
 from .flags import add_arguments, client_from_args
-from .health import health_families
-from .informer import (NODES, PODS, PRIORITY_CLASSES, Backoff, Informer, Resource, for_node,
-                       live_informers)
+from .health import health_families, watch_health
+from .informer import NODES, PODS, PRIORITY_CLASSES, Backoff, Informer, Resource, for_node
 from .quantity import parse_quantity, pod_requests
 
 __all__ = [
     "ApiError", "Backoff", "ConfigError", "Gone", "Informer", "KubeClient", "KubeConfig",
     "NODES", "PODS", "PRIORITY_CLASSES", "Resource", "add_arguments", "client_from_args",
-    "for_node", "health_families", "live_informers", "load", "parse_quantity",
-    "pod_requests",
+    "for_node", "health_families", "load", "parse_quantity",
+    "pod_requests", "watch_health",
 ]

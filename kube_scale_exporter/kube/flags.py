@@ -2,14 +2,10 @@
 import argparse
 import os
 
+from kube_scale_exporter.flagtypes import existing_file
+
 from .client import KubeClient
 from .config import load
-
-
-def existing_file(value: str) -> str:
-    if not os.path.isfile(value):
-        raise argparse.ArgumentTypeError(f"no such file: {value!r}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""The informers' own health, as metric families a collector yields next to its own.
+"""The informers' own health: metric families that every scrape carries for the process.
 
     # HELP kubescale_kube_watch_up 1 when the informer's list+watch is established.
     # TYPE kubescale_kube_watch_up gauge
@@ -12,9 +12,21 @@
 
 `resource` is the plural of the resource, a bounded set. Informers of the same resource
 are reported together: up only if all are, the oldest sync, the sum of relists. Before
-its first sync an informer has no age (there is nothing to be old).
+its first sync an informer has no age (there is nothing to be old). The series come with
+every scrape, not with the collector that reads the watch, so they are there even while
+that collector fails.
 """
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+
+def watch_health(collectors):
+    """A scrape source: the health of every informer the collectors run (none: no series)."""
+
+    def families():
+        informers = [i for c in collectors for i in c.informers()]
+        return health_families(informers) if informers else []
+
+    return families
 
 
 def health_families(informers):

@@ -78,17 +78,6 @@ class Backoff:
         self._failures = 0
 
 
-# Every started, not yet stopped informer of the process: one collector exports the
-# health of all of them (a scrape may hold each metric family once).
-_LIVE = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def live_informers() -> list:
-    with _LIVE_LOCK:
-        return list(_LIVE)
-
-
 def object_key(obj) -> str:
     meta = obj.get("metadata", {})
     ns = meta.get("namespace")
@@ -162,14 +151,10 @@ class Informer:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, daemon=True,
                                             name=f"informer-{self.resource.plural}")
-            with _LIVE_LOCK:
-                _LIVE.add(self)
             self._thread.start()
         return self
 
     def stop(self, timeout=5.0):
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
         self._stop.set()
         watch = self._watch
         if watch is not None:

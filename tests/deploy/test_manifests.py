@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from kube_scale_exporter.cli import DEFAULT_PORT, build_parser
-from kube_scale_exporter.registry import registered
+from kube_scale_exporter.collectors import COLLECTORS
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
 from testbed.prometheus import PrometheusServer
@@ -116,7 +116,7 @@ def test_a_web_config_secret_switches_flags_probes_and_monitors_to_https():
 def test_every_registered_collector_has_an_entry_for_each_of_its_modes():
     # A new collector must say what it mounts and reads before it can be deployed.
     values = generate.load_values(os.path.join(DEPLOY, "values.yaml"))
-    for name, cls in registered().items():
+    for name, cls in {c.name: c for c in COLLECTORS}.items():
         for mode in cls.modes:
             generate.needs(name, mode, values)
 
@@ -125,7 +125,7 @@ def test_every_registered_collector_has_an_entry_for_each_of_its_modes():
 
 def test_container_flags_are_the_cli_s_own(manifests):
     parser = build_parser()
-    known = registered()
+    known = {c.name: c for c in COLLECTORS}
     for name, pod in pod_templates(manifests).items():
         [c] = pod["containers"]
         args = parser.parse_args(c["args"])  # exits 2 on a flag the CLI does not have

@@ -6,6 +6,7 @@ import pytest
 from kube_scale_exporter.cli import parse
 from kube_scale_exporter.scrape import Scraper
 from testbed.etcd_server import EtcdServer, start_cluster
+from testbed.metrics import collect
 
 VERSIONS = ["3.4", "3.5"]
 
@@ -59,7 +60,7 @@ def samples(collector_or_families):
     """{(name, frozenset(labels.items())): value} of one collect()."""
     families = collector_or_families
     if hasattr(collector_or_families, "collect"):
-        families = list(collector_or_families.collect())
+        families = collect(collector_or_families)
     return {(s.name, frozenset(s.labels.items())): s.value for f in families for s in f.samples}
 
 
@@ -72,7 +73,7 @@ def scrape_text(scraper: Scraper, timeout: float) -> str:
 
     class Families:
         def collect(self):
-            return scraper.scrape(timeout)
+            return scraper.scrape(timeout).families
 
     return generate_latest(Families()).decode()
 

@@ -5,6 +5,7 @@ import time
 
 from tests.etcd.conftest import samples, value
 from testbed.etcd_server import etcd_metric, etcdctl_binary, put_many
+from testbed.metrics import collect
 
 MiB = 1024 * 1024
 
@@ -50,14 +51,14 @@ def test_status_is_cached_for_min_interval(etcd_factory, collector_factory):
     collector = collector_factory("--etcd.cluster", f"main={etcd.client_url}",
                                   "--etcd.min-interval", "1")
     cluster = collector.clusters[0]
-    list(collector.collect())
+    collect(collector)
     one_refresh = cluster.requests_sent()
     assert one_refresh == 4  # member list, alarm list, status, /metrics for the quota
     for _ in range(20):
-        list(collector.collect())
+        collect(collector)
     assert cluster.requests_sent() == one_refresh
     time.sleep(1.05)
-    list(collector.collect())
+    collect(collector)
     # The quota is read again only once per --etcd.keys-interval.
     assert cluster.requests_sent() == one_refresh + 3
 
@@ -98,7 +99,7 @@ def test_nospace_alarm_then_compact_defrag_disarm_clears_it(etcd_factory, collec
     full = value(found, "kubescale_etcd_db_size_bytes", **member)
     # etcd refuses the put that would cross the quota, so the file stops just short of it.
     assert full > 0.9 * 16 * MiB and value(found, "kubescale_etcd_quota_bytes", **member) == 16 * MiB
-    alarm = [f for f in collector.findings() if "alarm NOSPACE" in f.summary]
+    alarm = [f for f in collector.advise(collector.observe()) if "alarm NOSPACE" in f.summary]
     assert alarm and alarm[0].severity == "critical"
 
     # Run the finding's advice as printed, with the real etcdctl.
@@ -112,7 +113,7 @@ def test_nospace_alarm_then_compact_defrag_disarm_clears_it(etcd_factory, collec
     after = value(found, "kubescale_etcd_db_size_bytes", **member)
     assert after < full / 4
     assert after == etcd_metric(session, etcd.client_url, "etcd_mvcc_db_total_size_in_bytes")
-    assert not [f for f in collector.findings() if f.severity == "critical"]
+    assert not [f for f in collector.advise(collector.observe()) if f.severity == "critical"]
     reply = session.post(etcd.client_url + "/v3/kv/put", json={"key": _b64("/k"), "value": _b64("v")})
     assert reply.ok, reply.text  # writes are accepted again
 
@@ -131,7 +132,7 @@ def test_fragmentation_worth_a_defrag_is_reported(etcd_factory, collector_factor
     size = value(found, "kubescale_etcd_db_size_bytes", **member)
     in_use = value(found, "kubescale_etcd_db_size_in_use_bytes", **member)
     assert size - in_use > 8 * MiB
-    defrag = [f for f in collector.findings() if "defragment returns" in f.summary]
+    defrag = [f for f in collector.advise(collector.observe()) if "defragment returns" in f.summary]
     assert defrag and "etcdctl" in defrag[0].advice and "defrag" in defrag[0].advice
 
 

@@ -11,6 +11,7 @@ import pytest
 from tests.etcd.conftest import samples, value
 from testbed.etcd_server import put_many
 from testbed.faultproxy import FaultProxy
+from testbed.metrics import collect
 
 MEMBER = {"etcd_cluster": "main", "member": "default"}
 
@@ -34,7 +35,7 @@ def test_quota_falls_back_to_the_flag_when_metrics_fail_then_returns(proxied, co
     assert proxy.count(r"^/metrics", 500) == 1
     proxy.clear()
     time.sleep(0.15)
-    list(collector.collect())
+    collect(collector)
     assert proxy.count(r"^/metrics") == 1  # the failed read is not retried every refresh
     time.sleep(0.5)
     found = samples(collector)
@@ -47,7 +48,7 @@ def test_status_error_marks_the_member_down_with_etcds_answer(proxied, collector
     proxy.inject(r"^/v3/maintenance/status", status=503, body=b'{"message":"etcdserver: leader changed"}')
     collector = collector_factory("--etcd.local", f"main={proxy.url}", "--etcd.min-interval", "0.1", mode="node")
     with pytest.raises(Exception, match="HTTP 503: etcdserver: leader changed"):
-        list(collector.collect())
+        collect(collector)
     proxy.clear()
     time.sleep(0.15)
     assert value(samples(collector), "kubescale_etcd_member_up", **MEMBER) == 1
@@ -93,5 +94,5 @@ def test_corrupt_alarm_is_reported_and_not_to_be_disarmed(proxied, collector_fac
     found = samples(collector)
     assert value(found, "kubescale_etcd_alarm_active", alarm="CORRUPT", **MEMBER) == 1
     assert value(found, "kubescale_etcd_alarm_active", alarm="NOSPACE", **MEMBER) == 0
-    advice = [f for f in collector.findings() if "alarm CORRUPT" in f.summary]
+    advice = [f for f in collector.advise(collector.observe()) if "alarm CORRUPT" in f.summary]
     assert advice and advice[0].severity == "critical" and "Do not disarm" in advice[0].advice

@@ -41,10 +41,10 @@ def test_two_clusters_with_key_counts_per_resource(etcd_factory, collector_facto
         assert value(found, "kubescale_etcd_member_up", etcd_cluster=cluster, member=member) == 1
         assert value(found, "kubescale_etcd_keys_refresh_timestamp_seconds", etcd_cluster=cluster) > 1.7e9
     # Main holds no events: nothing to advise. Then events land in main: advice.
-    assert not [f for f in collector.findings() if "events" in f.summary and f.actionable]
+    assert not [f for f in collector.advise(collector.observe()) if "events" in f.summary and f.actionable]
     put_many(main.session(), main.client_url, kube_keys({"events": 50}))
     collector.count_keys()
-    advice = [f for f in collector.findings() if "event keys" in f.summary]
+    advice = [f for f in collector.advise(collector.observe()) if "event keys" in f.summary]
     assert len(advice) == 1 and "--etcd-servers-overrides=/events#" in advice[0].advice
     assert "etcd main" in advice[0].summary
 

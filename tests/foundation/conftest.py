@@ -19,18 +19,24 @@ class Scripted(Collector):
         self.calls = 0
         self._findings = list(findings)
 
-    def collect(self):
+    def observe(self):
         self.calls += 1
         if self.hang.is_set():
             self.release.wait(30)
         if self.error:
             raise self.error
-        g = GaugeMetricFamily(f"kubescale_test_{self.name}", "A test value.")
-        g.add_metric([], self.value)
-        yield g
+        return (self.name, self.value, self._findings)
 
-    def findings(self):
-        return self._findings
+    @staticmethod
+    def families(state):
+        name, value, _ = state
+        g = GaugeMetricFamily(f"kubescale_test_{name}", "A test value.")
+        g.add_metric([], value)
+        return [g]
+
+    @staticmethod
+    def advise(state):
+        return state[2]
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import time
 import pytest
 import requests
 
+from kube_scale_exporter.collectors import COLLECTORS
 from testbed.metrics import parse_exposition
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
@@ -42,11 +43,9 @@ def test_bad_flags_exit_2_naming_the_flag(flags, named):
 
 
 def test_help_lists_every_collector_flag():
-    from kube_scale_exporter.registry import registered
-
     text = run("--help").stdout
-    for name in registered():
-        assert f"--collector.{name}" in text and f"--no-collector.{name}" in text
+    for cls in COLLECTORS:
+        assert f"--collector.{cls.name}" in text and f"--no-collector.{cls.name}" in text
 
 
 def test_port_in_use_exits_2_naming_the_flag(tmp_path):

@@ -8,7 +8,7 @@ from testbed.metrics import sample, wait_until
 
 def test_all_collectors_succeed_and_report_their_series(scripted):
     a, b = scripted("a", value=3.0), scripted("b", value=4.0)
-    families = Scraper([a, b]).scrape(timeout=2)
+    families = Scraper([a, b]).scrape(timeout=2).families
     assert sample(families, "kubescale_scrape_collector_success", collector="a") == 1.0
     assert sample(families, "kubescale_scrape_collector_success", collector="b") == 1.0
     assert sample(families, "kubescale_test_a") == 3.0
@@ -21,7 +21,7 @@ def test_a_raising_collector_fails_alone_then_recovers(scripted):
     bad, good = scripted("bad"), scripted("good", value=7.0)
     scraper = Scraper([bad, good])
     bad.error = OSError("backend down")
-    families = scraper.scrape(timeout=2)
+    families = scraper.scrape(timeout=2).families
     assert sample(families, "kubescale_scrape_collector_success", collector="bad") == 0.0
     assert sample(families, "kubescale_scrape_collector_success", collector="good") == 1.0
     assert sample(families, "kubescale_test_good") == 7.0
@@ -29,7 +29,7 @@ def test_a_raising_collector_fails_alone_then_recovers(scripted):
     assert "backend down" in scraper.last_error("bad")
 
     bad.error = None
-    families = scraper.scrape(timeout=2)
+    families = scraper.scrape(timeout=2).families
     assert sample(families, "kubescale_scrape_collector_success", collector="bad") == 1.0
     assert scraper.last_error("bad") is None
 
@@ -39,21 +39,21 @@ def test_a_hung_collector_times_out_and_is_not_started_twice(scripted):
     scraper = Scraper([hung, good])
     hung.hang.set()
     start = time.monotonic()
-    families = scraper.scrape(timeout=0.3)
+    families = scraper.scrape(timeout=0.3).families
     took = time.monotonic() - start
     assert took < 1.5, f"scrape took {took:.2f}s with a 0.3s deadline"
     assert sample(families, "kubescale_scrape_collector_success", collector="hung") == 0.0
     assert sample(families, "kubescale_scrape_collector_duration_seconds", collector="hung") >= 0.3
     assert sample(families, "kubescale_scrape_collector_success", collector="good") == 1.0
 
-    families = scraper.scrape(timeout=0.3)
+    families = scraper.scrape(timeout=0.3).families
     assert hung.calls == 1, "a collector still running must not be started again"
     assert "timed out" in scraper.last_error("hung")
     assert sample(families, "kubescale_scrape_collector_success", collector="good") == 1.0
 
     hung.hang.clear()
     hung.release.set()
-    assert wait_until(lambda: sample(scraper.scrape(timeout=1), "kubescale_scrape_collector_success",
+    assert wait_until(lambda: sample(scraper.scrape(timeout=1).families, "kubescale_scrape_collector_success",
                                      collector="hung") == 1.0)
 
 
@@ -62,7 +62,7 @@ def test_concurrent_scrapes_share_one_run(scripted):
     slow.hang.set()
     scraper = Scraper([slow])
     results = []
-    threads = [threading.Thread(target=lambda: results.append(scraper.scrape(timeout=5)))
+    threads = [threading.Thread(target=lambda: results.append(scraper.scrape(timeout=5).families))
                for _ in range(4)]
     for t in threads:
         t.start()

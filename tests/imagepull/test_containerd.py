@@ -9,13 +9,13 @@ import pytest
 
 from kube_scale_exporter.containerd.client import ContainerdError
 from kube_scale_exporter.scrape import Scraper
-from testbed.metrics import sample
+from testbed.metrics import collect, sample
 
 MiB = 1 << 20
 
 
 def scrape(collector):
-    return list(collector.collect())
+    return collect(collector)
 
 
 def value(collector, name):
@@ -112,7 +112,7 @@ def test_killed_client_leaves_a_stalled_pull(containerd, registry, proxy, make_c
                        "stalled")
     assert sample(stalled, "kubescale_image_pull_downloaded_bytes") == left
     assert sample(stalled, "kubescale_image_pull_oldest_seconds") >= 1.5
-    advice = c.findings()
+    advice = c.advise(c.observe())
     assert any(f.severity == "warning" and "no progress" in f.summary for f in advice), advice
 
 
@@ -126,7 +126,7 @@ def test_preload_missing_counts_absent_images(containerd, registry, proxy, make_
     assert value(c, "kubescale_image_preload_missing") == 2
     containerd.ctr("content", "fetch", "--plain-http", present)
     assert value(c, "kubescale_image_preload_missing") == 1
-    warning = [f for f in c.findings() if "baked into this node" in f.summary]
+    warning = [f for f in c.advise(c.observe()) if "baked into this node" in f.summary]
     assert warning and absent in warning[0].advice and present not in warning[0].advice
 
 
@@ -139,13 +139,13 @@ def test_missing_socket_fails_alone_with_a_clear_error_and_recovers(make_collect
     with pytest.raises(ContainerdError, match=f"containerd socket {server.address} does not exist"):
         scrape(c)
     scraper = Scraper([c])
-    families = scraper.scrape(timeout=5)
+    families = scraper.scrape(timeout=5).families
     assert sample(families, "kubescale_scrape_collector_success", collector="imagepull") == 0
     assert "does not exist" in scraper.last_error("imagepull")
     server.start()
     try:
         # The same collector recovers on its own.
-        families = scraper.scrape(timeout=5)
+        families = scraper.scrape(timeout=5).families
         assert sample(families, "kubescale_scrape_collector_success", collector="imagepull") == 1
         assert sample(families, "kubescale_image_pulls_in_progress") == 0
     finally:
@@ -206,12 +206,12 @@ def test_a_hung_containerd_times_out_and_the_collector_recovers(containerd, make
     try:
         containerd.proc.pause()  # SIGSTOP: the socket accepts, nothing answers
         start = time.monotonic()
-        families = scraper.scrape(timeout=5)
+        families = scraper.scrape(timeout=5).families
         assert time.monotonic() - start < 2.0
         assert sample(families, "kubescale_scrape_collector_success", collector="imagepull") == 0
         assert "DEADLINE_EXCEEDED" in scraper.last_error("imagepull")
         containerd.proc.resume()
-        families = scraper.scrape(timeout=5)
+        families = scraper.scrape(timeout=5).families
         assert sample(families, "kubescale_scrape_collector_success", collector="imagepull") == 1
     finally:
         containerd.proc.resume()

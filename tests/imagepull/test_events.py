@@ -11,13 +11,13 @@ import pytest
 from kube_scale_exporter.cli import parse
 from kube_scale_exporter.durations import go_duration
 from kube_scale_exporter.collectors.imagepull_events import (
-    RBAC_RULES,
     ImagePullEventsCollector,
     PulledEvents,
+    families,
     parse_pulled,
 )
 from testbed.golden import assert_golden
-from testbed.metrics import sample
+from testbed.metrics import collect, sample
 
 
 @pytest.mark.parametrize("text,seconds", [("0", 0), ("0s", 0), ("812ms", 0.812),
@@ -65,14 +65,14 @@ def test_golden_exposition():
     repeated = event('Successfully pulled image "app:2" in 20s (20s including waiting)')
     events.on_add(repeated)
     events.on_update(repeated, dict(repeated, count=3))
-    assert_golden("imagepull_events", events.families())
+    assert_golden("imagepull_events", families(events.snapshot()))
 
 
 def test_events_from_before_the_start_do_not_count():
     events = PulledEvents(since=1_800_000_000.0)  # 2027-01-15T08:00:00Z
     events.on_add(event('Successfully pulled image "a" in 1s', created="2027-01-15T07:59:59Z"))
     events.on_add(event('Successfully pulled image "a" in 1s', created="2027-01-15T08:00:00Z"))
-    assert sample(events.families(), "kubescale_image_pull_duration_seconds_count") == 1
+    assert sample(families(events.snapshot()), "kubescale_image_pull_duration_seconds_count") == 1
 
 
 def post_event(api, ns, reason, message, count=1):
@@ -95,12 +95,12 @@ def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace,
     time.sleep(1.1)  # creationTimestamp has whole seconds
     args, classes = parse(["--mode", "cluster", "--collector.disable-defaults",
                            "--collector.imagepull_events", "--kube.kubeconfig",
-                           kubeconfig_for("imagepull-events", RBAC_RULES)])
+                           kubeconfig_for("imagepull-events", ImagePullEventsCollector.needs_in("cluster").rbac_rules)])
     assert classes == [ImagePullEventsCollector]
     c = ImagePullEventsCollector(args)
     c.start()
     try:
-        assert sample(list(c.collect()), "kubescale_image_pull_duration_seconds_count") == 0
+        assert sample(collect(c), "kubescale_image_pull_duration_seconds_count") == 0
         post_event(apiserver, namespace, "Pulled",
                    'Successfully pulled image "a" in 45s (3m0s including waiting)')
         post_event(apiserver, namespace, "Pulled", 'Successfully pulled image "b" in 2s')
@@ -112,7 +112,7 @@ def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace,
                                     {"count": 3})
         deadline = time.monotonic() + 10
         while True:
-            families = list(c.collect())
+            families = collect(c)
             if sample(families, "kubescale_image_pull_duration_seconds_count") == 5:
                 break
             assert time.monotonic() < deadline, [(s.name, s.value) for f in families

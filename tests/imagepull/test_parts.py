@@ -16,7 +16,7 @@ from kube_scale_exporter.containerd import wire
 from kube_scale_exporter.containerd.client import ContentInfo
 from kube_scale_exporter.containerd.pulls import ManifestIndex
 from kube_scale_exporter.containerd.reference import parse
-from kube_scale_exporter.durations import duration
+from kube_scale_exporter.flagtypes import duration
 
 # ---- wire ----------------------------------------------------------------------------
 

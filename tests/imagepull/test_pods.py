@@ -7,10 +7,10 @@ container statuses itself, as the kubelet would while it waits for images.
 import time
 import uuid
 
-from kube_scale_exporter.collectors.imagepull import RBAC_RULES
-from kube_scale_exporter.scrape import Scraper
+from kube_scale_exporter.collectors.imagepull import ImagePullCollector
+from kube_scale_exporter.cli import make_scraper
 from testbed.kube_apiserver import pod_manifest
-from testbed.metrics import sample
+from testbed.metrics import collect, sample
 
 NODE = "node-a"
 MiB = 1 << 20
@@ -42,7 +42,7 @@ def waiting_status(name, image, reason):
 def scrape_until(c, name, want, timeout=10.0):
     deadline = time.monotonic() + timeout
     while True:
-        families = list(c.collect())
+        families = collect(c)
         try:
             got = sample(families, name)
         except KeyError:
@@ -68,7 +68,7 @@ def test_queued_counts_images_neither_present_nor_downloading(
     kubelet = tmp_path / "kubelet.yaml"
     kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
     c = make_collector(containerd.address,
-                       "--kube.kubeconfig", kubeconfig_for("imagepull", RBAC_RULES),
+                       "--kube.kubeconfig", kubeconfig_for("imagepull", ImagePullCollector.needs_in("node").rbac_rules),
                        "--kube.node-name", NODE, "--kubelet.config-file", str(kubelet))
 
     scrape_until(c, "kubescale_image_pulls_queued", 0)
@@ -83,16 +83,16 @@ def test_queued_counts_images_neither_present_nor_downloading(
     families = scrape_until(c, "kubescale_image_pulls_queued", 2)
     assert sample(families, "kubescale_kubelet_serialize_image_pulls") == 1
     assert sample(families, "kubescale_image_pull_oldest_seconds") >= 0
-    assert sample(Scraper([c]).scrape(10), "kubescale_kube_watch_up", resource="pods") == 1
+    assert sample(make_scraper([c]).scrape(10).families, "kubescale_kube_watch_up", resource="pods") == 1
     # Nothing downloads yet: no pull to wait behind (the kubelet would be in back-off).
-    assert not [f for f in c.findings() if f.severity == "warning"]
+    assert not [f for f in c.advise(c.observe()) if f.severity == "warning"]
 
     fetch = containerd.fetch(slow, f"{workdir}/slow-{tag}.log")
     try:
         # Downloading now: no longer queued, counted in progress.
         families = scrape_until(c, "kubescale_image_pulls_queued", 1)
         assert sample(families, "kubescale_image_pulls_in_progress") == 1
-        advice = [f for f in c.findings() if f.severity == "warning"]
+        advice = [f for f in c.advise(c.observe()) if f.severity == "warning"]
         assert advice and "1 image(s) wait for a pull slot behind 1 pull(s)" in advice[0].summary
         assert "serializeImagePulls: false" in advice[0].advice
         assert fetch.popen.wait(60) == 0, fetch.log_tail()

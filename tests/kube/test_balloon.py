@@ -8,9 +8,8 @@ import time
 import pytest
 import requests
 
-from kube_scale_exporter.cli import parse
-from kube_scale_exporter.collectors.balloon import RBAC_RULES, BalloonCollector
-from kube_scale_exporter.scrape import Scraper
+from kube_scale_exporter.cli import make_scraper, parse
+from kube_scale_exporter.collectors.balloon import BalloonCollector
 from testbed.kube_apiserver import LIMITED_USER, pod_manifest
 from testbed.metrics import parse_exposition, sample, wait_until
 from testbed.ports import free_port
@@ -22,7 +21,7 @@ def grant_balloon_rbac(api):
     """Bind the collector's documented rules, and nothing else, to the limited user."""
     rbac = "/apis/rbac.authorization.k8s.io/v1"
     api.admin.request("POST", f"{rbac}/clusterroles",
-                      {"metadata": {"name": "kubescale-balloon"}, "rules": RBAC_RULES},
+                      {"metadata": {"name": "kubescale-balloon"}, "rules": list(BalloonCollector.needs_in("cluster").rbac_rules)},
                       ok=(201, 409))
     api.admin.request("POST", f"{rbac}/clusterrolebindings", {
         "metadata": {"name": "kubescale-balloon"},
@@ -98,7 +97,7 @@ def collector(cluster, tmp_path):
 
 def scrape(c):
     """One scrape as the exporter serves it: the collector's series and the watches' health."""
-    return Scraper([c]).scrape(10)
+    return make_scraper([c]).scrape(10).families
 
 
 def value(c, name, **labels):
@@ -233,21 +232,21 @@ def test_findings_for_check(balloons, collector):
              requests={"cpu": "1"})
     c = collector(b.selector)
     scrape(c)
-    found = {(f.severity, f.summary) for f in c.findings()}
+    found = {(f.severity, f.summary) for f in c.advise(c.observe())}
     assert ("critical", "1 balloon pod(s): priority below the autoscaler's "
             "--expendable-pods-priority-cutoff: it never adds a node for them") in found
     assert ("info", "1 balloon(s) Running on 1 node(s), holding 1 CPU") in found
     # With the autoscaler's cutoff set lower, the same balloon is fine.
     c2 = collector(b.selector, "--balloon.autoscaler-cutoff", "-100")
     scrape(c2)
-    assert not [f for f in c2.findings() if f.actionable]
+    assert not [f for f in c2.advise(c2.observe()) if f.actionable]
 
 
 def test_selector_matching_nothing_is_a_finding(balloons, collector):
     c = collector(f"balloon=nothing-{balloons.uniq}")
     assert value(c, "kubescale_balloon_pods", phase="Running") == 0
     assert value(c, "kubescale_balloon_pending_oldest_seconds") == 0
-    [finding] = c.findings()
+    [finding] = c.advise(c.observe())
     assert finding.severity == "warning" and "matches no pods" in finding.summary
 
 

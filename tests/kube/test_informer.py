@@ -401,7 +401,18 @@ def test_health_reports_informers_of_one_resource_together(apiserver, namespace,
     assert sample(fams, "kubescale_kube_watch_up", resource="pods") == 0  # not all up
     with pytest.raises(KeyError):  # one has never synced: no age to show
         sample(fams, "kubescale_kube_last_sync_age_seconds", resource="pods")
-    assert {good, dead} <= set(kube.live_informers())
-    dead.stop()
-    assert dead not in kube.live_informers() and good in kube.live_informers()
+    # The scrape source sees the informers the collectors hand it, each collector's own.
+    source = kube.watch_health([Watching(good), Watching(dead)])
+    assert sample(source(), "kubescale_kube_watch_up", resource="pods") == 0
+    assert kube.watch_health([Watching()])() == []  # no watch: no kube series at all
     assert sample(kube.health_families([good]), "kubescale_kube_watch_up", resource="pods") == 1
+
+
+class Watching:
+    """What a collector hands the scrape: the informers it runs."""
+
+    def __init__(self, *informers):
+        self._informers = list(informers)
+
+    def informers(self):
+        return self._informers

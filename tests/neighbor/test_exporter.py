@@ -95,14 +95,14 @@ def test_collector_recovers_when_netlink_comes_back(collectors):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (0, hard))
-        failed = scraper.scrape(timeout=5)
+        failed = scraper.scrape(timeout=5).families
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert sample(failed, "kubescale_scrape_collector_success", collector="neighbor") == 0
     error = scraper.last_error("neighbor")
     assert error.startswith("NetlinkUnavailable: [Errno 24] cannot open a NETLINK_ROUTE socket: "
                             "Too many open files"), error
-    families = scraper.scrape(timeout=5)
+    families = scraper.scrape(timeout=5).families
     scraper.close()
     assert sample(families, "kubescale_scrape_collector_success", collector="neighbor") == 1
     assert scraper.last_error("neighbor") is None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kube_scale_exporter.netlink.neighbor import count_entries
 from kube_scale_exporter.netlink.route import RouteSocket
-from testbed.metrics import sample
+from testbed.metrics import collect, sample
 from testbed.netns import neighbor_adds
 
 FAMILIES = ("ipv4", "ipv6")
@@ -39,7 +39,7 @@ def proc_stat(family):
 
 
 def scrape(collector):
-    return list(collector.collect())
+    return collect(collector)
 
 
 def test_every_table_metric_matches_the_kernels_own_files(collectors):

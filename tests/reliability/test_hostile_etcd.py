@@ -28,7 +28,7 @@ from kube_scale_exporter.etcd.client import (
 from kube_scale_exporter.etcd.cluster import QUOTA_METRIC
 from testbed.etcd_server import EtcdServer
 from testbed.faultproxy import FaultProxy
-from testbed.metrics import sample
+from testbed.metrics import collect, sample
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -166,12 +166,12 @@ def test_collector_outlives_hostile_answers_and_recovers(proxy):
             proxy.inject(r"/v3/", status=200, body=body)
             proxy.inject(r"/metrics", status=200, body=body)
             try:
-                list(collector.collect())
+                collect(collector)
             except EtcdError:
                 pass
         proxy.clear()
         time.sleep(0.05)  # past --etcd.min-interval: a fresh refresh, not the cached failure
-        families = list(collector.collect())
+        families = collect(collector)
         assert sample(families, "kubescale_etcd_up", etcd_cluster="main") == 1
         # The background key count survived the junk and counts again.
         keys_thread = [t for t in threading.enumerate() if t.name == "etcd-keys"]
