@@ -1,6 +1,8 @@
 """python -m bench.scale: measure the exporter's and the mixin's cost on a real Prometheus.
 
-Phases (each saves its figures to bench/results/scale-PHASE.json; the report reads them):
+Phases (each saves its raw figures to bench/results/raw/scale-PHASE.json, git-ignored: the
+report, bench/results/scale.md, is what is committed; `--phases report` renders it again
+from the raw files of the last run):
   fit   two fleet sizes over the dashboards' full range: every query's cost, projected
   full  the target fleet over the window the rules read: rules/alerts measured at full N
   live  Prometheus scraping the target fleet: memory added, rule groups' own eval time
@@ -21,6 +23,7 @@ from bench.scale import live, measure, queries, report
 from bench.scale.queries import duration_seconds
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
+RAW = RESULTS / "raw"
 
 
 def _load() -> str:
@@ -42,9 +45,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=RESULTS / "scale.md")
     args = p.parse_args(argv)
     phases = args.phases.split(",")
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    RAW.mkdir(parents=True, exist_ok=True)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kubescale-bench-"))
-    meta_path = RESULTS / "scale-meta.json"
+    meta_path = RAW / "scale-meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     if set(phases) - {"report"}:
         meta.update(cpus=os.cpu_count(),
@@ -64,24 +67,24 @@ def main(argv=None) -> int:
                       queries.history_needed(queries.load_rule_groups(), queries.dashboards()))
             segs = measure.plan(sizes, window)
             run = measure.run(workdir / "fit", segs, compact=args.compact, log=log)
-            (RESULTS / "scale-fit.json").write_text(run.to_json())
+            (RAW / "scale-fit.json").write_text(run.to_json())
         elif phase == "full":
             segs = measure.plan([args.nodes], int(duration_seconds(args.full_window)))
             run = measure.run(workdir / "full", segs, compact=args.compact, log=log)
-            (RESULTS / "scale-full.json").write_text(run.to_json())
+            (RAW / "scale-full.json").write_text(run.to_json())
         elif phase == "day":
             segs = measure.plan([args.day_nodes], 24 * 3600)
             run = measure.run(workdir / "day", segs, compact=args.compact, log=log)
-            (RESULTS / "scale-day.json").write_text(run.to_json())
+            (RAW / "scale-day.json").write_text(run.to_json())
         elif phase == "live":
             lr = live.run(workdir / "live", args.nodes, settle_s=duration_seconds(args.settle), log=log)
-            (RESULTS / "scale-live.json").write_text(json.dumps(lr.as_dict(), indent=1))
+            (RAW / "scale-live.json").write_text(json.dumps(lr.as_dict(), indent=1))
         meta[phase] = {**began, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                        "load_after": _load()}
     meta_path.write_text(json.dumps(meta, indent=1))
 
     def saved(name):
-        path = RESULTS / f"scale-{name}.json"
+        path = RAW / f"scale-{name}.json"
         return path.read_text() if path.exists() else None
 
     fit, full, day, live_saved = saved("fit"), saved("full"), saved("day"), saved("live")
