@@ -59,7 +59,7 @@ def collector_factory():
 def samples(collector_or_families):
     """{(name, frozenset(labels.items())): value} of one collect()."""
     families = collector_or_families
-    if hasattr(collector_or_families, "collect"):
+    if hasattr(collector_or_families, "observe"):
         families = collect(collector_or_families)
     return {(s.name, frozenset(s.labels.items())): s.value for f in families for s in f.samples}
 

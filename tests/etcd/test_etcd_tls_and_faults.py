@@ -21,8 +21,12 @@ class Steady(Collector):
 
     name = "steady"
 
-    def collect(self):
-        yield GaugeMetricFamily("kubescale_test_steady", "Always 1.", value=1.0)
+    def observe(self):
+        return 1.0
+
+    @staticmethod
+    def families(state):
+        return [GaugeMetricFamily("kubescale_test_steady", "Always 1.", value=state)]
 
 
 @pytest.fixture
