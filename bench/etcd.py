@@ -21,13 +21,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from kube_scale_exporter.cli import parse
 from kube_scale_exporter.etcd.client import encode_key, prefix_end
 from testbed.etcd_server import etcd_binary, put_many, start_cluster
 from testbed.metrics import collect
 
+ROOT = Path(__file__).resolve().parent.parent
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "etcd.md")
 
 

@@ -26,12 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from testbed.containerd_server import ContainerdServer
 from testbed.registry_server import RegistryServer
 from testbed.throttle_proxy import ThrottleProxy
 
+ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "imagepull.md"
 NODE = "bench-node"
 LAYERS_PER_IMAGE = 5

@@ -28,10 +28,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from testbed.kube_apiserver import apiserver_on_new_etcd, pod_manifest
 
+ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "kube_list.md"
 PEER_DIR = "/var/cache/kube-scale-exporter/peer-kubernetes"
 

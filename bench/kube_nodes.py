@@ -27,11 +27,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from kube_scale_exporter import kube
 from testbed.kube_apiserver import apiserver_on_new_etcd, pod_manifest
 
+ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "kube_nodes.md"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -22,11 +22,10 @@ from pathlib import Path
 import bcrypt
 import requests
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
 
+ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "web_security.md"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PASSWORD = "bench-password"

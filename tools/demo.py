@@ -28,13 +28,12 @@ import time
 
 import requests
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-
 from testbed.etcd_server import EtcdServer
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
 from testbed.prometheus import PrometheusServer
 
+REPO = pathlib.Path(__file__).resolve().parent.parent
 QUOTA = 16 * 1024 * 1024
 VALUE = b"x" * (96 * 1024)
 SCRAPE = "5s"

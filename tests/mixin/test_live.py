@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-import kube_scale_exporter.collectors  # noqa: F401  (registers the collectors)
 from testbed.etcd_server import EtcdServer
 from testbed.ports import free_port
 from testbed.prometheus import PrometheusServer
