@@ -1,4 +1,4 @@
-"""Node mode's series budget (issue 7): at most 40 series per node with the default
+"""Node mode's series budget (docs/sizing.md): at most 40 series per node with the default
 collectors, measured on the real exporter process configured as the DaemonSet runs it.
 
 Real backends for every default node collector: the host's neighbor tables over netlink,

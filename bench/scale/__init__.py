@@ -1,2 +1,2 @@
-"""Issue 7: what the exporter's series and the mixin's rules and dashboards cost a real
+"""What the exporter's series and the mixin's rules and dashboards cost a real
 Prometheus at fleet scale. `python -m bench.scale --help`."""

@@ -1,4 +1,4 @@
-"""Issue 7's budgets, and the projection of a query's cost to a 7,500-node fleet.
+"""The series and query budgets (docs/sizing.md), and the projection of a query's cost to a 7,500-node fleet.
 
 A query's samples and series grow linearly with the fleet: each node contributes the same
 series and the same samples per series, and cluster-level series add a constant. So two

@@ -80,7 +80,8 @@ class ContainerdClient:
     """Short, timed, read-only calls to one containerd namespace, one connection each."""
 
     def __init__(self, address: str, namespace: str, timeout: float):
-        # Here, not at the top: h2 is the optional `imagepull` extra.
+        # Here, not at the top: only a node running the imagepull collector pays for
+        # importing h2 (hpack, hyperframe).
         from kube_scale_exporter.containerd import grpc_h2
 
         self._grpc = grpc_h2

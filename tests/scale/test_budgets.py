@@ -1,4 +1,4 @@
-"""Issue 7's budgets, asserted on a real Prometheus at CI size and projected to 7,500 nodes.
+"""The series and query budgets (docs/sizing.md), asserted on a real Prometheus at CI size and projected to 7,500 nodes.
 
 Samples and series of a query grow linearly with the fleet (bench/scale/budget.py), so the
 costs measured at two small fleet sizes give each query's cost at 7,500 nodes; the budgets
