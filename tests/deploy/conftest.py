@@ -21,9 +21,9 @@ COMPONENTS = os.path.join(DEPLOY, "components")
 OVERLAY = os.path.join(DEPLOY, "overlays", "example")
 CACHE = "/var/cache/kube-scale-exporter"
 KUBECTL = os.environ.get("KUBECTL_BIN", f"{CACHE}/kubectl")
-# Where 45-deploy.sh unpacks Debian sid's kubernetes-client when the machine has no
+# Where 45-deploy.sh unpacks Debian sid's kubectl when the machine has no
 # kubectl that knows Components.
-SID_KUBECTL = f"{CACHE}/kubernetes-client-sid/usr/bin/kubectl"
+SID_KUBECTL = f"{CACHE}/kubectl-sid/usr/bin/kubectl"
 
 # Our own minimal CRDs for the prometheus-operator kinds the manifests use: enough for the
 # API server to know the kinds and keep their fields, nothing of the operator's schema.
