@@ -34,7 +34,7 @@ PROBE_COMPONENT = {"apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Co
 PROBE = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe"}}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kustomize_kubectl() -> str:
     """The first kubectl whose kustomize renders a Component: $KUSTOMIZE_KUBECTL, the
     unpacked sid package, the one on PATH. None of them fails the test (never a skip)."""
@@ -50,7 +50,8 @@ def kustomize_kubectl() -> str:
         for path in filter(None, candidates):
             if not os.access(path, os.X_OK):
                 continue
-            result = subprocess.run([path, "kustomize", tmp], capture_output=True, timeout=60)
+            result = subprocess.run([path, "kustomize", tmp], capture_output=True, timeout=60,
+                                    check=False)
             if result.returncode == 0:
                 return path
     pytest.fail(f"no kubectl with kustomize Components among {candidates}: "
@@ -58,9 +59,10 @@ def kustomize_kubectl() -> str:
 
 
 def kustomize(path) -> str:
+    """`kubectl kustomize PATH`; a warning (a deprecated field, say) fails like an error."""
     result = subprocess.run([kustomize_kubectl(), "kustomize", str(path)], capture_output=True,
-                            text=True, timeout=120)
-    if result.returncode != 0:
+                            text=True, timeout=120, check=False)
+    if result.returncode != 0 or result.stderr.strip():
         raise AssertionError(f"kubectl kustomize {path}: {result.stderr}")
     return result.stdout
 
@@ -70,14 +72,14 @@ def render(path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(kustomize(path)) if doc]
 
 
-def compose(tmp_path, components, resources=("base",)) -> list[dict]:
-    """Render a kustomization of our own: deploy/base plus the named components, in order.
-    kustomize takes relative paths only."""
+def compose(tmp_path, components, resources=("base",), **fields) -> list[dict]:
+    """Render a kustomization of our own: deploy/base plus the named components, in order,
+    plus any other kustomization fields. kustomize takes relative paths only."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     rel = functools.partial(os.path.relpath, start=tmp_path)
     doc = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
            "resources": [rel(os.path.join(DEPLOY, r)) for r in resources],
-           "components": [rel(os.path.join(COMPONENTS, c)) for c in components]}
+           "components": [rel(os.path.join(COMPONENTS, c)) for c in components], **fields}
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(doc))
     return render(tmp_path)
 
@@ -128,7 +130,8 @@ class Kubectl:
         if not os.access(self.binary, os.X_OK):
             raise FileNotFoundError(f"{self.binary} missing: run .ci/setup.d/45-deploy.sh")
         result = subprocess.run([self.binary, "--kubeconfig", self.kubeconfig, *args],
-                                input=stdin, capture_output=True, text=True, timeout=120)
+                                input=stdin, capture_output=True, text=True, timeout=120,
+                                check=False)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)}: {result.returncode}\n"
                                  f"{result.stdout}\n{result.stderr}")

@@ -14,9 +14,9 @@ import pytest
 import requests
 import yaml
 
-from tests.deploy.conftest import DEPLOY, OVERLAY, Kubectl, kustomize, kustomize_kubectl
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
+from tests.deploy.conftest import DEPLOY, OVERLAY, Kubectl, kustomize, kustomize_kubectl
 
 NAMESPACE = "kube-scale-exporter"
 
