@@ -1,6 +1,14 @@
-"""The generated manifests, and a real kube-apiserver with Debian's kubectl of its version."""
+"""deploy/ rendered by kustomize, and a real kube-apiserver with Debian's kubectl of its version.
+
+Two kubectls: KUSTOMIZE_KUBECTL renders (its kustomize must know Components, kubectl 1.21
+or later), KUBECTL_BIN (1.20, the test API server's version) applies what it rendered.
+.ci/setup.d/45-deploy.sh provides both.
+"""
+import functools
 import os
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 import yaml
@@ -9,11 +17,93 @@ from testbed.kube_apiserver import apiserver_on_new_etcd
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(REPO, "deploy")
-KUBECTL = os.environ.get("KUBECTL_BIN", "/var/cache/kube-scale-exporter/kubectl")
+COMPONENTS = os.path.join(DEPLOY, "components")
+OVERLAY = os.path.join(DEPLOY, "overlays", "example")
+CACHE = "/var/cache/kube-scale-exporter"
+KUBECTL = os.environ.get("KUBECTL_BIN", f"{CACHE}/kubectl")
+# Where 45-deploy.sh unpacks Debian sid's kubectl when the machine has no
+# kubectl that knows Components.
+SID_KUBECTL = f"{CACHE}/kubectl-sid/usr/bin/kubectl"
 
 # Our own minimal CRDs for the prometheus-operator kinds the manifests use: enough for the
 # API server to know the kinds and keep their fields, nothing of the operator's schema.
 CRD_STUBS = [("ServiceMonitor", "servicemonitors"), ("PrometheusRule", "prometheusrules")]
+
+PROBE_COMPONENT = {"apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component",
+                   "resources": ["probe.yaml"]}
+PROBE = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe"}}
+
+
+@functools.cache
+def kustomize_kubectl() -> str:
+    """The first kubectl whose kustomize renders a Component: $KUSTOMIZE_KUBECTL, the
+    unpacked sid package, the one on PATH. None of them fails the test (never a skip)."""
+    candidates = [os.environ.get("KUSTOMIZE_KUBECTL"), SID_KUBECTL, shutil.which("kubectl")]
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, "c"))
+        with open(os.path.join(tmp, "c", "kustomization.yaml"), "w") as f:
+            yaml.safe_dump(PROBE_COMPONENT, f)
+        with open(os.path.join(tmp, "c", "probe.yaml"), "w") as f:
+            yaml.safe_dump(PROBE, f)
+        with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
+            yaml.safe_dump({"components": ["c"]}, f)
+        for path in filter(None, candidates):
+            if not os.access(path, os.X_OK):
+                continue
+            result = subprocess.run([path, "kustomize", tmp], capture_output=True, timeout=60,
+                                    check=False)
+            if result.returncode == 0:
+                return path
+    pytest.fail(f"no kubectl with kustomize Components among {candidates}: "
+                "run .ci/setup.d/45-deploy.sh (or set KUSTOMIZE_KUBECTL)")
+
+
+def kustomize(path) -> str:
+    """`kubectl kustomize PATH`; a warning (a deprecated field, say) fails like an error."""
+    result = subprocess.run([kustomize_kubectl(), "kustomize", str(path)], capture_output=True,
+                            text=True, timeout=120, check=False)
+    if result.returncode != 0 or result.stderr.strip():
+        raise AssertionError(f"kubectl kustomize {path}: {result.stderr}")
+    return result.stdout
+
+
+def render(path) -> list[dict]:
+    """Every object `kubectl apply -k PATH` would send."""
+    return [doc for doc in yaml.safe_load_all(kustomize(path)) if doc]
+
+
+def compose(tmp_path, components, resources=("base",), **fields) -> list[dict]:
+    """Render a kustomization of our own: deploy/base plus the named components, in order,
+    plus any other kustomization fields. kustomize takes relative paths only."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    rel = functools.partial(os.path.relpath, start=tmp_path)
+    doc = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+           "resources": [rel(os.path.join(DEPLOY, r)) for r in resources],
+           "components": [rel(os.path.join(COMPONENTS, c)) for c in components], **fields}
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(doc))
+    return render(tmp_path)
+
+
+def component_names() -> list[str]:
+    return sorted(d for d in os.listdir(COMPONENTS)
+                  if os.path.exists(os.path.join(COMPONENTS, d, "kustomization.yaml")))
+
+
+@pytest.fixture(scope="session")
+def manifests():
+    """The default install: what `kubectl apply -k deploy/` sends."""
+    return render(DEPLOY)
+
+
+@pytest.fixture(scope="session")
+def renders(tmp_path_factory):
+    """Every install deploy/ offers: the default, the base alone, the base with each
+    component alone, and the example overlay."""
+    out = {"default": render(DEPLOY), "base": render(os.path.join(DEPLOY, "base")),
+           "overlays/example": render(OVERLAY)}
+    for name in component_names():
+        out[f"base+{name}"] = compose(tmp_path_factory.mktemp(name), [name])
+    return out
 
 
 def crd_stub(kind, plural):
@@ -31,27 +121,17 @@ def crd_stub(kind, plural):
     }
 
 
-@pytest.fixture(scope="session")
-def manifests():
-    """Every object that `kubectl apply -k deploy/` would send, as (file, object)."""
-    with open(os.path.join(DEPLOY, "kustomization.yaml")) as f:
-        kustomization = yaml.safe_load(f)
-    out = []
-    for rel in kustomization["resources"]:
-        with open(os.path.join(DEPLOY, rel)) as f:
-            out += [(rel, doc) for doc in yaml.safe_load_all(f) if doc]
-    return out
-
-
 class Kubectl:
-    def __init__(self, kubeconfig):
+    def __init__(self, kubeconfig, binary=KUBECTL):
         self.kubeconfig = kubeconfig
+        self.binary = binary
 
     def __call__(self, *args, stdin=None, check=True):
-        if not os.access(KUBECTL, os.X_OK):
-            raise FileNotFoundError(f"{KUBECTL} missing: run .ci/setup.d/45-deploy.sh")
-        result = subprocess.run([KUBECTL, "--kubeconfig", self.kubeconfig, *args], input=stdin,
-                                capture_output=True, text=True, timeout=120)
+        if not os.access(self.binary, os.X_OK):
+            raise FileNotFoundError(f"{self.binary} missing: run .ci/setup.d/45-deploy.sh")
+        result = subprocess.run([self.binary, "--kubeconfig", self.kubeconfig, *args],
+                                input=stdin, capture_output=True, text=True, timeout=120,
+                                check=False)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)}: {result.returncode}\n"
                                  f"{result.stdout}\n{result.stderr}")
@@ -65,10 +145,14 @@ def apiserver(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def kubectl(apiserver, tmp_path_factory):
-    """kubectl as cluster admin, with our CRD stubs installed."""
-    path = apiserver.write_kubeconfig(tmp_path_factory.mktemp("kubeconfig") / "admin")
-    run = Kubectl(path)
+def admin_kubeconfig(apiserver, tmp_path_factory):
+    return apiserver.write_kubeconfig(tmp_path_factory.mktemp("kubeconfig") / "admin")
+
+
+@pytest.fixture(scope="session")
+def kubectl(admin_kubeconfig):
+    """kubectl 1.20 as cluster admin, with our CRD stubs installed."""
+    run = Kubectl(admin_kubeconfig)
     run("apply", "-f", "-", stdin=yaml.safe_dump_all([crd_stub(*c) for c in CRD_STUBS]))
     for _, plural in CRD_STUBS:
         run("wait", "--for=condition=Established", "--timeout=30s",

@@ -1,5 +1,5 @@
-"""deploy/: generated from one source, least privilege, and what issue 8 asks of each pod."""
-import importlib.util
+"""deploy/: a kustomize base and Components, rendered by kustomize, granting each pod what
+its collectors declare (`needs` on each collector class) and nothing more."""
 import json
 import os
 import subprocess
@@ -9,137 +9,297 @@ import time
 import pytest
 import yaml
 
+from kube_scale_exporter import __version__
 from kube_scale_exporter.cli import DEFAULT_PORT, build_parser
 from kube_scale_exporter.collectors import COLLECTORS
+from kube_scale_exporter.registry import Needs
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
 from testbed.prometheus import PrometheusServer
+from tests.deploy.conftest import COMPONENTS, DEPLOY, component_names, compose
 
-DEPLOY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                      "deploy")
-
-
-def load_generator():
-    """deploy/generate.py is a script beside its output, not a package: load it by path."""
-    spec = importlib.util.spec_from_file_location("deploy_generate",
-                                                  os.path.join(DEPLOY, "generate.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-generate = load_generator()
-
+BY_NAME = {c.name: c for c in COLLECTORS}
 READ_VERBS = {"get", "list", "watch"}
+WEB_CONFIG_FLAG = "--web.config.file="
+WEB_CONFIG_DIR = "/etc/kube-scale-exporter/web"
+NAMESPACE = "kube-scale-exporter"
+# The installs every test below holds to the same rules (see the `renders` fixture).
+INSTALLS = ["default", "base", "overlays/example"] + [f"base+{c}" for c in component_names()]
 
 
-def by_kind(manifests, kind):
-    return [obj for _, obj in manifests if obj["kind"] == kind]
+def by_kind(objs, kind):
+    return [obj for obj in objs if obj["kind"] == kind]
 
 
-def pod_templates(manifests):
-    return {obj["metadata"]["name"]: obj["spec"]["template"]["spec"]
-            for _, obj in manifests if obj["kind"] in ("DaemonSet", "Deployment")}
+def workloads(objs):
+    return {obj["metadata"]["name"]: obj for obj in objs
+            if obj["kind"] in ("DaemonSet", "Deployment")}
 
 
-def mode_of(pod):
+def pods(objs):
+    return {name: w["spec"]["template"]["spec"] for name, w in workloads(objs).items()}
+
+
+def parse(container):
+    """The container's args through the CLI's own parser. --web.config.file loads its file
+    while parsing, so it is checked apart (test_web_tls_*) and left out here."""
+    args = [a for a in container["args"] if not a.startswith(WEB_CONFIG_FLAG)]
+    return build_parser().parse_args(args)
+
+
+def collectors_of(container):
+    """The collector classes a container runs: one --collector.NAME flag each (every pod
+    passes --collector.disable-defaults; test_every_collector_is_switched_on_by_name)."""
+    return [BY_NAME[f.removeprefix("--collector.")] for f in container["args"]
+            if f.startswith("--collector.") and f != "--collector.disable-defaults"]
+
+
+def needs_of(pod):
     [c] = pod["containers"]
-    return build_parser().parse_args(c["args"]).mode
+    mode = parse(c).mode
+    return [cls.needs_in(mode) for cls in collectors_of(c)]
 
 
-# --- one source ------------------------------------------------------------------------
-
-def test_committed_files_are_what_the_generator_writes():
-    result = subprocess.run([sys.executable, os.path.join(DEPLOY, "generate.py"), "--check"],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
-    written = {os.path.relpath(os.path.join(d, f), DEPLOY)
-               for d, _, files in os.walk(DEPLOY) for f in files}
-    generated = set(generate.render(generate.load_values(os.path.join(DEPLOY, "values.yaml"))))
-    assert written - generated == {"generate.py", "values.yaml", "Makefile.inc"}
-
-
-def test_check_fails_on_a_hand_edited_file(tmp_path):
-    subprocess.run([sys.executable, os.path.join(DEPLOY, "generate.py"), "--out", tmp_path],
-                   check=True, timeout=60)
-    node = tmp_path / "manifests" / "node.yaml"
-    node.write_text(node.read_text().replace("readOnlyRootFilesystem: true",
-                                             "readOnlyRootFilesystem: false"))
-    result = subprocess.run([sys.executable, os.path.join(DEPLOY, "generate.py"), "--check",
-                             "--out", tmp_path], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
-    assert "-          readOnlyRootFilesystem: false" in result.stdout
-    assert "make generate" in result.stderr
+def merged(rules):
+    """ClusterRole rules merged per API group and verbs, as one would write them by hand:
+    {(group, verbs): resources}. Two renderings grant the same iff these are equal."""
+    out = {}
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            key = (group, tuple(sorted(rule["verbs"])))
+            out.setdefault(key, set()).update(rule["resources"])
+    return out
 
 
-def test_other_values_change_only_what_they_name(tmp_path):
-    values = generate.load_values(os.path.join(DEPLOY, "values.yaml"))
-    values.update(namespace="monitoring", image="registry.example/kse:9.9")
-    values["node"]["collectors"] = ["neighbor"]
-    values["node"]["priorityClassName"] = ""
-    values["etcdNodes"]["enabled"] = False
-    docs = [d for text in generate.render(values).values() if text.count("kind:")
-            for d in yaml.safe_load_all(text) if d and "kind" in d]
-    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
-    pod = ds["spec"]["template"]["spec"]
-    assert "volumes" not in pod and "priorityClassName" not in pod
-    assert pod["automountServiceAccountToken"] is False
-    assert not [d for d in docs if d["kind"] == "ClusterRole"
-                and d["metadata"]["name"].endswith("-node")], "no API access, no RBAC"
-    assert pod["containers"][0]["image"] == "registry.example/kse:9.9"
-    assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Kustomization"} <= \
-        {"monitoring", None}
+def role_of(objs, account):
+    """The rules bound to a ServiceAccount through ClusterRoleBindings."""
+    rules = []
+    for binding in by_kind(objs, "ClusterRoleBinding"):
+        if any(s["kind"] == "ServiceAccount" and s["name"] == account
+               for s in binding["subjects"]):
+            [role] = [r for r in by_kind(objs, "ClusterRole")
+                      if r["metadata"]["name"] == binding["roleRef"]["name"]]
+            rules += role["rules"] or []
+    return rules
 
 
-def test_a_web_config_secret_switches_flags_probes_and_monitors_to_https():
-    values = generate.load_values(os.path.join(DEPLOY, "values.yaml"))
-    values["web"] = {"configSecret": "kse-web", "scheme": "https"}
-    docs = [d for text in generate.render(values).values()
-            for d in yaml.safe_load_all(text) if d and "kind" in d]
-    pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs
-            if d["kind"] in ("DaemonSet", "Deployment")}
-    for name, pod in pods.items():
+def declared_rules(objs, account):
+    """What the collectors of every pod running as this ServiceAccount declare."""
+    return [rule for pod in pods(objs).values() if pod["serviceAccountName"] == account
+            for needs in needs_of(pod) for rule in needs.rbac_rules]
+
+
+# --- layout ----------------------------------------------------------------------------
+
+def test_deploy_is_plain_kustomize_with_nothing_generated():
+    for gone in ("generate.py", "values.yaml", "manifests", "Makefile.inc"):
+        assert not os.path.exists(os.path.join(DEPLOY, gone)), gone
+    for name in component_names():
+        with open(os.path.join(COMPONENTS, name, "kustomization.yaml")) as f:
+            assert yaml.safe_load(f)["kind"] == "Component", name
+    for root, _, files in os.walk(DEPLOY):
+        for f in files:
+            with open(os.path.join(root, f)) as fh:
+                text = fh.read()
+            assert "Generated by" not in text and "{{" not in text, os.path.join(root, f)
+
+
+def test_the_default_install_is_the_base_and_components():
+    with open(os.path.join(DEPLOY, "kustomization.yaml")) as f:
+        k = yaml.safe_load(f)
+    assert k["resources"] == ["base"]
+    assert k["namespace"] == NAMESPACE
+    chosen = [c.removeprefix("components/") for c in k["components"]]
+    assert set(chosen) <= set(component_names())
+    # web-tls needs a Secret the operator makes: an overlay's choice, not the default.
+    assert "web-tls" not in chosen
+    # Components that patch every node DaemonSet come after the one that adds one.
+    assert chosen.index("etcd-node") < chosen.index("imagepull")
+
+
+@pytest.mark.parametrize("install", INSTALLS)
+def test_every_install_renders_without_kustomize_warnings(renders, install):
+    # conftest.kustomize fails on any output to stderr; each install has both workloads
+    assert set(pods(renders[install])) >= {"kube-scale-exporter-node",
+                                           "kube-scale-exporter-cluster"}
+
+
+def test_the_rules_have_one_home(manifests):
+    """The PrometheusRule is rules/'s (generated from mixin/), included, never copied."""
+    for root, _, files in os.walk(DEPLOY):
+        for f in files:
+            with open(os.path.join(root, f)) as fh:
+                assert "kind: PrometheusRule" not in fh.read(), os.path.join(root, f)
+    with open(os.path.join(COMPONENTS, "prometheus-operator", "kustomization.yaml")) as f:
+        assert "../../../rules" in yaml.safe_load(f)["resources"]
+    [rule] = by_kind(manifests, "PrometheusRule")
+    with open(os.path.join(os.path.dirname(DEPLOY), "rules", "prometheus-rule.yaml")) as f:
+        generated = yaml.safe_load(f)
+    assert rule["spec"] == generated["spec"]
+    assert rule["metadata"]["namespace"] == NAMESPACE
+
+
+def test_an_overlay_s_namespace_moves_every_object_and_binding(tmp_path):
+    objs = compose(tmp_path, ["etcd-node", "imagepull", "balloon", "prometheus-operator"],
+                   namespace="monitoring")
+    [ns] = by_kind(objs, "Namespace")
+    assert ns["metadata"]["name"] == "monitoring"
+    for obj in objs:
+        if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+            assert obj["metadata"]["namespace"] == "monitoring", obj["metadata"]["name"]
+    for binding in by_kind(objs, "ClusterRoleBinding"):
+        assert [s["namespace"] for s in binding["subjects"]] == ["monitoring"]
+
+
+# --- what is granted is what the collectors declare --------------------------------------
+
+@pytest.mark.parametrize("install", INSTALLS)
+def test_rbac_is_what_the_collectors_declare(renders, install):
+    objs = renders[install]
+    accounts = {sa["metadata"]["name"]: sa for sa in by_kind(objs, "ServiceAccount")}
+    assert {p["serviceAccountName"] for p in pods(objs).values()} <= set(accounts)
+    for account, sa in accounts.items():
+        granted = merged(role_of(objs, account))
+        assert granted == merged(declared_rules(objs, account)), (install, account)
+        # A token only where something reads the API.
+        assert sa["automountServiceAccountToken"] is bool(granted), (install, account)
+        for name, pod in pods(objs).items():
+            if pod["serviceAccountName"] == account:
+                assert pod["automountServiceAccountToken"] is bool(granted), (install, name)
+
+
+@pytest.mark.parametrize("install", INSTALLS)
+def test_host_paths_are_what_the_collectors_declare(renders, install):
+    for name, pod in pods(renders[install]).items():
+        wanted = {(h.volume, h.path, h.type) for n in needs_of(pod) for h in n.host_paths}
+        host = {v["name"]: v["hostPath"] for v in pod.get("volumes", ()) if "hostPath" in v}
+        assert {(v, h["path"], h["type"]) for v, h in host.items()} == wanted, (install, name)
         [c] = pod["containers"]
-        assert "--web.config.file=/etc/kube-scale-exporter/web/web.yml" in c["args"]
-        assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
-        assert {"name": "web-config", "mountPath": "/etc/kube-scale-exporter/web",
-                "readOnly": True} in c["volumeMounts"]
-        assert {"name": "web-config", "secret": {"secretName": "kse-web",
-                                                 "defaultMode": 0o440}} in pod["volumes"]
-        user = c["securityContext"].get("runAsUser", pod["securityContext"].get("runAsUser"))
-        assert user == 0 or pod["securityContext"]["fsGroup"] == 65534, name
-    for mon in (d for d in docs if d["kind"] == "ServiceMonitor"):
-        assert mon["spec"]["endpoints"][0]["scheme"] == "https"
+        mounts = {m["name"]: m for m in c.get("volumeMounts", ())}
+        for volume, h in host.items():
+            # read-only, at the host's own path: the collectors' default paths hold
+            assert mounts[volume] == {"name": volume, "mountPath": h["path"],
+                                      "readOnly": True}, (install, name)
+        assert all(m["readOnly"] is True for m in mounts.values())
+        assert not any(p.endswith(("ca.key", "peer.key", "server.key")) for _, p, _ in wanted)
 
 
-def test_every_registered_collector_has_an_entry_for_each_of_its_modes():
-    # A new collector must say what it mounts and reads before it can be deployed.
-    values = generate.load_values(os.path.join(DEPLOY, "values.yaml"))
-    for name, cls in {c.name: c for c in COLLECTORS}.items():
-        for mode in cls.modes:
-            generate.needs(name, mode, values)
+@pytest.mark.parametrize("install", INSTALLS)
+def test_groups_users_and_flags_are_what_the_collectors_declare(renders, install):
+    for name, pod in pods(renders[install]).items():
+        needs = needs_of(pod)
+        [c] = pod["containers"]
+        sc, pod_sc = c["securityContext"], pod["securityContext"]
+        # socket_group: the group owning containerd's socket, and nothing else
+        if any(n.socket_group for n in needs):
+            assert pod_sc["supplementalGroups"] == [0], (install, name)
+        else:
+            assert "supplementalGroups" not in pod_sc, (install, name)
+        user = sc.get("runAsUser", pod_sc.get("runAsUser"))
+        if any(n.file_owner_root for n in needs):
+            # Owner of a 0600 root file, with every capability dropped (docs/deploy.md).
+            assert (user, sc["runAsNonRoot"], sc["runAsGroup"]) == (0, False, 0), name
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+        else:
+            assert (user, pod_sc["runAsNonRoot"], pod_sc["runAsGroup"]) == (65534, True, 65534)
+        for n in needs:
+            assert set(n.args) <= set(c["args"]), (install, name, n.args)
+
+
+@pytest.mark.parametrize("install", INSTALLS)
+def test_every_collector_is_switched_on_by_name(renders, install):
+    """No collector runs by default or by its options alone: the pod's flags name each one,
+    so the declarations checked above are those of what runs."""
+    for name, pod in pods(renders[install]).items():
+        [c] = pod["containers"]
+        assert "--collector.disable-defaults" in c["args"], name
+        args = parse(c)
+        named = {cls.name for cls in collectors_of(c)}
+        for cls in COLLECTORS:
+            if cls.enabled_by(args):
+                assert cls.name in named, (install, name, cls.name)
+        for cls in collectors_of(c):
+            assert args.mode in cls.modes, (install, name, cls.name)
+
+
+@pytest.mark.parametrize("component", component_names())
+def test_each_component_grants_what_its_collectors_declare_and_no_more(renders, component):
+    """Base plus one component against the base alone: the rules and host paths the
+    component adds are those its added collectors declare (groups, users and flags are
+    held to the declarations in every install, above)."""
+    base, with_it = renders["base"], renders[f"base+{component}"]
+
+    def running(objs):
+        return {(name, cls.name) for name, pod in pods(objs).items()
+                for cls in collectors_of(pod["containers"][0])}
+
+    def flat(objs, rules_of):
+        """(account, group, verbs, resource) for each account's rules, merged."""
+        return {(account, group, verbs, resource)
+                for account in (sa["metadata"]["name"] for sa in by_kind(objs, "ServiceAccount"))
+                for (group, verbs), resources in merged(rules_of(objs, account)).items()
+                for resource in resources}
+
+    def grants(objs):
+        return flat(objs, role_of)
+
+    def declared(objs):
+        return flat(objs, declared_rules)
+
+    def mounted(objs):
+        return {(name, v["name"], v["hostPath"]["path"], v["hostPath"]["type"])
+                for name, pod in pods(objs).items() for v in pod.get("volumes", ())
+                if "hostPath" in v}
+
+    def declared_paths(objs):
+        return {(name, h.volume, h.path, h.type) for name, pod in pods(objs).items()
+                for n in needs_of(pod) for h in n.host_paths}
+
+    added = running(with_it) - running(base)
+    assert running(base) <= running(with_it), "a component never takes a collector away"
+    assert grants(with_it) - grants(base) == declared(with_it) - declared(base), component
+    assert grants(base) <= grants(with_it)
+    assert mounted(with_it) - mounted(base) == declared_paths(with_it) - declared_paths(base)
+    if not added:
+        # web-tls, prometheus-operator: no collector, so no API access and no host path
+        assert grants(with_it) == grants(base), component
+        for name, pod in pods(with_it).items():
+            assert not any("hostPath" in v for v in pod.get("volumes", ())), (component, name)
+
+
+def test_every_collector_has_a_place_in_deploy(renders):
+    """Each collector, in each of its modes, runs in some install deploy/ offers: the
+    default, a component, or the example overlay (etcd in cluster mode needs only your
+    etcd's address, so the overlay shows it). A collector whose pod needs something must
+    get it from the base or a component."""
+    placed = {}
+    for install, objs in renders.items():
+        for pod in pods(objs).values():
+            [c] = pod["containers"]
+            for cls in collectors_of(c):
+                placed.setdefault((cls.name, parse(c).mode), set()).add(install)
+    wanted = {(cls.name, mode) for cls in COLLECTORS for mode in cls.modes}
+    assert set(placed) == wanted
+    for (name, mode), installs in placed.items():
+        if BY_NAME[name].needs_in(mode) != Needs():
+            assert installs - {"overlays/example"}, (name, mode)
 
 
 # --- the pods --------------------------------------------------------------------------
 
-def test_container_flags_are_the_cli_s_own(manifests):
-    parser = build_parser()
-    known = {c.name: c for c in COLLECTORS}
-    for name, pod in pod_templates(manifests).items():
+@pytest.mark.parametrize("install", INSTALLS)
+def test_container_flags_are_the_cli_s_own(renders, install):
+    for pod in pods(renders[install]).values():
         [c] = pod["containers"]
-        args = parser.parse_args(c["args"])  # exits 2 on a flag the CLI does not have
-        for flag in c["args"]:
-            if flag.startswith("--collector.") and flag != "--collector.disable-defaults":
-                collector = flag.removeprefix("--collector.")
-                assert args.mode in known[collector].modes, (name, flag)
+        args = parse(c)  # exits 2 on a flag the CLI does not have
         assert args.listen == ("", DEFAULT_PORT)
         assert c["ports"] == [{"name": "metrics", "containerPort": DEFAULT_PORT,
                                "protocol": "TCP"}]
 
 
-def test_every_pod_is_locked_down(manifests):
-    for name, pod in pod_templates(manifests).items():
+@pytest.mark.parametrize("install", INSTALLS)
+def test_every_pod_is_locked_down(renders, install):
+    for name, pod in pods(renders[install]).items():
         [c] = pod["containers"]
         sc = c["securityContext"]
         assert sc["allowPrivilegeEscalation"] is False, name
@@ -153,49 +313,79 @@ def test_every_pod_is_locked_down(manifests):
             # The one exception, documented in docs/deploy.md: kubeadm's etcd client key is
             # 0600 root. Owning it, uid 0 reads it with every capability dropped.
             assert (user, sc["runAsNonRoot"]) == (0, False)
-            assert any(v["hostPath"]["path"].endswith("healthcheck-client.key")
-                       for v in pod["volumes"])
         else:
             assert pod["securityContext"]["runAsNonRoot"] is True, name
             assert user == 65534, name
         assert c["resources"]["requests"] and c["resources"]["limits"]
+        assert c["image"].endswith(f"kube-scale-exporter:{__version__}"), c["image"]
 
 
-def test_host_paths_are_read_only_and_only_what_the_collectors_read(manifests):
-    values = generate.load_values(os.path.join(DEPLOY, "values.yaml"))
-    for name, pod in pod_templates(manifests).items():
-        [c] = pod["containers"]
-        args = build_parser().parse_args(c["args"])
-        collectors = [f.removeprefix("--collector.") for f in c["args"]
-                      if f.startswith("--collector.") and f != "--collector.disable-defaults"]
-        wanted = {m.path: m.type for col in collectors
-                  for m in generate.needs(col, args.mode, values).mounts}
-        host = {v["name"]: v["hostPath"] for v in pod.get("volumes", ()) if "hostPath" in v}
-        assert {h["path"]: h["type"] for h in host.values()} == wanted, name
-        for mount in c.get("volumeMounts", ()):
-            assert mount["readOnly"] is True
-            if mount["name"] in host:
-                assert mount["mountPath"] == host[mount["name"]]["path"]
-        assert "/etc/kubernetes/pki/etcd/ca.key" not in wanted
+def test_the_default_install_runs_the_default_collectors(manifests):
+    """The collectors and workloads of `kubectl apply -k deploy/`."""
+    running = {name: sorted(cls.name for cls in collectors_of(pod["containers"][0]))
+               for name, pod in pods(manifests).items()}
+    assert running == {
+        "kube-scale-exporter-node": ["imagepull", "neighbor", "neighbor_gc"],
+        "kube-scale-exporter-etcd-node": ["etcd", "imagepull", "neighbor", "neighbor_gc"],
+        "kube-scale-exporter-cluster": ["balloon", "imagepull_events"],
+    }
+    [dep] = by_kind(manifests, "Deployment")
+    assert "--balloon.selector=run=overprovisioning" in dep["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    for obj in manifests:
+        if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+            assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
+        assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "kube-scale-exporter"
+
+
+def test_the_etcd_node_daemonset_is_the_node_daemonset_plus_etcd(manifests):
+    """Its YAML repeats the base DaemonSet's (kustomize cannot copy an object): they must
+    differ only by what the etcd collector declares and by which nodes they run on."""
+    ds = {d["metadata"]["name"]: json.loads(json.dumps(d)) for d in by_kind(manifests, "DaemonSet")}
+    plain, etcd = ds["kube-scale-exporter-node"], ds["kube-scale-exporter-etcd-node"]
+    needs = BY_NAME["etcd"].needs_in("node")
+    pod, c = etcd["spec"]["template"]["spec"], etcd["spec"]["template"]["spec"]["containers"][0]
+    # the nodes: the plain one keeps off exactly the etcd one's extra nodeSelector label
+    plain_pod = plain["spec"]["template"]["spec"]
+    [(key, _)] = [(k, v) for k, v in pod["nodeSelector"].items()
+                  if k not in plain_pod["nodeSelector"]]
+    affinity = plain_pod.pop("affinity")["nodeAffinity"]
+    terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [{"matchExpressions": [
+        {"key": key, "operator": "DoesNotExist"}]}]
+    del pod["nodeSelector"][key]
+    # the etcd collector's declared flags, mounts and user
+    c["args"] = [a for a in c["args"] if a != "--collector.etcd" and a not in needs.args]
+    etcd_volumes = {h.volume for h in needs.host_paths}
+    pod["volumes"] = [v for v in pod["volumes"] if v["name"] not in etcd_volumes]
+    c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] not in etcd_volumes]
+    for field in ("runAsNonRoot", "runAsUser", "runAsGroup"):
+        c["securityContext"].pop(field)
+        pod["securityContext"][field] = plain_pod["securityContext"][field]
+    # name and placement
+    etcd["metadata"]["name"] = plain["metadata"]["name"]
+    for labels in (etcd["spec"]["selector"]["matchLabels"],
+                   etcd["spec"]["template"]["metadata"]["labels"]):
+        labels["kube-scale-exporter/placement"] = "all"
+    plain_c = plain_pod["containers"][0]
+    assert c["args"] == plain_c["args"]
+    assert etcd == plain
 
 
 def test_node_mode_runs_on_every_node_with_the_host_network(manifests):
-    pods = pod_templates(manifests)
-    for name, pod in pods.items():
-        node = mode_of(pod) == "node"
+    for name, pod in pods(manifests).items():
+        node = parse(pod["containers"][0]).mode == "node"
         assert bool(pod.get("hostNetwork")) == node, name
         if node:
             assert {"operator": "Exists"} in pod["tolerations"]
             assert pod["priorityClassName"] == "system-node-critical"
+            assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
             [c] = pod["containers"]
             assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {
                 "fieldPath": "spec.nodeName"}}} in c["env"]
-    # The two DaemonSets split the nodes between them: none gets both, none is left out.
-    plain, etcd = pods["kube-scale-exporter-node"], pods["kube-scale-exporter-etcd-node"]
-    [(key, _)] = [(k, v) for k, v in etcd["nodeSelector"].items() if k not in plain["nodeSelector"]]
-    terms = plain["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"] == [{"matchExpressions": [
-        {"key": key, "operator": "DoesNotExist"}]}]
+    for ds in by_kind(manifests, "DaemonSet"):
+        assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate",
+                                                "rollingUpdate": {"maxUnavailable": "10%"}}
 
 
 def test_the_cluster_deployment_has_one_replica_and_its_own_service_account(manifests):
@@ -211,16 +401,13 @@ def test_the_cluster_deployment_has_one_replica_and_its_own_service_account(mani
 
 # --- RBAC ------------------------------------------------------------------------------
 
-def rules_of(manifests, name):
-    [role] = [r for r in by_kind(manifests, "ClusterRole") if r["metadata"]["name"] == name]
-    return {(g, res): set(rule["verbs"]) for rule in role["rules"]
-            for g in rule["apiGroups"] for res in rule["resources"]}
-
-
-def test_rbac_is_read_only_and_never_secrets_or_node_proxy(manifests):
-    assert not by_kind(manifests, "Role") and not by_kind(manifests, "RoleBinding")
-    for role in by_kind(manifests, "ClusterRole"):
-        for rule in role["rules"]:
+@pytest.mark.parametrize("install", INSTALLS)
+def test_rbac_is_read_only_and_never_secrets_or_node_proxy(renders, install):
+    objs = renders[install]
+    assert not by_kind(objs, "Role") and not by_kind(objs, "RoleBinding")
+    for role in by_kind(objs, "ClusterRole"):
+        assert "aggregationRule" not in role
+        for rule in role["rules"] or ():
             assert set(rule["verbs"]) <= READ_VERBS
             assert "*" not in rule["resources"] and "*" not in rule["apiGroups"]
             assert not {"secrets", "nodes/proxy", "pods/exec", "pods/log",
@@ -229,24 +416,66 @@ def test_rbac_is_read_only_and_never_secrets_or_node_proxy(manifests):
 
 
 def test_node_mode_may_only_list_and_watch_pods(manifests):
-    assert rules_of(manifests, "kube-scale-exporter-node") == {("", "pods"): {"list", "watch"}}
+    assert merged(role_of(manifests, "kube-scale-exporter-node")) == {
+        ("", ("list", "watch")): {"pods"}}
 
 
 def test_cluster_mode_reads_what_its_collectors_watch(manifests):
-    assert rules_of(manifests, "kube-scale-exporter-cluster") == {
-        ("", "pods"): {"list", "watch"},
-        ("", "nodes"): {"list", "watch"},
-        ("", "events"): {"list", "watch"},
-        ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
+    assert merged(role_of(manifests, "kube-scale-exporter-cluster")) == {
+        ("", ("list", "watch")): {"pods", "nodes", "events"},
+        ("scheduling.k8s.io", ("list", "watch")): {"priorityclasses"},
     }
 
 
-def test_each_binding_binds_its_role_to_its_own_service_account(manifests):
-    for binding in by_kind(manifests, "ClusterRoleBinding"):
+@pytest.mark.parametrize("install", INSTALLS)
+def test_each_binding_binds_its_role_to_its_own_service_account(renders, install):
+    for binding in by_kind(renders[install], "ClusterRoleBinding"):
         name = binding["metadata"]["name"]
         assert binding["roleRef"]["name"] == name
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name,
-                                        "namespace": "kube-scale-exporter"}]
+                                        "namespace": NAMESPACE}]
+
+
+# --- web TLS ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def with_web_tls(tmp_path_factory):
+    return compose(tmp_path_factory.mktemp("web-tls"),
+                   ["etcd-node", "imagepull", "balloon", "prometheus-operator", "web-tls"])
+
+
+@pytest.mark.parametrize("which", ["components", "overlay"])
+def test_web_tls_switches_flags_probes_and_monitors_to_https(with_web_tls, renders, which):
+    objs = with_web_tls if which == "components" else renders["overlays/example"]
+    for name, pod in pods(objs).items():
+        [c] = pod["containers"]
+        assert f"{WEB_CONFIG_FLAG}{WEB_CONFIG_DIR}/web.yml" in c["args"]
+        assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+        assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+        assert {"name": "web-config", "mountPath": WEB_CONFIG_DIR,
+                "readOnly": True} in c["volumeMounts"]
+        assert {"name": "web-config", "secret": {"secretName": "kube-scale-exporter-web-config",
+                                                 "defaultMode": 0o440}} in pod["volumes"]
+        user = c["securityContext"].get("runAsUser", pod["securityContext"].get("runAsUser"))
+        assert user == 0 or pod["securityContext"]["fsGroup"] == 65534, name
+    assert by_kind(objs, "ServiceMonitor")
+    for mon in by_kind(objs, "ServiceMonitor"):
+        assert mon["spec"]["endpoints"][0]["scheme"] == "https"
+
+
+def test_the_example_overlay_tunes_without_touching_the_grants(renders):
+    objs = renders["overlays/example"]
+    images = {p["containers"][0]["image"] for p in pods(objs).values()}
+    assert images == {f"registry.example.com/kube-scale-exporter:{__version__}"}
+    assert "kube-scale-exporter-etcd-node" not in pods(objs), "external etcd: no root pod"
+    [dep] = by_kind(objs, "Deployment")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    args = parse(c)
+    assert [name for name, _ in args.etcd_clusters] == ["main"]
+    assert {args.etcd_ca_file, args.etcd_cert_file, args.etcd_key_file} <= {
+        f"{m['mountPath']}/{f}" for m in c["volumeMounts"] if m["name"] == "etcd-client"
+        for f in ("ca.crt", "tls.crt", "tls.key")}
+    assert c["resources"]["limits"]["memory"] == "1Gi"
 
 
 # --- scraping --------------------------------------------------------------------------
@@ -263,36 +492,93 @@ def test_service_monitors_add_the_node_label_and_twice_the_budget(manifests, nam
     [endpoint] = mon["spec"]["endpoints"]
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node",
             "action": "replace"} in endpoint["relabelings"]
+    assert {"regex": "pod|container|endpoint", "action": "labeldrop"} in endpoint["relabelings"]
+    assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("30s", "10s")
     # the job label the mixin selects on: the Service's name, unless set explicitly
     [svc] = [s for s in by_kind(manifests, "Service")
              if s["metadata"]["labels"] == mon["spec"]["selector"]["matchLabels"]]
     assert svc["metadata"]["name"] == name
+    assert (svc["spec"].get("clusterIP") == "None") == name.endswith("-node")
     set_job = [r["replacement"] for r in endpoint["relabelings"] if r.get("targetLabel") == "job"]
     assert (set_job or [name]) == [job]
 
 
 def test_each_service_selects_the_pods_of_exactly_one_workload(manifests):
-    templates = {obj["metadata"]["name"]: obj["spec"]["template"]["metadata"]["labels"]
-                 for _, obj in manifests if obj["kind"] in ("DaemonSet", "Deployment")}
+    templates = {name: w["spec"]["template"]["metadata"]["labels"]
+                 for name, w in workloads(manifests).items()}
     for svc in by_kind(manifests, "Service"):
         selector = svc["spec"]["selector"].items()
         chosen = [name for name, pod in templates.items() if selector <= pod.items()]
         assert chosen == [svc["metadata"]["name"]], (svc["metadata"]["name"], chosen)
 
 
+# --- Prometheus without the operator ---------------------------------------------------
+
+def plain_config():
+    with open(os.path.join(DEPLOY, "prometheus", "prometheus.yml")) as f:
+        return yaml.safe_load(f)
+
+
+def test_the_plain_scrape_config_has_a_job_per_service_monitor(manifests):
+    """deploy/prometheus/prometheus.yml is static YAML: it must say what the
+    ServiceMonitors say, one job per Service."""
+    jobs = {j["job_name"]: j for j in plain_config()["scrape_configs"]}
+    monitors = {m["metadata"]["name"]: m for m in by_kind(manifests, "ServiceMonitor")}
+    assert set(jobs) == set(monitors) == {s["metadata"]["name"]
+                                          for s in by_kind(manifests, "Service")}
+    for name, mon in monitors.items():
+        job, [endpoint] = jobs[name], mon["spec"]["endpoints"]
+        assert job["sample_limit"] == mon["spec"]["sampleLimit"], name
+        assert (job["scheme"], job["scrape_interval"], job["scrape_timeout"]) == (
+            endpoint["scheme"], endpoint["interval"], endpoint["scrapeTimeout"]), name
+        assert job["kubernetes_sd_configs"] == [{"role": "endpoints",
+                                                 "namespaces": {"names": [NAMESPACE]}}]
+        relabel = job["relabel_configs"]
+        assert relabel[0] == {"source_labels": ["__meta_kubernetes_service_name",
+                                                "__meta_kubernetes_endpoint_port_name"],
+                              "regex": f"{name};metrics", "action": "keep"}
+        assert {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node",
+                "action": "replace"} in relabel
+        set_job = [r["replacement"] for r in relabel if r.get("target_label") == "job"]
+        mon_job = [r["replacement"] for r in endpoint["relabelings"]
+                   if r.get("targetLabel") == "job"]
+        assert set_job == mon_job, name
+
+
+# Debian bookworm's Prometheus is built without Kubernetes discovery; sid's (unpacked here
+# by another setup step, when present) has it.
+PROMTOOLS_WITH_KUBERNETES_SD = [os.environ.get("PROMTOOL_K8S_SD"),
+                                "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin/promtool"]
+
+
+def test_promtool_accepts_the_plain_scrape_config(tmp_path):
+    """promtool checks everything but the discovery block with Debian's build (file_sd in
+    its place), and the file as it is with a build that knows kubernetes_sd_configs."""
+    config = plain_config()
+    for job in config["scrape_configs"]:
+        assert job.pop("kubernetes_sd_configs")
+        job["file_sd_configs"] = [{"files": [str(tmp_path / "targets.json")]}]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    checks = [("promtool", tmp_path / "prometheus.yml")]
+    checks += [(p, os.path.join(DEPLOY, "prometheus", "prometheus.yml"))
+               for p in PROMTOOLS_WITH_KUBERNETES_SD if p and os.access(p, os.X_OK)]
+    for promtool, path in checks:
+        result = subprocess.run([promtool, "check", "config", str(path)],
+                                capture_output=True, text=True, timeout=60, check=False)
+        assert result.returncode == 0, (promtool, result.stdout + result.stderr)
+
+
 def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path):
     """Debian's Prometheus has no Kubernetes discovery, so file_sd hands it the same
     __meta_kubernetes_* labels endpoints discovery would; the relabelling is the file's."""
-    with open(os.path.join(DEPLOY, "prometheus", "prometheus.yml")) as f:
-        config = yaml.safe_load(f)
-    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    jobs = {j["job_name"]: j for j in plain_config()["scrape_configs"]}
     assert {name: j["sample_limit"] for name, j in jobs.items()} == {
         name: limit for name, limit, _ in SCRAPES}
     port = free_port()
     exporter = Proc([sys.executable, "-m", "kube_scale_exporter", "--collector.disable-defaults",
                      "--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "exporter.log",
                     cwd=os.path.dirname(DEPLOY))
-    meta = {"__meta_kubernetes_namespace": "kube-scale-exporter",
+    meta = {"__meta_kubernetes_namespace": NAMESPACE,
             "__meta_kubernetes_endpoint_port_name": "metrics"}
     # What endpoints discovery would find: one pod of each node DaemonSet, and another
     # Service's endpoint on the same namespace, which the jobs must drop.
@@ -326,7 +612,7 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path):
         for x in result:
             assert x["metric"] == {"__name__": "up", "instance": f"127.0.0.1:{port}",
                                    "job": "kube-scale-exporter-node",
-                                   "namespace": "kube-scale-exporter",
+                                   "namespace": NAMESPACE,
                                    "node": x["metric"]["node"]}
     finally:
         prom.stop()

@@ -26,6 +26,7 @@ def test_drift_check_notices_edited_missing_and_stale_files(rendered, tmp_path, 
     alerts.write_text(alerts.read_text().replace("for: 10m", "for: 1h", 1))
     (build.DASHBOARDS / "kubescale-node.json").unlink()
     (build.DASHBOARDS / "old.json").write_text("{}")
+    (build.GENERATED / "kustomization.yaml").write_text("resources: [prometheus-rule.yaml]\n")
     assert build.drift(rendered) == [
         "rules/prometheus_alerts.yaml: differs from the jsonnet",
         "dashboards/kubescale-node.json: missing",
