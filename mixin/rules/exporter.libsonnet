@@ -16,8 +16,19 @@
             expr: 'count by (%s, job) %s' % [c.clusterLabel, both('up')],
           },
           {
+            // Counted, not averaged: the alert compares whole targets with the job's size.
+            record: 'cluster_job:kubescale_exporter_targets_down:sum',
+            expr: 'sum by (%s, job) (%s == bool 0)' % [c.clusterLabel, both('up')],
+          },
+          {
             record: 'cluster_job_collector:kubescale_scrape_collector_failures:sum',
             expr: 'sum by (%s, job, collector) (%s == bool 0)' % [c.clusterLabel, both('kubescale_scrape_collector_success')],
+          },
+          {
+            // Share of a target's scrapes in which a collector failed, over rateInterval; only
+            // targets where it failed at all, so a healthy fleet records nothing.
+            record: 'instance_collector:kubescale_scrape_collector_failures:ratio%(rateInterval)s' % c,
+            expr: '1 - avg_over_time(kubescale_scrape_collector_success{%(exporterSelector)s}[%(rateInterval)s]) > 0' % c,
           },
           {
             record: 'cluster_job_collector:kubescale_scrape_collector_duration_seconds:max',
