@@ -1,5 +1,6 @@
 """promtool unit tests: every alert fires and stays quiet, every recording rule is checked,
 on every Prometheus release users run (Debian's 2.42 and upstream 3.5)."""
+import pathlib
 import re
 import subprocess
 
@@ -73,3 +74,38 @@ def test_every_recording_rule_is_checked_in_some_test(mixin):
             checked |= set(re.findall(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", case["expr"]))
     names = {r["record"] for r in recording_rules(mixin)}
     assert names - checked == set()
+
+
+# The production cases must be the ones that tell the rules apart: with the rule bent back to
+# the behaviour the case was written against, the same test fails.
+BENT = {
+    "gaps reset an etcd member's `for`": (
+        "etcd_test.yaml", {"gapTolerance": "1m"}, "KubeScaleEtcdDatabaseNearQuota"),
+    "the head saw-tooth read as growth": (
+        "prometheus_test.yaml", {"prometheusHeadCycle": "1m", "prometheusHeadSeriesPredictWindow": "1h"},
+        "10.0.3.3:9090"),
+    "a threshold at the DaemonSet's maxUnavailable": (
+        "rollout_test.yaml", {"exporterDownRatio": 0.1}, "99 kube-scale-exporter-node targets"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BENT))
+def test_production_cases_catch_the_behaviour_they_were_written_against(promtool, case, tmp_path):
+    name, config, symptom = BENT[case]
+    from tests.mixin.support import build
+    m = build.mixin_object(dict(config, prometheusSelfProtection=True))
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "prometheus_rules.yaml").write_text(yaml.safe_dump(m["rules"]))
+    (rules / "prometheus_alerts.yaml").write_text(yaml.safe_dump(m["alerts"]))
+    (rules / "prometheus_selfprotection_alerts.yaml").write_text(yaml.safe_dump({"groups": []}))
+    if name in fleet.GENERATED:
+        test = fleet.GENERATED[name]()
+    else:
+        test = yaml.safe_load((PROMTOOL_TESTS[0].parent / name).read_text())
+    test["rule_files"] = [str(rules / pathlib.Path(f).name) for f in test["rule_files"]]
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    out = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True)
+    assert out.returncode != 0, f"{name} still passes with {config}"
+    assert symptom in out.stdout + out.stderr
