@@ -25,16 +25,6 @@
             expr: 'sum by (%s, job, collector) (%s == bool 0)' % [c.clusterLabel, both('kubescale_scrape_collector_success')],
           },
           {
-            // 1 for each target and collector that failed its latest scrape, nothing for the
-            // others: a healthy fleet records no series. Counted over a window against the
-            // evaluations of cluster_job:kubescale_exporter_targets:count (same group, same
-            // timestamps) it gives the share of failed scrapes, for the price of one instant
-            // read, where avg_over_time over every target's raw series would read ten samples
-            // of each of the 7,500 x 4 series at every evaluation.
-            record: 'instance_collector:kubescale_scrape_collector_failed:latest',
-            expr: '%s == bool 0 == 1' % both('kubescale_scrape_collector_success'),
-          },
-          {
             record: 'cluster_job_collector:kubescale_scrape_collector_duration_seconds:max',
             expr: 'max by (%s, job, collector) %s' % [c.clusterLabel, both('kubescale_scrape_collector_duration_seconds')],
           },
