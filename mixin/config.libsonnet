@@ -1,5 +1,7 @@
-// Every knob of the mixin. Override with:
-//   (import 'kube-scale-exporter-mixin/mixin.libsonnet') + { _config+:: { clusterLabel: 'k8s_cluster' } }
+// Every knob of the mixin. Vendored with jsonnet-bundler
+// (`jb install github.com/kube-scale-exporter/kube-scale-exporter/mixin@main`), override with:
+//   (import 'github.com/kube-scale-exporter/kube-scale-exporter/mixin/mixin.libsonnet')
+//   + { _config+:: { clusterLabel: 'k8s_cluster' } }
 {
   _config+:: {
     // Selectors for our two deployments. Node mode is the DaemonSet (neighbor tables, image
@@ -12,9 +14,12 @@
     // etcd can be watched from either placement (DaemonSet pod on etcd nodes or the
     // cluster-mode Deployment), so it gets its own selector.
     etcdSelector: 'job=~"kube-scale-exporter-(node|cluster)"',
+    // The Prometheus self-protection group is opt-in: most stacks already alert on their
+    // Prometheus (kube-prometheus' prometheus-mixin), and a wrong selector there is silent.
+    prometheusSelfProtection: false,
     // The Prometheus servers to protect (their own /metrics) and their containers in
-    // cAdvisor's metrics, for the self-protection group.
-    prometheusSelector: 'job="prometheus"',
+    // cAdvisor's metrics, for the self-protection group. kube-prometheus' job name.
+    prometheusSelector: 'job="prometheus-k8s"',
     prometheusContainerSelector: 'container="prometheus"',
 
     // The label that tells clusters apart once several send to one Prometheus/Thanos/Mimir.
@@ -29,6 +34,16 @@
     // Window for rate()/increase() in recording rules and alerts. Must cover at least four
     // scrape intervals so one missed scrape does not break the rate.
     rateInterval: '5m',
+    // How long a series may be missing (a slow collector call, a failed scrape: the scrape
+    // writes stale markers) and still count as its last value, so a gap of a scrape or two
+    // does not reset an alert's `for`. Used only on small series sets (etcd members).
+    gapTolerance: '5m',
+    // How far back a signal counts as "was reported here", for the alerts that say we have
+    // gone blind: longer than any outage worth announcing, short enough to forget a target
+    // that was removed on purpose.
+    notObservedLookback: '24h',
+    // Rows of example nodes or targets named in the text of an alert that stands for many.
+    alertExamples: 3,
 
     // Neighbor tables: what counts against gc_thresh3. The neighbor_gc collector's
     // GC-eligible entries; set 'kubescale_neighbor_entries' (counts PERMANENT entries too)
@@ -40,12 +55,15 @@
     neighborUsageCritical: 0.95,
     neighborUsageFor: '10m',
     // The kernel default gc_thresh3 (1024): a node still on it with this share of it in use
-    // has many pods and was never tuned.
+    // has many pods and was never tuned. One alert per cluster and family counts such nodes
+    // (a node image ships the same defaults to every node).
     neighborKernelDefaultThresh3: 1024,
     neighborKernelDefaultUsage: 0.5,
     neighborKernelDefaultFor: '1h',
 
     // Image pulls: queued pulls that mean pods wait for a pull slot, and how long is too long.
+    // Backlog alerts also need a download in progress: queued images with nothing downloading
+    // are pods in back-off or waiting for another reason, not a pull-slot backlog.
     imagePullQueuedThreshold: 3,
     imagePullBacklogFor: '10m',
     imagePullStalledFor: '2m',
@@ -55,7 +73,12 @@
     imagePullSerializedFor: '15m',
     imagePreloadMissingFor: '1h',
 
+    // etcd-mixin's etcdDatabaseQuotaLowSpace, etcdExcessiveDatabaseGrowth and
+    // etcdDatabaseHighFragmentationRatio cover the same ground as our quota, prediction and
+    // fragmentation alerts. Set false where etcd-mixin runs, so one problem alerts once.
+    etcdQuotaAlerts: true,
     // etcd: share of the backend quota in use. At 100% etcd raises NOSPACE and refuses writes.
+    // One alert per etcd cluster (members of a cluster hold the same data), naming the worst.
     etcdQuotaWarning: 0.8,
     etcdQuotaCritical: 0.9,
     etcdQuotaFor: '10m',
@@ -76,20 +99,27 @@
     etcdEventsFor: '1h',
 
     // Balloons: Pending this long means cluster-autoscaler is not adding nodes.
+    // Headroom counts as back only once a balloon has stayed Running for balloonExhaustedFor:
+    // a balloon that runs for a minute and is preempted again is no headroom.
     balloonPendingSeconds: 900,
     balloonPendingFor: '5m',
     balloonExhaustedFor: '5m',
     balloonMisconfiguredFor: '15m',
 
     // Exporter health: a share of a job's targets down (never one alert per node; for the
-    // single-replica cluster-mode job any share above this means it is down).
-    exporterDownRatio: 0.1,
+    // single-replica cluster-mode job any share above this means it is down). Half the
+    // DaemonSet's maxUnavailable (10% in deploy/): a rollout stuck at maxUnavailable sits far
+    // above it, whatever the float rounding of the share.
+    exporterDownRatio: 0.05,
     exporterDownFor: '15m',
+    // A collector failing more than this share of its scrapes over rateInterval, on a target:
+    // one success now and then must not hide a collector that fails most of the time.
+    collectorFailingRatio: 0.5,
     collectorFailingFor: '15m',
     // Watches reconnect with backoff on their own; only a lasting outage needs a person.
     kubeWatchDownFor: '15m',
-    // Series budgets per target (issue 7's budgets: node <= 40 with default collectors,
-    // cluster <= 500); above them the fleet multiplies the overrun by the node count.
+    // Series budgets per target (node <= 40 with default collectors, cluster <= 500); above
+    // them the fleet multiplies the overrun by the node count.
     nodeSeriesBudget: 40,
     // Node pods on etcd nodes (--etcd.local) add ~10 series per member plus, beside the
     // leader, one per Kubernetes resource (--etcd.keys-max-resources, default 100).
@@ -98,10 +128,15 @@
     seriesBudgetFor: '30m',
 
     // Prometheus self-protection: the head series it is sized for, the share of it and of its
-    // memory limit that leaves room for a compaction and a burst of queries.
+    // memory limit that leaves room for a compaction and a burst of queries. The trend is
+    // taken over the head's peaks (max over prometheusHeadCycle, the 2h between head
+    // compactions) across prometheusHeadSeriesPredictWindow, so series churn's saw-tooth is
+    // not read as growth.
     prometheusHeadSeriesBudget: 2000000,
     prometheusHeadSeriesWarning: 0.8,
     prometheusHeadSeriesPredictHours: 6,
+    prometheusHeadCycle: '2h',
+    prometheusHeadSeriesPredictWindow: '6h',
     prometheusHeadSeriesFor: '15m',
     prometheusMemoryWarning: 0.8,
     prometheusMemoryFor: '15m',

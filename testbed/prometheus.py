@@ -1,4 +1,5 @@
-"""Debian's Prometheus on a free loopback port, for tests and the demo.
+"""Prometheus on a free loopback port, for tests and the demo: Debian's by default, or any
+release's binary (`binary=`, e.g. Prometheus 3.5 unpacked by .ci/setup.d/15-prometheus-sid.sh).
 
     with PrometheusServer(workdir, {"scrape_configs": [...]}) as prom:
         prom.query('up{job="x"}')            # the instant query's result list

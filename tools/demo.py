@@ -47,7 +47,8 @@ def prometheus_config(node_port, cluster_port, prom_port, interval=SCRAPE):
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str(REPO / "rules" / "prometheus_rules.yaml"),
-                       str(REPO / "rules" / "prometheus_alerts.yaml")],
+                       str(REPO / "rules" / "prometheus_alerts.yaml"),
+                       str(REPO / "rules" / "prometheus_selfprotection_alerts.yaml")],
         "scrape_configs": [
             # In Kubernetes the node label comes from relabelling __meta_kubernetes_pod_node_name
             # (see docs/mixin.md); here it is a static label.
@@ -56,7 +57,8 @@ def prometheus_config(node_port, cluster_port, prom_port, interval=SCRAPE):
                 "labels": dict(target_labels, node=socket.gethostname())}]},
             {"job_name": CLUSTER_JOB, "static_configs": [{
                 "targets": [f"127.0.0.1:{cluster_port}"], "labels": target_labels}]},
-            {"job_name": "prometheus", "static_configs": [{
+            # The opt-in self-protection group selects kube-prometheus' job name by default.
+            {"job_name": "prometheus-k8s", "static_configs": [{
                 "targets": [f"127.0.0.1:{prom_port}"], "labels": target_labels}]},
         ],
     }

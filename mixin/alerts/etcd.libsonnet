@@ -1,48 +1,46 @@
 // etcd backend quota: at the quota etcd raises NOSPACE and refuses every write, and the
 // Kubernetes control plane stops working until someone compacts, defragments and disarms.
+// Members of one etcd cluster hold the same data and fill together: capacity alerts are one
+// per etcd cluster, naming the worst member.
+local text = import '../lib/alerts.libsonnet';
 {
   prometheusAlerts+:: {
     groups+: [
       {
         local c = $._config,
+        local etcdCluster = '%(clusterLabel)s, etcd_cluster' % c,
         local nearQuota(severity, threshold) = {
           alert: 'KubeScaleEtcdDatabaseNearQuota',
-          expr: 'etcd_cluster_member:kubescale_etcd_quota_usage:ratio > %g' % threshold,
+          expr: 'max by (%s) (etcd_cluster_member:kubescale_etcd_quota_usage:ratio) > %g' % [etcdCluster, threshold],
           'for': c.etcdQuotaFor,
           labels: { severity: severity },
           annotations: {
             summary: 'An etcd database is close to its backend quota.',
-            description: 'etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} uses {{ $value | humanizePercentage }} of its backend quota.',
+            description: 'etcd cluster {{ $labels.etcd_cluster }} uses {{ $value | humanizePercentage }} of its backend quota on its fullest member, '
+                         + text.examples('etcd_cluster_member:kubescale_etcd_quota_usage:ratio', etcdCluster, 'member', 1) + '.',
           },
         },
-        name: 'kube-scale-exporter-etcd',
-        rules: [
+        // Share of the quota each member is predicted to use etcdPredictHours from now.
+        local predicted = |||
+          predict_linear(etcd_cluster_member:kubescale_etcd_db_size_bytes:max[%(etcdPredictWindow)s], %(etcdPredictHours)d * 3600)
+          / etcd_cluster_member:kubescale_etcd_quota_bytes:max
+        ||| % c,
+        local quotaAlerts = [
           nearQuota(c.warningSeverity, c.etcdQuotaWarning),
           nearQuota(c.criticalSeverity, c.etcdQuotaCritical),
           {
             alert: 'KubeScaleEtcdDatabaseQuotaPredictedFull',
-            expr: |||
-              predict_linear(etcd_cluster_member:kubescale_etcd_db_size_bytes:max[%(etcdPredictWindow)s], %(etcdPredictHours)d * 3600)
-              >= etcd_cluster_member:kubescale_etcd_quota_bytes:max
-            ||| % c,
+            expr: 'max by (%s) (\n  %s\n) >= 1\n' % [etcdCluster, std.strReplace(std.rstripChars(predicted, '\n'), '\n', '\n  ')],
             'for': c.etcdPredictFor,
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'An etcd database is predicted to reach its backend quota within hours.',
-              description: 'At the growth of the last %(etcdPredictWindow)s, etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} reaches its backend quota within %(etcdPredictHours)d hours.' % c,
+              description: ('At the growth of the last %(etcdPredictWindow)s, etcd cluster {{ $labels.etcd_cluster }} reaches its backend quota within %(etcdPredictHours)d hours ({{ $value | humanizePercentage }} of it by then), first on member ' % c)
+                           + text.examples(predicted, etcdCluster, 'member', 1) + '.',
             },
           },
           {
-            alert: 'KubeScaleEtcdAlarmActive',
-            expr: 'etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max > 0',
-            'for': c.etcdAlarmFor,
-            labels: { severity: c.criticalSeverity },
-            annotations: {
-              summary: 'An etcd alarm is active; with NOSPACE etcd refuses writes.',
-              description: 'etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} has the {{ $labels.alarm }} alarm raised.',
-            },
-          },
-          {
+            // Per member: a defragmentation runs member by member.
             alert: 'KubeScaleEtcdHighFragmentation',
             expr: |||
               etcd_cluster_member:kubescale_etcd_fragmentation:ratio > %(etcdFragmentationRatio)g
@@ -56,6 +54,28 @@
               description: '{{ $value | humanizePercentage }} of the database file of etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} is free pages.',
             },
           },
+        ],
+        name: 'kube-scale-exporter-etcd',
+        rules: (if c.etcdQuotaAlerts then quotaAlerts else []) + [
+          {
+            // NOSPACE is raised cluster-wide (every member refuses writes): one alert per etcd
+            // cluster. Other alarms (CORRUPT) concern one member's data: one per member.
+            alert: 'KubeScaleEtcdAlarmActive',
+            expr: |||
+              count by (%(clusterLabel)s, etcd_cluster, alarm) (etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max{alarm="NOSPACE"} > 0)
+              or
+              etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max{alarm!="NOSPACE"} > 0
+            ||| % c,
+            'for': c.etcdAlarmFor,
+            labels: { severity: c.criticalSeverity },
+            annotations: {
+              summary: 'An etcd alarm is active; with NOSPACE etcd refuses writes.',
+              description: '{{ if $labels.member }}etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} has the {{ $labels.alarm }} alarm raised.'
+                           + '{{ else }}etcd cluster {{ $labels.etcd_cluster }} has the {{ $labels.alarm }} alarm raised on {{ $value }} members ('
+                           + text.examples('etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max > 0', '%s, alarm' % etcdCluster, 'member', c.alertExamples)
+                           + '): it refuses writes.{{ end }}',
+            },
+          },
           {
             alert: 'KubeScaleEtcdEventsInMainEtcd',
             expr: 'etcd_cluster:kubescale_etcd_events_keys:ratio{etcd_cluster!="%(etcdEventsClusterName)s"} > %(etcdEventsShare)g' % c,
@@ -64,6 +84,23 @@
             annotations: {
               summary: 'Events take a large share of an etcd that should not hold them.',
               description: 'Events are {{ $value | humanizePercentage }} of the keys in etcd cluster {{ $labels.etcd_cluster }}; move them to their own etcd with --etcd-servers-overrides.',
+            },
+          },
+          {
+            // The "we cannot see it" companion: an etcd cluster reported in the last
+            // notObservedLookback that no target reports as answering now (the targets that
+            // watch etcd are a handful of the node job: TargetsDown would not notice them).
+            alert: 'KubeScaleEtcdNotObserved',
+            expr: |||
+              group by (%(clusterLabel)s, etcd_cluster) (last_over_time(kubescale_etcd_up{%(etcdSelector)s}[%(notObservedLookback)s]))
+              unless on (%(clusterLabel)s, etcd_cluster)
+              kubescale_etcd_up{%(etcdSelector)s} == 1
+            ||| % c,
+            'for': c.exporterDownFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: 'No kube-scale-exporter target sees an etcd cluster any more; its alerts are blind.',
+              description: 'etcd cluster {{ $labels.etcd_cluster }} was reported in the last %(notObservedLookback)s but no target reaches it now (the targets are down or etcd does not answer them): its quota and alarm alerts cannot fire.' % c,
             },
           },
         ],

@@ -1,30 +1,80 @@
 // The exporter itself: targets down as a share of the fleet (one alert per job, never one per
-// node), collectors failing, and targets exposing more series than budgeted.
+// node), targets gone altogether, collectors failing, and targets exposing more series than
+// budgeted. These are the "we cannot see it" companions of the node and cluster signals.
+local text = import '../lib/alerts.libsonnet';
 {
   prometheusAlerts+:: {
     groups+: [
       {
         local c = $._config,
+        local job = '%(clusterLabel)s, job' % c,
+        local target = [c.nodeLabel, 'instance'],
+        // Targets whose collector failed more than collectorFailingRatio of its scrapes over
+        // rateInterval. Read here, not recorded: a recording rule of it would create a series
+        // per node when a collector fails fleet-wide. Like the neighbor alerts' increase(), it
+        // reads rateInterval of each target's raw series (7,500 x 4 series, 10 samples each
+        // at 30 s scrapes).
+        local failing = '1 - avg_over_time(kubescale_scrape_collector_success{%(exporterSelector)s}[%(rateInterval)s]) > %(collectorFailingRatio)g' % c,
+        local overBudget = |||
+          (scrape_samples_scraped{%(nodeExporterSelector)s} unless on (%(clusterLabel)s, job, instance) kubescale_etcd_up{%(nodeExporterSelector)s}) > %(nodeSeriesBudget)d
+          or
+          (scrape_samples_scraped{%(nodeExporterSelector)s} and on (%(clusterLabel)s, job, instance) kubescale_etcd_up{%(nodeExporterSelector)s}) > %(etcdNodeSeriesBudget)d
+          or
+          scrape_samples_scraped{%(clusterExporterSelector)s} > %(clusterSeriesBudget)d
+        ||| % c,
+        local present(selector) = 'group by (%s) (up{%s})' % [c.clusterLabel, selector],
         name: 'kube-scale-exporter-exporter',
         rules: [
           {
+            // Whole targets against the job's size, with >=: a DaemonSet rollout stuck at its
+            // maxUnavailable (twice the default ratio) alerts whatever the float rounding.
             alert: 'KubeScaleExporterTargetsDown',
-            expr: '1 - cluster_job:kubescale_exporter_up:avg > %(exporterDownRatio)g' % c,
+            expr: |||
+              cluster_job:kubescale_exporter_targets_down:sum
+              >= %(exporterDownRatio)g * cluster_job:kubescale_exporter_targets:count
+              and
+              cluster_job:kubescale_exporter_targets_down:sum > 0
+            ||| % c,
             'for': c.exporterDownFor,
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'A share of kube-scale-exporter targets cannot be scraped.',
-              description: '{{ $value | humanizePercentage }} of the {{ $labels.job }} targets are down.',
+              // No examples: every down target has the same value, so which few topk picks is
+              // arbitrary; the targets page lists them all.
+              description: '{{ $value }} {{ $labels.job }} targets are down, at least %g%% of the job (Status > Targets lists them).' % (100 * c.exporterDownRatio),
             },
           },
           {
+            // A target that is not even there (the cluster-mode pod Pending or evicted, the
+            // DaemonSet deleted) has no `up` series: a cluster where one of our two jobs
+            // reports and the other does not, or none of our targets at all.
+            alert: 'KubeScaleExporterTargetMissing',
+            expr: |||
+              label_replace(%(node)s unless on (%(clusterLabel)s) %(cluster)s, "mode", "cluster", "", "")
+              or
+              label_replace(%(cluster)s unless on (%(clusterLabel)s) %(node)s, "mode", "node", "", "")
+              or
+              absent(up{%(exporterSelector)s})
+            ||| % (c { node: present(c.nodeExporterSelector), cluster: present(c.clusterExporterSelector) }),
+            'for': c.exporterDownFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: 'kube-scale-exporter has no target to scrape; what it watches is unseen.',
+              description: '{{ if $labels.mode }}No {{ $labels.mode }}-mode kube-scale-exporter target exists in cluster {{ $labels.%(clusterLabel)s }} while the other mode reports: its pods are Pending, evicted or gone.{{ else }}No kube-scale-exporter target exists at all (no `up` series for %(exporterSelector)s).{{ end }}' % c,
+            },
+          },
+          {
+            // The share of failed scrapes over a window, per target: a collector that
+            // succeeds now and then still alerts when it fails most of the time.
             alert: 'KubeScaleCollectorFailing',
-            expr: 'cluster_job_collector:kubescale_scrape_collector_failures:sum > 0',
+            expr: 'count by (%s, job, collector) (%s)' % [c.clusterLabel, failing],
             'for': c.collectorFailingFor,
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'A kube-scale-exporter collector fails; its metrics are missing.',
-              description: 'The {{ $labels.collector }} collector fails on {{ $value }} {{ $labels.job }} targets.',
+              description: ('The {{ $labels.collector }} collector failed more than %g%% of its scrapes in the last %s on {{ $value }} {{ $labels.job }} targets: '
+                            % [100 * c.collectorFailingRatio, c.rateInterval])
+                           + text.examples(failing, '%s, collector' % job, target, c.alertExamples, 'instance') + '.',
             },
           },
           {
@@ -39,18 +89,13 @@
           },
           {
             alert: 'KubeScaleExporterSeriesOverBudget',
-            expr: |||
-              max by (%(clusterLabel)s, job) (scrape_samples_scraped{%(nodeExporterSelector)s} unless on (%(clusterLabel)s, job, instance) kubescale_etcd_up{%(nodeExporterSelector)s}) > %(nodeSeriesBudget)d
-              or
-              max by (%(clusterLabel)s, job) (scrape_samples_scraped{%(nodeExporterSelector)s} and on (%(clusterLabel)s, job, instance) kubescale_etcd_up{%(nodeExporterSelector)s}) > %(etcdNodeSeriesBudget)d
-              or
-              max by (%(clusterLabel)s, job) (scrape_samples_scraped{%(clusterExporterSelector)s}) > %(clusterSeriesBudget)d
-            ||| % c,
+            expr: 'max by (%s) (\n  %s\n)\n' % [job, std.strReplace(std.rstripChars(overBudget, '\n'), '\n', '\n  ')],
             'for': c.seriesBudgetFor,
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'kube-scale-exporter exposes more series per target than budgeted.',
-              description: 'A {{ $labels.job }} target exposes {{ $value }} samples per scrape, over its budget.',
+              description: 'The largest {{ $labels.job }} target over its budget exposes {{ $value }} samples per scrape; over budget: '
+                           + text.examples(overBudget, job, target, c.alertExamples, 'instance') + '.',
             },
           },
         ],

@@ -5,16 +5,23 @@
     groups+: [
       {
         local c = $._config,
+        // Queued images are only a pull-slot backlog while something downloads: with nothing
+        // in progress they are pods in ImagePullBackOff or waiting for another reason.
+        local downloading = 'kubescale_image_pulls_in_progress{%(nodeExporterSelector)s} > 0' % c,
         name: 'kube-scale-exporter-imagepull',
         rules: [
           {
             alert: 'KubeScaleImagePullBacklog',
-            expr: 'kubescale_image_pulls_queued{%(nodeExporterSelector)s} >= %(imagePullQueuedThreshold)d' % c,
+            expr: |||
+              kubescale_image_pulls_queued{%(nodeExporterSelector)s} >= %(imagePullQueuedThreshold)d
+              and
+              %(downloading)s
+            ||| % (c { downloading: downloading }),
             'for': c.imagePullBacklogFor,
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'Images are queued for a pull slot on a node.',
-              description: '{{ $value }} images needed by waiting containers on node {{ $labels.%(nodeLabel)s }} are neither present nor downloading.' % c,
+              description: '{{ $value }} images needed by waiting containers on node {{ $labels.%(nodeLabel)s }} are neither present nor downloading, while other downloads hold the pull slots.' % c,
             },
           },
           {
@@ -40,15 +47,17 @@
           {
             alert: 'KubeScaleImagePullsSerializedWithBacklog',
             expr: |||
+              kubescale_image_pulls_queued{%(nodeExporterSelector)s} > 0
+              and
               kubescale_kubelet_serialize_image_pulls{%(nodeExporterSelector)s} == 1
               and
-              kubescale_image_pulls_queued{%(nodeExporterSelector)s} > 0
-            ||| % c,
+              %(downloading)s
+            ||| % (c { downloading: downloading }),
             'for': c.imagePullSerializedFor,
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'The kubelet pulls one image at a time and pulls are queued behind it.',
-              description: 'Node {{ $labels.%(nodeLabel)s }} runs the kubelet with serializeImagePulls=true while images wait for a pull slot.' % c,
+              description: 'Node {{ $labels.%(nodeLabel)s }} runs the kubelet with serializeImagePulls=true while a download holds the only pull slot and {{ $value }} images wait for it.' % c,
             },
           },
           {

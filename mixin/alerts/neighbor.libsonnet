@@ -1,5 +1,6 @@
 // Neighbor (ARP/NDISC) tables: once gc_thresh3 entries are GC-eligible the kernel drops new
 // neighbors and pods on the node lose connectivity ("neighbor table overflow" in dmesg).
+local text = import '../lib/alerts.libsonnet';
 {
   prometheusAlerts+:: {
     groups+: [
@@ -15,31 +16,39 @@
             description: 'The {{ $labels.family }} neighbor table on node {{ $labels.%s }} uses {{ $value | humanizePercentage }} of gc_thresh3.' % c.nodeLabel,
           },
         },
+        // Nodes on the kernel default that already use a good share of it.
+        local atKernelDefault = |||
+          node_family:kubescale_neighbor_usage:ratio > %(neighborKernelDefaultUsage)g
+          and
+          kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s} <= %(neighborKernelDefaultThresh3)d
+        ||| % c,
         name: 'kube-scale-exporter-neighbor',
         rules: [
           nearFull(c.warningSeverity, c.neighborUsageWarning),
           nearFull(c.criticalSeverity, c.neighborUsageCritical),
           {
+            // An overflow is packets to new peers dropped now: it ranks with the critical
+            // NearFull, never below it.
             alert: 'KubeScaleNeighborTableOverflow',
             expr: 'increase(kubescale_neighbor_table_overflows_total{%(nodeExporterSelector)s}[%(rateInterval)s]) > 0' % c,
-            labels: { severity: c.warningSeverity },
+            labels: { severity: c.criticalSeverity },
             annotations: {
               summary: 'The kernel neighbor table overflowed: new neighbors were dropped.',
               description: 'The {{ $labels.family }} neighbor table on node {{ $labels.%(nodeLabel)s }} overflowed {{ $value | humanize }} times in the last %(rateInterval)s.' % c,
             },
           },
           {
+            // A node image ships the same sysctls to every node: one alert per cluster and
+            // family with the count and a few examples, not one per node.
             alert: 'KubeScaleNeighborThresholdsAtKernelDefault',
-            expr: |||
-              node_family:kubescale_neighbor_usage:ratio > %(neighborKernelDefaultUsage)g
-              and
-              kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s} <= %(neighborKernelDefaultThresh3)d
-            ||| % c,
+            expr: 'count by (%(clusterLabel)s, family) (%(expr)s)' % (c { expr: std.rstripChars(atKernelDefault, '\n') }),
             'for': c.neighborKernelDefaultFor,
             labels: { severity: c.warningSeverity },
             annotations: {
-              summary: 'A busy node still runs the kernel default neighbor table thresholds.',
-              description: 'Node {{ $labels.%s }} has {{ $labels.family }} gc_thresh3 at the kernel default (%d) and already uses {{ $value | humanizePercentage }} of it.' % [c.nodeLabel, c.neighborKernelDefaultThresh3],
+              summary: 'Busy nodes still run the kernel default neighbor table thresholds.',
+              description: ('{{ $value }} nodes have {{ $labels.family }} gc_thresh3 at the kernel default (%d) and use more than %s of it, e.g. '
+                            % [c.neighborKernelDefaultThresh3, '%g%%' % (100 * c.neighborKernelDefaultUsage)])
+                           + text.examples(atKernelDefault, '%s, family' % c.clusterLabel, c.nodeLabel, c.alertExamples) + '.',
             },
           },
         ],

@@ -1,22 +1,27 @@
 // Prometheus protecting itself: at 7,500 nodes an unbudgeted series or query is what takes
-// monitoring down (OOM, then a WAL replay long enough to look like an outage).
+// monitoring down (OOM, then a WAL replay long enough to look like an outage). Opt-in
+// (prometheusSelfProtection): most stacks already run prometheus-mixin's alerts.
 {
   prometheusAlerts+:: {
-    groups+: [
+    groups+: if !$._config.prometheusSelfProtection then [] else [
       {
         local c = $._config,
         local pod = '%(clusterLabel)s, namespace, pod' % c,
         name: 'kube-scale-exporter-prometheus',
         rules: [
           {
-            // The trend only counts after an hour of uptime: the head refilling after a
-            // restart is a steep ramp, not growth.
+            // The trend is taken over the head's peaks (max over one head cycle), so the
+            // saw-tooth of series churn (a head that fills for 2h and drops at compaction) is
+            // not growth; it only counts after an hour of uptime, when the head refilling
+            // after a restart is behind. The value is always the current count.
             alert: 'KubeScalePrometheusHeadSeriesNearBudget',
             expr: |||
               prometheus_tsdb_head_series{%(prometheusSelector)s} > %(prometheusHeadSeriesWarning)g * %(prometheusHeadSeriesBudget)d
               or
               (
-                predict_linear(prometheus_tsdb_head_series{%(prometheusSelector)s}[1h], %(prometheusHeadSeriesPredictHours)d * 3600) > %(prometheusHeadSeriesBudget)d
+                prometheus_tsdb_head_series{%(prometheusSelector)s}
+                and
+                predict_linear(max_over_time(prometheus_tsdb_head_series{%(prometheusSelector)s}[%(prometheusHeadCycle)s])[%(prometheusHeadSeriesPredictWindow)s:5m], %(prometheusHeadSeriesPredictHours)d * 3600) > %(prometheusHeadSeriesBudget)d
                 and
                 time() - process_start_time_seconds{%(prometheusSelector)s} > 3600
               )
@@ -25,7 +30,7 @@
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'Prometheus head series approach the budget it is sized for.',
-              description: 'Prometheus {{ $labels.instance }} holds {{ $value | humanize }} head series (or is on course to), against a budget of %(prometheusHeadSeriesBudget)d.' % c,
+              description: 'Prometheus {{ $labels.instance }} holds {{ $value | humanize }} head series, against a budget of %(prometheusHeadSeriesBudget)d: above %(warning)s of it, or on course to exceed it within %(prometheusHeadSeriesPredictHours)d hours at the growth of its peaks over the last %(prometheusHeadSeriesPredictWindow)s.' % (c { warning: '%g%%' % (100 * c.prometheusHeadSeriesWarning) }),
             },
           },
           {
@@ -58,8 +63,9 @@
             },
           },
           {
-            // 422 is what the query API answers for execution errors, chiefly
-            // "query processing would load too many samples into memory".
+            // 422 is what the query API answers for every execution error: the
+            // --query.max-samples limit ("query processing would load too many samples into
+            // memory") and others alike. No metric tells them apart, so all are counted.
             alert: 'KubeScalePrometheusQueriesHitSampleLimit',
             expr: |||
               sum by (%(clusterLabel)s, job, instance) (
@@ -69,8 +75,20 @@
             'for': c.prometheusQueryLimitFor,
             labels: { severity: c.warningSeverity },
             annotations: {
-              summary: 'Queries fail on Prometheus, most likely at the --query.max-samples limit.',
-              description: 'Prometheus {{ $labels.instance }} refused {{ $value | humanize }} queries with HTTP 422 in the last %(rateInterval)s.' % c,
+              summary: 'Queries fail on Prometheus with execution errors (HTTP 422), such as the --query.max-samples limit.',
+              description: 'Prometheus {{ $labels.instance }} answered {{ $value | humanize }} queries with HTTP 422 (all execution errors, the sample limit among them) in the last %(rateInterval)s.' % c,
+            },
+          },
+          {
+            // The "we cannot see it" companion: with a selector that matches nothing every
+            // alert above is silent.
+            alert: 'KubeScalePrometheusNotObserved',
+            expr: 'absent(prometheus_tsdb_head_series{%(prometheusSelector)s})' % c,
+            'for': c.prometheusHeadSeriesFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: 'No Prometheus matches the self-protection selector; its alerts are blind.',
+              description: 'No prometheus_tsdb_head_series series matches {{ `%(prometheusSelector)s` }}: set prometheusSelector to the job that scrapes Prometheus itself.' % c,
             },
           },
         ],

@@ -1,24 +1,27 @@
 // etcd capacity per cluster and member. `max by` removes the exporter's target labels, so
 // several exporters (or Prometheus replicas' views) of one member collapse to one series.
+// `last_over_time` over gapTolerance bridges a scrape or two without a member's series (a
+// slow Status call), so the alerts reading these rules keep their `for`.
 {
   prometheusRules+:: {
     groups+: [
       {
         local c = $._config,
         local member = '%(clusterLabel)s, etcd_cluster, member' % c,
+        local last(metric) = 'last_over_time(%s{%s}[%s])' % [metric, c.etcdSelector, c.gapTolerance],
         name: 'kube-scale-exporter-etcd.rules',
         rules: [
           {
             record: 'etcd_cluster_member:kubescale_etcd_db_size_bytes:max',
-            expr: 'max by (%s) (kubescale_etcd_db_size_bytes{%s})' % [member, c.etcdSelector],
+            expr: 'max by (%s) (%s)' % [member, last('kubescale_etcd_db_size_bytes')],
           },
           {
             record: 'etcd_cluster_member:kubescale_etcd_quota_bytes:max',
-            expr: 'max by (%s) (kubescale_etcd_quota_bytes{%s})' % [member, c.etcdSelector],
+            expr: 'max by (%s) (%s)' % [member, last('kubescale_etcd_quota_bytes')],
           },
           {
             record: 'etcd_cluster_member:kubescale_etcd_db_size_in_use_bytes:max',
-            expr: 'max by (%s) (kubescale_etcd_db_size_in_use_bytes{%s})' % [member, c.etcdSelector],
+            expr: 'max by (%s) (%s)' % [member, last('kubescale_etcd_db_size_in_use_bytes')],
           },
           {
             record: 'etcd_cluster_member:kubescale_etcd_quota_usage:ratio',
@@ -55,7 +58,7 @@
           },
           {
             record: 'etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max',
-            expr: 'max by (%s, alarm) (kubescale_etcd_alarm_active{%s})' % [member, c.etcdSelector],
+            expr: 'max by (%s, alarm) (%s)' % [member, last('kubescale_etcd_alarm_active')],
           },
           {
             record: 'etcd_cluster:kubescale_etcd_leaders:sum',
@@ -70,7 +73,7 @@
             expr: 'max by (%(clusterLabel)s, etcd_cluster, resource) (kubescale_etcd_keys{%(etcdSelector)s})' % c,
           },
           {
-            // Key share, not byte share: counting keys needs no values read (issue 3), and
+            // Key share, not byte share: counting keys needs no values read, and
             // events are small and numerous, so their key share is the telling one.
             record: 'etcd_cluster:kubescale_etcd_events_keys:ratio',
             expr: |||

@@ -16,6 +16,11 @@
             expr: 'count by (%s, job) %s' % [c.clusterLabel, both('up')],
           },
           {
+            // Counted, not averaged: the alert compares whole targets with the job's size.
+            record: 'cluster_job:kubescale_exporter_targets_down:sum',
+            expr: 'sum by (%s, job) (%s == bool 0)' % [c.clusterLabel, both('up')],
+          },
+          {
             record: 'cluster_job_collector:kubescale_scrape_collector_failures:sum',
             expr: 'sum by (%s, job, collector) (%s == bool 0)' % [c.clusterLabel, both('kubescale_scrape_collector_success')],
           },

@@ -1,6 +1,9 @@
 """What the mixin tests share: the mixin rendered through tools/build_mixin.py, and walkers over it."""
+import os
 import pathlib
+import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -11,14 +14,49 @@ PROMTOOL_TESTS = sorted((REPO / "tests" / "mixin" / "promtool").glob("*_test.yam
 
 # Every knob a test checks, changed at once: one more jsonnet evaluation instead of one per knob.
 CUSTOM_CONFIG = {
+    "prometheusSelfProtection": True,
     "clusterLabel": "k8s_cluster",
     "showMultiCluster": True,
     "nodeLabel": "kubernetes_node",
     "criticalSeverity": "warning",
     "runbookURLPattern": "https://runbooks.example/%s",
 }
+# Every alert group, the opt-in ones included.
+EVERYTHING = {"prometheusSelfProtection": True}
+
+# The Prometheus releases the rules are tested on: Debian's (bookworm, on PATH) and the
+# current upstream one users run, Debian sid's unpacked into a cache by
+# .ci/setup.d/15-prometheus-sid.sh (PROMETHEUS3_BIN / PROMTOOL3_BIN, the same variables).
+SID_BIN = "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin"
+PROMETHEUS_RELEASES = {
+    "2.42": {"promtool": lambda: shutil.which("promtool"),
+             "prometheus": lambda: shutil.which("prometheus")},
+    "3.5": {"promtool": lambda: os.environ.get("PROMTOOL3_BIN", f"{SID_BIN}/promtool"),
+            "prometheus": lambda: os.environ.get("PROMETHEUS3_BIN", f"{SID_BIN}/prometheus")},
+}
+_versions = {}
 
 
+def prometheus_binary(release: str, name: str) -> str:
+    """`name` (promtool or prometheus) of a release, checked to run and to be that release;
+    missing or another version fails the test (.ci/run installs both), never skips."""
+    path = PROMETHEUS_RELEASES[release][name]()
+    if not path or not os.access(path, os.X_OK):
+        pytest.fail(f"{name} {release} not found ({path}): run .ci/setup.d/10-base.sh and "
+                    ".ci/setup.d/15-prometheus-sid.sh")
+    if path not in _versions:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True)
+        match = re.search(r"version (\S+)", out.stdout + out.stderr)
+        _versions[path] = match.group(1) if match else "?"
+    version = _versions[path]
+    if not version.startswith(release + "."):
+        pytest.fail(f"{path} is {name} {version}, not {release}.x")
+    return path
+
+
+def prometheus_version(path: str) -> str:
+    """The version string of a binary prometheus_binary() checked."""
+    return _versions[path]
 
 
 def binary(name: str) -> str:

@@ -19,14 +19,14 @@ def all_exprs(m):
 
 # --- alerts ---------------------------------------------------------------------------------
 
-def test_alert_names_are_camel_case_with_our_prefix(mixin):
-    for rule in alert_rules(mixin):
+def test_alert_names_are_camel_case_with_our_prefix(everything):
+    for rule in alert_rules(everything):
         assert re.fullmatch(r"KubeScale(?:[A-Z][a-z0-9]*|[A-Z]+(?=[A-Z]|$))+", rule["alert"]), rule["alert"]
 
 
-def test_alerts_have_a_known_severity_once_per_name(mixin):
+def test_alerts_have_a_known_severity_once_per_name(everything):
     seen = set()
-    for rule in alert_rules(mixin):
+    for rule in alert_rules(everything):
         severity = rule["labels"]["severity"]
         assert severity in SEVERITIES, rule["alert"]
         assert (rule["alert"], severity) not in seen, f"{rule['alert']} twice with {severity}"
@@ -38,9 +38,9 @@ def test_paging_can_be_turned_off(mixin, customised):
     assert {r["labels"]["severity"] for r in alert_rules(customised)} <= {"warning", "info"}
 
 
-def test_alert_annotations(mixin):
-    pattern = mixin["config"]["runbookURLPattern"]
-    for rule in alert_rules(mixin):
+def test_alert_annotations(everything):
+    pattern = everything["config"]["runbookURLPattern"]
+    for rule in alert_rules(everything):
         annotations = rule["annotations"]
         assert set(annotations) == {"summary", "description", "runbook_url"}, rule["alert"]
         assert "{{" not in annotations["summary"], f"{rule['alert']}: summary must be static"
@@ -61,17 +61,17 @@ def runbook_sections():
     return dict(zip(parts[1::2], parts[2::2]))
 
 
-def test_every_alert_has_a_runbook_section(mixin):
+def test_every_alert_has_a_runbook_section(everything):
     sections = runbook_sections()
-    for name in {r["alert"] for r in alert_rules(mixin)}:
+    for name in {r["alert"] for r in alert_rules(everything)}:
         assert name in sections, f"docs/runbooks.md has no '## {name}'"
         body = sections[name]
         for part in ("Meaning", "Confirm", "Fix"):
             assert re.search(rf"^\*\*{part}", body, re.M), f"{name}: runbook lacks **{part}**"
 
 
-def test_runbooks_hold_no_section_for_an_alert_that_does_not_exist(mixin):
-    names = {r["alert"] for r in alert_rules(mixin)}
+def test_runbooks_hold_no_section_for_an_alert_that_does_not_exist(everything):
+    names = {r["alert"] for r in alert_rules(everything)}
     assert set(runbook_sections()) - names == set()
 
 
@@ -82,8 +82,8 @@ def test_recording_rule_names_are_level_metric_operation(mixin):
         assert RECORD_NAME.match(rule["record"]), rule["record"]
 
 
-def test_groups_are_small_and_uniquely_named(mixin):
-    groups = mixin["rules"]["groups"] + mixin["alerts"]["groups"]
+def test_groups_are_small_and_uniquely_named(everything):
+    groups = everything["rules"]["groups"] + everything["alerts"]["groups"]
     names = [g["name"] for g in groups]
     assert len(names) == len(set(names))
     for g in groups:
@@ -91,21 +91,21 @@ def test_groups_are_small_and_uniquely_named(mixin):
         assert g["name"].startswith("kube-scale-exporter-")
 
 
-def test_every_raw_series_is_selected_by_job(mixin):
+def test_every_raw_series_is_selected_by_job(everything):
     """A raw metric without our selector would pick up another job's series of that name."""
-    c = mixin["config"]
-    selectors = [c["nodeExporterSelector"], c["clusterExporterSelector"], c["etcdSelector"],
+    c = everything["config"]
+    selectors = [c["nodeExporterSelector"], c["clusterExporterSelector"], c["exporterSelector"], c["etcdSelector"],
                  c["prometheusSelector"], c["prometheusContainerSelector"]]
-    for expr in all_exprs(mixin):
+    for expr in all_exprs(everything):
         for match in RAW_METRIC.finditer(expr):
             rest = expr[match.end():]
             assert rest.startswith("{") and any(rest[1:].startswith(s) for s in selectors), \
                 f"{match.group(1)} without a selector in:\n{expr}"
 
 
-def test_promtool_rejects_nothing_in_the_rules(promtool, mixin, tmp_path):
+def test_promtool_rejects_nothing_in_the_rules(promtool, everything, tmp_path):
     path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump({"groups": mixin["rules"]["groups"] + mixin["alerts"]["groups"]}))
+    path.write_text(yaml.safe_dump({"groups": everything["rules"]["groups"] + everything["alerts"]["groups"]}))
     out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 

@@ -1,7 +1,7 @@
-"""The rules against the real exporter: Debian's Prometheus loads the generated rules and
-scrapes kube-scale-exporter in node and cluster mode (and a real etcd filled past its quota),
-every second. The recording rules must see the series the exporter really serves.
-
+"""The rules against the real exporter: Prometheus loads the generated rules and scrapes
+kube-scale-exporter in node and cluster mode (and a real etcd filled past its quota), every
+second. The recording rules must see the series the exporter really serves. The whole stack
+runs once per Prometheus release users run: Debian's 2.42 and upstream 3.5 (Debian sid's).
 """
 import socket
 import time
@@ -11,7 +11,7 @@ import pytest
 from testbed.etcd_server import EtcdServer
 from testbed.ports import free_port
 from testbed.prometheus import PrometheusServer
-from tests.mixin.support import binary
+from tests.mixin.support import PROMETHEUS_RELEASES, prometheus_binary, prometheus_version
 from tools import demo
 
 
@@ -23,9 +23,11 @@ def working_collectors():
 
 
 class Live:
-    def __init__(self, prom, etcd_url):
+    def __init__(self, prom, etcd_url, release, version):
         self.prom = prom
         self.etcd_url = etcd_url
+        self.release = release
+        self.version = version
 
     def values(self, expr):
         """{frozenset(labels): value} of an instant query."""
@@ -48,13 +50,15 @@ def by(label, found):
     return {dict(k)[label]: v for k, v in found.items()}
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("live")
+@pytest.fixture(scope="module", params=sorted(PROMETHEUS_RELEASES), ids=lambda r: f"prometheus-{r}")
+def live(request, tmp_path_factory):
+    release = request.param
+    binary = prometheus_binary(release, "prometheus")
+    workdir = tmp_path_factory.mktemp(f"live-{release}")
     procs = []
     try:
         node_port, cluster_port = free_port(), free_port()
-        prom = PrometheusServer(workdir, {}, binary=binary("prometheus"))
+        prom = PrometheusServer(workdir, {}, binary=binary)
         procs.append(demo.exporter(["--mode", "node"], node_port, workdir, "exporter-node"))
         etcd_server = EtcdServer(workdir, version="3.4", name="etcd-0", quota_bytes=demo.QUOTA).start()
         procs.append(etcd_server)
@@ -67,10 +71,18 @@ def live(tmp_path_factory):
         procs.append(demo.exporter(cluster_args, cluster_port, workdir, "exporter-cluster"))
         prom.config = demo.prometheus_config(node_port, cluster_port, prom.port, interval="1s")
         procs.append(prom)
-        yield Live(prom.start(), etcd_url)
+        yield Live(prom.start(), etcd_url, release, prometheus_version(binary))
     finally:
         for proc in reversed(procs):
             proc.stop()
+
+
+def test_the_prometheus_release_that_ran(live, record_property):
+    info = live.prom.session.get(live.prom.url + "/api/v1/status/buildinfo", timeout=5).json()["data"]
+    record_property("prometheus_version", info["version"])
+    print(f"live stack on Prometheus {info['version']}")
+    assert info["version"] == live.version
+    assert info["version"].startswith(live.release + ".")
 
 
 def test_exporter_health_rules_see_both_jobs(live):
@@ -113,3 +125,15 @@ def test_etcd_rules_and_alert_see_a_real_nospace(live):
     live.wait_for("etcd_cluster:kubescale_etcd_events_keys:ratio",
                   lambda f: len(f) == 1 and abs(list(f.values())[0] - 0.6) < 0.02)
     live.wait_for('ALERTS{alertname="KubeScaleEtcdAlarmActive"}', lambda f: set(by("alarm", f)) == {"NOSPACE"})
+
+
+def test_blind_spot_alerts_stay_quiet_while_everything_reports(live):
+    """The "we cannot see it" companions read real series: nothing is missing here, so none
+    of them may even be pending once the rules have run on scraped data."""
+    live.wait_for("cluster_job:kubescale_exporter_targets_down:sum", lambda f: by("job", f) == {
+        demo.NODE_JOB: 0.0, demo.CLUSTER_JOB: 0.0})
+    live.wait_for('kubescale_etcd_up{etcd_cluster="main"}', lambda f: list(f.values()) == [1.0])
+    live.wait_for("prometheus_tsdb_head_series", lambda f: len(f) == 1)
+    time.sleep(3)  # a few evaluations after every series is there
+    quiet = 'ALERTS{alertname=~"KubeScale(ExporterTargetMissing|EtcdNotObserved|PrometheusNotObserved)"}'
+    assert live.values(quiet) == {}

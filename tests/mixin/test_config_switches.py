@@ -1,0 +1,111 @@
+"""What users switch when they vendor the mixin into a monitoring stack: the import path
+jsonnet-bundler creates, the opt-in Prometheus group, the etcd-mixin overlap, and the
+ranking of alerts that page."""
+import json
+import shutil
+import subprocess
+
+import _jsonnet
+
+from tests.mixin.support import REPO, alert_rules, binary, build
+
+IMPORT_PATH = "github.com/kube-scale-exporter/kube-scale-exporter/mixin"
+OVERRIDES = {"clusterLabel": "k8s_cluster", "criticalSeverity": "warning",
+             "prometheusSelfProtection": True, "etcdQuotaAlerts": False}
+ETCD_MIXIN_OVERLAP = {"KubeScaleEtcdDatabaseNearQuota", "KubeScaleEtcdDatabaseQuotaPredictedFull",
+                      "KubeScaleEtcdHighFragmentation"}
+
+
+def names(m):
+    return {r["alert"] for r in alert_rules(m)}
+
+
+def test_jsonnetfile_uses_absolute_imports_like_other_mixins():
+    jsonnetfile = json.loads((REPO / "mixin" / "jsonnetfile.json").read_text())
+    assert jsonnetfile["legacyImports"] is False
+    assert jsonnetfile["dependencies"] == []
+
+
+def test_documented_import_path_is_the_one_jsonnet_bundler_creates():
+    path = f"{IMPORT_PATH}/mixin.libsonnet"
+    assert path in (REPO / "mixin" / "config.libsonnet").read_text()
+    docs = (REPO / "docs" / "mixin.md").read_text()
+    assert path in docs
+    assert f"jb install {IMPORT_PATH}@main" in docs
+    assert "kube-scale-exporter-mixin/" not in docs + (REPO / "mixin" / "config.libsonnet").read_text()
+
+
+def test_vendored_mixin_evaluates_with_overrides(tmp_path):
+    """The mixin copied where `jb install` puts it and imported by that absolute path, as a
+    kube-prometheus style stack does, gives what the repository's own build gives."""
+    vendor = tmp_path / "vendor"
+    shutil.copytree(REPO / "mixin", vendor / IMPORT_PATH)
+    (tmp_path / "stack.jsonnet").write_text(
+        "local kubescale = (import '%s/mixin.libsonnet') + { _config+:: %s };\n"
+        "{ alerts: kubescale.prometheusAlerts, rules: kubescale.prometheusRules,\n"
+        "  dashboards: std.objectFields(kubescale.grafanaDashboards) }\n" % (IMPORT_PATH, json.dumps(OVERRIDES)))
+    expected = build.mixin_object(OVERRIDES)
+    want = {"alerts": expected["alerts"], "rules": expected["rules"], "dashboards": sorted(expected["dashboards"])}
+    # PyPI jsonnet and Debian's jsonnet CLI, both with only vendor/ on the import path.
+    got = json.loads(_jsonnet.evaluate_file(str(tmp_path / "stack.jsonnet"), jpathdir=[str(vendor)]))
+    assert got == want
+    out = subprocess.run([binary("jsonnet"), "-J", str(vendor), str(tmp_path / "stack.jsonnet")],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == want
+    assert {r["labels"]["severity"] for r in alert_rules(got)} <= {"warning", "info"}
+    assert "kube-scale-exporter-prometheus" in [g["name"] for g in got["alerts"]["groups"]]
+    assert names(got) & ETCD_MIXIN_OVERLAP == set()
+
+
+def test_prometheus_self_protection_is_opt_in_with_kube_prometheus_job(mixin, everything):
+    assert mixin["config"]["prometheusSelfProtection"] is False
+    assert mixin["config"]["prometheusSelector"] == 'job="prometheus-k8s"'
+    assert "kube-scale-exporter-prometheus" not in [g["name"] for g in mixin["alerts"]["groups"]]
+    groups = {g["name"]: g for g in everything["alerts"]["groups"]}
+    assert all('job="prometheus-k8s"' in r["expr"] or "container=" in r["expr"]
+               for r in groups["kube-scale-exporter-prometheus"]["rules"])
+
+
+def test_opt_in_group_is_rendered_on_its_own(rendered, everything):
+    """Users of the rendered files opt in by adding rules/prometheus_selfprotection_alerts.yaml."""
+    import yaml
+    alone = yaml.safe_load(rendered[build.GENERATED / "prometheus_selfprotection_alerts.yaml"])
+    groups = {g["name"]: g for g in everything["alerts"]["groups"]}
+    assert alone == {"groups": [groups["kube-scale-exporter-prometheus"]]}
+    default = yaml.safe_load(rendered[build.GENERATED / "prometheus_alerts.yaml"])
+    assert "kube-scale-exporter-prometheus" not in [g["name"] for g in default["groups"]]
+
+
+def test_query_error_alert_says_it_counts_every_422(everything):
+    (rule,) = [r for r in alert_rules(everything) if r["alert"] == "KubeScalePrometheusQueriesHitSampleLimit"]
+    assert 'code="422"' in rule["expr"]
+    assert "422" in rule["annotations"]["summary"]
+    assert "all execution errors" in rule["annotations"]["description"]
+
+
+def test_etcd_mixin_overlap_can_be_switched_off(mixin):
+    off = build.mixin_object({"etcdQuotaAlerts": False})
+    assert names(mixin) - names(off) == ETCD_MIXIN_OVERLAP
+    assert {"KubeScaleEtcdAlarmActive", "KubeScaleEtcdNotObserved"} <= names(off)
+    docs = (REPO / "docs" / "mixin.md").read_text()
+    for theirs in ("etcdDatabaseQuotaLowSpace", "etcdDatabaseHighFragmentationRatio", "etcdExcessiveDatabaseGrowth"):
+        assert theirs in docs
+
+
+def test_an_overflow_never_ranks_below_the_near_full_predictor(mixin):
+    rules = alert_rules(mixin)
+    overflow = {r["labels"]["severity"] for r in rules if r["alert"] == "KubeScaleNeighborTableOverflow"}
+    near_full = {r["labels"]["severity"] for r in rules if r["alert"] == "KubeScaleNeighborTableNearFull"}
+    assert overflow == {mixin["config"]["criticalSeverity"]}
+    assert max(near_full, key=["info", "warning", "critical"].index) in overflow
+
+
+def test_targets_down_threshold_sits_below_the_daemonset_max_unavailable(mixin):
+    import yaml
+    manifests = list(yaml.safe_load_all((REPO / "deploy" / "manifests" / "node.yaml").read_text()))
+    unavailable = {d["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
+                   for d in manifests if d and d.get("kind") == "DaemonSet"}
+    assert unavailable == {"10%"}
+    assert mixin["config"]["exporterDownRatio"] < 0.10
+    (rule,) = [r for r in alert_rules(mixin) if r["alert"] == "KubeScaleExporterTargetsDown"]
+    assert ">=" in rule["expr"] and "1 -" not in rule["expr"]
