@@ -16,7 +16,8 @@ import yaml
 
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
-from tests.deploy.conftest import DEPLOY, OVERLAY, Kubectl, kustomize, kustomize_kubectl
+from testbed.kustomize import kustomize, kustomize_kubectl
+from tests.deploy.conftest import DEPLOY, OVERLAY, Kubectl
 
 NAMESPACE = "kube-scale-exporter"
 

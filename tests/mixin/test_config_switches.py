@@ -7,6 +7,7 @@ import subprocess
 
 import _jsonnet
 
+from testbed.kustomize import render
 from tests.mixin.support import REPO, alert_rules, binary, build
 
 IMPORT_PATH = "github.com/kube-scale-exporter/kube-scale-exporter/mixin"
@@ -101,10 +102,8 @@ def test_an_overflow_never_ranks_below_the_near_full_predictor(mixin):
 
 
 def test_targets_down_threshold_sits_below_the_daemonset_max_unavailable(mixin):
-    import yaml
-    manifests = list(yaml.safe_load_all((REPO / "deploy" / "manifests" / "node.yaml").read_text()))
     unavailable = {d["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
-                   for d in manifests if d and d.get("kind") == "DaemonSet"}
+                   for d in render(REPO / "deploy") if d.get("kind") == "DaemonSet"}
     assert unavailable == {"10%"}
     assert mixin["config"]["exporterDownRatio"] < 0.10
     (rule,) = [r for r in alert_rules(mixin) if r["alert"] == "KubeScaleExporterTargetsDown"]
