@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from kube_scale_exporter.collectors.balloon import families as balloon_families
 from kube_scale_exporter.collectors.balloon import summarize
-from kube_scale_exporter.collectors.imagepull import KubeletConfigFile, images_wanted, pod_summary
+from kube_scale_exporter.collectors.imagepull.kubelet import KubeletConfigFile
+from kube_scale_exporter.collectors.imagepull.pods import images_wanted, pod_summary
 from kube_scale_exporter.collectors.imagepull_events import PulledEvents, families, parse_pulled
 from kube_scale_exporter.webconfig import WebConfig, WebConfigError, load
 
