@@ -2,8 +2,9 @@
 from datetime import UTC, datetime
 
 from kube_scale_exporter import kube
-from kube_scale_exporter.collectors.balloon import (REASONS, families, resource_label, summarize,
-                                         valid_selector)
+from kube_scale_exporter.collectors.balloon.selector import valid_selector
+from kube_scale_exporter.collectors.balloon.state import BalloonState, families, resource_label
+from kube_scale_exporter.collectors.balloon.summary import REASONS, summarize
 from testbed.golden import GOLDEN_DIR, assert_golden
 
 DOCS = GOLDEN_DIR.parent.parent / "docs"
@@ -53,7 +54,8 @@ NODES = [
 
 def test_golden_exposition():
     s = summarize(PODS, CLASSES, NODES, NOW, cutoff=-10)
-    text = assert_golden("balloon", families(s, preemptions=7))
+    text = assert_golden("balloon", families(BalloonState(s, preemptions=7,
+                                                           selector="run=balloon", cutoff=-10)))
     assert 'kubescale_balloon_pods{phase="Running"} 5.0' in text
 
 
