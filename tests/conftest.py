@@ -2,13 +2,22 @@
 
 `scripted`: collectors with controllable behaviour, to drive the scrape machinery (the
 scraper, check and the HTTP server) without any backend.
+
+The Kubernetes API fixtures are here because tests/kube, tests/balloon, tests/imagepull
+and tests/imagepull_events all use them: one etcd + kube-apiserver pair per session
+(started on first use) instead of one per area. Tests isolate themselves with their own
+namespace, label values and cluster-scoped names (`uniq`); tests that restart the API
+server or compact etcd start their own pair with `fresh_apiserver`.
 """
+import contextlib
 import threading
+import uuid
 
 import pytest
 from prometheus_client.core import GaugeMetricFamily
 
 from kube_scale_exporter.registry import Collector
+from testbed.kube_apiserver import KubeApiServer, apiserver_on_new_etcd
 
 
 class Scripted(Collector):
@@ -55,3 +64,64 @@ def scripted():
     yield make
     for c in made:
         c.release.set()
+
+
+@pytest.fixture(scope="session")
+def apiserver(tmp_path_factory):
+    with apiserver_on_new_etcd(tmp_path_factory.mktemp("kube")) as api:
+        yield api
+
+
+@pytest.fixture
+def fresh_apiserver(tmp_path):
+    """Start-your-own: `fresh_apiserver(watch_cache=False)`, or a second API server on the
+    same etcd with `fresh_apiserver(etcd=first.etcd)`; all stopped after the test."""
+    count = iter(range(100))
+    with contextlib.ExitStack() as stack:
+        def start(watch_cache=True, etcd=None):
+            workdir = tmp_path / f"api{next(count)}"
+            if etcd is None:
+                return stack.enter_context(apiserver_on_new_etcd(workdir,
+                                                                 watch_cache=watch_cache))
+            api = KubeApiServer(workdir, etcd.client_url, watch_cache=watch_cache).start()
+            stack.callback(api.stop)
+            api.etcd = etcd
+            return api
+
+        yield start
+
+
+@pytest.fixture
+def uniq():
+    return "t" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def namespace(apiserver, uniq):
+    apiserver.admin.create("/api/v1/namespaces", {"metadata": {"name": uniq}})
+    return uniq
+
+
+@pytest.fixture
+def kubeconfig_for(apiserver, tmp_path):
+    """kubeconfig_for(name, rules): a kubeconfig for a new service account that holds a
+    ClusterRole of exactly `rules` and nothing else (its token from the TokenRequest API)."""
+
+    def make(name, rules):
+        sa = f"{name}-{uuid.uuid4().hex[:6]}"
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        apiserver.admin.create("/api/v1/namespaces/default/serviceaccounts",
+                               {"metadata": {"name": sa}})
+        apiserver.admin.create(f"{rbac}/clusterroles", {"metadata": {"name": sa}, "rules": rules})
+        apiserver.admin.create(f"{rbac}/clusterrolebindings", {
+            "metadata": {"name": sa},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": sa},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "default"}]})
+        token = apiserver.admin.create(
+            f"/api/v1/namespaces/default/serviceaccounts/{sa}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": 3600}})["status"]["token"]
+        return apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{sa}", token=token)
+
+    return make

@@ -1,5 +1,6 @@
 """Golden exposition and `check` findings from fixed cluster states (UPDATE_GOLDEN=1 rewrites)."""
-from kube_scale_exporter.collectors.etcd import advise, exposition
+from kube_scale_exporter.collectors.etcd.advice import advise
+from kube_scale_exporter.collectors.etcd.state import EtcdState, families
 from kube_scale_exporter.etcd.client import Status, TLSFiles
 from kube_scale_exporter.etcd.cluster import ClusterState, MemberState
 from testbed.golden import assert_golden, series_count
@@ -30,7 +31,7 @@ def fixed_states():
 
 def test_golden_exposition_and_its_series_budget():
     states, keys = fixed_states()
-    text = assert_golden("etcd", exposition(states, keys, 300.0))
+    text = assert_golden("etcd", families(EtcdState(states, keys, 300.0)))
     # docs/etcd.md: 10 per answering member, 1 per silent member, per cluster 1 (up) and,
     # once counted, 1 (timestamp) + its resources.
     answering, silent = 3, 1
@@ -39,7 +40,7 @@ def test_golden_exposition_and_its_series_budget():
 
 def test_findings_from_the_same_states():
     states, keys = fixed_states()
-    found = {(f.severity, f.summary) for f in advise(states, keys)}
+    found = {(f.severity, f.summary) for f in advise(EtcdState(states, keys, 300.0))}
     assert ("critical", "etcd main: alarm NOSPACE is raised on m1 (writes are refused)") in found
     assert ("critical", "etcd main member m0: database 1,800 MiB is 88% of its 2,048 MiB quota (metrics)") in found
     assert ("warning", ("etcd main member m0: 900 MiB of the 1,800 MiB database is free pages; "
@@ -47,7 +48,7 @@ def test_findings_from_the_same_states():
     assert ("warning", "etcd main member m2: did not answer") in found
     assert ("critical", "etcd spare: no member answered") in found
     assert ("warning", "etcd main: holds 40,000 event keys (27% of 150,015) beside the cluster's objects") in found
-    with_tls = {f.summary: f.advice for f in advise(states, keys, TLSFiles("/pki/ca.crt", "/pki/c.crt", "/pki/c.key"))}
+    with_tls = {f.summary: f.advice for f in advise(EtcdState(states, keys, 300.0, TLSFiles("/pki/ca.crt", "/pki/c.crt", "/pki/c.key")))}
     ctl = "etcdctl --endpoints=https://10.0.0.1:2379 --cacert=/pki/ca.crt --cert=/pki/c.crt --key=/pki/c.key"
     assert with_tls["etcd main: alarm NOSPACE is raised on m1 (writes are refused)"].splitlines()[-3:] == \
         [f'{ctl} compaction --physical "$rev"', f"{ctl} defrag --cluster", f"{ctl} alarm disarm"]

@@ -1,21 +1,18 @@
-"""Real containerd, a real docker-registry and a throttling proxy between them; a real
-etcd + kube-apiserver for the pods and events.
+"""Real containerd, a real docker-registry and a throttling proxy between them.
 
 The registry and the proxy are shared by the module (images are pushed with fresh
 random layers per test); each test gets its own containerd, so an ingest one test
-leaves behind is never seen by another. The API server is shared by the session; tests
-keep to their own namespace.
+leaves behind is never seen by another. The API server for the pod watch is the
+session's (tests/conftest.py); tests keep to their own namespace.
 """
 import shutil
 import tempfile
-import uuid
 
 import pytest
 
 from kube_scale_exporter.cli import parse
 from kube_scale_exporter.collectors.imagepull import ImagePullCollector
 from testbed.containerd_server import ContainerdServer
-from testbed.kube_apiserver import apiserver_on_new_etcd
 from testbed.registry_server import RegistryServer
 from testbed.throttle_proxy import ThrottleProxy
 
@@ -76,43 +73,3 @@ def make_collector(monkeypatch):
     yield make
     for c in made:
         c.close()
-
-
-@pytest.fixture(scope="session")
-def apiserver():
-    path = tempfile.mkdtemp(prefix="ipk-", dir="/tmp")
-    with apiserver_on_new_etcd(path) as api:
-        yield api
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def namespace(apiserver):
-    name = "t" + uuid.uuid4().hex[:8]
-    apiserver.admin.create("/api/v1/namespaces", {"metadata": {"name": name}})
-    return name
-
-
-@pytest.fixture
-def kubeconfig_for(apiserver, tmp_path):
-    """kubeconfig_for(name, rules): a kubeconfig for a new service account that holds a
-    ClusterRole of exactly `rules` and nothing else (its token from the TokenRequest API)."""
-
-    def make(name, rules):
-        sa = f"{name}-{uuid.uuid4().hex[:6]}"
-        rbac = "/apis/rbac.authorization.k8s.io/v1"
-        apiserver.admin.create("/api/v1/namespaces/default/serviceaccounts",
-                               {"metadata": {"name": sa}})
-        apiserver.admin.create(f"{rbac}/clusterroles", {"metadata": {"name": sa}, "rules": rules})
-        apiserver.admin.create(f"{rbac}/clusterrolebindings", {
-            "metadata": {"name": sa},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": sa},
-            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "default"}]})
-        token = apiserver.admin.create(
-            f"/api/v1/namespaces/default/serviceaccounts/{sa}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": 3600}})["status"]["token"]
-        return apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{sa}", token=token)
-
-    return make

@@ -1,13 +1,10 @@
 """Golden exposition of the imagepull collector from fixed containerd, pod and kubelet input."""
 from datetime import UTC, datetime
 
-from kube_scale_exporter.collectors.imagepull import (
-    KubeletPullSettings,
-    advise,
-    families,
-    images_wanted,
-    observe,
-)
+from kube_scale_exporter.collectors.imagepull.advice import advise
+from kube_scale_exporter.collectors.imagepull.kubelet import KubeletPullSettings
+from kube_scale_exporter.collectors.imagepull.pods import images_wanted
+from kube_scale_exporter.collectors.imagepull.state import combine, families
 from kube_scale_exporter.containerd.client import ContentInfo, Ingest
 from kube_scale_exporter.containerd.pulls import ManifestIndex
 from kube_scale_exporter.containerd.reference import parse
@@ -89,7 +86,7 @@ PRELOAD = [parse("registry.k8s.io/pause:3.9"), parse("nvcr.io/nvidia/cuda:12.4.0
 
 def state():
     owners = ManifestIndex(lambda: MANIFESTS).lookup({i.digest for i in INGESTS if i.digest})
-    return observe(NOW, 120.0, INGESTS, owners, PRESENT, images_wanted(PODS),
+    return combine(NOW, 120.0, INGESTS, owners, PRESENT, images_wanted(PODS),
                    KubeletPullSettings(serialize=True, max_parallel=1), PRELOAD)
 
 
@@ -122,7 +119,7 @@ def test_findings_advise_parallel_pulls_for_a_serialized_backlog():
 
 def test_no_serialized_backlog_warning_without_a_pull_in_progress():
     s = state()
-    idle = observe(NOW, 120.0, [], {}, PRESENT, images_wanted(PODS),
+    idle = combine(NOW, 120.0, [], {}, PRESENT, images_wanted(PODS),
                    KubeletPullSettings(serialize=True, max_parallel=1), [])
     assert s.queued and idle.queued and not idle.pulls
     summaries = [f.summary for f in advise(idle)]

@@ -7,11 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kube_scale_exporter.collectors.imagepull import (
-    KubeletConfigFile,
-    images_wanted,
-    pod_summary,
-)
+from kube_scale_exporter.collectors.imagepull.kubelet import KubeletConfigFile
+from kube_scale_exporter.collectors.imagepull.pods import images_wanted, pod_summary
 from kube_scale_exporter.containerd import wire
 from kube_scale_exporter.containerd.client import ContentInfo
 from kube_scale_exporter.containerd.pulls import ManifestIndex

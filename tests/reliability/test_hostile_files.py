@@ -16,9 +16,11 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kube_scale_exporter.collectors.balloon import families as balloon_families
-from kube_scale_exporter.collectors.balloon import summarize
-from kube_scale_exporter.collectors.imagepull import KubeletConfigFile, images_wanted, pod_summary
+from kube_scale_exporter.collectors.balloon.state import BalloonState
+from kube_scale_exporter.collectors.balloon.state import families as balloon_families
+from kube_scale_exporter.collectors.balloon.summary import summarize
+from kube_scale_exporter.collectors.imagepull.kubelet import KubeletConfigFile
+from kube_scale_exporter.collectors.imagepull.pods import images_wanted, pod_summary
 from kube_scale_exporter.collectors.imagepull_events import PulledEvents, families, parse_pulled
 from kube_scale_exporter.webconfig import WebConfig, WebConfigError, load
 
@@ -186,14 +188,15 @@ quantities = st.sampled_from(["1", "100m", "1Gi", "0", "2e3", "12345678901234567
                                      max_size=4), max_size=30))
 def test_balloon_summaries_of_valid_pods_never_raise(pods):
     s = summarize([balloon(f"p{i}", r) for i, r in enumerate(pods)], [], [], time.time(), -10)
-    for family in balloon_families(s, 0):
+    for family in balloon_families(BalloonState(s, 0, "run=balloon", -10)):
         for sample in family.samples:
             assert math.isfinite(sample.value)
 
 
 def test_a_flood_of_extended_resources_stays_within_the_series_budget():
     pods = [balloon(f"p{i}", {f"vendor{i}.example.com/dev": "1", "cpu": "1"}) for i in range(500)]
-    families = balloon_families(summarize(pods, [], [], time.time(), -10), 0)
+    s = summarize(pods, [], [], time.time(), -10)
+    families = balloon_families(BalloonState(s, 0, "run=balloon", -10))
     assert sum(len(f.samples) for f in families) <= 40
 
 

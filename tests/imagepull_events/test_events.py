@@ -9,13 +9,13 @@ import uuid
 import pytest
 
 from kube_scale_exporter.cli import parse
-from kube_scale_exporter.durations import go_duration
 from kube_scale_exporter.collectors.imagepull_events import (
     ImagePullEventsCollector,
     PulledEvents,
     families,
     parse_pulled,
 )
+from kube_scale_exporter.durations import go_duration
 from testbed.golden import assert_golden
 from testbed.metrics import collect, sample
 
@@ -95,7 +95,8 @@ def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace,
     time.sleep(1.1)  # creationTimestamp has whole seconds
     args, classes = parse(["--mode", "cluster", "--collector.disable-defaults",
                            "--collector.imagepull_events", "--kube.kubeconfig",
-                           kubeconfig_for("imagepull-events", ImagePullEventsCollector.needs_in("cluster").rbac_rules)])
+                           kubeconfig_for("imagepull-events",
+                                          ImagePullEventsCollector.needs_in("cluster").rbac_rules)])
     assert classes == [ImagePullEventsCollector]
     c = ImagePullEventsCollector(args)
     c.start()

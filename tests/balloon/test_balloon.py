@@ -10,6 +10,7 @@ import requests
 
 from kube_scale_exporter.cli import make_scraper, parse
 from kube_scale_exporter.collectors.balloon import BalloonCollector
+from kube_scale_exporter.collectors.imagepull_events import ImagePullEventsCollector
 from testbed.kube_apiserver import LIMITED_USER, pod_manifest
 from testbed.metrics import parse_exposition, sample, wait_until
 from testbed.ports import free_port
@@ -21,7 +22,8 @@ def grant_balloon_rbac(api):
     """Bind the collector's documented rules, and nothing else, to the limited user."""
     rbac = "/apis/rbac.authorization.k8s.io/v1"
     api.admin.request("POST", f"{rbac}/clusterroles",
-                      {"metadata": {"name": "kubescale-balloon"}, "rules": list(BalloonCollector.needs_in("cluster").rbac_rules)},
+                      {"metadata": {"name": "kubescale-balloon"},
+                       "rules": list(BalloonCollector.needs_in("cluster").rbac_rules)},
                       ok=(201, 409))
     api.admin.request("POST", f"{rbac}/clusterrolebindings", {
         "metadata": {"name": "kubescale-balloon"},
@@ -204,23 +206,24 @@ def test_a_balloon_the_kubelet_marked_failed_before_deletion_counts(balloons, co
 
 
 def test_every_informers_health_is_in_the_scrape_once(balloons, collector, cluster, tmp_path):
-    """Another collector's informer (here: events) shows up in the scrape's health
-    families beside the balloon collector's own, each family once."""
-    from kube_scale_exporter import kube
-    client = kube.KubeClient(kube.load(cluster.write_kubeconfig(tmp_path / "events-kc")))
-    events = kube.Informer(client, kube.Resource("/api/v1", "events"),
-                           field_selector="reason=Pulled").start()
+    """Another collector's informer (here: imagepull_events' events watch) shows up in the
+    scrape's health families beside the balloon collector's own, each family once."""
+    args, classes = parse(["--mode", "cluster", "--collector.disable-defaults",
+                           "--collector.imagepull_events", "--kube.kubeconfig",
+                           cluster.write_kubeconfig(tmp_path / "events-kc")])
+    assert classes == [ImagePullEventsCollector]
+    events = ImagePullEventsCollector(args)
+    events.start()
     try:
-        assert events.wait_synced(10)
+        assert events.informer.wait_synced(10)
         c = collector(balloons.selector)
-        fams = scrape(c)
+        fams = make_scraper([c, events]).scrape(10).families
         names = [f.name for f in fams]
         assert len(names) == len(set(names))
         for resource in ("pods", "priorityclasses", "nodes", "events"):
             assert sample(fams, "kubescale_kube_watch_up", resource=resource) == 1
     finally:
-        events.stop()
-        client.close()
+        events.close()
     assert "events" not in {s.labels["resource"] for f in scrape(c) for s in f.samples
                             if s.name == "kubescale_kube_watch_up"}
 
@@ -298,8 +301,9 @@ def test_served_scrape_fails_while_the_api_is_down_and_recovers(fresh_apiserver,
     api.stop()
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kube_scale_exporter", "--mode", "cluster", "--balloon.selector", "x=y",
-         "--kube.kubeconfig", kc, "--web.listen-address", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "kube_scale_exporter", "--mode", "cluster",
+         "--balloon.selector", "x=y", "--kube.kubeconfig", kc,
+         "--web.listen-address", f"127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         def scrape_success():

@@ -2,8 +2,9 @@
 from datetime import UTC, datetime
 
 from kube_scale_exporter import kube
-from kube_scale_exporter.collectors.balloon import (REASONS, families, resource_label, summarize,
-                                         valid_selector)
+from kube_scale_exporter.collectors.balloon.selector import valid_selector
+from kube_scale_exporter.collectors.balloon.state import BalloonState, families, resource_label
+from kube_scale_exporter.collectors.balloon.summary import REASONS, summarize
 from testbed.golden import GOLDEN_DIR, assert_golden
 
 DOCS = GOLDEN_DIR.parent.parent / "docs"
@@ -53,7 +54,8 @@ NODES = [
 
 def test_golden_exposition():
     s = summarize(PODS, CLASSES, NODES, NOW, cutoff=-10)
-    text = assert_golden("balloon", families(s, preemptions=7))
+    text = assert_golden("balloon", families(BalloonState(s, preemptions=7,
+                                                           selector="run=balloon", cutoff=-10)))
     assert 'kubescale_balloon_pods{phase="Running"} 5.0' in text
 
 
@@ -84,27 +86,6 @@ def test_resource_labels_follow_kube_state_metrics():
     assert resource_label("memory") == ("memory", "byte")
     assert resource_label("hugepages-2Mi") == ("hugepages_2Mi", "byte")
     assert resource_label("nvidia.com/gpu") == ("nvidia_com_gpu", "integer")
-
-
-def test_quantities():
-    q = kube.parse_quantity
-    assert q("100m") == q("0.1") and q("1Ki") == 1024 and q("1k") == 1000
-    assert q("1.5Gi") == 1.5 * 2**30 and q("2e3") == 2000 and q("500n") * 2 == q("1u")
-    for bad in ("", "1.2.3", "5Q", "Gi"):
-        try:
-            q(bad)
-        except ValueError:
-            continue
-        raise AssertionError(f"{bad!r} parsed")
-
-
-def test_pod_requests_takes_the_largest_init_container_and_overhead():
-    pod = {"spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}},
-                                   {"resources": {"requests": {"cpu": "500m"}}}],
-                    "initContainers": [{"resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}],
-                    "overhead": {"cpu": "100m"}}}
-    assert kube.pod_requests(pod) == {"cpu": kube.parse_quantity("2.1"),
-                                      "memory": kube.parse_quantity("1Gi")}
 
 
 def test_selector_syntax():

@@ -1,0 +1,113 @@
+"""The `balloon` collector: its flags, its three informers, and one observation of their caches.
+
+The exposition is in state.py's docstring, the `check` text in advice.py.
+"""
+import time
+
+from kube_scale_exporter import kube
+from kube_scale_exporter.collectors.balloon.advice import advise
+from kube_scale_exporter.collectors.balloon.preemptions import PreemptionCounter
+from kube_scale_exporter.collectors.balloon.selector import valid_selector
+from kube_scale_exporter.collectors.balloon.state import BalloonState, families
+from kube_scale_exporter.collectors.balloon.summary import summarize
+from kube_scale_exporter.registry import Collector, Needs, UsageError
+
+# The first sync is awaited this long inside a scrape (well within the default 10 s
+# scrape timeout); longer means the API server is unreachable or refuses us.
+SYNC_WAIT_SECONDS = 5.0
+
+
+def _node_allocatable(node):
+    """Only what the fit check needs, parsed once per node update on the informer's
+    thread: a 7,500-node cache stays a few MB and a scrape parses nothing."""
+    meta = node.get("metadata") or {}
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    return {"metadata": {"name": meta.get("name"),
+                         "resourceVersion": meta.get("resourceVersion")},
+            "allocatable": tuple(sorted((name, kube.parse_quantity(q))
+                                        for name, q in alloc.items()))}
+
+
+class BalloonCollector(Collector):
+    """Balloon headroom; the exposition is in balloon/state.py's docstring."""
+
+    name = "balloon"
+    modes = frozenset({"cluster"})
+    default_enabled = False
+    help = ("Overprovisioning headroom held by low-priority balloon pods (enabled by "
+            "--balloon.selector).")
+    # /version, read once, is open to every user.
+    needs = {"cluster": Needs(rbac_rules=(
+        {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"],
+         "verbs": ["list", "watch"]},
+    ))}
+
+    @classmethod
+    def add_arguments(cls, group):
+        group.add_argument(
+            "--balloon.selector", dest="balloon_selector", default=None, metavar="SELECTOR",
+            help="Label selector of the balloon pods, e.g. run=overprovisioning "
+                 "(cluster-autoscaler FAQ) or app.kubernetes.io/name=cluster-overprovisioner.")
+        group.add_argument(
+            "--balloon.autoscaler-cutoff", dest="balloon_autoscaler_cutoff", type=int,
+            default=-10, metavar="PRIORITY",
+            help="The cluster-autoscaler's --expendable-pods-priority-cutoff (default -10): "
+                 "balloons below it never trigger a scale-up.")
+
+    @classmethod
+    def enabled_by(cls, args):
+        return args.balloon_selector is not None
+
+    @classmethod
+    def validate(cls, args):
+        if args.balloon_selector is None:
+            raise UsageError("--balloon.selector: the balloon collector needs a label selector")
+        if not valid_selector(args.balloon_selector):
+            raise UsageError(
+                f"--balloon.selector: not a label selector: {args.balloon_selector!r}")
+        try:
+            kube.load(args.kube_kubeconfig).close()
+        except kube.ConfigError as e:
+            raise UsageError(f"--kube.kubeconfig: {e}") from None
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.selector = args.balloon_selector
+        self.cutoff = args.balloon_autoscaler_cutoff
+        self.client = kube.client_from_args(args)
+        self.preemptions = PreemptionCounter(self.client)
+        self.pods = kube.Informer(self.client, kube.PODS, label_selector=self.selector,
+                                  on_update=self.preemptions.on_update,
+                                  on_delete=self.preemptions.on_delete)
+        self.classes = kube.Informer(self.client, kube.PRIORITY_CLASSES)
+        self.nodes = kube.Informer(self.client, kube.NODES, transform=_node_allocatable)
+        self._informers = [self.pods, self.classes, self.nodes]
+
+    def start(self):
+        for informer in self._informers:
+            informer.start()
+
+    def informers(self):
+        return list(self._informers)
+
+    def _allocatables(self):
+        """Distinct node allocatable vectors (node pools share a few shapes)."""
+        return [dict(shape) for shape in {node["allocatable"] for node in self.nodes.items()}]
+
+    def observe(self) -> BalloonState:
+        deadline = time.monotonic() + SYNC_WAIT_SECONDS
+        for informer in self._informers:
+            if not informer.wait_synced(max(0.0, deadline - time.monotonic())):
+                raise RuntimeError(f"no {informer.resource.plural} from the API server yet")
+        s = summarize(self.pods.items(), self.classes.items(), self._allocatables(),
+                      time.time(), self.cutoff)
+        return BalloonState(s, self.preemptions.count, self.selector, self.cutoff)
+
+    families = staticmethod(families)
+    advise = staticmethod(advise)
+
+    def close(self):
+        for informer in self._informers:
+            informer.stop()
+        self.client.close()

@@ -1,0 +1,150 @@
+"""The `imagepull` collector: its flags, and one observation of containerd, pods and kubelet.
+
+The exposition is in state.py's docstring, the `check` text in advice.py.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from kube_scale_exporter.collectors.imagepull.advice import advise
+from kube_scale_exporter.collectors.imagepull.kubelet import (
+    DEFAULT_KUBELET_CONFIG,
+    KubeletConfigFile,
+)
+from kube_scale_exporter.collectors.imagepull.pods import images_wanted, start_pod_watch
+from kube_scale_exporter.collectors.imagepull.state import PullState, combine, families
+from kube_scale_exporter.containerd import pulls as pullmap
+from kube_scale_exporter.containerd.client import DEFAULT_ADDRESS, ContainerdClient, socket_path
+from kube_scale_exporter.containerd.reference import parse
+from kube_scale_exporter.flagtypes import duration
+from kube_scale_exporter.registry import Collector, HostPath, Needs, UsageError
+
+
+class ImagePullCollector(Collector):
+    """Image pulls on this node; the exposition is in imagepull/state.py's docstring."""
+
+    name = "imagepull"
+    modes = frozenset({"node"})
+    default_enabled = True
+    default_condition = " where --containerd.address exists"
+    help = ("Image pulls on this node from containerd (downloading, queued, stalled), the "
+            "kubelet's pull settings and missing preloaded images.")
+    # The pod watch is filtered to this node's pods, which RBAC cannot express; containerd's
+    # socket is node root, so its group is all the pod joins (docs/deploy.md).
+    needs = {"node": Needs(
+        rbac_rules=({"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},),
+        host_paths=(HostPath("containerd-socket", DEFAULT_ADDRESS, "Socket"),
+                    HostPath("kubelet-config", DEFAULT_KUBELET_CONFIG, "File")),
+        socket_group=True)}
+
+    @classmethod
+    def add_arguments(cls, group):
+        group.add_argument(
+            "--containerd.address", dest="containerd_address", default=DEFAULT_ADDRESS,
+            metavar="PATH", help=f"containerd's gRPC socket (default {DEFAULT_ADDRESS}).")
+        group.add_argument(
+            "--containerd.namespace", dest="containerd_namespace", default="k8s.io",
+            metavar="NAME",
+            help="containerd namespace the kubelet's images live in (default k8s.io).")
+        group.add_argument(
+            "--containerd.timeout", dest="containerd_timeout", type=duration, default=3.0,
+            metavar="DURATION", help="Longest one containerd call may take (default 3s).")
+        group.add_argument(
+            "--kubelet.config-file", dest="kubelet_config_file", default=None, metavar="PATH",
+            help=f"The kubelet's config file, mounted read-only (default "
+                 f"{DEFAULT_KUBELET_CONFIG}; its series are absent while it is unreadable).")
+        group.add_argument(
+            "--image-pull.stall-after", dest="image_pull_stall_after", type=duration,
+            default=120.0, metavar="DURATION",
+            help="A download with no byte written for this long counts as stalled (default "
+                 "2m, inside containerd's 5m image_pull_progress_timeout).")
+        group.add_argument(
+            "--image-pull.preload", dest="image_pull_preload", action="append", default=[],
+            metavar="IMAGE[,IMAGE...]",
+            help="Images this node should have baked in; repeat or separate with commas.")
+
+    @classmethod
+    def enabled_by_default(cls, args):
+        # A plain Linux host has no containerd: stay quiet there. The DaemonSet passes
+        # --collector.imagepull, so a socket left unmounted fails loudly instead.
+        return os.path.exists(socket_path(args.containerd_address))
+
+    @classmethod
+    def validate(cls, args):
+        address = args.containerd_address
+        if not socket_path(address).startswith("/"):
+            raise UsageError(f"--containerd.address: expected an absolute socket path or "
+                             f"unix:///PATH, got {address!r}")
+        if not args.containerd_namespace:
+            raise UsageError("--containerd.namespace: must not be empty")
+        path = args.kubelet_config_file
+        if path is not None and not os.path.isfile(path):
+            raise UsageError(f"--kubelet.config-file: no such file: {path!r}")
+        for item in cls._preload_items(args):
+            try:
+                parse(item)
+            except ValueError as exc:
+                raise UsageError(f"--image-pull.preload: {exc}") from None
+
+    @staticmethod
+    def _preload_items(args: argparse.Namespace) -> list[str]:
+        return [i.strip() for v in args.image_pull_preload for i in v.split(",") if i.strip()]
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.stall_after = args.image_pull_stall_after
+        self.preload = [parse(i) for i in self._preload_items(args)]
+        self.kubelet = KubeletConfigFile(args.kubelet_config_file or DEFAULT_KUBELET_CONFIG)
+        self.client = None
+        self.manifests = None
+        self.pods = None
+        self.pods_error = None
+        self._wanted_at: tuple = (None, None)
+
+    def start(self):
+        self.pods, self.pods_error = start_pod_watch(self.args)
+
+    def _containerd(self):
+        """The client, made on first use so h2 is imported only where this collector runs."""
+        if self.client is None:
+            client = ContainerdClient(self.args.containerd_address,
+                                      self.args.containerd_namespace,
+                                      self.args.containerd_timeout)
+            self.manifests = pullmap.ManifestIndex(
+                lambda: client.content(pullmap.MANIFEST_FILTER))
+            self.client = client
+        return self.client
+
+    def observe(self) -> PullState:
+        client = self._containerd()
+        ingests = client.ingests()
+        digests = {i.digest for i in ingests if i.digest}
+        owners = self.manifests.lookup(digests) if digests else {}
+        wanted = self._wanted()
+        present = None
+        if wanted or self.preload:
+            present = set(client.image_names())
+        return combine(time.time(), self.stall_after, ingests, owners, present, wanted,
+                       self.kubelet.read(), self.preload, kubelet_error=self.kubelet.error,
+                       pods_error=self.pods_error)
+
+    def _wanted(self):
+        """images_wanted of the cached pods, worked out again only when the cache moved."""
+        if self.pods is None or not self.pods.has_synced:
+            return None
+        version = self.pods.resource_version
+        if version is None or version != self._wanted_at[0]:
+            self._wanted_at = (version, images_wanted(self.pods.items()))
+        return self._wanted_at[1]
+
+    families = staticmethod(families)
+    advise = staticmethod(advise)
+
+    def informers(self):
+        return [self.pods] if self.pods is not None else []
+
+    def close(self):
+        if self.pods is not None:
+            self.pods.stop()

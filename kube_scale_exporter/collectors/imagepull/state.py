@@ -1,0 +1,143 @@
+"""Image pulls on this node: what is downloading, what waits for a pull slot, what is stuck.
+
+Sources: containerd's content ingests and images (gRPC socket, namespace k8s.io), the
+pods on this node (one watch filtered on spec.nodeName) and the kubelet's config file.
+No series has a label, so a node costs at most nine series.
+
+    # HELP kubescale_image_pulls_in_progress Images downloading now (containerd ingests grouped by manifest).
+    # TYPE kubescale_image_pulls_in_progress gauge
+    kubescale_image_pulls_in_progress 2.0
+    # HELP kubescale_image_pulls_queued Images needed by waiting containers on this node, neither present nor downloading.
+    # TYPE kubescale_image_pulls_queued gauge
+    kubescale_image_pulls_queued 3.0
+    # HELP kubescale_image_pull_oldest_seconds Age of the oldest unfinished pull, queued or in progress (0 when none).
+    # TYPE kubescale_image_pull_oldest_seconds gauge
+    kubescale_image_pull_oldest_seconds 1805.0
+    # HELP kubescale_image_pull_downloaded_bytes Bytes written so far across the downloads in progress.
+    # TYPE kubescale_image_pull_downloaded_bytes gauge
+    kubescale_image_pull_downloaded_bytes 1.2e+10
+    # HELP kubescale_image_pull_expected_bytes Bytes expected in total across the downloads in progress.
+    # TYPE kubescale_image_pull_expected_bytes gauge
+    kubescale_image_pull_expected_bytes 1.7e+10
+    # HELP kubescale_image_pull_stalled Downloads in progress with no byte written for --image-pull.stall-after.
+    # TYPE kubescale_image_pull_stalled gauge
+    kubescale_image_pull_stalled 1.0
+    # HELP kubescale_kubelet_serialize_image_pulls 1 when the kubelet pulls one image at a time (serializeImagePulls).
+    # TYPE kubescale_kubelet_serialize_image_pulls gauge
+    kubescale_kubelet_serialize_image_pulls 1.0
+    # HELP kubescale_kubelet_max_parallel_image_pulls Pulls the kubelet runs at once (maxParallelImagePulls; 0 means no limit).
+    # TYPE kubescale_kubelet_max_parallel_image_pulls gauge
+    kubescale_kubelet_max_parallel_image_pulls 1.0
+    # HELP kubescale_image_preload_missing Images listed in --image-pull.preload that are not present.
+    # TYPE kubescale_image_preload_missing gauge
+    kubescale_image_preload_missing 0.0
+
+`queued` is absent until the pod watch has synced (or when the API is not configured);
+the kubelet series are absent without a readable kubelet config file; `preload_missing`
+is absent without --image-pull.preload. See docs/imagepull.md for how ingests are
+mapped to images and the limits of that mapping.
+"""
+# The exposition above is quoted as served, its HELP lines whole.
+# ruff: noqa: E501
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from kube_scale_exporter.collectors.imagepull.kubelet import KubeletPullSettings
+from kube_scale_exporter.containerd import pulls as pullmap
+from kube_scale_exporter.containerd.client import Ingest
+from kube_scale_exporter.containerd.reference import Reference
+
+
+@dataclass
+class PullState:
+    """Everything one scrape found; `families()` and `advise()` only read it."""
+
+    now: float
+    stall_after: float
+    pulls: list[pullmap.Pull]
+    queued: list[tuple[Reference, float | None]] | None  # None: pods not known
+    waiting_since: list[float]  # when pods began waiting for each image not present
+    kubelet: KubeletPullSettings | None
+    kubelet_error: str | None = None
+    preload_missing: list[str] | None = None  # None: no --image-pull.preload
+    preload_total: int = 0
+    pods_error: str | None = None
+    stalled: list[pullmap.Pull] = field(init=False)
+    oldest_seconds: float = field(init=False)
+
+    def __post_init__(self):
+        self.stalled = [p for p in self.pulls if p.stalled(self.now, self.stall_after)]
+        starts = [p.started_at for p in self.pulls if p.started_at] + self.waiting_since
+        self.oldest_seconds = max(0.0, self.now - min(starts)) if starts else 0.0
+
+
+def combine(now, stall_after, ingests: list[Ingest], owners, present: set[str] | None,
+            wanted, kubelet, preload: list[Reference], kubelet_error=None,
+            pods_error=None) -> PullState:
+    """Combine the sources into a PullState (pure: the golden test feeds it fixed input).
+
+    `wanted` is images_wanted(pods) or None when pods are not known; `present` is the
+    set of image names containerd has (None when it was not needed)."""
+    in_progress = pullmap.group(ingests, owners)
+    present = present or set()
+    queued, waiting_since = None, []
+    if wanted is not None:
+        downloading = set().union(*(p.sources for p in in_progress))
+        missing = [(ref, since) for name, (ref, since) in wanted.items() if name not in present]
+        queued = sorted(((ref, since) for ref, since in missing if ref.source not in downloading),
+                        key=lambda item: item[0].name)
+        # A pod's pull began when it started waiting, even if the download began later.
+        waiting_since = [since for _ref, since in missing if since is not None]
+    preload_missing = [r.name for r in preload if r.name not in present] if preload else None
+    return PullState(now=now, stall_after=stall_after, pulls=in_progress, queued=queued,
+                     waiting_since=waiting_since, kubelet=kubelet, kubelet_error=kubelet_error,
+                     preload_missing=preload_missing, preload_total=len(preload),
+                     pods_error=pods_error)
+
+
+def families(state: PullState) -> list[Metric]:
+    def gauge(name, doc, value):
+        g = GaugeMetricFamily(name, doc)
+        g.add_metric([], value)
+        return g
+
+    out = [
+        gauge("kubescale_image_pulls_in_progress",
+              "Images downloading now (containerd ingests grouped by manifest).",
+              len(state.pulls)),
+    ]
+    if state.queued is not None:
+        out.append(gauge("kubescale_image_pulls_queued",
+                         "Images needed by waiting containers on this node, neither present "
+                         "nor downloading.", len(state.queued)))
+    out += [
+        gauge("kubescale_image_pull_oldest_seconds",
+              "Age of the oldest unfinished pull, queued or in progress (0 when none).",
+              state.oldest_seconds),
+        gauge("kubescale_image_pull_downloaded_bytes",
+              "Bytes written so far across the downloads in progress.",
+              sum(p.downloaded_bytes for p in state.pulls)),
+        gauge("kubescale_image_pull_expected_bytes",
+              "Bytes expected in total across the downloads in progress.",
+              sum(p.expected_bytes for p in state.pulls)),
+        gauge("kubescale_image_pull_stalled",
+              "Downloads in progress with no byte written for --image-pull.stall-after.",
+              len(state.stalled)),
+    ]
+    if state.kubelet is not None:
+        out += [
+            gauge("kubescale_kubelet_serialize_image_pulls",
+                  "1 when the kubelet pulls one image at a time (serializeImagePulls).",
+                  1.0 if state.kubelet.serialize else 0.0),
+            gauge("kubescale_kubelet_max_parallel_image_pulls",
+                  "Pulls the kubelet runs at once (maxParallelImagePulls; 0 means no limit).",
+                  state.kubelet.max_parallel),
+        ]
+    if state.preload_missing is not None:
+        out.append(gauge("kubescale_image_preload_missing",
+                         "Images listed in --image-pull.preload that are not present.",
+                         len(state.preload_missing)))
+    return out
