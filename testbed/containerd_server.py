@@ -10,14 +10,20 @@ import time
 
 from .procs import Proc
 
-CONTAINERD = "/usr/bin/containerd"
-CTR = "/usr/bin/ctr"
+# Debian bookworm's 1.6 by default; KSE_CONTAINERD_DIR=DIR runs DIR/containerd and DIR/ctr
+# instead (`make test-containerd2`: sid's 2.x unpacked by .ci/setup.d/51-containerd-sid.sh).
+_DIR = os.environ.get("KSE_CONTAINERD_DIR", "/usr/bin")
+CONTAINERD = os.path.join(_DIR, "containerd")
+CTR = os.path.join(_DIR, "ctr")
 
 CONFIG = """\
 version = 2
 root = "{root}"
 state = "{state}"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
+# The CRI plugin is off: 1.6 has it as io.containerd.grpc.v1.cri; 2.x split it into
+# io.containerd.cri.v1.runtime and .images, which start (and watch /etc/cni/net.d) unless
+# named too. 1.6 ignores the names it does not know.
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"]
 [grpc]
   address = "{sock}"
 [ttrpc]
