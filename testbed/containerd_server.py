@@ -15,6 +15,7 @@ from .procs import Proc
 _DIR = os.environ.get("KSE_CONTAINERD_DIR", "/usr/bin")
 CONTAINERD = os.path.join(_DIR, "containerd")
 CTR = os.path.join(_DIR, "ctr")
+DEFAULT_STATE = "/run/containerd"
 
 CONFIG = """\
 version = 2
@@ -53,6 +54,8 @@ class ContainerdServer:
 
     def start(self, timeout=30.0):
         os.makedirs(self.workdir, exist_ok=True)
+        # containerd 2.x creates an empty /run/containerd at start whatever `state` says.
+        self._made_default_state = not os.path.exists(DEFAULT_STATE)
         config = os.path.join(self.workdir, "config.toml")
         with open(config, "w") as f:
             f.write(CONFIG.format(root=os.path.join(self.workdir, "root"),
@@ -95,6 +98,11 @@ class ContainerdServer:
     def stop(self):
         if self.proc:
             self.proc.stop()
+        if getattr(self, "_made_default_state", False):
+            try:
+                os.rmdir(DEFAULT_STATE)  # only while empty: never another containerd's
+            except OSError:
+                pass
 
     def wipe(self):
         self.stop()
