@@ -42,3 +42,39 @@ kube_source_tree() {
     cp -a /usr/share/gocode/src/github.com/modern-go/reflect2 "$src/vendor/github.com/modern-go/reflect2"
     echo "$src"
 }
+
+# sid_unpack CACHE PKG...: Debian sid's .debs of PKG..., fetched with a private apt
+# configuration (sid only, its own lists dir: the system's sources and lists stay untouched),
+# unpacked with dpkg-deb -x into CACHE/root (swapped in whole), never installed.
+sid_unpack() {
+    local cache="$1" work apt_dir deb
+    shift
+    work="$(mktemp -d /var/tmp/sid-unpack.XXXXXX)"
+    apt_dir="$work/apt"
+    mkdir -p "$apt_dir/sources.list.d" "$apt_dir/lists/partial" "$work/archives/partial"
+    cat >"$apt_dir/sources.list.d/sid.sources" <<SOURCES
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: sid
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCES
+    local apt_opts=(
+        -o "Dir::Etc::SourceList=/dev/null"
+        -o "Dir::Etc::SourceParts=$apt_dir/sources.list.d"
+        -o "Dir::State::Lists=$apt_dir/lists"
+        -o "Dir::Cache::Archives=$work/archives"
+        -o "APT::Sandbox::User=root"
+    )
+    apt-get "${apt_opts[@]}" update -q >/dev/null
+    (cd "$work" && apt-get "${apt_opts[@]}" download -q "$@" >/dev/null)
+    mkdir -p "$(dirname "$cache")"
+    rm -rf "$cache.new"
+    mkdir -p "$cache.new"
+    for deb in "$work"/*.deb; do
+        dpkg-deb -x "$deb" "$cache.new/root"
+        cp "$deb" "$cache.new/"
+    done
+    rm -rf "$cache" "$work"
+    mv "$cache.new" "$cache"
+}

@@ -19,33 +19,7 @@ if [[ -x "$BIN" ]] && "$BIN" --version >/dev/null 2>&1; then
     exit 0
 fi
 
-work="$(mktemp -d /var/tmp/containerd-sid.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
-apt_dir="$work/apt"
-mkdir -p "$apt_dir/sources.list.d" "$apt_dir/lists/partial" "$work/archives/partial"
-cat >"$apt_dir/sources.list.d/sid.sources" <<SOURCES
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: sid
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SOURCES
-apt_opts=(
-    -o "Dir::Etc::SourceList=/dev/null"
-    -o "Dir::Etc::SourceParts=$apt_dir/sources.list.d"
-    -o "Dir::State::Lists=$apt_dir/lists"
-    -o "Dir::Cache::Archives=$work/archives"
-    -o "APT::Sandbox::User=root"
-)
-apt-get "${apt_opts[@]}" update -q >/dev/null
-(cd "$work" && apt-get "${apt_opts[@]}" download -q containerd >/dev/null)
-deb="$(ls "$work"/containerd_*.deb)"
-mkdir -p "$(dirname "$CACHE")"
-rm -rf "$CACHE.new"
-mkdir -p "$CACHE.new"
-dpkg-deb -x "$deb" "$CACHE.new/root"
-cp "$deb" "$CACHE.new/"
-rm -rf "$CACHE"
-mv "$CACHE.new" "$CACHE"
+source "$(dirname "$0")/../lib.sh"
+sid_unpack "$CACHE" containerd
 "$BIN" --version
-echo "containerd (sid): unpacked ${deb##*/} into $CACHE"
+echo "containerd (sid): unpacked into $CACHE"
