@@ -743,6 +743,22 @@ class Cluster:
                     except OSError:
                         time.sleep(0.1)
 
+    def rss_mib(self) -> float:
+        """Resident memory of the cluster's own processes (not the pods'), MiB."""
+        total = 0
+        for pid in self.load().get("pids", {}).values():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    total += next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+            except (OSError, StopIteration):
+                pass
+        return total / 1024
+
+    def disk_mib(self) -> float:
+        """Disk used under WORK (etcd, containerd's content and snapshots), MiB."""
+        out = run("du", "-sm", str(self.work), check=False).stdout.split()
+        return float(out[0]) if out else 0.0
+
     def check(self):
         self.load()
         before = self.state.get("snapshot")

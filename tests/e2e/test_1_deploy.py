@@ -32,7 +32,7 @@ def test_cluster_deployment_watches_up_without_403(deployed, cluster):
     assert "403" not in logs and "orbidden" not in logs, logs[-3000:]
 
 
-def test_prometheus_discovers_and_scrapes_both_jobs(prom):
+def test_prometheus_discovers_and_scrapes_both_jobs(prom, cluster):
     t = time.monotonic()
     def up():
         ups = {r["metric"]["job"]: r["value"][1] for r in prom.query("up")}
@@ -40,6 +40,9 @@ def test_prometheus_discovers_and_scrapes_both_jobs(prom):
             ups.get("kube-scale-exporter-cluster") == "1" else None
     wait_for("both jobs up in Prometheus", up, timeout=90)
     TIMINGS["first_scrape"] = time.monotonic() - t
+    # What the cluster itself costs (etcds, control plane, kubelet, containerd, kube-proxy).
+    TIMINGS["cluster_rss_mib"] = cluster.rss_mib()
+    TIMINGS["cluster_disk_mib"] = cluster.disk_mib()
     # The node label comes from the scrape config's relabelling, as the mixin expects.
     node = prom.query('kubescale_neighbor_gc_thresh3{job="kube-scale-exporter-node"}')
     assert node and node[0]["metric"].get("node") == "kse-e2e-node", node
