@@ -106,6 +106,16 @@ def _listenable(port: int) -> bool:
             return False
 
 
+def current_kubectl() -> str:
+    """A kubectl that renders current kustomize (v5): $KUSTOMIZE_KUBECTL, sid's kubectl
+    unpacked by .ci/setup.d/45-deploy.sh, or the one on PATH."""
+    for candidate in (os.environ.get("KUSTOMIZE_KUBECTL"),
+                      str(CACHE / "kubectl-sid/usr/bin/kubectl"), shutil.which("kubectl")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError("no kubectl with kustomize v5: set KUSTOMIZE_KUBECTL")
+
+
 def binary(name: str) -> str:
     path = BIN / name
     if not os.access(path, os.X_OK):
@@ -281,9 +291,9 @@ class Cluster:
     def env(self):
         return dict(os.environ, KUBECONFIG=str(self.kubeconfig))
 
-    def kubectl(self, *args, input=None, check=True, kubectl="/usr/bin/kubectl"):
-        """kubectl (default: Debian's current one; kustomize v5) against this cluster."""
-        res = subprocess.run([kubectl, "--kubeconfig", str(self.kubeconfig), *args],
+    def kubectl(self, *args, input=None, check=True, kubectl=None):
+        """kubectl (default: a current one, kustomize v5) against this cluster."""
+        res = subprocess.run([kubectl or current_kubectl(), "--kubeconfig", str(self.kubeconfig), *args],
                              input=input, text=True, capture_output=True)
         if check and res.returncode:
             raise RuntimeError(f"kubectl {' '.join(args)}: {res.returncode}\n{res.stdout}\n{res.stderr}")

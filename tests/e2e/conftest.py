@@ -154,7 +154,11 @@ def cluster():
     archive = image.build()
     TIMINGS["image"] = time.monotonic() - t
     c = Cluster()
-    c.up(images=[archive])
+    try:
+        c.up(images=[archive])
+    except BaseException:
+        c.down(verify=False)  # a half-started cluster must not stay on the host
+        raise
     TIMINGS["up"] = c.timings["up"]
     yield c
     if c.load():

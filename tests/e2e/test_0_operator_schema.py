@@ -14,13 +14,15 @@ import subprocess
 import pytest
 import yaml
 
+from testbed.cluster import current_kubectl
+
 from .conftest import HERE, REPO
 
 NPM_PREFIX = os.environ.get("KSE_OPERATOR_SCHEMA", "/var/cache/kube-scale-exporter/npm-prometheus-operator")
 
 
 def operator_objects():
-    rendered = subprocess.run(["kubectl", "kustomize", str(REPO / "deploy")], check=True,
+    rendered = subprocess.run([current_kubectl(), "kustomize", str(REPO / "deploy")], check=True,
                               capture_output=True, text=True).stdout
     return [d for d in yaml.safe_load_all(rendered)
             if d and d["apiVersion"].startswith("monitoring.coreos.com/")]
