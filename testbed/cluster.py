@@ -28,7 +28,6 @@ Standard paths are used where the product's manifests expect them: the DaemonSet
 Everything else lives under WORK. The state (PIDs, ports, snapshot) is WORK/state.json,
 so `down` works from another process than `up`.
 """
-import base64
 import json
 import os
 import pathlib
@@ -36,6 +35,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,7 +44,6 @@ import requests
 import yaml
 
 from .pki import TestCA, openssl
-import socket
 from .procs import Proc, wait_for_port
 
 CACHE = pathlib.Path(os.environ.get("KSE_CACHE", "/var/cache/kube-scale-exporter"))
@@ -294,7 +293,7 @@ class Cluster:
     def kubectl(self, *args, input=None, check=True, kubectl=None):
         """kubectl (default: a current one, kustomize v5) against this cluster."""
         res = subprocess.run([kubectl or current_kubectl(), "--kubeconfig", str(self.kubeconfig), *args],
-                             input=input, text=True, capture_output=True)
+                             input=input, text=True, capture_output=True, check=False)
         if check and res.returncode:
             raise RuntimeError(f"kubectl {' '.join(args)}: {res.returncode}\n{res.stdout}\n{res.stderr}")
         return res.stdout

@@ -62,7 +62,7 @@ def buildah(*args, capture=False, log=None):
     if capture:
         return subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout.strip()
     with open(log, "ab") if log else open(os.devnull, "wb") as out:
-        result = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        result = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
     if result.returncode:
         tail = pathlib.Path(log).read_text(errors="replace")[-3000:] if log else ""
         raise RuntimeError(f"buildah {' '.join(args[:2])} failed ({result.returncode}):\n{tail}")

@@ -8,7 +8,6 @@ found it. test_9_host_clean.py takes the cluster down and checks the host.
 import json
 import os
 import pathlib
-import subprocess
 import time
 
 import pytest
@@ -16,7 +15,7 @@ import requests
 import yaml
 
 from testbed import image
-from testbed.cluster import Cluster, NODE_IP, NODE_NAME
+from testbed.cluster import NODE_IP, NODE_NAME, Cluster
 from testbed.prometheus import PrometheusServer
 from tools.build_mixin import mixin_object
 
@@ -225,5 +224,12 @@ def metrics_text(url, timeout=5):
 
 
 NODE_METRICS = f"http://{NODE_IP}:9867/metrics"
-__all__ = ["wait_for", "NODE_METRICS", "NODE_NAME", "NS", "TIMINGS", "metrics_text",
-           "wait_exporters_ready"]
+__all__ = [
+    "NODE_METRICS",
+    "NODE_NAME",
+    "NS",
+    "TIMINGS",
+    "metrics_text",
+    "wait_exporters_ready",
+    "wait_for",
+]

@@ -53,7 +53,7 @@ def test_balloons_preempted_headroom_exhausted(prom, kube):
         kube.post(f"/apis/apps/v1/namespaces/{NS}/deployments",
                   deployment("balloons", 2, balloon, "overprovisioning"))
         wait_for("2 balloons Running", lambda: prom.value(
-            f'kubescale_balloon_pods{{job="kube-scale-exporter-cluster",phase="Running"}}') == 2,
+            'kubescale_balloon_pods{job="kube-scale-exporter-cluster",phase="Running"}') == 2,
             timeout=90)
         reserved = prom.value('kubescale_balloon_reserved{resource="cpu"}')
         assert abs(reserved - 2 * balloon / 1000) < 0.01, reserved
@@ -70,8 +70,8 @@ def test_balloons_preempted_headroom_exhausted(prom, kube):
         wait_for("preemptions counted", lambda: prom.value(
             f"kubescale_balloon_preemptions_total{CLUSTER}") >= before + 1, timeout=60)
         wait_for("balloons all Pending", lambda: prom.value(
-            f'kubescale_balloon_pods{{job="kube-scale-exporter-cluster",phase="Pending"}}') == 2
-            and prom.value(f'kubescale_balloon_pods{{job="kube-scale-exporter-cluster",phase="Running"}}') == 0,
+            'kubescale_balloon_pods{job="kube-scale-exporter-cluster",phase="Pending"}') == 2
+            and prom.value('kubescale_balloon_pods{job="kube-scale-exporter-cluster",phase="Running"}') == 0,
             timeout=60)
         wait_for("KubeScaleBalloonHeadroomExhausted firing",
                  lambda: prom.firing("KubeScaleBalloonHeadroomExhausted"), timeout=60)
