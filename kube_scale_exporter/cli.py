@@ -54,6 +54,12 @@ def non_negative_int(value: str) -> int:
     return int(value)
 
 
+def positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) == 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
+    return int(value)
+
+
 def web_config(value: str):
     """--web.config.file: load and check it now, so a mistake exits 2 before serving."""
     from kube_scale_exporter.webconfig import WebConfigError, load  # noqa: PLC0415
@@ -87,6 +93,12 @@ def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
     parser.add_argument("--web.max-requests", dest="max_requests", type=non_negative_int,
                         default=40, help="Concurrent scrapes allowed; more get 503. 0 means "
                                          "no limit (default 40).")
+    parser.add_argument("--web.idle-timeout", dest="idle_timeout", type=duration,
+                        default=120.0, help="Close a connection that sends no request for "
+                                            "this long (default 2m).")
+    parser.add_argument("--web.max-connections", dest="max_connections", type=positive_int,
+                        default=1024, help="Open connections allowed; past it the oldest "
+                                           "idle one is closed for each new one (default 1024).")
     parser.add_argument("--web.process-metrics", dest="process_metrics", action="store_true",
                         help="Also export the client library's process_* and python_* series "
                              "(off: they cost ~16 series per node).")
@@ -160,7 +172,7 @@ def serve(args, collectors: list[Collector]) -> int:
               web=web)
     host, port = args.listen
     try:
-        server = make_server(app, host, port)
+        server = make_server(app, host, port, args.idle_timeout, args.max_connections)
     except OSError as exc:
         log.error("--web.listen-address: cannot listen on %s:%d: %s", host, port, exc)
         scraper.close()
