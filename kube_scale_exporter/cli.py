@@ -97,8 +97,8 @@ def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
                         default=120.0, help="Close a connection that sends no request for "
                                             "this long (default 2m).")
     parser.add_argument("--web.max-connections", dest="max_connections", type=positive_int,
-                        default=1024, help="Open connections allowed; past it the oldest "
-                                           "idle one is closed for each new one (default 1024).")
+                        default=512, help="Open connections allowed; past it the oldest "
+                                           "idle one is closed for each new one (default 512).")
     parser.add_argument("--web.process-metrics", dest="process_metrics", action="store_true",
                         help="Also export the client library's process_* and python_* series "
                              "(off: they cost ~16 series per node).")

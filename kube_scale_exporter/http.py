@@ -176,6 +176,10 @@ def make_server(app: App, host: str, port: int, idle_timeout: float = Limits.idl
     # Workers: every allowed scrape, plus room for /healthz, the landing page and 401s
     # while all scrape slots are taken.
     scrapes = app.max_requests if app.max_requests > 0 else 64
+    # A handshake or a request head may take 10 s, never longer than a silent connection
+    # may stay: --web.idle-timeout 2s closes a slow handshake after 2 s too.
+    started = min(Limits.header_timeout, idle_timeout)
     limits = Limits(idle_timeout=idle_timeout, max_connections=max_connections,
-                    workers=scrapes + SPARE_WORKERS)
+                    workers=scrapes + SPARE_WORKERS, handshake_timeout=started,
+                    header_timeout=started)
     return HTTPServer(host, port, app.handle, limits, app.tls_for_connection)

@@ -28,7 +28,7 @@ import re
 import secrets
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 import bcrypt
 
@@ -43,6 +43,7 @@ AUTH_SLOTS = 4
 TIMING_MARGIN = 1.25
 # Costs below this are timed mostly by call overhead, too noisy to extrapolate from.
 CALIBRATION_COST = 8
+CLOCK_SAMPLES = 16
 
 
 class AuthBusy(Exception):
@@ -57,8 +58,10 @@ def hash_problem(hashed: str) -> str | None:
                "not a plain password"
     cost = int(m[1])
     if not MIN_COST <= cost <= MAX_COST:
-        return (f"bcrypt cost {cost:02d} is outside {MIN_COST:02d}-{MAX_COST} (every check "
-                f"at cost {cost} takes ~{0.08 * 2 ** (cost - 10):.3g} s of CPU)")
+        seconds = 0.08 * 2 ** (cost - 10)  # cost 10 takes ~80 ms here
+        took = f"{seconds / 3600:.0f} hours" if seconds > 7200 else f"{seconds:.2g} s"
+        return (f"bcrypt cost {cost:02d} is outside {MIN_COST:02d}-{MAX_COST} (a check at "
+                f"cost {cost} takes ~{took} of CPU)")
     # 22 characters carry 132 bits for a 128-bit salt, 31 carry 186 for a 184-bit hash:
     # bcrypt refuses a salt whose spare bits are set, and no hash with them set matches.
     if BCRYPT_ALPHABET.index(m[2][-1]) % 16:
@@ -74,25 +77,27 @@ def hash_cost(hashed: bytes) -> int:
 
 
 class _Clock:
-    """Seconds per unit of bcrypt work (a check at cost c is 2**c units), measured."""
+    """Seconds per unit of bcrypt work (a check at cost c is 2**c units), measured.
+
+    The slowest of the recent checks counts, not an average: when load slows the machine,
+    the padding must grow at once, or checks at the highest cost would stand out."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._unit: float | None = None
+        self._units: deque[float] = deque(maxlen=CLOCK_SAMPLES)
 
     def record(self, cost: int, seconds: float) -> None:
-        if cost < CALIBRATION_COST:
-            return
-        unit = seconds / 2 ** cost
-        with self._lock:
-            self._unit = unit if self._unit is None else 0.8 * self._unit + 0.2 * unit
+        if cost >= CALIBRATION_COST:
+            with self._lock:
+                self._units.append(seconds / 2 ** cost)
 
     def expected(self, cost: int) -> float:
-        if self._unit is None:  # first check in this process: measure once, ~15 ms
+        if not self._units:  # first check in this process: measure once, ~15 ms
             started = time.perf_counter()
             bcrypt.hashpw(b"calibration", bcrypt.gensalt(CALIBRATION_COST))
             self.record(CALIBRATION_COST, time.perf_counter() - started)
-        return self._unit * 2 ** cost
+        with self._lock:
+            return max(self._units) * 2 ** cost
 
 
 CLOCK = _Clock()
