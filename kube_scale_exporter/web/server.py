@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import resource
 import selectors
 import socket
 import ssl
@@ -25,8 +24,8 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from kube_scale_exporter.web.conn import Conn, Limits, Refused, raise_nofile_limit
 from kube_scale_exporter.web.pool import Pool
 from kube_scale_exporter.web.ratelog import RateLimitedLog
 from kube_scale_exporter.web.request import (
@@ -36,6 +35,7 @@ from kube_scale_exporter.web.request import (
     parse,
     request_length,
 )
+from kube_scale_exporter.web.tls import HandshakeSlots
 
 log = logging.getLogger("kube_scale_exporter.http")
 
@@ -45,9 +45,6 @@ BACKLOG = 4096
 # File descriptors kept back from connections for the collectors' own sockets and files.
 FD_RESERVE = 64
 ACCEPT_BATCH = 64
-# TLS handshakes in progress at once (each holds ~50 KiB of OpenSSL state until done).
-MAX_HANDSHAKES = 64
-HANDSHAKE_SLOT_SECONDS = 1.0
 # While accept() fails for want of descriptors and nothing can be closed, stop polling
 # the listening socket this long: it stays readable, and polling it would spin a core.
 ACCEPT_PAUSE_SECONDS = 0.1
@@ -55,56 +52,15 @@ ACCEPT_PAUSE_SECONDS = 0.1
 TICK_SECONDS = 0.5
 
 
-@dataclass(frozen=True)
-class Limits:
-    idle_timeout: float = 120.0
-    max_connections: int = 512
-    workers: int = 48
-    handshake_timeout: float = 10.0
-    header_timeout: float = 10.0
-    write_timeout: float = 10.0
-
-
-class Refused(Exception):
-    """Raised by the TLS hook: close this new connection without a word."""
-
-
-class Conn:
-    __slots__ = ("buf", "client", "closed", "context", "deadline", "handshaking", "sock", "tls")
-
-    def __init__(self, sock: socket.socket, client: str):
-        self.sock = sock
-        self.client = client
-        self.buf = bytearray()
-        self.deadline = 0.0
-        self.handshaking = False
-        self.context: ssl.SSLContext | None = None  # TLS to start when the client speaks
-        self.tls = False
-        self.closed = False
-
-
-def raise_nofile_limit() -> int:
-    """Soft RLIMIT_NOFILE up to the hard one (containerd 2 gives 1024 soft); returns it."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft != hard:
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError) as exc:
-            log.warning("cannot raise the open files limit from %d to %d: %s", soft, target, exc)
-    return soft
-
-
 class HTTPServer:
     """serve_forever() runs the loop; shutdown() stops it; server_close() frees it all."""
 
     def __init__(self, host: str, port: int, handler: Callable[[Request], Response],
-                 limits: Limits = Limits(),
+                 limits: Limits | None = None,
                  tls_hook: Callable[[], ssl.SSLContext | None] = lambda: None):
         self.handler = handler
         self.tls_hook = tls_hook
-        self.limits = limits
+        self.limits = limits = limits or Limits()
         nofile = raise_nofile_limit()
         self.max_connections = max(1, min(limits.max_connections, nofile - FD_RESERVE))
         if self.max_connections < limits.max_connections:
@@ -128,8 +84,7 @@ class HTTPServer:
         self._idle: OrderedDict[Conn, None] = OrderedDict()     # waiting for a request
         self._pending: OrderedDict[Conn, None] = OrderedDict()  # handshake or partial head
         self._busy: set[Conn] = set()                            # with a worker
-        self._shaking: OrderedDict[Conn, float] = OrderedDict()  # TLS handshakes, started
-        self._tls_queue: OrderedDict[Conn, None] = OrderedDict()  # waiting for a slot
+        self._tls = HandshakeSlots(self._sel, self._close)
         self._returned: deque[tuple[Conn, bool]] = deque()
         self._pool = Pool(limits.workers, self._answer, "http")
         self._paused_until = 0.0
@@ -261,8 +216,7 @@ class HTTPServer:
         self._idle.pop(conn, None)
         self._pending.pop(conn, None)
         self._busy.discard(conn)
-        self._tls_queue.pop(conn, None)
-        self._handshake_over(conn)
+        self._tls.over(conn)
         try:
             self._sel.unregister(conn.sock)
         except (KeyError, ValueError):
@@ -272,7 +226,7 @@ class HTTPServer:
     # --- reading -------------------------------------------------------------------------
 
     def _readable(self, conn: Conn) -> None:
-        if conn.context is not None and not self._start_tls(conn):
+        if conn.context is not None and not self._tls.start(conn):
             return
         if conn.handshaking and not self._handshake(conn):
             return
@@ -296,40 +250,6 @@ class HTTPServer:
             conn.buf += chunk
         self._advance(conn)
 
-    def _start_tls(self, conn: Conn) -> bool:
-        """TLS state is made when the ClientHello arrives, not at accept: a silent
-        connection costs a socket, not OpenSSL's ~15 KiB (~50 KiB mid-handshake).
-
-        At most MAX_HANDSHAKES run at once, so a flood of handshakes cannot pile up that
-        memory. A client past them waits, its ClientHello unread, until one finishes or
-        has had its slot for HANDSHAKE_SLOT_SECONDS (a slow or silent handshake loses its
-        slot to a waiting client). Waiting clients are served newest first: under a flood
-        a newcomer (Prometheus) is not queued behind every attacker, and the oldest
-        waiting ones run into the handshake deadline instead."""
-        if len(self._shaking) >= MAX_HANDSHAKES:
-            oldest, started = next(iter(self._shaking.items()))
-            if time.monotonic() - started < HANDSHAKE_SLOT_SECONDS:
-                self._sel.unregister(conn.sock)
-                self._tls_queue[conn] = None
-                return False
-            self._close(oldest)
-        self._sel.unregister(conn.sock)  # wrap_socket detaches the plain socket
-        conn.sock = conn.context.wrap_socket(conn.sock, server_side=True,
-                                             do_handshake_on_connect=False)
-        conn.context, conn.tls = None, True
-        self._sel.register(conn.sock, selectors.EVENT_READ, conn)
-        self._shaking[conn] = time.monotonic()
-        return True
-
-    def _handshake_over(self, conn: Conn) -> None:
-        """A slot is free: let the newest waiting client's ClientHello be read."""
-        if self._shaking.pop(conn, False) is False:
-            return
-        if self._tls_queue and len(self._shaking) < MAX_HANDSHAKES:
-            # It takes the slot when its turn in the poll comes.
-            waiting, _ = self._tls_queue.popitem(last=True)
-            self._sel.register(waiting.sock, selectors.EVENT_READ, waiting)
-
     def _handshake(self, conn: Conn) -> bool:
         try:
             conn.sock.do_handshake()
@@ -344,7 +264,7 @@ class HTTPServer:
             self._close(conn)
             return False
         conn.handshaking = False
-        self._handshake_over(conn)
+        self._tls.over(conn)
         self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
         self._wait(conn, self._idle, self.limits.idle_timeout)
         return True
