@@ -1,7 +1,7 @@
 """A real exporter process under test, scraped over HTTP the way Prometheus does.
 
     exporter = RunningExporter(["--mode", "node", ...], log_dir).start()
-    scrape = kube_scale_exporter.scrape(timeout=3)       # Scrape: status, seconds, success per collector
+    scrape = exporter.scrape(timeout=3)       # Scrape: status, seconds, success per collector
     exporter.wait_for(lambda s: s.success["etcd"] == 0, within=5)
     exporter.terminate()                      # SIGTERM; returns (exit status, seconds)
 """

@@ -106,7 +106,7 @@ def test_netlink_refused_fails_only_the_neighbor_collectors(run_exporter, etcd, 
     assert scrape.success["imagepull"] == 1
     # Still up and answering after many scrapes that fail the same way.
     for _ in range(20):
-        assert kube_scale_exporter.scrape(SCRAPE_TIMEOUT).status == 200
+        assert exporter.scrape(SCRAPE_TIMEOUT).status == 200
     assert exporter.alive()
 
 
@@ -120,7 +120,7 @@ def test_sigterm_exits_within_seconds_while_a_source_hangs(run_exporter, etcd, c
         # exporter may close its connection as it exits.
         def in_flight():
             try:
-                kube_scale_exporter.scrape(SCRAPE_TIMEOUT)
+                exporter.scrape(SCRAPE_TIMEOUT)
             except requests.RequestException:
                 pass
 
@@ -146,7 +146,7 @@ def test_a_burst_past_max_requests_gets_503_at_once_and_the_rest_answer(run_expo
 
         def one():
             start = time.monotonic()
-            status = kube_scale_exporter.scrape(SCRAPE_TIMEOUT).status
+            status = exporter.scrape(SCRAPE_TIMEOUT).status
             results.append((status, time.monotonic() - start))
 
         threads = [threading.Thread(target=one) for _ in range(20)]
