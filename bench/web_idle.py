@@ -153,6 +153,12 @@ def main() -> int:
          f"shared. `before` is the exporter at {args.before} (thread per connection); "
          f"node_exporter is Debian's ({version})."),
         "",
+        ("`sockets held` is what the server holds at the end (its listener and 2 internal "
+         "sockets included), read from /proc; KiB per conn divides the RSS growth by it. When "
+         "the accept queue overflows, a client's connect succeeds although the server never "
+         "gets the connection: the `before` rows (backlog 5) hold a fraction of the "
+         f"{args.connections}."),
+        "",
         ("| server | conn | sockets held | all connected s | RSS before MiB | RSS with them MiB | "
          "KiB per conn | threads | CPU % idle | /metrics p50 ms | max ms | /healthz p50 ms | "
          "max ms |"),
