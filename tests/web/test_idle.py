@@ -151,3 +151,17 @@ def test_simultaneous_connects_wait_in_the_backlog_not_on_syn_retries(start_expo
         assert r.text == "ok\n"
     finally:
         close_all(socks)
+
+
+def test_sigterm_with_thousands_of_idle_connections_exits_at_once(pki, start_exporter):
+    exp = start_exporter(tls_block(pki), flags=["--web.max-connections", "3000"])
+    context = ssl.create_default_context(cafile=pki.ca)
+    socks, _ = open_idle(exp.port, 2000, context)
+    try:
+        assert session().get(exp.url + "/healthz", verify=pki.ca, timeout=10).ok
+        started = time.monotonic()
+        exp.proc.popen.terminate()
+        assert exp.proc.popen.wait(timeout=10) == 0
+        assert time.monotonic() - started < 2.5
+    finally:
+        close_all(socks)
