@@ -105,18 +105,28 @@ class HTTPServer:
         try:
             while not self._stop.is_set():
                 for key, _mask in self._sel.select(self._poll_timeout()):
-                    if key.data == "accept":
-                        self._accept()
-                    elif key.data == "wake":
-                        self._take_back()
-                    elif not key.data.closed:
-                        self._readable(key.data)
+                    try:
+                        self._event(key.data)
+                    except Exception as exc:
+                        log.debug("HTTP loop error", exc_info=True)
+                        self.notes.note("loop", "connections dropped on an internal error",
+                                        repr(exc), level=logging.ERROR)
+                        if isinstance(key.data, Conn):
+                            self._close(key.data)
                 self._expire()
         finally:
             self._sel.unregister(self._wake_r)
             if self._paused_until == 0.0:
                 self._sel.unregister(self._listen)
             self._stopped.set()
+
+    def _event(self, what) -> None:
+        if what == "accept":
+            self._accept()
+        elif what == "wake":
+            self._take_back()
+        elif not what.closed:
+            self._readable(what)
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -165,11 +175,10 @@ class HTTPServer:
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 return
             except OSError as exc:
-                if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    raise
-                self.notes.note("accept", f"accept failed ({exc.strerror}); closing idle "
-                                "connections", "", level=logging.WARNING)
-                if not self._evict():
+                self.notes.note("accept", "accept failed; closing the oldest idle connection "
+                                "or pausing", exc.strerror or repr(exc), level=logging.WARNING)
+                out_of_files = exc.errno in (errno.EMFILE, errno.ENFILE)
+                if not (out_of_files and self._evict()):
                     self._sel.unregister(self._listen)
                     self._paused_until = time.monotonic() + ACCEPT_PAUSE_SECONDS
                 return
