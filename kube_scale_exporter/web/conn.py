@@ -25,7 +25,8 @@ class Refused(Exception):
 
 
 class Conn:
-    __slots__ = ("buf", "client", "closed", "context", "deadline", "handshaking", "sock", "tls")
+    __slots__ = ("buf", "client", "closed", "context", "deadline", "handshaking", "keep", "out",
+                 "sock", "tls")
 
     def __init__(self, sock: socket.socket, client: str):
         self.sock = sock
@@ -36,6 +37,8 @@ class Conn:
         self.context: ssl.SSLContext | None = None  # TLS to start when the client speaks
         self.tls = False
         self.closed = False
+        self.out: memoryview | None = None  # the rest of an answer the client has not taken
+        self.keep = False  # whether the connection stays open once `out` is written
 
 
 def raise_nofile_limit() -> int:

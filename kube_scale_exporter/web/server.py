@@ -3,7 +3,8 @@
 One thread (the loop) owns every connection that is not being answered: it accepts,
 runs TLS handshakes without blocking, reads request bytes and enforces the deadlines.
 Only a complete request goes to a bounded pool of worker threads, which answers it and
-hands the connection back. So thousands of idle or slow clients cost a few KiB each
+hands the connection back; what of the answer the client does not take at once, the
+loop writes as it reads. So thousands of idle or slow clients cost a few KiB each
 and can neither exhaust threads (pids limit) nor memory; the measurements that chose
 this design over thread-per-connection and asyncio are in docs/reliability.md.
 
@@ -125,7 +126,11 @@ class HTTPServer:
             self._accept()
         elif what == "wake":
             self._take_back()
-        elif not what.closed:
+        elif what.closed:
+            pass
+        elif what.out is not None:
+            self._writable(what)
+        else:
             self._readable(what)
 
     def shutdown(self) -> None:
@@ -321,10 +326,13 @@ class HTTPServer:
                 response = self._respond(request)
             keep = (request is not None and request.keep_alive and not response.close
                     and not self._stop.is_set())
-            out = response.encode(request is not None and request.method == "HEAD", keep)
-            conn.sock.settimeout(self.limits.write_timeout)
-            conn.sock.sendall(out)
-            conn.sock.setblocking(False)
+            out = memoryview(response.encode(request is not None and request.method == "HEAD",
+                                             keep))
+            # Never wait on a client: what the socket does not take now, the loop writes
+            # as the client reads, under the write deadline.
+            sent = _send_now(conn.sock, out)
+            if sent < len(out):
+                conn.out, conn.keep = out[sent:], keep
         except OSError as exc:
             self.notes.note("write", "answers not delivered (client gone or too slow)",
                             f"{conn.client}: {exc}")
@@ -357,11 +365,46 @@ class HTTPServer:
         while self._returned:
             conn, keep = self._returned.popleft()
             self._busy.discard(conn)
-            if not keep:
+            if conn.out is not None:
+                self._sel.register(conn.sock, selectors.EVENT_WRITE, conn)
+                self._wait(conn, self._pending, self.limits.write_timeout)
+            elif keep:
+                self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+                self._next_request(conn)
+            else:
                 self._close(conn)
-                continue
-            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
-            self._wait(conn, self._idle, self.limits.idle_timeout)
-            if conn.buf:  # a pipelined request came with the last one
-                self._advance(conn)
+
+    def _next_request(self, conn: Conn) -> None:
+        self._wait(conn, self._idle, self.limits.idle_timeout)
+        if conn.buf:  # a pipelined request came with the last one
+            self._advance(conn)
+
+    def _writable(self, conn: Conn) -> None:
+        try:
+            sent = _send_now(conn.sock, conn.out)
+        except OSError as exc:
+            self.notes.note("write", "answers not delivered (client gone or too slow)",
+                            f"{conn.client}: {exc}")
+            self._close(conn)
+            return
+        if sent < len(conn.out):
+            conn.out = conn.out[sent:]
+            return
+        conn.out = None
+        if not conn.keep:
+            self._close(conn)
+            return
+        self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
+        self._next_request(conn)
+
+
+def _send_now(sock: socket.socket, data: memoryview) -> int:
+    """Bytes of `data` the (non-blocking) socket took without waiting."""
+    sent = 0
+    while sent < len(data):
+        try:
+            sent += sock.send(data[sent:])
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            break
+    return sent
 

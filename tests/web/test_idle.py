@@ -165,3 +165,38 @@ def test_sigterm_with_thousands_of_idle_connections_exits_at_once(pki, start_exp
         assert time.monotonic() - started < 2.5
     finally:
         close_all(socks)
+
+
+def test_answers_a_client_is_slow_to_take_all_arrive_in_order(start_exporter):
+    """20,000 pipelined requests, read only after a pause: ~9 MB of answers, more than the
+    socket buffers hold, so the loop writes the rest as the client reads."""
+    exp = start_exporter(scheme="http")
+    n = 20000
+    pipelined = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * (n - 1) + \
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    received = bytearray()
+    with socket.create_connection(("127.0.0.1", exp.port)) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.setblocking(False)
+        sent, paused_until = 0, time.monotonic() + 2.0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if sent < len(pipelined):
+                try:
+                    sent += s.send(pipelined[sent:sent + 65536])
+                except BlockingIOError:
+                    pass
+            if time.monotonic() < paused_until:
+                time.sleep(0.01)  # not reading: the server's writes must wait, not fail
+                continue
+            try:
+                chunk = s.recv(1 << 20)
+            except BlockingIOError:
+                time.sleep(0.001)
+                continue
+            if not chunk:
+                break
+            received += chunk
+    assert received.count(b"HTTP/1.1 200 OK\r\n") == n
+    assert received.endswith(b"\r\n\r\nok\n")
+    assert session().get(exp.url + "/healthz", timeout=10).ok
