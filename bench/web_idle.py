@@ -6,7 +6,8 @@ For each server, plain HTTP and TLS: open `--connections` TCP connections at onc
 (non-blocking connects, then the TLS handshakes) and leave them idle; report the time
 until all were connected, RSS before and with them (and the difference per connection),
 threads, CPU burnt while they sit idle for 3 s, and the latency of /metrics and /healthz
-on new connections meanwhile. Servers: this tree's exporter with its default
+on new connections meanwhile; then, with those closed, the latency of /healthz while
+another process keeps opening `--connections` at once and closing them. Servers: this tree's exporter with its default
 --web.max-connections (512) and with it raised above `--connections` (to see the cost of
 each connection held); the exporter at git ref
 `--before` (thread per connection); a stdlib asyncio prototype (bench/web_idle_asyncio.py);
@@ -35,6 +36,7 @@ from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "web_idle.md"
+CHURN_SECONDS = 5.0
 
 
 def checkout(ref: str, into: Path) -> Path:
@@ -100,9 +102,20 @@ def measure(server: str, web: str | None, pki: dict, n: int, workdir: Path, env:
         held = server_sockets(proc.pid)
         metrics = latencies(base + "/metrics", pki["ca"])
         health = latencies(base + "/healthz", pki["ca"])
+        close_all(socks)
+        socks = []
+        # Then churn: another process opens n connections at once, closes them, again.
+        flood = subprocess.Popen([sys.executable, "-m", "testbed.idle", str(port), str(n),
+                                  str(CHURN_SECONDS)] + ([pki["ca"]] if web else []),
+                                 cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        during = latencies(base + "/healthz", pki["ca"], 20)
+        churned = int(flood.communicate(timeout=CHURN_SECONDS + 150)[0] or 0)
         return {"held": held, "connect_s": took, "rss0": rss0, "rss1": rss1,
                 "kib_per_conn": (rss1 - rss0) * 1024 / max(1, held),
                 "threads": threads(proc.pid), "cpu": cpu_idle * 100,
+                "churned": churned, "during_p50": statistics.median(during),
+                "during_max": max(during),
                 "metrics_p50": statistics.median(metrics), "metrics_max": max(metrics),
                 "health_p50": statistics.median(health), "health_max": max(health),
                 "alive": proc.alive()}
@@ -153,6 +166,11 @@ def main() -> int:
          f"shared. `before` is the exporter at {args.before} (thread per connection); "
          f"node_exporter is Debian's ({version})."),
         "",
+        (f"Churn: then, for {CHURN_SECONDS:.0f} s, another process opens "
+         f"{args.connections} connections at once (TLS: and handshakes), closes them and "
+         "starts again; 20 /healthz requests on new connections are timed meanwhile "
+         "(`inf`: a request failed)."),
+        "",
         ("`sockets held` is what the server holds at the end (its listener and 2 internal "
          "sockets included), read from /proc; KiB per conn divides the RSS growth by it. When "
          "the accept queue overflows, a client's connect succeeds although the server never "
@@ -161,15 +179,16 @@ def main() -> int:
         "",
         ("| server | conn | sockets held | all connected s | RSS before MiB | RSS with them MiB | "
          "KiB per conn | threads | CPU % idle | /metrics p50 ms | max ms | /healthz p50 ms | "
-         "max ms |"),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+         "max ms | churn: connections made | churn: /healthz p50 ms | max ms |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for server, variant, m in rows:
         lines.append(
             f"| {server} | {variant} | {m['held']} | {m['connect_s']:.1f} | {m['rss0']:.1f} | "
             f"{m['rss1']:.1f} | {m['kib_per_conn']:.1f} | {m['threads']} | {m['cpu']:.0f} | "
             f"{m['metrics_p50']:.1f} | {m['metrics_max']:.1f} | {m['health_p50']:.1f} | "
-            f"{m['health_max']:.1f} |")
+            f"{m['health_max']:.1f} | {m['churned']} | {m['during_p50']:.1f} | "
+            f"{m['during_max']:.1f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     RESULTS.write_text(text)

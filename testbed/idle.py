@@ -118,3 +118,24 @@ def server_sockets(pid: int) -> int:
 def threads(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+
+
+def churn(port: int, n: int, seconds: float, context: ssl.SSLContext | None = None) -> int:
+    """Open n connections at once, close them, again, for `seconds`; connections made."""
+    made = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        socks, _ = open_idle(port, n, context, timeout=max(0.5, deadline - time.monotonic()))
+        made += len(socks)
+        close_all(socks)
+    return made
+
+
+if __name__ == "__main__":
+    # python -m testbed.idle PORT N SECONDS [CA]: churn connections from another process.
+    import sys
+
+    raise_own_nofile()
+    args = sys.argv[1:]
+    ctx = ssl.create_default_context(cafile=args[3]) if len(args) > 3 else None
+    print(churn(int(args[0]), int(args[1]), float(args[2]), ctx), flush=True)

@@ -7,6 +7,7 @@ request; Transfer-Encoding is refused and the connection closed, for the same re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from http import HTTPStatus
 
 # Largest request head (request line and headers). Prometheus sends ~300 bytes.
@@ -51,6 +52,7 @@ class Response:
         reason = HTTPStatus(self.status).phrase if self.status in HTTPStatus._value2member_map_ \
             else ""
         lines = [f"HTTP/1.1 {self.status} {reason}", "Server: kube-scale-exporter",
+                 f"Date: {formatdate(usegmt=True)}",
                  f"Content-Type: {self.content_type}", f"Content-Length: {len(self.body)}"]
         lines += [f"{k}: {v}" for k, v in self.headers]
         if not keep_alive:
