@@ -24,8 +24,11 @@ mistake is reported with the file and line at fault and the exporter exits 2.
 
 Like the toolkit, the exporter follows the file: when it, or a certificate, key or CA it
 names, changes on disk (a renewed certificate, a rotated Secret), the next request
-(users, headers) and the next handshake (TLS) use the new contents; no restart. A change that breaks the file is logged and, until
-it is fixed, connections are refused rather than served with stale settings.
+(users, headers) and the next handshake (TLS) use the new contents; no restart. A change
+that breaks the file is logged and, until it is fixed, connections are refused rather
+than served with stale settings; except a change whose only fault is a user's bcrypt
+hash (a cost outside 04-14, a salt or hash bcrypt cannot use: web/auth.py), which is
+logged and not applied, the previous settings staying in force.
 
 What differs from the toolkit, on purpose: client_auth_type RequestClientCert and
 RequireAnyClientCert are refused (a certificate nobody verifies proves nothing, and

@@ -30,9 +30,14 @@ class Pool:
                 self._waiting -= 1
                 return
             if self._threads < self._size:
-                self._threads += 1
-                threading.Thread(target=self._run, name=f"{self._name}-{self._threads}",
-                                 daemon=True).start()
+                try:
+                    threading.Thread(target=self._run, name=f"{self._name}-{self._threads + 1}",
+                                     daemon=True).start()
+                except RuntimeError as exc:  # a pids limit: the threads there are will do
+                    log.warning("cannot start another %s worker thread (%d running): %s",
+                                self._name, self._threads, exc)
+                else:
+                    self._threads += 1
             # else: the item waits for the next thread to finish its work
 
     def threads(self) -> int:
