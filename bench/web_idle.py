@@ -37,6 +37,7 @@ from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "web_idle.md"
 CHURN_SECONDS = 5.0
+CHURN_SOURCE = "127.0.0.2"  # the attacker's address; the timed requests come from 127.0.0.1
 
 
 def checkout(ref: str, into: Path) -> Path:
@@ -106,7 +107,8 @@ def measure(server: str, web: str | None, pki: dict, n: int, workdir: Path, env:
         socks = []
         # Then churn: another process opens n connections at once, closes them, again.
         flood = subprocess.Popen([sys.executable, "-m", "testbed.idle", str(port), str(n),
-                                  str(CHURN_SECONDS)] + ([pki["ca"]] if web else []),
+                                  str(CHURN_SECONDS), "--source", CHURN_SOURCE] +
+                                 (["--ca", pki["ca"]] if web else []),
                                  cwd=ROOT, stdout=subprocess.PIPE, text=True)
         time.sleep(0.5)
         during = latencies(base + "/healthz", pki["ca"], 20)
@@ -167,9 +169,9 @@ def main() -> int:
          f"node_exporter is Debian's ({version})."),
         "",
         (f"Churn: then, for {CHURN_SECONDS:.0f} s, another process opens "
-         f"{args.connections} connections at once (TLS: and handshakes), closes them and "
-         "starts again; 20 /healthz requests on new connections are timed meanwhile "
-         "(`inf`: a request failed)."),
+         f"{args.connections} connections at once from {CHURN_SOURCE} (TLS: and "
+         "handshakes), closes them and starts again; 20 /healthz requests on new "
+         "connections from 127.0.0.1 are timed meanwhile (`inf`: a request failed)."),
         "",
         ("`sockets held` is what the server holds at the end (its listener and 2 internal "
          "sockets included), read from /proc; KiB per conn divides the RSS growth by it. When "

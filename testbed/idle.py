@@ -23,13 +23,17 @@ def raise_own_nofile() -> int:
 
 
 def open_idle(port: int, n: int, context: ssl.SSLContext | None = None,
-              host: str = "127.0.0.1", timeout: float = 120.0) -> tuple[list, float]:
+              host: str = "127.0.0.1", timeout: float = 120.0,
+              source: str | None = None) -> tuple[list, float]:
     """n connections that then say nothing; returns those that came up and the seconds
-    it took. Connects (and handshakes) run concurrently, as an attacker's would."""
+    it took. Connects (and handshakes) run concurrently, as an attacker's would.
+    `source`: the local address to connect from (any 127.x.y.z is this host)."""
     sel = selectors.DefaultSelector()
     started = time.monotonic()
     for _ in range(n):
         s = socket.socket()
+        if source:
+            s.bind((source, 0))
         s.setblocking(False)
         s.connect_ex((host, port))
         sel.register(s, selectors.EVENT_WRITE, "connect")
@@ -120,22 +124,31 @@ def threads(pid: int) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
 
 
-def churn(port: int, n: int, seconds: float, context: ssl.SSLContext | None = None) -> int:
+def churn(port: int, n: int, seconds: float, context: ssl.SSLContext | None = None,
+          source: str | None = None) -> int:
     """Open n connections at once, close them, again, for `seconds`; connections made."""
     made = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        socks, _ = open_idle(port, n, context, timeout=max(0.5, deadline - time.monotonic()))
+        socks, _ = open_idle(port, n, context, timeout=max(0.5, deadline - time.monotonic()),
+                             source=source)
         made += len(socks)
         close_all(socks)
     return made
 
 
 if __name__ == "__main__":
-    # python -m testbed.idle PORT N SECONDS [CA]: churn connections from another process.
-    import sys
+    # python -m testbed.idle PORT N SECONDS [--ca CA] [--source ADDRESS]: churn connections
+    # from another process; prints how many were made.
+    import argparse
 
+    parser = argparse.ArgumentParser()
+    parser.add_argument("port", type=int)
+    parser.add_argument("n", type=int)
+    parser.add_argument("seconds", type=float)
+    parser.add_argument("--ca")
+    parser.add_argument("--source")
+    args = parser.parse_args()
     raise_own_nofile()
-    args = sys.argv[1:]
-    ctx = ssl.create_default_context(cafile=args[3]) if len(args) > 3 else None
-    print(churn(int(args[0]), int(args[1]), float(args[2]), ctx), flush=True)
+    ctx = ssl.create_default_context(cafile=args.ca) if args.ca else None
+    print(churn(args.port, args.n, args.seconds, ctx, args.source), flush=True)

@@ -48,8 +48,9 @@ class Pool:
             item = self._queue.get()
             try:
                 self._work(item)
-            except Exception:
-                log.exception("worker %s failed", self._name)
+            except Exception as exc:  # a thread must survive; one line, not a traceback
+                log.error("%s worker: %r", self._name, exc)
+                log.debug("%s worker", self._name, exc_info=True)
             with self._lock:
                 if not self._queue.empty():
                     continue  # take the queued item without waiting to be promised one

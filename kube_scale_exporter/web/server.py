@@ -12,7 +12,8 @@ Deadlines, each closing the connection: a TLS handshake within `handshake_timeou
 request head (and any body) within `header_timeout` of its first byte, however slowly
 it trickles; no request at all for `idle_timeout`; an answer written within
 `write_timeout`. Past `max_connections` open connections the oldest idle one is closed
-for each new one, then the oldest still handshaking or sending its head.
+for each new one (of the client address holding the most), then the oldest still
+handshaking or sending its head.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
+from kube_scale_exporter.web.answer import answer, send_now
 from kube_scale_exporter.web.conn import Conn, Limits, Refused, raise_nofile_limit
 from kube_scale_exporter.web.pool import Pool
 from kube_scale_exporter.web.ratelog import RateLimitedLog
@@ -33,7 +35,6 @@ from kube_scale_exporter.web.request import (
     BadRequest,
     Request,
     Response,
-    parse,
     request_length,
 )
 from kube_scale_exporter.web.tls import HandshakeSlots
@@ -85,6 +86,8 @@ class HTTPServer:
         self._idle: OrderedDict[Conn, None] = OrderedDict()     # waiting for a request
         self._pending: OrderedDict[Conn, None] = OrderedDict()  # handshake or partial head
         self._busy: set[Conn] = set()                            # with a worker
+        # The same connections by client address: (idle, pending), for fair eviction.
+        self._clients: dict[str, tuple[OrderedDict, OrderedDict]] = {}
         self._tls = HandshakeSlots(self._sel, self._close)
         self._returned: deque[tuple[Conn, bool]] = deque()
         self._pool = Pool(limits.workers, self._answer, "http")
@@ -210,25 +213,41 @@ class HTTPServer:
         self._sel.register(conn.sock, selectors.EVENT_READ, conn)
 
     def _evict(self) -> bool:
-        """Close the oldest idle connection, else the oldest unfinished one."""
-        for waiting in (self._idle, self._pending):
-            if waiting:
-                self._close(next(iter(waiting)))
-                return True
-        return False
+        """Close a connection of the client address holding the most: its oldest idle one,
+        else its oldest unfinished one. One client (a compromised pod) flooding the port
+        closes its own connections, not Prometheus'; with a single client this is simply
+        the oldest idle connection first."""
+        if not self._clients:
+            return False
+        client = max(self._clients, key=lambda c: len(self._clients[c][0]) +
+                     len(self._clients[c][1]))
+        idle, pending = self._clients[client]
+        self._close(next(iter(idle or pending)))
+        return True
 
     def _wait(self, conn: Conn, waiting: OrderedDict, timeout: float) -> None:
-        self._idle.pop(conn, None)
-        self._pending.pop(conn, None)
+        """Put the connection (back) in `waiting`, last, with a new deadline."""
+        self._unwait(conn)
         conn.deadline = time.monotonic() + timeout
         waiting[conn] = None
+        mine = self._clients.setdefault(conn.client, (OrderedDict(), OrderedDict()))
+        mine[0 if waiting is self._idle else 1][conn] = None
+
+    def _unwait(self, conn: Conn) -> None:
+        self._idle.pop(conn, None)
+        self._pending.pop(conn, None)
+        mine = self._clients.get(conn.client)
+        if mine is not None:
+            mine[0].pop(conn, None)
+            mine[1].pop(conn, None)
+            if not mine[0] and not mine[1]:
+                del self._clients[conn.client]
 
     def _close(self, conn: Conn) -> None:
         if conn.closed:
             return
         conn.closed = True
-        self._idle.pop(conn, None)
-        self._pending.pop(conn, None)
+        self._unwait(conn)
         self._busy.discard(conn)
         self._tls.over(conn)
         try:
@@ -294,8 +313,7 @@ class HTTPServer:
             if conn.buf and conn in self._idle:
                 self._wait(conn, self._pending, self.limits.header_timeout)
             return
-        self._idle.pop(conn, None)
-        self._pending.pop(conn, None)
+        self._unwait(conn)
         self._sel.unregister(conn.sock)
         self._busy.add(conn)
         self._pool.submit((conn, length))
@@ -312,43 +330,12 @@ class HTTPServer:
 
     def _answer(self, item: tuple[Conn, int]) -> None:
         conn, length = item
-        data = bytes(conn.buf[:length])
-        del conn.buf[:length]
         keep = False
         try:
-            try:
-                request = parse(data)
-            except BadRequest as exc:
-                request, response = None, Response(exc.status, f"{exc}\n".encode())
-            else:
-                request.client = conn.client
-                request.peercert = conn.sock.getpeercert() if conn.tls else None
-                response = self._respond(request)
-            keep = (request is not None and request.keep_alive and not response.close
-                    and not self._stop.is_set())
-            out = memoryview(response.encode(request is not None and request.method == "HEAD",
-                                             keep))
-            # Never wait on a client: what the socket does not take now, the loop writes
-            # as the client reads, under the write deadline.
-            sent = _send_now(conn.sock, out)
-            if sent < len(out):
-                conn.out, conn.keep = out[sent:], keep
-        except OSError as exc:
-            self.notes.note("write", "answers not delivered (client gone or too slow)",
-                            f"{conn.client}: {exc}")
-            keep = False
+            keep = answer(conn, length, self.handler, self.notes, self._stop.is_set())
         finally:
             self._returned.append((conn, keep))
             self._wake()
-
-    def _respond(self, request: Request) -> Response:
-        try:
-            return self.handler(request)
-        except Exception as exc:
-            log.debug("answering %s %s failed", request.method, request.target, exc_info=True)
-            self.notes.note("handler", "requests failed with an internal error", repr(exc),
-                            level=logging.ERROR)
-            return Response(500, b"internal error; see the exporter's log\n", close=True)
 
     def _wake(self) -> None:
         try:
@@ -381,7 +368,7 @@ class HTTPServer:
 
     def _writable(self, conn: Conn) -> None:
         try:
-            sent = _send_now(conn.sock, conn.out)
+            sent = send_now(conn.sock, conn.out)
         except OSError as exc:
             self.notes.note("write", "answers not delivered (client gone or too slow)",
                             f"{conn.client}: {exc}")
@@ -396,15 +383,4 @@ class HTTPServer:
             return
         self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
         self._next_request(conn)
-
-
-def _send_now(sock: socket.socket, data: memoryview) -> int:
-    """Bytes of `data` the (non-blocking) socket took without waiting."""
-    sent = 0
-    while sent < len(data):
-        try:
-            sent += sock.send(data[sent:])
-        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-            break
-    return sent
 

@@ -5,9 +5,12 @@ from 35 to 103 MiB, 1,024 made the accept loop spin once the files limit was rea
 and the backlog of 5 left simultaneous connects waiting on SYN retries.
 The timing thresholds here are the issue's acceptance targets, with margin.
 """
+import os
 import socket
 import ssl
 import statistics
+import subprocess
+import sys
 import time
 
 import pytest
@@ -23,6 +26,7 @@ from testbed.idle import (
 )
 from testbed.procs import cpu_seconds, rss_mib
 
+from .conftest import REPO
 from .test_webconfig import session, tls_block
 
 ATTACK = 5000
@@ -200,3 +204,84 @@ def test_answers_a_client_is_slow_to_take_all_arrive_in_order(start_exporter):
     assert received.count(b"HTTP/1.1 200 OK\r\n") == n
     assert received.endswith(b"\r\n\r\nok\n")
     assert session().get(exp.url + "/healthz", timeout=10).ok
+
+
+PIDS_CGROUPS = "/sys/fs/cgroup/pids"
+
+
+@pytest.fixture
+def pids_limit():
+    """limit(pid, n): move a process into a new cgroup v1 pids group allowing n tasks, as a
+    pod's pids limit does; removed after the test."""
+    made = []
+
+    def limit(pid, n):
+        if not os.access(PIDS_CGROUPS, os.W_OK):
+            pytest.skip("needs a writable cgroup v1 pids hierarchy")
+        group = os.path.join(PIDS_CGROUPS, f"kse-web-test-{os.getpid()}-{len(made)}")
+        os.mkdir(group)
+        made.append(group)
+        with open(os.path.join(group, "pids.max"), "w") as f:
+            f.write(str(n))
+        with open(os.path.join(group, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+        return group
+
+    yield limit
+    for group in made:
+        for _ in range(50):  # the process must be gone before its group can go
+            try:
+                os.rmdir(group)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def test_under_a_pids_limit_idle_connections_take_no_threads(start_exporter, pids_limit):
+    exp = start_exporter(scheme="http")
+    group = pids_limit(exp.proc.pid, 100)
+    socks, _ = open_idle(exp.port, 1000)
+    try:
+        time.sleep(0.5)
+        median, _ = latency_ms(exp.url + "/metrics", None)
+        assert median < 100
+        with open(os.path.join(group, "pids.events")) as f:
+            assert f.read().split() == ["max", "0"]  # no thread was ever refused
+    finally:
+        close_all(socks)
+        exp.proc.stop()
+
+
+def test_a_flood_from_one_address_does_not_close_other_clients(pki, start_exporter):
+    """Another process opens 3,000 TLS connections at once from 127.0.0.2, closes them and
+    starts again, for 6 s: a Prometheus on 127.0.0.1 scrapes throughout, kept-alive and on
+    new connections. (A guard for the whole scenario: it passed with the older eviction of
+    the globally oldest too; the next test is the exact check of who gets closed.)"""
+    exp = start_exporter(tls_block(pki))
+    prometheus = session()
+    assert prometheus.get(exp.url + "/metrics", verify=pki.ca, timeout=10).ok
+    flood = subprocess.Popen([sys.executable, "-m", "testbed.idle", str(exp.port), "3000", "6",
+                              "--ca", pki.ca, "--source", "127.0.0.2"],
+                             cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        for _ in range(15):
+            assert prometheus.get(exp.url + "/metrics", verify=pki.ca, timeout=10).ok
+            assert session().get(exp.url + "/healthz", verify=pki.ca, timeout=10).ok
+            time.sleep(0.2)
+        made = int(flood.communicate(timeout=60)[0])
+    finally:
+        flood.kill()
+    assert made > 0  # the flood did get connections through
+
+
+def test_past_the_cap_the_busiest_address_loses_its_own_connections(start_exporter):
+    exp = start_exporter(scheme="http", flags=["--web.max-connections", "100"])
+    prometheus, _ = open_idle(exp.port, 10)  # the oldest connections, from 127.0.0.1
+    time.sleep(0.3)
+    flood, _ = open_idle(exp.port, 300, source="127.0.0.2")
+    try:
+        assert closed_by_server(prometheus, wait=2) == 0
+        assert closed_by_server(flood, wait=2) == 210  # 300 - (100 - 10)
+    finally:
+        close_all(prometheus + flood)
