@@ -101,6 +101,7 @@ def measure(server: str, web: str | None, pki: dict, n: int, workdir: Path, env:
         cpu_idle = (cpu_seconds(proc.pid) - cpu0) / 3.0
         rss1 = rss_mib(proc.pid)[0]
         held = server_sockets(proc.pid)
+        held_threads = threads(proc.pid)
         metrics = latencies(base + "/metrics", pki["ca"])
         health = latencies(base + "/healthz", pki["ca"])
         close_all(socks)
@@ -115,7 +116,7 @@ def measure(server: str, web: str | None, pki: dict, n: int, workdir: Path, env:
         churned = int(flood.communicate(timeout=CHURN_SECONDS + 150)[0] or 0)
         return {"held": held, "connect_s": took, "rss0": rss0, "rss1": rss1,
                 "kib_per_conn": (rss1 - rss0) * 1024 / max(1, held),
-                "threads": threads(proc.pid), "cpu": cpu_idle * 100,
+                "threads": held_threads, "cpu": cpu_idle * 100,
                 "churned": churned, "during_p50": statistics.median(during),
                 "during_max": max(during),
                 "metrics_p50": statistics.median(metrics), "metrics_max": max(metrics),
