@@ -77,7 +77,13 @@ def _handshake(sel, tls: ssl.SSLSocket, up: list) -> None:
 
 
 def close_all(socks) -> None:
+    """Reset them, as a flood would: thousands of closes leave no TIME_WAIT behind to run
+    the host's ephemeral ports out for the tests that follow."""
     for s in socks:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass  # already closed
         s.close()
 
 
@@ -134,9 +140,7 @@ def churn(port: int, n: int, seconds: float, context: ssl.SSLContext | None = No
         socks, _ = open_idle(port, n, context, timeout=max(0.5, deadline - time.monotonic()),
                              source=source)
         made += len(socks)
-        for s in socks:  # reset, as a flood would: no TIME_WAIT to run the ports out
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            s.close()
+        close_all(socks)
     return made
 
 
