@@ -18,6 +18,10 @@ import requests
 from kube_scale_exporter.etcd.client import EtcdClient, EtcdError, Member, Status
 
 QUOTA_METRIC = "etcd_server_quota_backend_bytes"
+# etcd recommends 3, 5 or 7 members and nobody runs more than a handful: a longer member
+# list is broken or hostile. Past it the cluster is down with an error naming the cap,
+# which keeps the member series (about 11 each) and the Status fan-out bounded.
+MAX_MEMBERS = 15
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,11 @@ class EtcdCluster:
             except EtcdError as exc:
                 errors.append(str(exc))
                 continue
+            if len(members) > MAX_MEMBERS:
+                errors.append(f"{url}: the member list has {len(members)} members, over the "
+                              f"cap of {MAX_MEMBERS} (MAX_MEMBERS in "
+                              "kube_scale_exporter/etcd/cluster.py)")
+                continue
             # Ask the endpoint that answered first next time: a dead one costs a timeout.
             with self._lock:
                 self.endpoints.remove(url)
@@ -103,7 +112,8 @@ class EtcdCluster:
         try:
             members, entry = self._member_list()
         except EtcdError as exc:
-            down = tuple(MemberState(label, None, None, str(exc), 0, "", None) for label in self._known)
+            down = tuple(MemberState(label, None, None, str(exc), 0, "", None)
+                         for label in self._known)
             return ClusterState(self.name, down, str(exc), now)
         names = {m.id: m.label for m in members}
         if self.discover:
@@ -111,7 +121,10 @@ class EtcdCluster:
         else:
             with self._lock:
                 targets = [(self._labels.get(url, url), url) for url in self.endpoints]
-        with ThreadPoolExecutor(max_workers=len(targets) + 1, thread_name_prefix="etcd") as pool:
+        # One thread per member at most MAX_MEMBERS (local mode asks only the configured
+        # endpoints), plus the alarm list: a hung member costs one timeout, not one each.
+        workers = min(len(targets), MAX_MEMBERS) + 1
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="etcd") as pool:
             alarms_job = pool.submit(entry.alarms)
             jobs = [pool.submit(self._member, url) for _, url in targets]
             try:
@@ -119,7 +132,7 @@ class EtcdCluster:
             except EtcdError:
                 alarms = None
             states = []
-            for (label, url), job in zip(targets, jobs):
+            for (label, url), job in zip(targets, jobs, strict=True):
                 status, error, quota, source = job.result()
                 if status is not None:
                     label = names.get(status.member_id) or format(int(status.member_id), "x")
