@@ -8,6 +8,7 @@ asking all members from each would multiply the load by the cluster size.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 import requests
 
 from kube_scale_exporter.etcd.client import EtcdClient, EtcdError, Member, Status
+
+log = logging.getLogger(__name__)
 
 QUOTA_METRIC = "etcd_server_quota_backend_bytes"
 # etcd recommends 3, 5 or 7 members and nobody runs more than a handful: a longer member
@@ -171,7 +174,9 @@ class EtcdCluster:
             return cached[0], cached[1]
         try:
             value = client.metric(QUOTA_METRIC)
-        except EtcdError:
+        except EtcdError as exc:
+            log.warning("etcd %s: quota from /metrics: %s; assuming --etcd.quota-bytes",
+                        self.name, exc)
             value = None
         quota, source = (int(value), "metrics") if value else (self.default_quota, "flag")
         with self._lock:
