@@ -176,10 +176,22 @@ def bounded_session() -> requests.Session:
     return session
 
 
-def _check_time() -> None:
+def _read1(reply: requests.Response) -> bytes:
+    """The next decoded bytes as they arrive, with urllib3's errors as requests raises them
+    from iter_content (callers and the informer handle those)."""
     current = getattr(_local, "deadline", None)
     if current is not None and current.expired():
-        raise TimeoutError(f"no complete reply within {current.seconds:g}s")
+        raise requests.exceptions.Timeout(f"no complete reply within {current.seconds:g}s")
+    try:
+        return reply.raw.read1(CHUNK, decode_content=True)
+    except urllib3.exceptions.ProtocolError as exc:
+        raise requests.exceptions.ChunkedEncodingError(exc) from None
+    except urllib3.exceptions.DecodeError as exc:
+        raise requests.exceptions.ContentDecodingError(exc) from None
+    except urllib3.exceptions.ReadTimeoutError as exc:
+        raise requests.exceptions.ConnectionError(exc) from None
+    except urllib3.exceptions.SSLError as exc:
+        raise requests.exceptions.SSLError(exc) from None
 
 
 def read_body(reply: requests.Response, cap: int, what: str, truncate: bool = False) -> bytearray:
@@ -190,8 +202,7 @@ def read_body(reply: requests.Response, cap: int, what: str, truncate: bool = Fa
         raise LimitExceeded(f"{what}: reply of {declared} bytes is over the {mib(cap)} cap")
     body = bytearray()
     while True:
-        _check_time()
-        chunk = reply.raw.read1(CHUNK, decode_content=True)
+        chunk = _read1(reply)
         if not chunk:
             return body
         body += chunk
@@ -207,8 +218,7 @@ def iter_lines(reply: requests.Response, max_line: int, what: str, max_total: in
     pending = bytearray()
     total = 0
     while True:
-        _check_time()
-        chunk = reply.raw.read1(CHUNK, decode_content=True)
+        chunk = _read1(reply)
         if not chunk:
             if pending:
                 yield bytes(pending)
