@@ -201,15 +201,19 @@ def read_body(reply: requests.Response, cap: int, what: str, truncate: bool = Fa
     if not truncate and declared.isdigit() and int(declared) > cap:
         raise LimitExceeded(f"{what}: reply of {declared} bytes is over the {mib(cap)} cap")
     body = bytearray()
-    while True:
-        chunk = _read1(reply)
-        if not chunk:
-            return body
-        body += chunk
-        if len(body) > cap:
-            if truncate:
-                return body[:cap]
-            raise LimitExceeded(f"{what}: reply over the {mib(cap)} cap")
+    try:
+        while chunk := _read1(reply):
+            body += chunk
+            if len(body) > cap:
+                if truncate:
+                    return body[:cap]
+                raise LimitExceeded(f"{what}: reply over the {mib(cap)} cap")
+        return body
+    except BaseException:
+        # The traceback keeps this frame in a reference cycle until a full collection:
+        # it must not keep the bytes read too, on every failing request.
+        body.clear()
+        raise
 
 
 def iter_lines(reply: requests.Response, max_line: int, what: str, max_total: int | None = None):
@@ -217,20 +221,21 @@ def iter_lines(reply: requests.Response, max_line: int, what: str, max_total: in
     `max_line` bytes, or after `max_total` bytes in all when given."""
     pending = bytearray()
     total = 0
-    while True:
-        chunk = _read1(reply)
-        if not chunk:
-            if pending:
-                yield bytes(pending)
-            return
-        total += len(chunk)
-        if max_total is not None and total > max_total:
-            raise LimitExceeded(f"{what}: reply over the {mib(max_total)} cap")
-        pending += chunk
-        start = 0
-        while (end := pending.find(b"\n", start)) >= 0:
-            yield bytes(pending[start:end])
-            start = end + 1
-        del pending[:start]  # once per chunk, not per line
-        if len(pending) > max_line:
-            raise LimitExceeded(f"{what}: a line over the {mib(max_line)} cap")
+    try:
+        while chunk := _read1(reply):
+            total += len(chunk)
+            if max_total is not None and total > max_total:
+                raise LimitExceeded(f"{what}: reply over the {mib(max_total)} cap")
+            pending += chunk
+            start = 0
+            while (end := pending.find(b"\n", start)) >= 0:
+                yield bytes(pending[start:end])
+                start = end + 1
+            del pending[:start]  # once per chunk, not per line
+            if len(pending) > max_line:
+                raise LimitExceeded(f"{what}: a line over the {mib(max_line)} cap")
+        if pending:
+            yield bytes(pending)
+    except BaseException:
+        pending.clear()  # as in read_body
+        raise
