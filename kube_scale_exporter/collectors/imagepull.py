@@ -57,6 +57,7 @@ from kube_scale_exporter.containerd.client import (
     socket_path,
 )
 from kube_scale_exporter.containerd.reference import Reference, parse
+from kube_scale_exporter.files import KUBELET_CONFIG_BYTES, read_capped
 from kube_scale_exporter.flagtypes import duration
 from kube_scale_exporter.registry import Collector, Finding, HostPath, Needs, UsageError
 
@@ -113,8 +114,8 @@ class KubeletConfigFile:
         if key != self._stat:
             self._stat = key
             try:
-                with open(self.path, "rb") as f:
-                    self._settings = KubeletPullSettings.from_config(yaml.safe_load(f))
+                data = read_capped(self.path, KUBELET_CONFIG_BYTES, "KUBELET_CONFIG_BYTES")
+                self._settings = KubeletPullSettings.from_config(yaml.safe_load(data))
                 self.error = None
             except (OSError, yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
                 self._settings = None
