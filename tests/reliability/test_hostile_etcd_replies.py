@@ -8,10 +8,13 @@ cluster's up series) reports 0 with an error naming the cap or the deadline, scr
 within their timeout, and the collector recovers once the answers are sane again.
 """
 import json
+import socket
 import threading
+import time
 
 import pytest
 
+from kube_scale_exporter.etcd.client import EtcdClient, EtcdError, TLSFiles, new_session
 from testbed.etcd_server import EtcdServer
 from testbed.faultproxy import FaultProxy, drip, endless, repeat
 from testbed.procs import rss_mib
@@ -162,3 +165,36 @@ def test_a_member_list_past_the_cap_fails_the_cluster_with_bounded_series(export
     print(f"{n} members: {len(series)} etcd series, {threads} threads, peak +{grew:.1f} MiB")
     assert grew < SLACK_MIB
     recovers(exporter, proxy)
+
+
+def test_headers_dripping_a_byte_at_a_time_end_at_the_timeout():
+    """The deadline covers the status line and headers too, not only the body: a server
+    sending them a byte every 0.2 s (each read well within the timeout) is cut at 1 s."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    stop = threading.Event()
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" * 100:
+                if stop.is_set():
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = EtcdClient(new_session(TLSFiles()), f"http://127.0.0.1:{listener.getsockname()[1]}",
+                        timeout=1.0)
+    start = time.monotonic()
+    try:
+        with pytest.raises(EtcdError, match=r"no complete answer within 1s \(--etcd.timeout"):
+            client.status()
+        assert time.monotonic() - start < 1.5
+    finally:
+        stop.set()
+        listener.close()
