@@ -7,10 +7,12 @@ peak RSS (VmHWM) stays within a few MiB of where it was, the etcd collector (or 
 cluster's up series) reports 0 with an error naming the cap or the deadline, scrapes stay
 within their timeout, and the collector recovers once the answers are sane again.
 """
+import gzip
 import json
 import socket
 import threading
 import time
+import tracemalloc
 
 import pytest
 
@@ -198,3 +200,18 @@ def test_headers_dripping_a_byte_at_a_time_end_at_the_timeout():
     finally:
         stop.set()
         listener.close()
+
+
+def test_a_gzip_bomb_costs_the_cap_of_its_decoded_bytes(proxy):
+    bomb = gzip.compress(b" " * (64 << 20), compresslevel=9)  # ~64 KiB on the wire
+    hostile(proxy, r"/v3/maintenance/status", status=200, body=bomb,
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+    client = EtcdClient(new_session(TLSFiles()), proxy.url, timeout=2)
+    tracemalloc.start()
+    try:
+        with pytest.raises(EtcdError, match="STATUS_BYTES"):
+            client.status()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak
