@@ -34,12 +34,11 @@ ALARM_BYTES = 64 << 10
 # Range (count only, or one key without its value): a key is bounded by etcd's request
 # limit (--max-request-bytes, 1.5 MiB by default), base64 adds a third.
 RANGE_BYTES = 4 << 20
-REPLY_BYTES = {"/v3/maintenance/status": STATUS_BYTES, "/v3/cluster/member/list":
-               MEMBER_LIST_BYTES, "/v3/maintenance/alarm": ALARM_BYTES,
-               "/v3/kv/range": RANGE_BYTES}
-CAP_NAMES = {"/v3/maintenance/status": "STATUS_BYTES", "/v3/cluster/member/list":
-             "MEMBER_LIST_BYTES", "/v3/maintenance/alarm": "ALARM_BYTES",
-             "/v3/kv/range": "RANGE_BYTES"}
+# path -> (cap, its name for error messages)
+REPLY_CAPS = {"/v3/maintenance/status": (STATUS_BYTES, "STATUS_BYTES"),
+              "/v3/cluster/member/list": (MEMBER_LIST_BYTES, "MEMBER_LIST_BYTES"),
+              "/v3/maintenance/alarm": (ALARM_BYTES, "ALARM_BYTES"),
+              "/v3/kv/range": (RANGE_BYTES, "RANGE_BYTES")}
 # /metrics is read line by line and left at the quota sample: etcd's page is 100-300 KB
 # with lines under 1 KB; a longer line or a page past 8 MiB is not etcd's.
 METRICS_LINE_BYTES = 64 << 10
@@ -155,15 +154,17 @@ class EtcdClient:
         """POST path, the answer read within --etcd.timeout in all and its reply cap."""
         self.requests_sent += 1
         where = f"{self.url}{path}"
+        cap, cap_name = REPLY_CAPS[path]
         with limits.deadline(self.timeout) as deadline:
             try:
                 with self.session.post(where, json=body, timeout=self.timeout,
                                        stream=True) as reply:
                     ok = reply.status_code == 200
-                    data = limits.read_body(reply, REPLY_BYTES[path] if ok else ERROR_BYTES,
+                    data = limits.read_body(reply, cap if ok else ERROR_BYTES,
                                             f"etcd reply to {path}", truncate=not ok)
             except limits.LimitExceeded as exc:
-                raise EtcdError(f"{self.url}: {exc} ({_cap_name(path)})") from None
+                raise EtcdError(f"{self.url}: {exc} ({cap_name} in "
+                                "kube_scale_exporter/etcd/client.py)") from None
             except limits.TRANSPORT_ERRORS as exc:
                 raise self._transport_error(where, exc, deadline) from None
         if not ok:
@@ -273,10 +274,6 @@ class EtcdClient:
             except (ValueError, IndexError):
                 raise EtcdError(f"{where}: bad sample for {name}") from None
         return None
-
-
-def _cap_name(path: str) -> str:
-    return f"{CAP_NAMES[path]} in kube_scale_exporter/etcd/client.py"
 
 
 def prefix_end(prefix: bytes) -> bytes:
