@@ -79,6 +79,10 @@ class _Call:
         self.messages.append(bytearray(size))
         self._message = memoryview(self.messages[-1]) if size else None
 
+    def discard(self) -> None:
+        self.messages.clear()
+        self._message = None
+
     def result(self) -> list[memoryview]:
         if self._prefix or self._message is not None:
             raise GrpcError("INTERNAL", "truncated gRPC message")
@@ -135,7 +139,7 @@ def call(path: str, method: str, request: bytes, timeout: float,
     except BaseException:
         # The traceback holds this frame in a reference cycle until a full collection;
         # it must not hold the body too (up to the cap, on every failing call).
-        result.messages.clear()
+        result.discard()
         raise
     finally:
         sock.close()
