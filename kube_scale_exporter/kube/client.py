@@ -158,7 +158,10 @@ class KubeClient:
         bookmark interval (about a minute) so a quiet but healthy watch is not cut.
         """
         params = dict(params, watch="1")
-        return Watch(self._send(path, params, read_timeout))
+        # The headers within read_timeout in all (a server dripping them must not hold
+        # the informer); the events after them are bounded per read only.
+        with limits.deadline(read_timeout):
+            return Watch(self._send(path, params, read_timeout))
 
     def server_version(self) -> tuple[int, int]:
         """(major, minor) from /version, e.g. (1, 20)."""

@@ -11,13 +11,15 @@ absurd duration goes through the real API server to the imagepull_events histogr
 """
 import json
 import math
+import socket
+import threading
 import time
 
 import pytest
 import requests
 
 from kube_scale_exporter.kube.client import MAX_REPLY_BYTES, MAX_WATCH_LINE, KubeClient
-from kube_scale_exporter.kube.config import load
+from kube_scale_exporter.kube.config import KubeConfig, load
 from testbed.faultproxy import drip, endless, repeat
 from testbed.procs import rss_mib
 from tests.reliability.conftest import COLLECTORS, WATCH
@@ -176,3 +178,30 @@ def test_a_dripping_list_ends_at_the_request_timeout(cluster, proxy, workdir):
     assert time.monotonic() - start < 2.0
     proxy.clear()
     assert "items" in client.get("/api/v1/pods", {"limit": "1"})
+
+
+def test_watch_headers_dripping_end_at_the_read_timeout():
+    """Watches stay open for minutes, bounded per read; their headers are bounded in all."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" * 100:
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = KubeClient(KubeConfig(server=f"http://127.0.0.1:{listener.getsockname()[1]}"))
+    start = time.monotonic()
+    try:
+        with pytest.raises(requests.exceptions.RequestException):
+            client.watch("/api/v1/pods", {}, read_timeout=1.0)
+        assert time.monotonic() - start < 1.5
+    finally:
+        listener.close()
