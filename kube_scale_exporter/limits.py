@@ -114,11 +114,12 @@ class Deadline:
 def deadline(seconds: float):
     """Bound every request made by this thread inside the block to `seconds` in all."""
     current = Deadline(seconds)
+    previous = getattr(_local, "deadline", None)
     _local.deadline = current
     try:
         yield current
     finally:
-        _local.deadline = None
+        _local.deadline = previous
         for token in current.tokens:
             _WATCHDOG.cancel(token)
 
