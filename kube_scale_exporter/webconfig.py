@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from kube_scale_exporter.files import WEB_CONFIG_BYTES, FileRefused, read_capped
 from kube_scale_exporter.web.auth import BasicAuth, hash_problem
 
 __all__ = ["Active", "BasicAuth", "LiveWebConfig", "TLSConfig", "WebConfig", "WebConfigError",
@@ -266,8 +267,9 @@ def _stamp(paths: tuple[str, ...]) -> tuple:
 def load(path: str) -> WebConfig:
     """Read and check a web config file; raises WebConfigError naming file and line."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_capped(path, WEB_CONFIG_BYTES, "WEB_CONFIG_BYTES").decode("utf-8")
+    except FileRefused as exc:
+        raise WebConfigError(exc.strerror) from None
     except OSError as exc:
         raise WebConfigError(f"{path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
