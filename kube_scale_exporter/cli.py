@@ -31,7 +31,7 @@ LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARN
 
 def web_config(value: str):
     """--web.config.file: load and check it now, so a mistake exits 2 before serving."""
-    from kube_scale_exporter.webconfig import WebConfigError, load  # noqa: PLC0415
+    from kube_scale_exporter.web.config import WebConfigError, load  # noqa: PLC0415
 
     try:
         return load(value)
@@ -138,7 +138,7 @@ def make_scraper(collectors: list[Collector]):
 
 def serve(args, collectors: list[Collector]) -> int:
     from kube_scale_exporter.http import App, make_server  # noqa: PLC0415
-    from kube_scale_exporter.webconfig import LiveWebConfig  # noqa: PLC0415
+    from kube_scale_exporter.web.live import LiveWebConfig  # noqa: PLC0415
 
     extra = None
     if args.process_metrics:

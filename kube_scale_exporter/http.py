@@ -5,7 +5,7 @@ X-Prometheus-Scrape-Timeout-Seconds header (less a margin for the reply), capped
 --scrape.timeout. At most --web.max-requests scrapes run at once; more get 503, so a
 burst of scrapers cannot pile up threads on a node.
 
-With --web.config.file (kube_scale_exporter/webconfig.py) connections are TLS, optionally mutual,
+With --web.config.file (kube_scale_exporter/web/config.py) connections are TLS, optionally mutual,
 and every path but /healthz asks for basic auth before doing any work. The web config
 is taken as it is on disk at each handshake and each request, so renewed certificates
 and changed users apply without a restart.
@@ -28,7 +28,7 @@ from kube_scale_exporter.scrape import Scraper
 from kube_scale_exporter.web.auth import AuthBusy
 from kube_scale_exporter.web.request import Request, Response, accepts_gzip
 from kube_scale_exporter.web.server import HTTPServer, Limits, Refused
-from kube_scale_exporter.webconfig import Active, LiveWebConfig
+from kube_scale_exporter.web.live import Active, LiveWebConfig
 
 log = logging.getLogger(__name__)
 

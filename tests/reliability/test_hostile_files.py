@@ -24,7 +24,7 @@ from kube_scale_exporter.collectors.imagepull.pods import images_wanted, pod_sum
 from kube_scale_exporter.collectors.imagepull_events import PulledEvents, families, parse_pulled
 from kube_scale_exporter.collectors.neighbor import read_unresolved_discards
 from kube_scale_exporter.files import FileRefused
-from kube_scale_exporter.webconfig import WebConfig, WebConfigError, load
+from kube_scale_exporter.web.config import WebConfig, WebConfigError, load
 from testbed.hostile_grpc import HostileGrpc
 from testbed.procs import rss_mib
 

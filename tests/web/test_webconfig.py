@@ -7,7 +7,7 @@ import bcrypt
 import pytest
 import requests
 
-from kube_scale_exporter.webconfig import BasicAuth
+from kube_scale_exporter.web.config import BasicAuth
 
 
 def tls_block(pki, **extra):

@@ -43,8 +43,6 @@ import ipaddress
 import logging
 import os
 import ssl
-import threading
-import time
 from dataclasses import dataclass, field
 
 import yaml
@@ -53,8 +51,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from kube_scale_exporter.files import WEB_CONFIG_BYTES, FileRefused, read_capped
 from kube_scale_exporter.web.auth import BasicAuth, hash_problem
 
-__all__ = ["Active", "BasicAuth", "LiveWebConfig", "TLSConfig", "WebConfig", "WebConfigError",
-           "load"]
+__all__ = ["BasicAuth", "TLSConfig", "WebConfig", "WebConfigError", "load"]
 
 TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -94,9 +91,6 @@ CIPHER_SUITES = {
 # The response headers the toolkit lets a user set; any other name is an error there too.
 ALLOWED_HEADERS = ("Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options",
                    "X-XSS-Protection", "Strict-Transport-Security")
-
-# How often a connection may look at the files for changes (a few stat calls).
-RELOAD_CHECK_SECONDS = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -176,93 +170,6 @@ class WebConfig:
         named = (self.tls.cert_file, self.tls.key_file, self.tls.client_ca_file) if self.tls else ()
         return (self.path, *(f for f in named if f))
 
-
-@dataclass(frozen=True)
-class Active:
-    """What connections use now: built once per version of the files."""
-    config: WebConfig
-    ssl_context: ssl.SSLContext | None
-    basic_auth: BasicAuth | None
-
-
-class LiveWebConfig:
-    """The web config as it is on disk, re-read when one of its files changes.
-
-    `current()` is called per connection and per request; it stats the files at most
-    once per RELOAD_CHECK_SECONDS. It returns None while the files on disk do not make a
-    valid config, so the server refuses connections instead of serving stale settings.
-    """
-
-    def __init__(self, config: WebConfig):
-        self._lock = threading.Lock()
-        self._active: Active | None = _activate(config)
-        self._stamp = _stamp(config.files())
-        self._watched = config.files()
-        self._checked = time.monotonic()
-        self._checking = False
-
-    def current(self) -> Active | None:
-        now = time.monotonic()
-        with self._lock:
-            due = not self._checking and now - self._checked >= RELOAD_CHECK_SECONDS
-            if due:
-                self._checked, self._checking = now, True
-            active = self._active
-        if not due:
-            return active
-        # Reading and checking the files happens outside the lock: requests meanwhile
-        # use the settings in force, never wait on a reload.
-        try:
-            self._reload_if_changed()
-        finally:
-            with self._lock:
-                self._checking = False
-                active = self._active
-        return active
-
-    def _reload_if_changed(self) -> None:
-        stamp = _stamp(self._watched)
-        if stamp == self._stamp:
-            return
-        self._stamp = stamp
-        path = self._watched[0]
-        try:
-            config = load(path)
-            active = _activate(config)
-        except BadHashError as exc:
-            log.error("--web.config.file: not reloaded, the previous settings stay in force "
-                      "until it is fixed: %s", exc)
-            return
-        except Exception as exc:  # noqa: BLE001  (whatever broke it, the old users must stop)
-            log.error("--web.config.file: refusing connections until it is fixed: %s", exc)
-            with self._lock:
-                self._active = None
-            return
-        with self._lock:
-            self._active = active
-        self._watched = config.files()
-        self._stamp = _stamp(self._watched)
-        log.info("--web.config.file: reloaded %s", path)
-
-
-def _activate(config: WebConfig) -> Active:
-    return Active(config, config.ssl_context(), config.basic_auth())
-
-
-def _stamp(paths: tuple[str, ...]) -> tuple:
-    """Identity and size of each file; a Secret update swaps a symlink, a new inode."""
-    out = []
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError:
-            out.append(None)
-            continue
-        out.append((st.st_ino, st.st_mtime_ns, st.st_size))
-    return tuple(out)
-
-
-# --- loading ---------------------------------------------------------------------------
 
 def load(path: str) -> WebConfig:
     """Read and check a web config file; raises WebConfigError naming file and line."""
@@ -396,7 +303,7 @@ class _Reader:
         if "cipher_suites" in fields:
             suites_node = fields["cipher_suites"]
             suites = self.strings(suites_node, "cipher_suites")
-            for item, name in zip(suites_node.value, suites):
+            for item, name in zip(suites_node.value, suites, strict=True):
                 if name not in CIPHER_SUITES:
                     raise self.error(item, f"cipher_suites: unknown or insecure suite {name!r}")
             kwargs["cipher_suites"] = suites
