@@ -51,7 +51,7 @@ class ThrottleProxy:
     def __init__(self, workdir, target_port, rate):
         self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self.proc = Proc([sys.executable, "-m", "testbed.throttle_proxy",
                           str(self.port), str(target_port), str(int(rate))],
                          os.path.join(str(workdir), f"proxy-{self.port}.log"), cwd=root)

@@ -38,7 +38,9 @@ from .client import ApiError, Gone, KubeClient
 from .config import ConfigError, KubeConfig, load
 from .flags import add_arguments, client_from_args
 from .health import health_families, watch_health
-from .informer import NODES, PODS, PRIORITY_CLASSES, Backoff, Informer, Resource, for_node
+from .backoff import Backoff
+from .informer import Informer, for_node
+from .resource import NODES, PODS, PRIORITY_CLASSES, Resource
 from .quantity import parse_quantity, pod_requests
 
 __all__ = [

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import requests
 from urllib3.exceptions import ReadTimeoutError
 
+from .backoff import Backoff
 from .client import ApiError, Gone, KubeClient, ReplyTooLarge
+from .resource import Resource
 
 log = logging.getLogger(__name__)
 
@@ -30,52 +32,9 @@ PAGE_SIZE = 500
 QUICK_CLOSE_SECONDS = 0.5
 
 
-@dataclass(frozen=True)
-class Resource:
-    """A listable API resource: `api` is "/api/v1" or "/apis/GROUP/VERSION"."""
-
-    api: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace=None) -> str:
-        if namespace and self.namespaced:
-            return f"{self.api}/namespaces/{namespace}/{self.plural}"
-        return f"{self.api}/{self.plural}"
-
-
-PODS = Resource("/api/v1", "pods")
-NODES = Resource("/api/v1", "nodes", namespaced=False)
-PRIORITY_CLASSES = Resource("/apis/scheduling.k8s.io/v1", "priorityclasses", namespaced=False)
-
-
 # API errors in a row (no watch opened between them) after which the informer stops
 # resuming from its resourceVersion and relists.
 REFUSALS_BEFORE_RELIST = 3
-
-
-class Backoff:
-    """Exponential backoff with jitter, reset after a success.
-
-    The n-th consecutive failure waits a uniform random time in
-    [0.5, 1] x min(cap, initial x 2^(n-1)): with the defaults 0.5-1 s, 1-2 s, 2-4 s, ...
-    and never more than 30 s. The jitter keeps a fleet of exporters from reconnecting in
-    lockstep after an API server restart.
-    """
-
-    def __init__(self, initial=1.0, cap=30.0, rand=random.random):
-        self.initial = initial
-        self.cap = cap
-        self._rand = rand
-        self._failures = 0
-
-    def next_delay(self) -> float:
-        self._failures += 1
-        ceiling = min(self.cap, self.initial * 2 ** (self._failures - 1))
-        return ceiling * (0.5 + 0.5 * self._rand())
-
-    def reset(self):
-        self._failures = 0
 
 
 def object_key(obj) -> str:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from kube_scale_exporter import kube
-from kube_scale_exporter.kube.informer import Backoff
+from kube_scale_exporter.kube.backoff import Backoff
 from testbed.faultproxy import FaultProxy
 from testbed.kube_apiserver import etcd_compact, pod_manifest
 from testbed.metrics import sample, wait_until
