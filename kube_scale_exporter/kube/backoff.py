@@ -1,4 +1,5 @@
 """Retry delays after API errors: exponential, jittered, reset by a success."""
+
 import random
 
 

@@ -6,6 +6,7 @@ next one resumes from the last resourceVersion seen (an event or a BOOKMARK); on
 Gone makes it list again. Errors back off with jitter (`Backoff`). Scrapes read `items()`;
 they never reach the API server.
 """
+
 import logging
 import random
 import threading
@@ -70,11 +71,24 @@ class Informer:
     `transform(obj) -> obj` may shrink objects before they are stored.
     """
 
-    def __init__(self, client: KubeClient, resource: Resource, *, namespace=None,
-                 label_selector=None, field_selector=None, list_from_cache=False,
-                 on_add=None, on_update=None, on_delete=None, transform=None,
-                 page_size=PAGE_SIZE, backoff=None, watch_timeout=WATCH_TIMEOUT_SECONDS,
-                 read_timeout=WATCH_READ_TIMEOUT):
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        *,
+        namespace=None,
+        label_selector=None,
+        field_selector=None,
+        list_from_cache=False,
+        on_add=None,
+        on_update=None,
+        on_delete=None,
+        transform=None,
+        page_size=PAGE_SIZE,
+        backoff=None,
+        watch_timeout=WATCH_TIMEOUT_SECONDS,
+        read_timeout=WATCH_READ_TIMEOUT,
+    ):
         self.client = client
         self.resource = resource
         self.path = resource.path(namespace)
@@ -108,8 +122,9 @@ class Informer:
     # ---- what collectors use -------------------------------------------------------
     def start(self):
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, daemon=True,
-                                            name=f"informer-{self.resource.plural}")
+            self._thread = threading.Thread(
+                target=self._run, daemon=True, name=f"informer-{self.resource.plural}"
+            )
             self._thread.start()
         return self
 
@@ -170,10 +185,10 @@ class Informer:
                     self._refusals += 1
                     if self._refusals >= REFUSALS_BEFORE_RELIST:
                         self._rv, self._refusals = None, 0
-                expected = isinstance(e, (ApiError, requests.RequestException, ValueError,
-                                          ReplyTooLarge))
-                log.warning("%s: %s; retrying in %.1fs", self.path, e, delay,
-                            exc_info=not expected)
+                expected = isinstance(
+                    e, (ApiError, requests.RequestException, ValueError, ReplyTooLarge)
+                )
+                log.warning("%s: %s; retrying in %.1fs", self.path, e, delay, exc_info=not expected)
                 self._set_up(False)
                 self._stop.wait(delay)
 
@@ -216,8 +231,12 @@ class Informer:
                 self._call(self._on_delete, obj)
 
     def _watch_once(self):
-        params = dict(self.selectors, resourceVersion=self._rv, allowWatchBookmarks="true",
-                      timeoutSeconds=str(random.randint(*self.watch_timeout)))
+        params = dict(
+            self.selectors,
+            resourceVersion=self._rv,
+            allowWatchBookmarks="true",
+            timeoutSeconds=str(random.randint(*self.watch_timeout)),
+        )
         watch = self.client.watch(self.path, params, self.read_timeout)
         self._watch = watch
         if self._stop.is_set():  # stop() ran before the watch was registered
@@ -300,8 +319,9 @@ def _rv_of(obj):
 
 def _watch_error(status):
     code = status.get("code") or 0
-    err = (Gone if code == 410 else ApiError)(code, status.get("reason", ""),
-                                                status.get("message", ""))
+    err = (Gone if code == 410 else ApiError)(
+        code, status.get("reason", ""), status.get("message", "")
+    )
     return err
 
 
@@ -313,5 +333,6 @@ def for_node(client, resource, node_name, **kw) -> Informer:
     """
     if not node_name:
         raise ValueError("node mode needs a node name (--kube.node-name or NODE_NAME)")
-    return Informer(client, resource, field_selector=f"spec.nodeName={node_name}",
-                    list_from_cache=True, **kw)
+    return Informer(
+        client, resource, field_selector=f"spec.nodeName={node_name}", list_from_cache=True, **kw
+    )

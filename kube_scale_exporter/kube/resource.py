@@ -1,4 +1,5 @@
 """The API resources the collectors list and watch."""
+
 from dataclasses import dataclass
 
 
