@@ -1,0 +1,289 @@
+"""--web.kube-rbac against the real kube-apiserver: TokenReview, SubjectAccessReview, the
+verdict cache, and a flood of bad tokens beside a legitimate scraper."""
+
+import secrets
+import statistics
+import threading
+import time
+
+import pytest
+import requests
+import yaml
+
+from kube_scale_exporter import kube
+from kube_scale_exporter.http import App, make_server
+from kube_scale_exporter.scrape import Scraper
+from kube_scale_exporter.web import kuberbac
+from kube_scale_exporter.web.kuberbac import KubeRBAC
+
+# What deploy/components/kube-rbac grants the exporter, and what users bind to Prometheus.
+REVIEWER = [
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {
+        "apiGroups": ["authorization.k8s.io"],
+        "resources": ["subjectaccessreviews"],
+        "verbs": ["create"],
+    },
+]
+METRICS_READER = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
+def token_of(kubeconfig):
+    with open(kubeconfig) as f:
+        return yaml.safe_load(f)["users"][0]["user"]["token"]
+
+
+def bearer(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def accounts(kubeconfig_for):
+    """(exporter's kubeconfig, allowed token, authenticated-but-not-allowed token)."""
+    exporter = kubeconfig_for("exporter", REVIEWER)
+    allowed = token_of(kubeconfig_for("prometheus", METRICS_READER))
+    # A role without the non-resource URL: authenticated, not authorized.
+    other = token_of(
+        kubeconfig_for("other", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}])
+    )
+    return exporter, allowed, other
+
+
+@pytest.fixture
+def serve_rbac():
+    servers = []
+
+    def start(scripted_collectors, kubeconfig, max_requests=40, **kw):
+        rbac = KubeRBAC(kube.KubeClient(kube.load(kubeconfig)), "/metrics", **kw)
+        app = App(Scraper(scripted_collectors), "/metrics", 5.0, max_requests, kube_rbac=rbac)
+        server = make_server(app, "127.0.0.1", 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}", rbac
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def token_reviews(apiserver):
+    return apiserver.metric_sum("apiserver_request_total", resource="tokenreviews")
+
+
+def test_the_exporter_process_answers_200_401_403(apiserver, accounts, start_exporter):
+    """The CLI's wiring: --web.kube-rbac with --kube.kubeconfig, in a real process."""
+    kubeconfig, allowed, other = accounts
+    exp = start_exporter(scheme="http", flags=("--web.kube-rbac", "--kube.kubeconfig", kubeconfig))
+    url = exp.url + "/metrics"
+    assert requests.get(exp.url + "/healthz", timeout=10).status_code == 200
+    none = requests.get(url, timeout=10)
+    assert none.status_code == 401
+    assert none.headers["WWW-Authenticate"].startswith("Bearer")
+    assert requests.get(url, headers=bearer("not-a-token"), timeout=10).status_code == 401
+    assert requests.get(url, headers=bearer(other), timeout=10).status_code == 403
+    ok = requests.get(url, headers=bearer(allowed), timeout=10)
+    assert ok.status_code == 200, ok.text
+    assert requests.get(exp.url + "/", timeout=10).status_code == 401
+    assert requests.get(exp.url + "/", headers=bearer(allowed), timeout=10).status_code == 200
+
+
+def test_basic_auth_and_kube_rbac_exclude_each_other(run_exporter, tmp_path, password):
+    config = tmp_path / "web.yml"
+    config.write_text(f"basic_auth_users:\n  prometheus: {password[1]}\n")
+    result = run_exporter("--web.kube-rbac", "--web.config.file", str(config))
+    assert result.returncode == 2
+    assert "--web.kube-rbac" in result.stderr
+
+
+def test_api_server_unreachable_is_503_and_cached_grants_stand(
+    apiserver, accounts, scripted, serve_rbac, tmp_path
+):
+    kubeconfig, allowed, _ = accounts
+    url, rbac = serve_rbac([scripted("a")], kubeconfig)
+    assert requests.get(url + "/metrics", headers=bearer(allowed), timeout=10).status_code == 200
+    # Point the client at a closed port: the API server is gone.
+    rbac.client.config.server = "https://127.0.0.1:1"
+    fresh = requests.get(url + "/metrics", headers=bearer("unknown-token"), timeout=10)
+    assert fresh.status_code == 503
+    assert requests.get(url + "/metrics", headers=bearer(allowed), timeout=10).status_code == 200
+
+
+def test_the_cache_bounds_token_reviews(apiserver, accounts, scripted, serve_rbac):
+    kubeconfig, allowed, other = accounts
+    url, rbac = serve_rbac([scripted("a")], kubeconfig)
+    before = token_reviews(apiserver)
+    session = requests.Session()
+    codes = {}
+    started = time.monotonic()
+    while time.monotonic() - started < 3.0:
+        for token in (allowed, other, "bad-token"):
+            code = session.get(url + "/metrics", headers=bearer(token), timeout=10).status_code
+            codes.setdefault(token, set()).add(code)
+    elapsed = time.monotonic() - started
+    seen = token_reviews(apiserver) - before
+    print(f"3 tokens for {elapsed:.1f}s: {seen:g} TokenReviews at the API server")
+    assert codes == {allowed: {200}, other: {403}, "bad-token": {401}}
+    # One review per token (refusals cached 5 s): 3, whatever the number of requests.
+    assert seen == rbac.reviews == 3
+
+
+def test_a_flood_of_bad_tokens_does_not_delay_the_good_scraper(
+    apiserver, accounts, scripted, serve_rbac
+):
+    kubeconfig, allowed, _ = accounts
+    url, rbac = serve_rbac([scripted("a")], kubeconfig, max_requests=4)
+    good = requests.Session()
+
+    def scrape_times(n):
+        times = []
+        for _ in range(n):
+            t = time.monotonic()
+            r = good.get(url + "/metrics", headers=bearer(allowed), timeout=10)
+            times.append(time.monotonic() - t)
+            assert r.status_code == 200, r.text
+            time.sleep(0.05)
+        return times
+
+    scrape_times(2)  # cached from here on
+    quiet = scrape_times(30)
+    stop = threading.Event()
+    codes = {}
+    lock = threading.Lock()
+
+    def flood():
+        s = requests.Session()
+        while not stop.is_set():
+            try:
+                # A new token every time: no cache can help, only the review bound.
+                code = s.get(
+                    url + "/metrics", headers=bearer(secrets.token_hex(24)), timeout=10
+                ).status_code
+            except requests.RequestException:
+                code = "error"
+            with lock:
+                codes[code] = codes.get(code, 0) + 1
+
+    before = token_reviews(apiserver)
+    clients = [threading.Thread(target=flood, daemon=True) for _ in range(120)]
+    for c in clients:
+        c.start()
+    time.sleep(1.0)
+    flood_start = time.monotonic()
+    loud = scrape_times(30)
+    flood_seconds = time.monotonic() - flood_start
+    stop.set()
+    for c in clients:
+        c.join(15)
+    reviews = token_reviews(apiserver) - before
+    report = (
+        f"good scraper: quiet p50 {statistics.median(quiet) * 1000:.1f} ms "
+        f"max {max(quiet) * 1000:.1f} ms; beside 120 bad-token clients p50 "
+        f"{statistics.median(loud) * 1000:.1f} ms max {max(loud) * 1000:.1f} ms; "
+        f"flood answers {codes}; {reviews:g} TokenReviews "
+        f"({reviews / (flood_seconds + 1):.1f}/s)"
+    )
+    print(report)
+    assert set(codes) <= {401, 429}, report
+    # Every good scrape answered (asserted in scrape_times), none slowed past 0.5 s.
+    assert max(loud) < 0.5, report
+    # Reviews of unknown tokens are rate-bounded: 20/s and a burst of 20.
+    assert reviews <= kuberbac.REVIEWS_PER_SECOND * (flood_seconds + 3) + 20, report
+
+
+# --- the verdict cache, with a scripted API server -----------------------------------
+
+
+class FakeClient:
+    def __init__(self, allowed=(), authenticated=(), fail=False):
+        self.allowed, self.authenticated, self.fail = set(allowed), set(authenticated), fail
+        self.calls = []
+        self.gate = None
+
+    def create(self, path, obj, timeout=None):
+        if self.gate is not None:
+            self.gate.wait(5)
+        if self.fail:
+            raise requests.ConnectionError("no route")
+        self.calls.append(path)
+        if path == kuberbac.TOKEN_REVIEWS:
+            token = obj["spec"]["token"]
+            ok = token in self.authenticated | self.allowed
+            return {"status": {"authenticated": ok, "user": {"username": token, "groups": ["g"]}}}
+        spec = obj["spec"]
+        assert spec["nonResourceAttributes"] == {"path": "/metrics", "verb": "get"}
+        assert spec["groups"] == ["g"]
+        return {"status": {"allowed": spec["user"] in self.allowed}}
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_verdicts_expire_allowed_after_the_ttl_refusals_after_5s():
+    client, clock = FakeClient(allowed={"good"}, authenticated={"meh"}), Clock()
+    rbac = KubeRBAC(client, ttl=60, clock=clock)
+    for _ in range(3):
+        assert rbac.check("Bearer good") == kuberbac.ALLOWED
+        assert rbac.check("Bearer meh") == kuberbac.FORBIDDEN
+        assert rbac.check("Bearer bad") == kuberbac.UNAUTHENTICATED
+    assert rbac.check("") == rbac.check("Basic Zm9vOmJhcg==") == kuberbac.UNAUTHENTICATED
+    assert rbac.reviews == 3
+    clock.now += 5.1
+    rbac.check("Bearer bad")
+    rbac.check("Bearer good")
+    assert rbac.reviews == 4
+    clock.now += 30
+    rbac.check("Bearer good")  # past half its TTL: reviewed again
+    assert rbac.reviews == 5
+    assert all(len(k) == 32 for k in rbac._cache)  # hashes, never the tokens
+
+
+def test_the_cache_is_bounded_least_recently_used_first():
+    client = FakeClient(allowed={f"t{i}" for i in range(10)})
+    rbac = KubeRBAC(client, max_entries=4, reviews_per_second=1000)
+    for i in range(10):
+        rbac.check(f"Bearer t{i}")
+        rbac.check("Bearer t0")  # kept fresh
+    assert len(rbac._cache) == 4
+    reviews = rbac.reviews
+    rbac.check("Bearer t0")
+    assert rbac.reviews == reviews
+
+
+def test_reviews_past_the_bound_are_busy_cached_grants_still_served():
+    client = FakeClient(allowed={"good"})
+    rbac = KubeRBAC(client, max_reviews=2, reviews_per_second=1000)
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED
+    client.gate = threading.Event()
+    held = [threading.Thread(target=rbac.check, args=(f"Bearer slow{i}",)) for i in range(2)]
+    for t in held:
+        t.start()
+    time.sleep(0.2)
+    assert rbac.check("Bearer another") == kuberbac.BUSY
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED
+    client.gate.set()
+    for t in held:
+        t.join(5)
+
+
+def test_the_review_rate_is_bounded():
+    clock = Clock()
+    rbac = KubeRBAC(FakeClient(), reviews_per_second=5, clock=clock)
+    verdicts = [rbac.check(f"Bearer x{i}") for i in range(20)]
+    assert verdicts.count(kuberbac.UNAUTHENTICATED) == 5
+    assert verdicts.count(kuberbac.BUSY) == 15
+    clock.now += 1
+    assert rbac.check("Bearer y") == kuberbac.UNAUTHENTICATED
+
+
+def test_failures_are_503_and_not_cached():
+    client = FakeClient(allowed={"good"}, fail=True)
+    rbac = KubeRBAC(client)
+    assert rbac.check("Bearer good") == kuberbac.UNAVAILABLE
+    client.fail = False
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED
