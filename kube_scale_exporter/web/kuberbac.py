@@ -35,6 +35,16 @@ log = logging.getLogger("kube_scale_exporter.http")
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+# What the exporter's ServiceAccount needs for the reviews; deploy/components/kube-rbac
+# grants exactly this (tests/deploy checks it).
+RBAC_RULES = (
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {
+        "apiGroups": ["authorization.k8s.io"],
+        "resources": ["subjectaccessreviews"],
+        "verbs": ["create"],
+    },
+)
 MAX_ENTRIES = 1024
 # Refusals are cached this long at most: a token granted the permission a moment ago
 # works within seconds.

@@ -17,14 +17,7 @@ from kube_scale_exporter.web import kuberbac
 from kube_scale_exporter.web.kuberbac import KubeRBAC
 
 # What deploy/components/kube-rbac grants the exporter, and what users bind to Prometheus.
-REVIEWER = [
-    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
-    {
-        "apiGroups": ["authorization.k8s.io"],
-        "resources": ["subjectaccessreviews"],
-        "verbs": ["create"],
-    },
-]
+REVIEWER = list(kuberbac.RBAC_RULES)
 METRICS_READER = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 
 
