@@ -30,6 +30,7 @@ MAX_WATCH_LINE = 4 << 20
 # A created review (TokenReview, SubjectAccessReview) echoes its spec with a status: a few
 # KiB; 1 MiB leaves room for many groups and extra values and still bounds a hostile one.
 MAX_CREATE_REPLY_BYTES = 1 << 20
+_CAPS = {"MAX_REPLY_BYTES": MAX_REPLY_BYTES, "MAX_CREATE_REPLY_BYTES": MAX_CREATE_REPLY_BYTES}
 # What an error answer may show of itself.
 ERROR_BYTES = 4096
 
@@ -154,22 +155,29 @@ class KubeClient:
 
     def get(self, path, params=None) -> dict:
         """One GET returning the decoded JSON body; raises ApiError / requests exceptions."""
-        return self._call("GET", path, params, None, MAX_REPLY_BYTES, self.request_timeout)
+        return self._call("GET", path, params, None, "MAX_REPLY_BYTES", self.request_timeout)
 
-    def create(self, path, obj, timeout=None, max_bytes=MAX_CREATE_REPLY_BYTES) -> dict:
+    def create(self, path, obj, timeout=None) -> dict:
         """One POST of `obj` (a TokenReview, a SubjectAccessReview) returning the decoded
         reply, under the same kind of bounds as a GET: `timeout` for the whole request
-        (default the client's), at most `max_bytes` of reply."""
+        (default the client's), at most MAX_CREATE_REPLY_BYTES of reply."""
         body = json.dumps(obj).encode()
-        return self._call("POST", path, None, body, max_bytes, timeout or self.request_timeout)
+        timeout = timeout or self.request_timeout
+        return self._call("POST", path, None, body, "MAX_CREATE_REPLY_BYTES", timeout)
 
-    def _call(self, method, path, params, body, max_bytes, timeout) -> dict:
+    def _call(self, method, path, params, body, cap, timeout) -> dict:
         with limits.deadline(timeout) as deadline:
             try:
                 with self._send(path, params, timeout, body) as resp:
-                    reply = limits.read_body(resp, max_bytes, f"{method} {path}")
+                    reply = limits.read_body(resp, _CAPS[cap], f"{method} {path}")
+                if deadline.expired():
+                    # The watchdog's shutdown reads as the end of a reply without a
+                    # length: what came is cut short, not complete.
+                    raise requests.exceptions.ConnectionError("cut at the deadline")
             except limits.LimitExceeded as exc:
-                raise ReplyTooLarge(f"{exc} (caps in kube_scale_exporter/kube/client.py)") from None
+                raise ReplyTooLarge(
+                    f"{exc} ({cap} in kube_scale_exporter/kube/client.py)"
+                ) from None
             except limits.TRANSPORT_ERRORS as exc:
                 if deadline.expired():
                     raise requests.exceptions.Timeout(

@@ -4,6 +4,7 @@ verdict cache, and a flood of bad tokens beside a legitimate scraper."""
 import ast
 import collections
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -16,6 +17,8 @@ import yaml
 
 from kube_scale_exporter import kube
 from kube_scale_exporter.http import App, make_server
+from kube_scale_exporter.kube.client import KubeClient, ReplyTooLarge
+from kube_scale_exporter.kube.config import KubeConfig
 from kube_scale_exporter.scrape import Scraper
 from kube_scale_exporter.web import kuberbac
 from kube_scale_exporter.web.kuberbac import KubeRBAC
@@ -323,3 +326,45 @@ def test_failures_are_503_and_not_cached():
     assert rbac.check("Bearer good") == kuberbac.UNAVAILABLE
     client.fail = False
     assert rbac.check("Bearer good") == kuberbac.ALLOWED
+
+
+# --- KubeClient.create: the reviews' POSTs, bounded like GETs ----------------------------
+
+
+def one_answer_server(reply_chunks, every=0.0):
+    """A socket server answering one request with `reply_chunks`, `every` seconds apart."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            for chunk in reply_chunks:
+                try:
+                    conn.sendall(chunk)
+                except OSError:
+                    return
+                time.sleep(every)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_a_review_reply_past_its_cap_is_refused():
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
+    server = one_answer_server([head, *([b" " * 65536] * 40)])
+    client = KubeClient(KubeConfig(server=server))
+    with pytest.raises(ReplyTooLarge, match="MAX_CREATE_REPLY_BYTES"):
+        client.create(kuberbac.TOKEN_REVIEWS, {"spec": {"token": "x"}}, timeout=5)
+
+
+def test_a_dripping_review_ends_at_its_deadline():
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
+    server = one_answer_server([head, *([b" "] * 100)], every=0.2)
+    client = KubeClient(KubeConfig(server=server))
+    start = time.monotonic()
+    with pytest.raises(requests.exceptions.Timeout, match="no complete answer within 1s"):
+        client.create(kuberbac.TOKEN_REVIEWS, {"spec": {"token": "x"}}, timeout=1.0)
+    assert time.monotonic() - start < 2.0
