@@ -14,7 +14,8 @@ What it costs, and why a flood cannot starve Prometheus:
   token already cached as allowed is served from the cache whatever the flood; it is
   reviewed again from half its TTL on, when a review is free, so a busy exporter keeps
   serving it until it really expires.
-- One token is reviewed once at a time; concurrent requests with it wait for that review.
+- One token is reviewed once at a time; other requests with it meanwhile get 429 (none
+  waits on a worker thread).
 - This runs before a request takes a --web.max-requests slot (kube_scale_exporter/http.py).
 - The API server failing or unreachable: 503 for tokens not cached (fail closed), logged
   at most every 10 s.
@@ -107,7 +108,7 @@ class KubeRBAC:
         self.clock = clock
         self._lock = threading.Lock()
         self._cache: OrderedDict[bytes, _Entry] = OrderedDict()
-        self._inflight: dict[bytes, threading.Event] = {}
+        self._inflight: dict[bytes, None] = {}
         self._reviews = threading.BoundedSemaphore(max_reviews)
         self._bucket = _Bucket(reviews_per_second, clock)
         self.notes = RateLimitedLog(log)
@@ -120,35 +121,29 @@ class KubeRBAC:
         if scheme.lower() != "bearer" or not token:
             return UNAUTHENTICATED
         key = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
-        while True:
-            now = self.clock()
-            with self._lock:
-                entry = self._cache.get(key)
-                if entry is not None and entry.expires <= now:
-                    del self._cache[key]
-                    entry = None
-                if entry is not None:
-                    self._cache.move_to_end(key)
-                    fresh = entry.verdict != ALLOWED or now - entry.at < self.ttl / 2
-                    if fresh or key in self._inflight:
-                        return entry.verdict
-                waiting = self._inflight.get(key)
-                if waiting is None:
-                    # Ours to review: a slot and the rate allow it, or the cached
-                    # verdict (an allowed token past half its TTL) stands.
-                    if not self._reviews.acquire(blocking=False):
-                        return entry.verdict if entry is not None else BUSY
-                    if not self._bucket.take():
-                        self._reviews.release()
-                        return entry.verdict if entry is not None else BUSY
-                    done = self._inflight[key] = threading.Event()
-                    break
-            # The same token is under review by another request: its verdict is ours.
-            if not waiting.wait(REVIEW_TIMEOUT + 1):
-                return UNAVAILABLE
-            with self._lock:
-                if key not in self._cache:
-                    return UNAVAILABLE  # that review failed; not retried for this one
+        now = self.clock()
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is not None and entry.expires <= now:
+                del self._cache[key]
+                entry = None
+            if entry is not None:
+                self._cache.move_to_end(key)
+                fresh = entry.verdict != ALLOWED or now - entry.at < self.ttl / 2
+                if fresh or key in self._inflight:
+                    return entry.verdict
+            # The same token already under review: 429 rather than a worker thread
+            # waiting on it (a flood of one token must not hold the workers).
+            if key in self._inflight:
+                return BUSY
+            # Ours to review if a slot and the rate allow it; else the cached verdict (a
+            # grant past half its TTL) stands, or 429.
+            if not self._reviews.acquire(blocking=False):
+                return entry.verdict if entry is not None else BUSY
+            if not self._bucket.take():
+                self._reviews.release()
+                return entry.verdict if entry is not None else BUSY
+            self._inflight[key] = None
         try:
             verdict = self._review(token)
             if verdict != UNAVAILABLE:
@@ -159,7 +154,6 @@ class KubeRBAC:
         finally:
             with self._lock:
                 del self._inflight[key]
-            done.set()
             self._reviews.release()
 
     def _remember(self, key: bytes, verdict: str) -> None:
@@ -173,6 +167,7 @@ class KubeRBAC:
 
     def _review(self, token: str) -> str:
         self.reviews += 1
+        started = time.monotonic()
         try:
             review = self.client.create(
                 TOKEN_REVIEWS,
@@ -203,7 +198,7 @@ class KubeRBAC:
                     "kind": "SubjectAccessReview",
                     "spec": spec,
                 },
-                timeout=REVIEW_TIMEOUT,
+                timeout=max(0.1, REVIEW_TIMEOUT - (time.monotonic() - started)),
             )
             allowed = (access.get("status") or {}).get("allowed") is True
             return ALLOWED if allowed else FORBIDDEN

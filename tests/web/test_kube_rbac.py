@@ -368,3 +368,28 @@ def test_a_dripping_review_ends_at_its_deadline():
     with pytest.raises(requests.exceptions.Timeout, match="no complete answer within 1s"):
         client.create(kuberbac.TOKEN_REVIEWS, {"spec": {"token": "x"}}, timeout=1.0)
     assert time.monotonic() - start < 2.0
+
+
+def test_one_token_under_review_is_429_for_its_other_requests():
+    client = FakeClient(allowed={"good"})
+    rbac = KubeRBAC(client, reviews_per_second=1000)
+    client.gate = threading.Event()
+    first = threading.Thread(target=rbac.check, args=("Bearer good",))
+    first.start()
+    time.sleep(0.2)
+    assert rbac.check("Bearer good") == kuberbac.BUSY
+    client.gate.set()
+    first.join(5)
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED
+    assert rbac.reviews == 1
+
+
+def test_a_grant_past_half_its_ttl_stands_while_reviews_are_busy_or_failing():
+    client, clock = FakeClient(allowed={"good"}), Clock()
+    rbac = KubeRBAC(client, ttl=60, max_reviews=1, reviews_per_second=1000, clock=clock)
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED
+    clock.now += 40
+    client.fail = True
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED  # refresh failed: cached grant
+    clock.now += 21
+    assert rbac.check("Bearer good") == kuberbac.UNAVAILABLE  # expired: fail closed
