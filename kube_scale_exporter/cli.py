@@ -95,6 +95,22 @@ def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
         "docs/deploy.md. Default: plain HTTP, no auth.",
     )
     parser.add_argument(
+        "--web.kube-rbac",
+        dest="kube_rbac",
+        action="store_true",
+        help="Serve every path but /healthz only to a bearer token the Kubernetes API "
+        "server authenticates (TokenReview) and allows to get the telemetry path "
+        "(SubjectAccessReview); uses the --kube.* client. See docs/deploy.md.",
+    )
+    parser.add_argument(
+        "--web.kube-rbac.cache-ttl",
+        dest="kube_rbac_ttl",
+        type=duration,
+        default=60.0,
+        help="How long an allowed token is trusted without asking again (default 1m); "
+        "refusals are cached 5s at most.",
+    )
+    parser.add_argument(
         "--web.max-requests",
         dest="max_requests",
         type=non_negative_int,
@@ -167,6 +183,11 @@ def parse(argv: list[str], prog: str = "kube-scale-exporter", check: bool = Fals
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     args.check = check
+    if args.kube_rbac and args.web_config is not None and args.web_config.users:
+        parser.error(
+            "--web.kube-rbac and basic auth in --web.config.file both use the "
+            "Authorization header: choose one"
+        )
     try:
         classes = enabled_collectors(args, COLLECTORS)
     except UsageError as exc:
@@ -221,7 +242,26 @@ def serve(args, collectors: list[Collector]) -> int:
         GCCollector(registry=extra)
     scraper = make_scraper(collectors)
     web = LiveWebConfig(args.web_config) if args.web_config else None
-    app = App(scraper, args.telemetry_path, args.scrape_timeout, args.max_requests, extra, web=web)
+    rbac = None
+    if args.kube_rbac:
+        from kube_scale_exporter.web.kuberbac import KubeRBAC  # noqa: PLC0415
+
+        try:
+            client = kube.client_from_args(args)
+        except kube.ConfigError as exc:
+            log.error("--web.kube-rbac: no Kubernetes client: %s", exc)
+            scraper.close()
+            return 2
+        rbac = KubeRBAC(client, args.telemetry_path, ttl=args.kube_rbac_ttl)
+    app = App(
+        scraper,
+        args.telemetry_path,
+        args.scrape_timeout,
+        args.max_requests,
+        extra,
+        web=web,
+        kube_rbac=rbac,
+    )
     host, port = args.listen
     try:
         server = make_server(app, host, port, args.idle_timeout, args.max_connections)
@@ -236,7 +276,7 @@ def serve(args, collectors: list[Collector]) -> int:
     thread.start()
     log.info(
         "kube-scale-exporter %s (Python %s) mode=%s collectors=%s listening on %s:%d "
-        "tls=%s basic_auth=%s",
+        "tls=%s basic_auth=%s kube_rbac=%s",
         __version__,
         platform.python_version(),
         args.mode,
@@ -245,6 +285,7 @@ def serve(args, collectors: list[Collector]) -> int:
         server.server_port,
         bool(args.web_config and args.web_config.tls),
         bool(args.web_config and args.web_config.users),
+        args.kube_rbac,
     )
     stop.wait()
     log.info("shutting down")

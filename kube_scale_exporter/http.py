@@ -26,7 +26,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from kube_scale_exporter.scrape import Scraper
+from kube_scale_exporter.web import kuberbac
 from kube_scale_exporter.web.auth import AuthBusy
+from kube_scale_exporter.web.kuberbac import KubeRBAC
 from kube_scale_exporter.web.request import Request, Response, accepts_gzip
 from kube_scale_exporter.web.server import HTTPServer, Limits, Refused
 from kube_scale_exporter.web.live import Active, LiveWebConfig
@@ -62,6 +64,7 @@ class App:
         extra_registry: CollectorRegistry | None = None,
         title: str = "kube-scale-exporter",
         web: LiveWebConfig | None = None,
+        kube_rbac: KubeRBAC | None = None,
     ):
         self.scraper = scraper
         self.telemetry_path = telemetry_path
@@ -71,6 +74,7 @@ class App:
         self.max_requests = max_requests
         self._slots = threading.BoundedSemaphore(max_requests) if max_requests > 0 else None
         self.web = web
+        self.kube_rbac = kube_rbac
 
     def scrape_timeout(self, header: str | None) -> float:
         if header:
@@ -121,8 +125,10 @@ class App:
         return response
 
     def _route(self, request: Request, path: str, active: Active | None) -> Response:
+        # Every path but /healthz (the kubelet's probes) is checked, before a scrape
+        # takes one of the --web.max-requests slots.
         if path != "/healthz":
-            refused = self._refused(request, active)
+            refused = self._refused(request, active) or self._unauthorized(request)
             if refused is not None:
                 return refused
         if path == self.telemetry_path:
@@ -155,6 +161,33 @@ class App:
             401,
             b"unauthorized\n",
             headers=[("WWW-Authenticate", 'Basic realm="kube-scale-exporter", charset="UTF-8"')],
+        )
+
+    def _unauthorized(self, request: Request) -> Response | None:
+        """--web.kube-rbac: the 401/403/429/503 answer for a token the API server does not
+        let `get` the telemetry path, else None (web/kuberbac.py)."""
+        if self.kube_rbac is None:
+            return None
+        verdict = self.kube_rbac.check(request.header("Authorization"))
+        if verdict == kuberbac.ALLOWED:
+            return None
+        if verdict == kuberbac.UNAUTHENTICATED:
+            return Response(
+                401,
+                b"unauthorized: send a Kubernetes bearer token\n",
+                headers=[("WWW-Authenticate", 'Bearer realm="kube-scale-exporter"')],
+            )
+        if verdict == kuberbac.FORBIDDEN:
+            path = self.kube_rbac.path.encode()
+            return Response(403, b"forbidden: the token may not get " + path + b"\n")
+        if verdict == kuberbac.BUSY:
+            return Response(
+                429, b"too many token reviews at once; retry\n", headers=[("Retry-After", "1")]
+            )
+        return Response(
+            503,
+            b"cannot check the token with the API server; see the exporter's log\n",
+            headers=[("Retry-After", "5")],
         )
 
     def _metrics(self, request: Request) -> Response:

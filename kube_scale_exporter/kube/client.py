@@ -1,4 +1,5 @@
-"""A small read-only Kubernetes API client: GET JSON and stream watch events, over requests.
+"""A small Kubernetes API client: GET JSON and stream watch events, over requests; the only
+writes are the reviews (TokenReview, SubjectAccessReview) of --web.kube-rbac.
 
 Raw JSON instead of the `kubernetes` package: it costs +15 MiB RSS and ~17x the CPU per
 relist (its model classes), and this runs on every node.
@@ -26,6 +27,10 @@ MAX_REPLY_BYTES = 32 << 20
 # by default) as stored; its JSON and the event around it add a little. A longer line
 # is hostile and would only grow the buffer.
 MAX_WATCH_LINE = 4 << 20
+# A created review (TokenReview, SubjectAccessReview) echoes its spec with a status: a few
+# KiB; 1 MiB leaves room for many groups and extra values and still bounds a hostile one.
+MAX_CREATE_REPLY_BYTES = 1 << 20
+_CAPS = {"MAX_REPLY_BYTES": MAX_REPLY_BYTES, "MAX_CREATE_REPLY_BYTES": MAX_CREATE_REPLY_BYTES}
 # What an error answer may show of itself.
 ERROR_BYTES = 4096
 
@@ -98,7 +103,8 @@ class Watch:
 
 
 class KubeClient:
-    """GET and WATCH against one API server; every request has connect and read timeouts."""
+    """GET, WATCH and review POSTs against one API server; every request has connect and
+    read timeouts and a total deadline."""
 
     def __init__(
         self, config: KubeConfig, connect_timeout=CONNECT_TIMEOUT, request_timeout=REQUEST_TIMEOUT
@@ -112,15 +118,19 @@ class KubeClient:
         self._session.headers["Accept"] = "application/json"
         self._session.headers["User-Agent"] = "kube-scale-exporter"
 
-    def _send(self, path, params, read_timeout):
+    def _send(self, path, params, read_timeout, body=None):
         url = self.config.server + path
         for attempt in (0, 1):
             headers = {}
             if self.config.token is not None:
                 headers["Authorization"] = "Bearer " + self.config.token.get()
-            resp = self._session.get(
+            if body is not None:
+                headers["Content-Type"] = "application/json"
+            resp = self._session.request(
+                "GET" if body is None else "POST",
                 url,
                 params=params,
+                data=body,
                 headers=headers,
                 stream=True,
                 timeout=(self.connect_timeout, read_timeout),
@@ -132,7 +142,7 @@ class KubeClient:
                 resp.close()
                 self.config.token.invalidate()
                 continue
-            if resp.status_code != 200:
+            if resp.status_code not in (200, 201):
                 with resp:
                     body = limits.read_body(resp, ERROR_BYTES, "error", truncate=True)
                 raise _error(
@@ -145,22 +155,37 @@ class KubeClient:
 
     def get(self, path, params=None) -> dict:
         """One GET returning the decoded JSON body; raises ApiError / requests exceptions."""
-        with limits.deadline(self.request_timeout) as deadline:
+        return self._call("GET", path, params, None, "MAX_REPLY_BYTES", self.request_timeout)
+
+    def create(self, path, obj, timeout=None) -> dict:
+        """One POST of `obj` (a TokenReview, a SubjectAccessReview) returning the decoded
+        reply, under the same kind of bounds as a GET: `timeout` for the whole request
+        (default the client's), at most MAX_CREATE_REPLY_BYTES of reply."""
+        body = json.dumps(obj).encode()
+        timeout = timeout or self.request_timeout
+        return self._call("POST", path, None, body, "MAX_CREATE_REPLY_BYTES", timeout)
+
+    def _call(self, method, path, params, body, cap, timeout) -> dict:
+        with limits.deadline(timeout) as deadline:
             try:
-                with self._send(path, params, self.request_timeout) as resp:
-                    body = limits.read_body(resp, MAX_REPLY_BYTES, f"GET {path}")
+                with self._send(path, params, timeout, body) as resp:
+                    reply = limits.read_body(resp, _CAPS[cap], f"{method} {path}")
+                if deadline.expired():
+                    # The watchdog's shutdown reads as the end of a reply without a
+                    # length: what came is cut short, not complete.
+                    raise requests.exceptions.ConnectionError("cut at the deadline")
             except limits.LimitExceeded as exc:
                 raise ReplyTooLarge(
-                    f"{exc} (MAX_REPLY_BYTES in kube_scale_exporter/kube/client.py)"
+                    f"{exc} ({cap} in kube_scale_exporter/kube/client.py)"
                 ) from None
             except limits.TRANSPORT_ERRORS as exc:
                 if deadline.expired():
                     raise requests.exceptions.Timeout(
-                        f"GET {path}: no complete answer within {self.request_timeout:g}s "
+                        f"{method} {path}: no complete answer within {timeout:g}s "
                         f"(the whole request): {type(exc).__name__}"
                     ) from None
                 raise
-        return json.loads(body)
+        return json.loads(reply)
 
     def watch(self, path, params, read_timeout) -> Watch:
         """Open a watch (`params` should carry watch, resourceVersion and timeoutSeconds).

@@ -141,9 +141,15 @@ def rbac_applied(kubectl, namespace, manifests):
     return {obj["metadata"]["name"] for obj in docs if obj["kind"] == "ServiceAccount"}
 
 
+# The kube-rbac component (default): both accounts review scrapers' tokens.
+REVIEWS = [
+    ("create", "tokenreviews.authentication.k8s.io"),
+    ("create", "subjectaccessreviews.authorization.k8s.io"),
+]
 ALLOWED = {
-    "kube-scale-exporter-node": [("list", "pods"), ("watch", "pods")],
+    "kube-scale-exporter-node": [("list", "pods"), ("watch", "pods"), *REVIEWS],
     "kube-scale-exporter-cluster": [
+        *REVIEWS,
         ("list", "pods"),
         ("watch", "pods"),
         ("list", "nodes"),
@@ -180,7 +186,7 @@ def test_the_api_server_grants_exactly_the_reads_the_collectors_need(
         assert not can_i(kubectl, account, verb, resource, sub), (account, verb, resource, sub)
     if account.endswith("-node"):
         for verb, resource in ALLOWED["kube-scale-exporter-cluster"]:
-            if resource != "pods":
+            if resource != "pods" and (verb, resource) not in REVIEWS:
                 assert not can_i(kubectl, account, verb, resource), (verb, resource)
         assert not can_i(kubectl, account, "get", "pods")  # informers list and watch only
 
@@ -198,9 +204,29 @@ def service_account_kubeconfig(apiserver, account, path):
     return apiserver.write_kubeconfig(path, token=token)
 
 
-def scrape_until(url, predicate, timeout=30):
+def metrics_reader_token(apiserver, kubectl):
+    """A token of a stand-in Prometheus ServiceAccount bound to the metrics reader role,
+    as docs/deploy.md tells users to bind theirs (--web.kube-rbac, the default)."""
+    kubectl("create", "serviceaccount", "prometheus", "-n", "default", check=False)
+    kubectl(
+        "create",
+        "clusterrolebinding",
+        "prometheus-kube-scale-exporter",
+        "--clusterrole=kube-scale-exporter-metrics-reader",
+        "--serviceaccount=default:prometheus",
+        check=False,
+    )
+    return apiserver.admin.create(
+        "/api/v1/namespaces/default/serviceaccounts/prometheus/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+
+
+def scrape_until(url, predicate, timeout=30, token=None):
     session = requests.Session()
     session.trust_env = False
+    if token:
+        session.headers["Authorization"] = f"Bearer {token}"
     deadline = time.monotonic() + timeout
     text = ""
     while time.monotonic() < deadline:
@@ -218,10 +244,12 @@ def scrape_until(url, predicate, timeout=30):
     "account,granted", [("kube-scale-exporter-cluster", True), ("kube-scale-exporter-node", False)]
 )
 def test_the_cluster_deployment_runs_on_its_role_and_not_on_less(
-    apiserver, rbac_applied, manifests, tmp_path, account, granted
+    apiserver, kubectl, rbac_applied, manifests, tmp_path, account, granted
 ):
     """The Deployment's own args, as its ServiceAccount: every informer syncs. With the
-    node pods' narrower role instead, they cannot, and the collectors fail."""
+    node pods' narrower role instead, they cannot, and the collectors fail. Both roles
+    review the scraper's token (--web.kube-rbac): the metrics reader's is let in, no
+    token is not."""
     [dep] = [obj for obj in manifests if obj["kind"] == "Deployment"]
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     port = free_port()
@@ -245,8 +273,12 @@ def test_the_cluster_deployment_runs_on_its_role_and_not_on_less(
         url = f"http://127.0.0.1:{port}/metrics"
         collectors = ("balloon", "imagepull_events")
         success = [f'kubescale_scrape_collector_success{{collector="{c}"}} 1.0' for c in collectors]
+        assert requests.get(url, timeout=10).status_code == 401
         text = scrape_until(
-            url, lambda t: all(line in t for line in success), timeout=30 if granted else 8
+            url,
+            lambda t: all(line in t for line in success),
+            timeout=30 if granted else 8,
+            token=metrics_reader_token(apiserver, kubectl),
         )
         if granted:
             assert all(line in text for line in success), proc.log_tail()

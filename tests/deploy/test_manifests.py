@@ -14,6 +14,7 @@ from kube_scale_exporter import __version__
 from kube_scale_exporter.cli import DEFAULT_PORT, build_parser
 from kube_scale_exporter.collectors import COLLECTORS
 from kube_scale_exporter.registry import Needs
+from kube_scale_exporter.web import kuberbac
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
 from testbed.prometheus import PrometheusServer
@@ -24,6 +25,7 @@ READ_VERBS = {"get", "list", "watch"}
 WEB_CONFIG_FLAG = "--web.config.file="
 WEB_CONFIG_DIR = "/etc/kube-scale-exporter/web"
 NAMESPACE = "kube-scale-exporter"
+METRICS_READER = "kube-scale-exporter-metrics-reader"
 # The installs every test below holds to the same rules (see the `renders` fixture).
 INSTALLS = ["default", "base", "overlays/example"] + [f"base+{c}" for c in component_names()]
 
@@ -91,13 +93,16 @@ def role_of(objs, account):
 
 
 def declared_rules(objs, account):
-    """What the collectors of every pod running as this ServiceAccount declare."""
+    """What the collectors of every pod running as this ServiceAccount declare, and the
+    reviews of --web.kube-rbac where a pod runs with it."""
     return [
         rule
         for pod in pods(objs).values()
         if pod["serviceAccountName"] == account
-        for needs in needs_of(pod)
-        for rule in needs.rbac_rules
+        for rule in [
+            *(rule for needs in needs_of(pod) for rule in needs.rbac_rules),
+            *(kuberbac.RBAC_RULES if parse(pod["containers"][0]).kube_rbac else ()),
+        ]
     ]
 
 
@@ -294,8 +299,16 @@ def test_each_component_grants_what_its_collectors_declare_and_no_more(renders, 
     assert grants(base) <= grants(with_it)
     assert mounted(with_it) - mounted(base) == declared_paths(with_it) - declared_paths(base)
     if not added:
-        # web-tls, prometheus-operator: no collector, so no API access and no host path
-        assert grants(with_it) == grants(base), component
+        # web-tls, prometheus-operator: no collector, so no API access and no host path;
+        # kube-rbac: no collector, only the two reviews of --web.kube-rbac (declared above)
+        reviews = {
+            (account, group, verbs, resource)
+            for account in ("kube-scale-exporter-node", "kube-scale-exporter-cluster")
+            for (group, verbs), resources in REVIEWS.items()
+            for resource in resources
+        }
+        assert grants(with_it) - grants(base) == (reviews if component == "kube-rbac" else set())
+        assert grants(base) == grants(with_it) - reviews, component
         for name, pod in pods(with_it).items():
             assert not any("hostPath" in v for v in pod.get("volumes", ())), (component, name)
 
@@ -452,11 +465,20 @@ def test_the_cluster_deployment_has_one_replica_and_its_own_service_account(mani
 
 @pytest.mark.parametrize("install", INSTALLS)
 def test_rbac_is_read_only_and_never_secrets_or_node_proxy(renders, install):
+    """Read-only, but for the two reviews of --web.kube-rbac (create, exactly those); the
+    one non-resource URL rule is the metrics reader's, for scrapers, bound to nobody."""
     objs = renders[install]
     assert not by_kind(objs, "Role") and not by_kind(objs, "RoleBinding")
+    bound = {b["roleRef"]["name"] for b in by_kind(objs, "ClusterRoleBinding")}
     for role in by_kind(objs, "ClusterRole"):
         assert "aggregationRule" not in role
+        if role["metadata"]["name"] == METRICS_READER:
+            assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+            assert METRICS_READER not in bound
+            continue
         for rule in role["rules"] or ():
+            if rule in kuberbac.RBAC_RULES:
+                continue
             assert set(rule["verbs"]) <= READ_VERBS
             assert "*" not in rule["resources"] and "*" not in rule["apiGroups"]
             assert not {"secrets", "nodes/proxy", "pods/exec", "pods/log", "configmaps"} & set(
@@ -465,9 +487,17 @@ def test_rbac_is_read_only_and_never_secrets_or_node_proxy(renders, install):
             assert "resourceNames" not in rule and "nonResourceURLs" not in rule
 
 
+REVIEWS = {
+    ("authentication.k8s.io", ("create",)): {"tokenreviews"},
+    ("authorization.k8s.io", ("create",)): {"subjectaccessreviews"},
+}
+
+
 def test_node_mode_may_only_list_and_watch_pods(manifests):
+    """...and, with the default kube-rbac component, review scrapers' tokens."""
     assert merged(role_of(manifests, "kube-scale-exporter-node")) == {
-        ("", ("list", "watch")): {"pods"}
+        ("", ("list", "watch")): {"pods"},
+        **REVIEWS,
     }
 
 
@@ -475,7 +505,39 @@ def test_cluster_mode_reads_what_its_collectors_watch(manifests):
     assert merged(role_of(manifests, "kube-scale-exporter-cluster")) == {
         ("", ("list", "watch")): {"pods", "nodes", "events"},
         ("scheduling.k8s.io", ("list", "watch")): {"priorityclasses"},
+        **REVIEWS,
     }
+
+
+# --- kube-rbac -------------------------------------------------------------------------
+
+TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def has_kube_rbac(install):
+    return install in ("default", "base+kube-rbac")
+
+
+@pytest.mark.parametrize("install", INSTALLS)
+def test_kube_rbac_only_with_its_component_and_then_everywhere(renders, install):
+    """--web.kube-rbac on every pod, the reviews granted (test_rbac_is_what_the_collectors_
+    declare holds the rules to the flag), the reader role and the ServiceMonitors' token:
+    all of it with the component, none of it without."""
+    objs, on = renders[install], has_kube_rbac(install)
+    for name, pod in pods(objs).items():
+        assert parse(pod["containers"][0]).kube_rbac is on, (install, name)
+        if on:
+            assert pod["automountServiceAccountToken"] is True, name
+    for account in (sa["metadata"]["name"] for sa in by_kind(objs, "ServiceAccount")):
+        granted = merged(role_of(objs, account))
+        assert (REVIEWS.items() <= granted.items()) is on, (install, account)
+        if not on:
+            assert not set(REVIEWS) & set(granted), (install, account)
+    readers = [r for r in by_kind(objs, "ClusterRole") if r["metadata"]["name"] == METRICS_READER]
+    assert len(readers) == int(on)
+    for mon in by_kind(objs, "ServiceMonitor"):
+        [endpoint] = mon["spec"]["endpoints"]
+        assert endpoint.get("bearerTokenFile") == (TOKEN_FILE if on else None), install
 
 
 @pytest.mark.parametrize("install", INSTALLS)
@@ -624,6 +686,8 @@ def test_the_plain_scrape_config_has_a_job_per_service_monitor(manifests):
             "target_label": "node",
             "action": "replace",
         } in relabel
+        # kube-rbac: the token the ServiceMonitor sends, Prometheus' own
+        assert job["authorization"] == {"credentials_file": endpoint["bearerTokenFile"]}, name
         set_job = [r["replacement"] for r in relabel if r.get("target_label") == "job"]
         mon_job = [
             r["replacement"] for r in endpoint["relabelings"] if r.get("targetLabel") == "job"
@@ -642,14 +706,21 @@ PROMTOOLS_WITH_KUBERNETES_SD = [
 def test_promtool_accepts_the_plain_scrape_config(tmp_path):
     """promtool checks everything but the discovery block with Debian's build (file_sd in
     its place), and the file as it is with a build that knows kubernetes_sd_configs."""
-    config = plain_config()
+    # promtool wants the token file to exist: the pod's is not here, a stand-in is.
+    token = tmp_path / "token"
+    token.write_text("stand-in\n")
+    as_is, config = plain_config(), plain_config()
+    for job in [*as_is["scrape_configs"], *config["scrape_configs"]]:
+        assert job["authorization"] == {"credentials_file": TOKEN_FILE}
+        job["authorization"]["credentials_file"] = str(token)
     for job in config["scrape_configs"]:
         assert job.pop("kubernetes_sd_configs")
         job["file_sd_configs"] = [{"files": [str(tmp_path / "targets.json")]}]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    (tmp_path / "as-is.yml").write_text(yaml.safe_dump(as_is))
     checks = [("promtool", tmp_path / "prometheus.yml")]
     checks += [
-        (p, os.path.join(DEPLOY, "prometheus", "prometheus.yml"))
+        (p, tmp_path / "as-is.yml")
         for p in PROMTOOLS_WITH_KUBERNETES_SD
         if p and os.access(p, os.X_OK)
     ]
@@ -664,13 +735,23 @@ def test_promtool_accepts_the_plain_scrape_config(tmp_path):
         assert result.returncode == 0, (promtool, result.stdout + result.stderr)
 
 
-def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path):
+def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path, kubeconfig_for):
     """Debian's Prometheus has no Kubernetes discovery, so file_sd hands it the same
-    __meta_kubernetes_* labels endpoints discovery would; the relabelling is the file's."""
+    __meta_kubernetes_* labels endpoints discovery would; the relabelling is the file's.
+    The exporter runs with --web.kube-rbac, as deployed, against the test API server:
+    Prometheus' token (the file's credentials_file, moved here) is the metrics reader's."""
     jobs = {j["job_name"]: j for j in plain_config()["scrape_configs"]}
     assert {name: j["sample_limit"] for name, j in jobs.items()} == {
         name: limit for name, limit, _ in SCRAPES
     }
+    [reader] = [
+        r
+        for r in by_kind(compose(tmp_path / "k", ["kube-rbac"]), "ClusterRole")
+        if r["metadata"]["name"] == METRICS_READER
+    ]
+    with open(kubeconfig_for("prometheus", reader["rules"])) as f:
+        token = yaml.safe_load(f)["users"][0]["user"]["token"]
+    (tmp_path / "token").write_text(token)
     port = free_port()
     exporter = Proc(
         [
@@ -680,6 +761,9 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path):
             "--collector.disable-defaults",
             "--web.listen-address",
             f"127.0.0.1:{port}",
+            "--web.kube-rbac",
+            "--kube.kubeconfig",
+            kubeconfig_for("exporter", list(kuberbac.RBAC_RULES)),
         ],
         tmp_path / "exporter.log",
         cwd=os.path.dirname(DEPLOY),
@@ -712,6 +796,8 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path):
         job = jobs[name]
         assert [sd["role"] for sd in job.pop("kubernetes_sd_configs")] == ["endpoints"]
         job["file_sd_configs"] = [{"files": [str(tmp_path / "targets.json")]}]
+        assert job["authorization"] == {"credentials_file": TOKEN_FILE}
+        job["authorization"]["credentials_file"] = str(tmp_path / "token")
         job.update(scrape_interval="1s", scrape_timeout="1s")
         run.append(job)
     prom = PrometheusServer(tmp_path, {"scrape_configs": run})

@@ -160,13 +160,15 @@ def e2e_rules() -> dict:
     return {"groups": m["rules"]["groups"] + m["alerts"]["groups"]}
 
 
-def prometheus_config(kubeconfig: str) -> dict:
+def prometheus_config(kubeconfig: str, token_file: str) -> dict:
     """deploy/prometheus/prometheus.yml as shipped, pointed at the cluster from outside it
-    (kubeconfig_file) and scraping every 5 s."""
+    (kubeconfig_file), scraping every 5 s with the stand-in Prometheus account's token
+    (the kube-rbac component: outside a pod there is no service-account token file)."""
     cfg = yaml.safe_load((REPO / "deploy/prometheus/prometheus.yml").read_text())
     cfg.setdefault("global", {}).update(scrape_interval=SCRAPE, evaluation_interval=SCRAPE)
     for job in cfg["scrape_configs"]:
         job["scrape_interval"], job["scrape_timeout"] = SCRAPE, "4s"
+        job["authorization"]["credentials_file"] = token_file
         for sd in job["kubernetes_sd_configs"]:
             sd["kubeconfig_file"] = kubeconfig
     cfg["rule_files"] = ["rules.json"]
@@ -227,9 +229,37 @@ def deployed(kube):
         timeout=30,
     )
     kube.apply_kustomization(REPO / "deploy")
+    SCRAPE_TOKEN.append(metrics_reader_token(kube))
     wait_exporters_ready(kube)
     TIMINGS["deploy"] = time.monotonic() - t
     return kube
+
+
+# The stand-in Prometheus' token (deploy/components/kube-rbac, in the default install):
+# metrics_text and the test Prometheus send it. Set by `deployed`.
+SCRAPE_TOKEN: list[str] = []
+
+
+def metrics_reader_token(kube) -> str:
+    """A ServiceAccount bound to kube-scale-exporter-metrics-reader, as docs/deploy.md
+    tells users to bind Prometheus', and a token of it."""
+    kube.post(f"/api/v1/namespaces/{NS}/serviceaccounts", {"metadata": {"name": "e2e-prometheus"}})
+    kube.post(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "metadata": {"name": "e2e-prometheus-kube-scale-exporter"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "kube-scale-exporter-metrics-reader",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "e2e-prometheus", "namespace": NS}],
+        },
+    )
+    return kube.post(
+        f"/api/v1/namespaces/{NS}/serviceaccounts/e2e-prometheus/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
 
 
 def wait_exporters_ready(kube, timeout=180):
@@ -251,9 +281,10 @@ def wait_exporters_ready(kube, timeout=180):
 def prom(deployed, cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("prometheus")
     (work / "rules.json").write_text(json.dumps(e2e_rules()))
+    (work / "token").write_text(SCRAPE_TOKEN[0])
     p = Prom(
         work,
-        prometheus_config(str(cluster.kubeconfig)),
+        prometheus_config(str(cluster.kubeconfig), str(work / "token")),
         binary=PROMETHEUS,
         extra_args=["--storage.tsdb.retention.time=1d"],
     )
@@ -265,6 +296,8 @@ def prom(deployed, cluster, tmp_path_factory):
 def metrics_text(url, timeout=5):
     s = requests.Session()
     s.trust_env = False
+    if SCRAPE_TOKEN:
+        s.headers["Authorization"] = f"Bearer {SCRAPE_TOKEN[0]}"
     r = s.get(url, timeout=timeout)
     r.raise_for_status()
     return r.text

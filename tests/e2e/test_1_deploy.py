@@ -2,6 +2,8 @@
 
 import time
 
+import requests
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import NODE_METRICS, NS, TIMINGS, metrics_text, wait_for
@@ -18,6 +20,17 @@ def test_node_daemonset_answers_on_9867(deployed):
     assert [s.value for s in samples(text, "kubescale_kubelet_serialize_image_pulls")] == [1.0]
     watches = {s.labels["resource"]: s.value for s in samples(text, "kubescale_kube_watch_up")}
     assert watches == {"pods": 1.0}, watches
+
+
+def test_node_metrics_need_a_token_healthz_does_not(deployed):
+    """--web.kube-rbac (the default install): no token 401, a token the API server does
+    not know 401, the kubelet's probe path open."""
+    s = requests.Session()
+    s.trust_env = False
+    assert s.get(NODE_METRICS, timeout=5).status_code == 401
+    bad = s.get(NODE_METRICS, headers={"Authorization": "Bearer not-a-token"}, timeout=5)
+    assert bad.status_code == 401
+    assert s.get(NODE_METRICS.replace("/metrics", "/healthz"), timeout=5).status_code == 200
 
 
 def test_cluster_deployment_watches_up_without_403(deployed, cluster):
