@@ -205,28 +205,34 @@ class EtcdClient:
         }, decode)
 
     def metric(self, name: str) -> float | None:
-        """One unlabelled sample from the member's /metrics, or None when it is absent.
+        """One unlabelled sample from the member's /metrics, or None when it is absent."""
+        prefix = name.encode() + b" "
+        for line in self.metric_lines((prefix,)):
+            try:
+                value = float(line[len(prefix):].split()[0])
+                if not 0 <= value < 2**63:  # also refuses NaN and Inf
+                    raise ValueError(value)
+            except (ValueError, IndexError):
+                raise EtcdError(f"{self.url}/metrics: bad sample for {name}") from None
+            return value
+        return None
 
-        Reads the page as a stream and stops at the sample: the quota sits about a fifth
-        of the way into etcd's ~150 KB page.
+    def metric_lines(self, prefixes: tuple[bytes, ...]) -> list[bytes]:
+        """The lines of the member's /metrics that start with one of `prefixes`, in one GET.
+
+        The page (~150 KB) is streamed and only matching lines are kept, so its cost in
+        memory is the lines the caller wants.
         """
         self.requests_sent += 1
-        prefix = name.encode() + b" "
         try:
-            with self.session.get(self.url + "/metrics", timeout=self.timeout, stream=True) as reply:
+            with self.session.get(self.url + "/metrics", timeout=self.timeout,
+                                  stream=True) as reply:
                 if reply.status_code != 200:
                     raise EtcdError(f"{self.url}/metrics: HTTP {reply.status_code}")
-                for line in reply.iter_lines(chunk_size=16384):
-                    if line.startswith(prefix):
-                        value = float(line[len(prefix):].split()[0])
-                        if not 0 <= value < 2**63:  # also refuses NaN and Inf
-                            raise ValueError(value)
-                        return value
+                return [line for line in reply.iter_lines(chunk_size=16384)
+                        if line.startswith(prefixes)]
         except requests.RequestException as exc:
             raise EtcdError(f"{self.url}/metrics: {type(exc).__name__}: {exc}") from None
-        except ValueError:
-            raise EtcdError(f"{self.url}/metrics: bad sample for {name}") from None
-        return None
 
 
 def prefix_end(prefix: bytes) -> bytes:
