@@ -91,7 +91,8 @@ class EtcdServer:
 
     def __init__(self, workdir, version="3.4", name="default", quota_bytes=None,
                  client_port=None, peer_port=None, initial_cluster=None,
-                 cluster_state="new", tls=None, extra_args=()):
+                 cluster_state="new", tls=None, extra_args=(), host="127.0.0.1",
+                 metrics_port=None):
         self.version = version
         self.name = name
         self.workdir = str(workdir)
@@ -101,8 +102,12 @@ class EtcdServer:
         self.client_port = client_port
         self.peer_port = peer_port
         scheme = "https" if tls else "http"
-        self.client_url = f"{scheme}://127.0.0.1:{self.client_port}"
-        self.peer_url = f"http://127.0.0.1:{self.peer_port}"
+        # Another loopback address (127.0.0.2, ...) gives members hosts of their own.
+        self.host = host
+        self.client_url = f"{scheme}://{host}:{self.client_port}"
+        self.peer_url = f"http://{host}:{self.peer_port}"
+        # --listen-metrics-urls: a plain-http /metrics listener of its own, when given.
+        self.metrics_url = f"http://{host}:{metrics_port}" if metrics_port else None
         self.initial_cluster = initial_cluster or f"{name}={self.peer_url}"
         self.cluster_state = cluster_state
         self.cluster_token = f"tok-{self.peer_port}"
@@ -126,6 +131,8 @@ class EtcdServer:
         ]
         if self.quota_bytes:
             args += ["--quota-backend-bytes", str(self.quota_bytes)]
+        if self.metrics_url:
+            args += ["--listen-metrics-urls", self.metrics_url]
         if self.tls:
             args += ["--cert-file", self.tls["cert"], "--key-file", self.tls["key"],
                      "--trusted-ca-file", self.tls["ca"], "--client-cert-auth"]
@@ -149,7 +156,7 @@ class EtcdServer:
         return session
 
     def wait_ready(self, timeout=30.0):
-        wait_for_port(self.client_port, timeout=timeout, proc=self.proc)
+        wait_for_port(self.client_port, host=self.host, timeout=timeout, proc=self.proc)
         deadline = time.monotonic() + timeout
         session = self.session()
         while time.monotonic() < deadline:
@@ -170,11 +177,19 @@ class EtcdServer:
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-def start_cluster(workdir, size=3, version="3.4", **kw):
-    """A `size`-member etcd cluster on loopback; returns the started members."""
-    ports = free_ports(2 * size)
-    members = [EtcdServer(workdir, version=version, name=f"m{i}", client_port=ports[2 * i],
-                          peer_port=ports[2 * i + 1], **kw) for i in range(size)]
+def start_cluster(workdir, size=3, version="3.4", own_hosts=False, metrics_ports=False, **kw):
+    """A `size`-member etcd cluster on loopback; returns the started members.
+
+    own_hosts: member i listens on 127.0.0.(i+1), so members differ by host as on real
+    machines. metrics_ports: each member also serves /metrics on a --listen-metrics-urls
+    port of its own (member.metrics_url).
+    """
+    ports = free_ports(3 * size)
+    members = [EtcdServer(workdir, version=version, name=f"m{i}", client_port=ports[3 * i],
+                          peer_port=ports[3 * i + 1],
+                          host=f"127.0.0.{i + 1}" if own_hosts else "127.0.0.1",
+                          metrics_port=ports[3 * i + 2] if metrics_ports else None, **kw)
+               for i in range(size)]
     initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
     try:
         for m in members:
