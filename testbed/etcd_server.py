@@ -184,22 +184,29 @@ def start_cluster(workdir, size=3, version="3.4", own_hosts=False, metrics_ports
     machines. metrics_ports: each member also serves /metrics on a --listen-metrics-urls
     port of its own (member.metrics_url).
     """
-    ports = free_ports(3 * size)
-    members = [EtcdServer(workdir, version=version, name=f"m{i}", client_port=ports[3 * i],
-                          peer_port=ports[3 * i + 1],
-                          host=f"127.0.0.{i + 1}" if own_hosts else "127.0.0.1",
-                          metrics_port=ports[3 * i + 2] if metrics_ports else None, **kw)
-               for i in range(size)]
-    initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
-    try:
-        for m in members:
-            m.initial_cluster = initial
-            m.cluster_token = f"tok-{members[0].peer_port}"
-            m.start(wait=False)
-        for m in members:
-            m.wait_ready()
-    except BaseException:
-        for m in members:
-            m.stop()  # a cluster that never formed must not outlive the test
-        raise
-    return members
+    for attempt in range(3):
+        members = []
+        for i in range(size):
+            host = f"127.0.0.{i + 1}" if own_hosts else "127.0.0.1"
+            client, peer, metrics = free_ports(3, host=host)
+            members.append(EtcdServer(
+                os.path.join(str(workdir), f"try{attempt}"), version=version, name=f"m{i}",
+                client_port=client, peer_port=peer, host=host,
+                metrics_port=metrics if metrics_ports else None, **kw))
+        initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
+        try:
+            for m in members:
+                m.initial_cluster = initial
+                m.cluster_token = f"tok-{members[0].peer_port}"
+                m.start(wait=False)
+            for m in members:
+                m.wait_ready()
+            return members
+        except BaseException as exc:
+            for m in members:
+                m.stop()  # a cluster that never formed must not outlive the test
+            # A port found free can be taken (by another worker's connection) before
+            # etcd binds it: try again with new ports, a few times.
+            if "address already in use" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
