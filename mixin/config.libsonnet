@@ -137,7 +137,7 @@
     // Node pods on etcd nodes (--etcd.local) add ~25 series per member (10 from Status, 15
     // from its /metrics) plus, beside the leader, one per Kubernetes resource
     // (--etcd.keys-max-resources, default 100).
-    etcdNodeSeriesBudget: 160,
+    etcdNodeSeriesBudget: 180,
     clusterSeriesBudget: 500,
     seriesBudgetFor: '30m',
 

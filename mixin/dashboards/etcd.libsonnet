@@ -1,4 +1,5 @@
-// etcd capacity per cluster and member: size against quota, fragmentation, time to quota,
+// etcd capacity and performance per cluster and member: size against quota, fragmentation,
+// time to quota, disk latency and reads (main beside events),
 // alarms and which Kubernetes resources fill it. Reads recording rules only.
 local g = import '../lib/grafana.libsonnet';
 local common = import 'common.libsonnet';

@@ -1,5 +1,5 @@
-// etcd capacity and performance per cluster and member. `max by` removes the exporter's target labels, so
-// several exporters (or Prometheus replicas' views) of one member collapse to one series.
+// etcd capacity and performance per cluster and member. `max by` removes the exporter's
+// target labels, so several exporters (or Prometheus replicas' views) of one member collapse to one series.
 // `last_over_time` over gapTolerance bridges a scrape or two without a member's series (a
 // slow Status call), so the alerts reading these rules keep their `for`.
 {
