@@ -10,14 +10,21 @@ import time
 
 from .procs import Proc
 
-CONTAINERD = "/usr/bin/containerd"
-CTR = "/usr/bin/ctr"
+# Debian bookworm's 1.6 by default; KSE_CONTAINERD_DIR=DIR runs DIR/containerd and DIR/ctr
+# instead (`make test-containerd2`: sid's 2.x unpacked by .ci/setup.d/51-containerd-sid.sh).
+_DIR = os.environ.get("KSE_CONTAINERD_DIR", "/usr/bin")
+CONTAINERD = os.path.join(_DIR, "containerd")
+CTR = os.path.join(_DIR, "ctr")
+DEFAULT_STATE = "/run/containerd"
 
 CONFIG = """\
 version = 2
 root = "{root}"
 state = "{state}"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
+# The CRI plugin is off: 1.6 has it as io.containerd.grpc.v1.cri; 2.x split it into
+# io.containerd.cri.v1.runtime and .images, which start (and watch /etc/cni/net.d) unless
+# named too. 1.6 ignores the names it does not know.
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"]
 [grpc]
   address = "{sock}"
 [ttrpc]
@@ -47,6 +54,8 @@ class ContainerdServer:
 
     def start(self, timeout=30.0):
         os.makedirs(self.workdir, exist_ok=True)
+        # containerd 2.x creates an empty /run/containerd at start whatever `state` says.
+        self._made_default_state = not os.path.exists(DEFAULT_STATE)
         config = os.path.join(self.workdir, "config.toml")
         with open(config, "w") as f:
             f.write(CONFIG.format(root=os.path.join(self.workdir, "root"),
@@ -89,6 +98,11 @@ class ContainerdServer:
     def stop(self):
         if self.proc:
             self.proc.stop()
+        if getattr(self, "_made_default_state", False):
+            try:
+                os.rmdir(DEFAULT_STATE)  # only while empty: never another containerd's
+            except OSError:
+                pass
 
     def wipe(self):
         self.stop()
