@@ -164,14 +164,14 @@ class EtcdCluster:
         if url is None:
             return None, "member advertises no http(s) client URL (not started yet?)"
         where, error = metrics_url(url, self.metrics_urls)
-        if where is None:
-            return None, error
+        found = None
         try:
-            found = perf.parse(self.client(where).metric_lines(perf.WANTED))
+            if where is not None:
+                found = perf.parse(self.client(where).metric_lines(perf.WANTED))
         except EtcdError as exc:
-            found, error = None, str(exc)
+            error = str(exc)
         except perf.MetricsError as exc:
-            found, error = None, f"{where}/metrics: {exc}"
+            error = f"{where}/metrics: {exc}"
         # Logged when it starts or changes, not on every refresh.
         with self._lock:
             if error and self._metrics_errors.get(url) != error:
