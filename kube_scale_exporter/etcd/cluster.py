@@ -26,6 +26,10 @@ from kube_scale_exporter.etcd.metrics_urls import metrics_url
 log = logging.getLogger(__name__)
 
 QUOTA_METRIC = perf.QUOTA
+# etcd recommends 3, 5 or 7 members and nobody runs more than a handful: a longer member
+# list is broken or hostile. Past it the cluster is down with an error naming the cap,
+# which keeps the member series (about 25 each) and the Status and /metrics fan-out bounded.
+MAX_MEMBERS = 15
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,11 @@ class EtcdCluster:
             except EtcdError as exc:
                 errors.append(str(exc))
                 continue
+            if len(members) > MAX_MEMBERS:
+                errors.append(f"{url}: the member list has {len(members)} members, over the "
+                              f"cap of {MAX_MEMBERS} (MAX_MEMBERS in "
+                              "kube_scale_exporter/etcd/cluster.py)")
+                continue
             # Ask the endpoint that answered first next time: a dead one costs a timeout.
             with self._lock:
                 self.endpoints.remove(url)
@@ -124,9 +133,11 @@ class EtcdCluster:
         else:
             with self._lock:
                 targets = [(self._labels.get(url, url), url) for url in self.endpoints]
-        # Status and /metrics of every member at once: a hung member costs one timeout.
-        with ThreadPoolExecutor(max_workers=2 * len(targets) + 1,
-                                thread_name_prefix="etcd") as pool:
+        # Status and /metrics of every member at once (at most MAX_MEMBERS; local mode asks
+        # only the configured endpoints), plus the alarm list: a hung member costs one
+        # timeout, not one per request.
+        workers = 2 * min(len(targets), MAX_MEMBERS) + 1
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="etcd") as pool:
             alarms_job = pool.submit(entry.alarms)
             jobs = [pool.submit(self._member, url) for _, url in targets]
             page_jobs = [pool.submit(self._metrics, url) for _, url in targets]
