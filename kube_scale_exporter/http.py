@@ -5,13 +5,14 @@ X-Prometheus-Scrape-Timeout-Seconds header (less a margin for the reply), capped
 --scrape.timeout. At most --web.max-requests scrapes run at once; more get 503, so a
 burst of scrapers cannot pile up threads on a node.
 
-With --web.config.file (kube_scale_exporter/webconfig.py) connections are TLS, optionally mutual,
+With --web.config.file (kube_scale_exporter/web/config.py) connections are TLS, optionally mutual,
 and every path but /healthz asks for basic auth before doing any work. The web config
 is taken as it is on disk at each handshake and each request, so renewed certificates
 and changed users apply without a restart.
 Connections, TLS handshakes and deadlines belong to kube_scale_exporter/web/server.py;
 this module only answers complete requests.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -28,7 +29,7 @@ from kube_scale_exporter.scrape import Scraper
 from kube_scale_exporter.web.auth import AuthBusy
 from kube_scale_exporter.web.request import Request, Response, accepts_gzip
 from kube_scale_exporter.web.server import HTTPServer, Limits, Refused
-from kube_scale_exporter.webconfig import Active, LiveWebConfig
+from kube_scale_exporter.web.live import Active, LiveWebConfig
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,16 @@ class _Families:
 class App:
     """Everything a request handler needs; built once by the CLI."""
 
-    def __init__(self, scraper: Scraper, telemetry_path: str, max_timeout: float,
-                 max_requests: int, extra_registry: CollectorRegistry | None = None,
-                 title: str = "kube-scale-exporter", web: LiveWebConfig | None = None):
+    def __init__(
+        self,
+        scraper: Scraper,
+        telemetry_path: str,
+        max_timeout: float,
+        max_requests: int,
+        extra_registry: CollectorRegistry | None = None,
+        title: str = "kube-scale-exporter",
+        web: LiveWebConfig | None = None,
+    ):
         self.scraper = scraper
         self.telemetry_path = telemetry_path
         self.max_timeout = max_timeout
@@ -140,10 +148,14 @@ class App:
             if auth.check(request.header("Authorization")):
                 return None
         except AuthBusy:
-            return Response(503, b"too many password checks at once; retry\n",
-                            headers=[("Retry-After", "1")])
-        return Response(401, b"unauthorized\n", headers=[
-            ("WWW-Authenticate", 'Basic realm="kube-scale-exporter", charset="UTF-8"')])
+            return Response(
+                503, b"too many password checks at once; retry\n", headers=[("Retry-After", "1")]
+            )
+        return Response(
+            401,
+            b"unauthorized\n",
+            headers=[("WWW-Authenticate", 'Basic realm="kube-scale-exporter", charset="UTF-8"')],
+        )
 
     def _metrics(self, request: Request) -> Response:
         if not self.try_acquire():
@@ -171,15 +183,24 @@ class App:
         return active.ssl_context
 
 
-def make_server(app: App, host: str, port: int, idle_timeout: float = Limits.idle_timeout,
-                max_connections: int = Limits.max_connections) -> HTTPServer:
+def make_server(
+    app: App,
+    host: str,
+    port: int,
+    idle_timeout: float = Limits.idle_timeout,
+    max_connections: int = Limits.max_connections,
+) -> HTTPServer:
     # Workers: every allowed scrape, plus room for /healthz, the landing page and 401s
     # while all scrape slots are taken.
     scrapes = app.max_requests if app.max_requests > 0 else 64
     # A handshake or a request head may take 10 s, never longer than a silent connection
     # may stay: --web.idle-timeout 2s closes a slow handshake after 2 s too.
     started = min(Limits.header_timeout, idle_timeout)
-    limits = Limits(idle_timeout=idle_timeout, max_connections=max_connections,
-                    workers=scrapes + SPARE_WORKERS, handshake_timeout=started,
-                    header_timeout=started)
+    limits = Limits(
+        idle_timeout=idle_timeout,
+        max_connections=max_connections,
+        workers=scrapes + SPARE_WORKERS,
+        handshake_timeout=started,
+        header_timeout=started,
+    )
     return HTTPServer(host, port, app.handle, limits, app.tls_for_connection)

@@ -3,6 +3,7 @@
 The CRI plugin is off (these tests play the kubelet themselves) and the opt plugin's
 path is set, so nothing is written outside the work dir. `ctr` drives pulls.
 """
+
 import os
 import shutil
 import subprocess
@@ -58,11 +59,17 @@ class ContainerdServer:
         self._made_default_state = not os.path.exists(DEFAULT_STATE)
         config = os.path.join(self.workdir, "config.toml")
         with open(config, "w") as f:
-            f.write(CONFIG.format(root=os.path.join(self.workdir, "root"),
-                                  state=os.path.join(self.workdir, "state"),
-                                  sock=self.address, opt=os.path.join(self.workdir, "opt")))
-        self.proc = Proc([require(CONTAINERD), "--config", config],
-                         os.path.join(self.workdir, "containerd.log"))
+            f.write(
+                CONFIG.format(
+                    root=os.path.join(self.workdir, "root"),
+                    state=os.path.join(self.workdir, "state"),
+                    sock=self.address,
+                    opt=os.path.join(self.workdir, "opt"),
+                )
+            )
+        self.proc = Proc(
+            [require(CONTAINERD), "--config", config], os.path.join(self.workdir, "containerd.log")
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.proc.alive():
@@ -76,8 +83,9 @@ class ContainerdServer:
         return [require(CTR), "-a", self.address, "-n", self.namespace, *args]
 
     def ctr(self, *args, check=True, timeout=120):
-        return subprocess.run(self.ctr_argv(*args), capture_output=True, text=True,
-                              check=check, timeout=timeout)
+        return subprocess.run(
+            self.ctr_argv(*args), capture_output=True, text=True, check=check, timeout=timeout
+        )
 
     def fetch(self, ref, log_path):
         """Start `ctr content fetch` of ref over plain HTTP as a process (stop it by PID)."""

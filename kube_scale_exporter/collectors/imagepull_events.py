@@ -20,6 +20,7 @@ not a pull and is skipped. Only events created after the collector started count
     # TYPE kubescale_image_pull_queue_wait_seconds histogram
     ...
 """
+
 from __future__ import annotations
 
 import bisect
@@ -40,8 +41,12 @@ SYNC_WAIT_SECONDS = 5.0
 # From a fast local pull to the 30-minute pull of a 17 GB image.
 BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 _GO_DURATION = r"((?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+|0)"
-_PULLED = re.compile(rf'^Successfully pulled image "[^"]*" in {_GO_DURATION}'
-                     rf'(?: \({_GO_DURATION} including waiting\))?')
+_PULLED = re.compile(
+    rf'^Successfully pulled image "[^"]*" in {_GO_DURATION}'
+    rf"(?: \({_GO_DURATION} including waiting\))?"
+)
+
+
 def parse_pulled(message: str) -> tuple[float, float | None] | None:
     """(pull seconds, queue-wait seconds or None) from a Pulled message; None if not a pull."""
     match = _PULLED.match(message or "")
@@ -84,7 +89,7 @@ class HistogramSnapshot:
 
     def family(self, name: str, doc: str) -> HistogramMetricFamily:
         cumulative, running = [], 0
-        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts):
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
             running += count
             cumulative.append((bound, running))
         return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=self.sum)
@@ -93,9 +98,15 @@ class HistogramSnapshot:
 def event_summary(event: dict) -> dict:
     """What the handlers read, so an hour of cluster-wide Pulled events stays small."""
     meta = event.get("metadata") or {}
-    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
-                                              "creationTimestamp") if k in meta},
-            "message": event.get("message", ""), "count": event.get("count") or 1}
+    return {
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        },
+        "message": event.get("message", ""),
+        "count": event.get("count") or 1,
+    }
 
 
 class PulledEvents:
@@ -139,12 +150,14 @@ class PulledState:
 
 def families(state: PulledState) -> list[HistogramMetricFamily]:
     return [
-        state.duration.family("kubescale_image_pull_duration_seconds",
-                              "Image pull time reported by kubelet Pulled events "
-                              "(download only)."),
-        state.queue_wait.family("kubescale_image_pull_queue_wait_seconds",
-                                "Time pulls waited in the kubelet's pull queue before "
-                                "downloading (Pulled events)."),
+        state.duration.family(
+            "kubescale_image_pull_duration_seconds",
+            "Image pull time reported by kubelet Pulled events (download only).",
+        ),
+        state.queue_wait.family(
+            "kubescale_image_pull_queue_wait_seconds",
+            "Time pulls waited in the kubelet's pull queue before downloading (Pulled events).",
+        ),
     ]
 
 
@@ -154,10 +167,15 @@ class ImagePullEventsCollector(Collector):
     name = "imagepull_events"
     modes = frozenset({"cluster"})
     default_enabled = False
-    help = ("Histograms of image pull time and kubelet pull-queue wait from Pulled events "
-            "(one cluster-wide watch, reason=Pulled).")
-    needs = {"cluster": Needs(rbac_rules=(
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},))}
+    help = (
+        "Histograms of image pull time and kubelet pull-queue wait from Pulled events "
+        "(one cluster-wide watch, reason=Pulled)."
+    )
+    needs = {
+        "cluster": Needs(
+            rbac_rules=({"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},)
+        )
+    }
 
     @classmethod
     def validate(cls, args):
@@ -171,9 +189,13 @@ class ImagePullEventsCollector(Collector):
         # Whole seconds, as creationTimestamp has them: an event of this second counts.
         self.events = PulledEvents(since=float(int(time.time())))
         self.informer = kube.Informer(
-            kube.client_from_args(args), kube.Resource("/api/v1", "events"),
-            field_selector="reason=Pulled", on_add=self.events.on_add,
-            on_update=self.events.on_update, transform=event_summary)
+            kube.client_from_args(args),
+            kube.Resource("/api/v1", "events"),
+            field_selector="reason=Pulled",
+            on_add=self.events.on_add,
+            on_update=self.events.on_update,
+            transform=event_summary,
+        )
 
     def start(self):
         self.informer.start()

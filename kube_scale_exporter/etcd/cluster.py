@@ -9,6 +9,7 @@ In local mode (a DaemonSet pod beside its etcd member) only the configured endpo
 asked: every etcd node runs its own pod, and asking all members from each would
 multiply the load by the cluster size.
 """
+
 from __future__ import annotations
 
 import logging
@@ -64,9 +65,16 @@ def client_url(member: Member) -> str | None:
 
 
 class EtcdCluster:
-    def __init__(self, name: str, endpoints: list[str], discover: bool,
-                 session: requests.Session, timeout: float, default_quota: int,
-                 metrics_urls: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        name: str,
+        endpoints: list[str],
+        discover: bool,
+        session: requests.Session,
+        timeout: float,
+        default_quota: int,
+        metrics_urls: tuple[str, ...] = (),
+    ):
         self.name = name
         self.endpoints = list(endpoints)
         self.discover = discover
@@ -108,9 +116,11 @@ class EtcdCluster:
                 errors.append(str(exc))
                 continue
             if len(members) > MAX_MEMBERS:
-                errors.append(f"{url}: the member list has {len(members)} members, over the "
-                              f"cap of {MAX_MEMBERS} (MAX_MEMBERS in "
-                              "kube_scale_exporter/etcd/cluster.py)")
+                errors.append(
+                    f"{url}: the member list has {len(members)} members, over the "
+                    f"cap of {MAX_MEMBERS} (MAX_MEMBERS in "
+                    "kube_scale_exporter/etcd/cluster.py)"
+                )
                 continue
             # Ask the endpoint that answered first next time: a dead one costs a timeout.
             with self._lock:
@@ -124,8 +134,10 @@ class EtcdCluster:
         try:
             members, entry = self._member_list()
         except EtcdError as exc:
-            down = tuple(MemberState(label, None, None, str(exc), 0, "", None, None, str(exc))
-                         for label in self._known)
+            down = tuple(
+                MemberState(label, None, None, str(exc), 0, "", None, None, str(exc))
+                for label in self._known
+            )
             return ClusterState(self.name, down, str(exc), now)
         names = {m.id: m.label for m in members}
         if self.discover:
@@ -153,10 +165,14 @@ class EtcdCluster:
                 if status is not None:
                     label = names.get(status.member_id) or format(int(status.member_id), "x")
                     self._labels[url] = label
-                mine = None if alarms is None else frozenset(
-                    a.alarm for a in alarms if names.get(a.member_id) == label)
-                states.append(MemberState(label, url, status, error, quota, source, mine,
-                                          page, page_error))
+                mine = (
+                    None
+                    if alarms is None
+                    else frozenset(a.alarm for a in alarms if names.get(a.member_id) == label)
+                )
+                states.append(
+                    MemberState(label, url, status, error, quota, source, mine, page, page_error)
+                )
         self._known = [s.name for s in states]
         answered = any(s.status is not None for s in states)
         error = None if answered else "; ".join(s.error or "" for s in states) or "no members"
@@ -195,8 +211,7 @@ class EtcdCluster:
                 self._metrics_errors.pop(url, None)
         return found, error
 
-    def _quota(self, status: Status | None,
-               page: perf.MemberMetrics | None) -> tuple[int, str]:
+    def _quota(self, status: Status | None, page: perf.MemberMetrics | None) -> tuple[int, str]:
         """The member's quota: from Status (etcd 3.6+), its /metrics, else --etcd.quota-bytes."""
         if status is None:
             return 0, ""

@@ -6,6 +6,7 @@ for). A cluster's --etcd.metrics-url values are matched to a member by host, the
 member's client URL host; `{host}` in their place stands for every member's host
 (http://{host}:2381), which suits members discovered from the member list.
 """
+
 from __future__ import annotations
 
 from urllib.parse import urlsplit
@@ -31,5 +32,7 @@ def metrics_url(client_url: str, given: tuple[str, ...]) -> tuple[str | None, st
     for url in given:
         if HOST in url and host:
             return url.replace(HOST, f"[{host}]" if ":" in host else host), None
-    return None, (f"no --etcd.metrics-url for host {host} (client URL {client_url}); "
-                  f"given: {', '.join(given)}")
+    return None, (
+        f"no --etcd.metrics-url for host {host} (client URL {client_url}); "
+        f"given: {', '.join(given)}"
+    )

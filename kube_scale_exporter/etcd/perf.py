@@ -15,6 +15,7 @@ etcd's page is ~150 KB and ~1,600 lines; the collector keeps only these (and the
 
 Counters keep etcd's values: monotonic, reset when the member restarts (rate() handles it).
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,13 @@ QUOTA = "etcd_server_quota_backend_bytes"
 # its budget of 15 series (docs/etcd.md, "Performance series").
 BUCKETS = (0.002, 0.008, 0.016, 0.032, 0.256)
 # Sample lines the parser needs; everything else on the page is skipped unparsed.
-WANTED = (f"{FSYNC}_bucket{{".encode(), f"{COMMIT}_bucket{{".encode(), f"{SENT} ".encode(),
-          f"{HANDLED}{{".encode(), f"{QUOTA} ".encode())
+WANTED = (
+    f"{FSYNC}_bucket{{".encode(),
+    f"{COMMIT}_bucket{{".encode(),
+    f"{SENT} ".encode(),
+    f"{HANDLED}{{".encode(),
+    f"{QUOTA} ".encode(),
+)
 _LE = re.compile(rb'le="([^"]*)"')
 _RANGE = (b'grpc_method="Range"', b'grpc_service="etcdserverpb.KV"')
 

@@ -1,11 +1,23 @@
 """perf.parse on hand-made sample lines: what is kept of a page, and what makes it an error."""
+
 import pytest
 
 from kube_scale_exporter.etcd.perf import MetricsError, parse
 
 FSYNC = "etcd_disk_wal_fsync_duration_seconds_bucket"
-BOUNDS = ["0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128", "0.256",
-          "0.512", "+Inf"]
+BOUNDS = [
+    "0.001",
+    "0.002",
+    "0.004",
+    "0.008",
+    "0.016",
+    "0.032",
+    "0.064",
+    "0.128",
+    "0.256",
+    "0.512",
+    "+Inf",
+]
 
 
 def page(*lines):
@@ -18,8 +30,14 @@ def hist(name, counts, bounds=BOUNDS):
 
 def test_etcds_buckets_are_kept_at_our_bounds_exactly():
     got = parse(page(*hist(FSYNC, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])))
-    assert got.fsync.buckets() == [("0.002", 2), ("0.008", 4), ("0.016", 5), ("0.032", 6),
-                                   ("0.256", 9), ("+Inf", 11)]
+    assert got.fsync.buckets() == [
+        ("0.002", 2),
+        ("0.008", 4),
+        ("0.016", 5),
+        ("0.032", 6),
+        ("0.256", 9),
+        ("+Inf", 11),
+    ]
     assert got.commit is None and got.sent_bytes is None and got.quota_bytes is None
 
 
@@ -30,26 +48,32 @@ def test_other_bounds_take_the_count_of_the_largest_bound_below():
 
 
 def test_range_requests_sum_every_code_of_kv_range_only():
-    got = parse(page(
-        'grpc_server_handled_total{grpc_code="OK",grpc_method="Range",'
-        'grpc_service="etcdserverpb.KV",grpc_type="unary"} 40',
-        'grpc_server_handled_total{grpc_code="Unavailable",grpc_method="Range",'
-        'grpc_service="etcdserverpb.KV",grpc_type="unary"} 2',
-        'grpc_server_handled_total{grpc_code="OK",grpc_method="Txn",'
-        'grpc_service="etcdserverpb.KV",grpc_type="unary"} 99',
-        "etcd_network_client_grpc_sent_bytes_total 1.5e+09",
-        "etcd_server_quota_backend_bytes 2.147483648e+09"))
+    got = parse(
+        page(
+            'grpc_server_handled_total{grpc_code="OK",grpc_method="Range",'
+            'grpc_service="etcdserverpb.KV",grpc_type="unary"} 40',
+            'grpc_server_handled_total{grpc_code="Unavailable",grpc_method="Range",'
+            'grpc_service="etcdserverpb.KV",grpc_type="unary"} 2',
+            'grpc_server_handled_total{grpc_code="OK",grpc_method="Txn",'
+            'grpc_service="etcdserverpb.KV",grpc_type="unary"} 99',
+            "etcd_network_client_grpc_sent_bytes_total 1.5e+09",
+            "etcd_server_quota_backend_bytes 2.147483648e+09",
+        )
+    )
     assert (got.range_requests, got.sent_bytes, got.quota_bytes) == (42, 1.5e9, 2**31)
 
 
-@pytest.mark.parametrize("lines", [
-    [f'{FSYNC}{{le="0.002"}} NaN', f'{FSYNC}{{le="+Inf"}} 1'],
-    [f'{FSYNC}{{le="0.002"}} 5', f'{FSYNC}{{le="+Inf"}} 1'],  # not cumulative
-    [f'{FSYNC}{{le="x"}} 5', f'{FSYNC}{{le="+Inf"}} 5'],
-    [f"{FSYNC}{{}} 5"],
-    ["etcd_network_client_grpc_sent_bytes_total -1"],
-    ["etcd_network_client_grpc_sent_bytes_total abc"],
-])
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [f'{FSYNC}{{le="0.002"}} NaN', f'{FSYNC}{{le="+Inf"}} 1'],
+        [f'{FSYNC}{{le="0.002"}} 5', f'{FSYNC}{{le="+Inf"}} 1'],  # not cumulative
+        [f'{FSYNC}{{le="x"}} 5', f'{FSYNC}{{le="+Inf"}} 5'],
+        [f"{FSYNC}{{}} 5"],
+        ["etcd_network_client_grpc_sent_bytes_total -1"],
+        ["etcd_network_client_grpc_sent_bytes_total abc"],
+    ],
+)
 def test_samples_that_are_not_etcds_are_an_error(lines):
     with pytest.raises(MetricsError):
         parse(page(*lines))

