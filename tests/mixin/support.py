@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from tools import build_mixin as build  # noqa: F401  (re-exported: the mixin tests import it from here)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PROMTOOL_TESTS = sorted((REPO / "tests" / "mixin" / "promtool").glob("*_test.yaml"))
