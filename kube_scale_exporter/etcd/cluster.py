@@ -1,10 +1,13 @@
-"""One etcd cluster as the collector sees it: its members' status, quota and alarms.
+"""One etcd cluster as the collector sees it: its members' status, quota, alarms and
+disk latency and read load (from each member's own /metrics).
 
 A refresh asks one endpoint for the member list and the alarm list, then each member's
-own client URL for its Status, in parallel, so a member that hangs costs one timeout,
-not one per member. In local mode (a DaemonSet pod beside its etcd member) only the
-configured endpoint is asked for its Status: every etcd node runs its own pod, and
-asking all members from each would multiply the load by the cluster size.
+own client URL for its Status and its /metrics page (or the --etcd.metrics-url for its
+host), all in parallel, so a member that hangs costs one timeout, not one per request.
+The page is read once per refresh and gives both the quota and the performance samples.
+In local mode (a DaemonSet pod beside its etcd member) only the configured endpoint is
+asked: every etcd node runs its own pod, and asking all members from each would
+multiply the load by the cluster size.
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ from dataclasses import dataclass
 
 import requests
 
+from kube_scale_exporter.etcd import perf
 from kube_scale_exporter.etcd.client import EtcdClient, EtcdError, Member, Status
+from kube_scale_exporter.etcd.metrics_urls import metrics_url
 
 log = logging.getLogger(__name__)
 
-QUOTA_METRIC = "etcd_server_quota_backend_bytes"
+QUOTA_METRIC = perf.QUOTA
 # etcd recommends 3, 5 or 7 members and nobody runs more than a handful: a longer member
 # list is broken or hostile. Past it the cluster is down with an error naming the cap,
-# which keeps the member series (about 11 each) and the Status fan-out bounded.
+# which keeps the member series (about 25 each) and the Status and /metrics fan-out bounded.
 MAX_MEMBERS = 15
 
 
@@ -37,6 +42,9 @@ class MemberState:
     quota_bytes: int
     quota_source: str  # "status", "metrics" or "flag"
     alarms: frozenset[str] | None  # None when the alarm list could not be read
+    # The member's own /metrics, read apart from Status: either may fail alone.
+    metrics: perf.MemberMetrics | None = None
+    metrics_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,7 @@ class EtcdCluster:
         session: requests.Session,
         timeout: float,
         default_quota: int,
-        quota_max_age: float,
+        metrics_urls: tuple[str, ...] = (),
     ):
         self.name = name
         self.endpoints = list(endpoints)
@@ -73,12 +81,13 @@ class EtcdCluster:
         self.session = session
         self.timeout = timeout
         self.default_quota = default_quota
-        self.quota_max_age = quota_max_age
+        # --etcd.metrics-url for this cluster; empty: each member's client URL.
+        self.metrics_urls = tuple(metrics_urls)
         self._clients: dict[str, EtcdClient] = {}
         self._lock = threading.Lock()
         self._known: list[str] = []  # member labels at the last refresh
         self._labels: dict[str, str] = {}  # local mode: endpoint -> member label
-        self._quota: dict[str, tuple[int, str, float]] = {}  # url -> (bytes, source, when)
+        self._metrics_errors: dict[str, str] = {}  # url -> last error, logged once
 
     def client(self, url: str) -> EtcdClient:
         with self._lock:
@@ -126,7 +135,8 @@ class EtcdCluster:
             members, entry = self._member_list()
         except EtcdError as exc:
             down = tuple(
-                MemberState(label, None, None, str(exc), 0, "", None) for label in self._known
+                MemberState(label, None, None, str(exc), 0, "", None, None, str(exc))
+                for label in self._known
             )
             return ClusterState(self.name, down, str(exc), now)
         names = {m.id: m.label for m in members}
@@ -135,19 +145,23 @@ class EtcdCluster:
         else:
             with self._lock:
                 targets = [(self._labels.get(url, url), url) for url in self.endpoints]
-        # One thread per member at most MAX_MEMBERS (local mode asks only the configured
-        # endpoints), plus the alarm list: a hung member costs one timeout, not one each.
-        workers = min(len(targets), MAX_MEMBERS) + 1
+        # Status and /metrics of every member at once (at most MAX_MEMBERS; local mode asks
+        # only the configured endpoints), plus the alarm list: a hung member costs one
+        # timeout, not one per request.
+        workers = 2 * min(len(targets), MAX_MEMBERS) + 1
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="etcd") as pool:
             alarms_job = pool.submit(entry.alarms)
             jobs = [pool.submit(self._member, url) for _, url in targets]
+            page_jobs = [pool.submit(self._metrics, url) for _, url in targets]
             try:
                 alarms = alarms_job.result()
             except EtcdError:
                 alarms = None
             states = []
-            for (label, url), job in zip(targets, jobs, strict=True):
-                status, error, quota, source = job.result()
+            for (label, url), job, page_job in zip(targets, jobs, page_jobs, strict=True):
+                status, error = job.result()
+                page, page_error = page_job.result()
+                quota, source = self._quota(status, page)
                 if status is not None:
                     label = names.get(status.member_id) or format(int(status.member_id), "x")
                     self._labels[url] = label
@@ -156,44 +170,53 @@ class EtcdCluster:
                     if alarms is None
                     else frozenset(a.alarm for a in alarms if names.get(a.member_id) == label)
                 )
-                states.append(MemberState(label, url, status, error, quota, source, mine))
+                states.append(
+                    MemberState(label, url, status, error, quota, source, mine, page, page_error)
+                )
         self._known = [s.name for s in states]
         answered = any(s.status is not None for s in states)
         error = None if answered else "; ".join(s.error or "" for s in states) or "no members"
         return ClusterState(self.name, tuple(sorted(states, key=lambda s: s.name)), error, now)
 
-    def _member(self, url: str | None) -> tuple[Status | None, str | None, int, str]:
+    def _member(self, url: str | None) -> tuple[Status | None, str | None]:
         if url is None:
-            return None, "member advertises no http(s) client URL (not started yet?)", 0, ""
-        client = self.client(url)
+            return None, "member advertises no http(s) client URL (not started yet?)"
         try:
-            status = client.status()
+            return self.client(url).status(), None
         except EtcdError as exc:
-            return None, str(exc), 0, ""
+            return None, str(exc)
+
+    def _metrics(self, url: str | None) -> tuple[perf.MemberMetrics | None, str | None]:
+        """The member's /metrics samples, or the error that fails only this part."""
+        if url is None:
+            return None, "member advertises no http(s) client URL (not started yet?)"
+        where, error = metrics_url(url, self.metrics_urls)
+        found = None
+        try:
+            if where is not None:
+                found = perf.parse(self.client(where).metric_lines(perf.WANTED))
+        except EtcdError as exc:
+            error = str(exc)
+        except perf.MetricsError as exc:
+            error = f"{where}/metrics: {exc}"
+        # Logged when it starts or changes, not on every refresh.
+        with self._lock:
+            if error and self._metrics_errors.get(url) != error:
+                log.warning("etcd %s: member %s: /metrics not read: %s", self.name, url, error)
+            elif not error and url in self._metrics_errors:
+                log.info("etcd %s: member %s: /metrics read again", self.name, url)
+            if error:
+                self._metrics_errors[url] = error
+            else:
+                self._metrics_errors.pop(url, None)
+        return found, error
+
+    def _quota(self, status: Status | None, page: perf.MemberMetrics | None) -> tuple[int, str]:
+        """The member's quota: from Status (etcd 3.6+), its /metrics, else --etcd.quota-bytes."""
+        if status is None:
+            return 0, ""
         if status.db_size_quota > 0:
-            return status, None, status.db_size_quota, "status"
-        quota, source = self._quota_from_metrics(client)
-        return status, None, quota, source
-
-    def _quota_from_metrics(self, client: EtcdClient) -> tuple[int, str]:
-        """The member's configured quota from its /metrics, fetched once per quota_max_age.
-
-        The quota changes only when etcd restarts with another flag, and the page is
-        ~150 KB, so it is not read on every refresh. When the page cannot be read or
-        lacks the sample, the --etcd.quota-bytes default stands in until the next try.
-        """
-        with self._lock:
-            cached = self._quota.get(client.url)
-        if cached and time.monotonic() - cached[2] < self.quota_max_age:
-            return cached[0], cached[1]
-        try:
-            value = client.metric(QUOTA_METRIC)
-        except EtcdError as exc:
-            log.warning(
-                "etcd %s: quota from /metrics: %s; assuming --etcd.quota-bytes", self.name, exc
-            )
-            value = None
-        quota, source = (int(value), "metrics") if value else (self.default_quota, "flag")
-        with self._lock:
-            self._quota[client.url] = (quota, source, time.monotonic())
-        return quota, source
+            return status.db_size_quota, "status"
+        if page is not None and page.quota_bytes:
+            return int(page.quota_bytes), "metrics"
+        return self.default_quota, "flag"

@@ -86,6 +86,39 @@ local text = import '../lib/alerts.libsonnet';
               description: 'Events are {{ $value | humanizePercentage }} of the keys in etcd cluster {{ $labels.etcd_cluster }}; move them to their own etcd with --etcd-servers-overrides.',
             },
           },
+          // Performance, per member: a slow disk or a heavy reader is one member's problem,
+          // and the fix (a local SSD, events in their own etcd) is chosen per etcd cluster,
+          // so the etcd_cluster label tells main from events.
+          {
+            alert: 'KubeScaleEtcdWalFsyncSlow',
+            expr: 'etcd_cluster_member:kubescale_etcd_wal_fsync_duration_seconds:p99_rate%(rateInterval)s > %(etcdFsyncP99Seconds)g' % c,
+            'for': c.etcdDiskSlowFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: "An etcd member's WAL fsync p99 is above etcd's guidance of 10 ms.",
+              description: 'etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} takes {{ $value | humanizeDuration }} (p99 over %(rateInterval)s) to fsync its write-ahead log; every write waits for it, and slow fsyncs cost leader elections.' % c,
+            },
+          },
+          {
+            alert: 'KubeScaleEtcdBackendCommitSlow',
+            expr: 'etcd_cluster_member:kubescale_etcd_backend_commit_duration_seconds:p99_rate%(rateInterval)s > %(etcdCommitP99Seconds)g' % c,
+            'for': c.etcdDiskSlowFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: "An etcd member's backend commit p99 is above etcd's guidance of 25 ms.",
+              description: 'etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} takes {{ $value | humanizeDuration }} (p99 over %(rateInterval)s) to commit its backend database to disk.' % c,
+            },
+          },
+          {
+            alert: 'KubeScaleEtcdReadBandwidthHigh',
+            expr: 'etcd_cluster_member:kubescale_etcd_client_sent_bytes:rate%(rateInterval)s > %(etcdReadBytesPerSecond)g' % c,
+            'for': c.etcdReadBandwidthFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: 'An etcd member sends its clients more than the configured read bandwidth.',
+              description: 'etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} sends {{ $value | humanize }}B/s to its clients, over %g MB/s for %s. Usually full LISTs without resourceVersion or informers relisting: find the client in apiserver_request_total by verb and resource, or in the audit log.' % [c.etcdReadBytesPerSecond / 1e6, c.etcdReadBandwidthFor],
+            },
+          },
           {
             // The "we cannot see it" companion: an etcd cluster reported in the last
             // notObservedLookback that no target reports as answering now (the targets that

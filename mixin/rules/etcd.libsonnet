@@ -1,5 +1,5 @@
-// etcd capacity per cluster and member. `max by` removes the exporter's target labels, so
-// several exporters (or Prometheus replicas' views) of one member collapse to one series.
+// etcd capacity and performance per cluster and member. `max by` removes the exporter's
+// target labels, so several exporters (or Prometheus replicas' views) of one member collapse to one series.
 // `last_over_time` over gapTolerance bridges a scrape or two without a member's series (a
 // slow Status call), so the alerts reading these rules keep their `for`.
 {
@@ -9,6 +9,7 @@
         local c = $._config,
         local member = '%(clusterLabel)s, etcd_cluster, member' % c,
         local last(metric) = 'last_over_time(%s{%s}[%s])' % [metric, c.etcdSelector, c.gapTolerance],
+        local rate(metric) = 'rate(%s{%s}[%s])' % [metric, c.etcdSelector, c.rateInterval],
         name: 'kube-scale-exporter-etcd.rules',
         rules: [
           {
@@ -81,6 +82,26 @@
               /
               sum by (%(clusterLabel)s, etcd_cluster) (etcd_cluster_resource:kubescale_etcd_keys:max)
             ||| % c,
+          },
+          // Performance per member, from each member's own /metrics. The rate is taken per
+          // exporter series, then `max by` collapses several exporters of one member; a
+          // member restart resets its counters, which rate() treats as a reset, not a drop.
+          {
+            record: 'etcd_cluster_member:kubescale_etcd_wal_fsync_duration_seconds:p99_rate%(rateInterval)s' % c,
+            expr: 'histogram_quantile(0.99, max by (%s, le) (%s))' % [member, rate('kubescale_etcd_wal_fsync_duration_seconds_bucket')],
+          },
+          {
+            record: 'etcd_cluster_member:kubescale_etcd_backend_commit_duration_seconds:p99_rate%(rateInterval)s' % c,
+            expr: 'histogram_quantile(0.99, max by (%s, le) (%s))' % [member, rate('kubescale_etcd_backend_commit_duration_seconds_bucket')],
+          },
+          {
+            // What the member sends its clients per second: the kube-apiservers' reads.
+            record: 'etcd_cluster_member:kubescale_etcd_client_sent_bytes:rate%(rateInterval)s' % c,
+            expr: 'max by (%s) (%s)' % [member, rate('kubescale_etcd_client_sent_bytes_total')],
+          },
+          {
+            record: 'etcd_cluster_member:kubescale_etcd_range_requests:rate%(rateInterval)s' % c,
+            expr: 'max by (%s) (%s)' % [member, rate('kubescale_etcd_range_requests_total')],
           },
         ],
       },

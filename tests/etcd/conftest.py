@@ -6,11 +6,9 @@ import pytest
 
 from kube_scale_exporter.cli import parse
 from kube_scale_exporter.scrape import Scraper
-from testbed.etcd_server import EtcdServer, start_cluster
+from testbed.etcd_server import VERSIONS, EtcdServer, start_cluster
 from testbed.metrics import collect
 from prometheus_client.exposition import generate_latest
-
-VERSIONS = ["3.4", "3.5"]
 
 
 @pytest.fixture(params=VERSIONS)

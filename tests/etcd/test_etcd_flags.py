@@ -53,6 +53,49 @@ BAD = [
         "--etcd.key-file",
     ),
     (["--etcd.local"], "--etcd.local"),  # no kubeadm certificates on this machine
+    (
+        ["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.metrics-url", "main"],
+        "--etcd.metrics-url",
+    ),
+    (
+        [
+            "--etcd.cluster",
+            "main=http://127.0.0.1:2379",
+            "--etcd.metrics-url",
+            "main=127.0.0.1:2381",
+        ],
+        "--etcd.metrics-url",
+    ),
+    (
+        [
+            "--etcd.cluster",
+            "main=http://127.0.0.1:2379",
+            "--etcd.metrics-url",
+            "main=http://{hots}:2381",
+        ],
+        "--etcd.metrics-url",
+    ),
+    (
+        [
+            "--etcd.cluster",
+            "main=http://127.0.0.1:2379",
+            "--etcd.metrics-url",
+            "events=http://127.0.0.1:2381",
+        ],
+        "--etcd.metrics-url",
+    ),
+    (
+        [
+            "--etcd.cluster",
+            "main=http://127.0.0.1:2379",
+            "--etcd.metrics-url",
+            "main=http://127.0.0.1:2381",
+            "--etcd.metrics-url",
+            "main=http://127.0.0.2:2381",
+        ],
+        "--etcd.metrics-url",
+    ),
+    (["--etcd.metrics-url", "main=http://127.0.0.1:2381"], "--etcd.metrics-url"),
 ]
 
 

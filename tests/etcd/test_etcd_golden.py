@@ -4,6 +4,7 @@ from kube_scale_exporter.collectors.etcd.advice import advise
 from kube_scale_exporter.collectors.etcd.state import EtcdState, families
 from kube_scale_exporter.etcd.client import Status, TLSFiles
 from kube_scale_exporter.etcd.cluster import ClusterState, MemberState
+from kube_scale_exporter.etcd.perf import Histogram, MemberMetrics
 from testbed.golden import assert_golden, series_count
 
 MiB = 1024 * 1024
@@ -11,6 +12,24 @@ MiB = 1024 * 1024
 
 def status(member_id, leader_id, size, in_use, quota=0, term=2, applied=1234):
     return Status(member_id, leader_id, "3.5.1", size, in_use, quota, term, applied)
+
+
+# A healthy local SSD: fsyncs mostly under 2 ms; commits under 8 ms.
+FAST = MemberMetrics(
+    Histogram((9000, 9950, 9990, 10000, 10000, 10000)),
+    Histogram((3000, 4990, 5000, 5000, 5000, 5000)),
+    3.56e9,
+    120000,
+    2**31,
+)
+# A network disk: 3% of fsyncs over 16 ms, commits in the hundreds of ms.
+SLOW = MemberMetrics(
+    Histogram((100, 5000, 9700, 9900, 9990, 10000)),
+    Histogram((0, 100, 1000, 3000, 4900, 5000)),
+    5.1e11,
+    9.9e6,
+    2**31,
+)
 
 
 def fixed_states():
@@ -25,6 +44,7 @@ def fixed_states():
                 2048 * MiB,
                 "metrics",
                 frozenset(),
+                SLOW,
             ),
             MemberState(
                 "m1",
@@ -32,8 +52,10 @@ def fixed_states():
                 status("2", "1", 2047 * MiB, 1900 * MiB),
                 None,
                 2048 * MiB,
-                "metrics",
+                "flag",
                 frozenset({"NOSPACE"}),
+                None,
+                "http://10.0.0.2:2381/metrics: ConnectionError: refused",
             ),
             MemberState(
                 "m2",
@@ -59,6 +81,7 @@ def fixed_states():
                 8192 * MiB,
                 "status",
                 frozenset(),
+                FAST,
             ),
         ),
         None,
@@ -76,9 +99,12 @@ def test_golden_exposition_and_its_series_budget():
     states, keys = fixed_states()
     text = assert_golden("etcd", families(EtcdState(states, keys, 300.0)))
     # docs/etcd.md: 10 per answering member, 1 per silent member, per cluster 1 (up) and,
-    # once counted, 1 (timestamp) + its resources.
-    answering, silent = 3, 1
-    assert series_count(text) == 10 * answering + silent + 3 + (1 + 4) + (1 + 1)
+    # once counted, 1 (timestamp) + its resources; performance: 15 per member whose
+    # /metrics was read, 1 per member whose page was not.
+    answering, silent, pages, no_page = 3, 1, 2, 2
+    assert series_count(text) == (
+        10 * answering + silent + 3 + (1 + 4) + (1 + 1) + 15 * pages + no_page
+    )
 
 
 def test_findings_from_the_same_states():
@@ -97,6 +123,20 @@ def test_findings_from_the_same_states():
         ),
     ) in found
     assert ("warning", "etcd main member m2: did not answer") in found
+    assert (
+        "warning",
+        "etcd main member m1: /metrics not read (no disk latency or read load)",
+    ) in found
+    assert (
+        "warning",
+        "etcd main member m0: 3.0% of WAL fsyncs took over 16 ms since the "
+        "member started (etcd wants the p99 below 10 ms)",
+    ) in found
+    assert (
+        "warning",
+        "etcd main member m0: 40.0% of backend commits took over 32 ms since "
+        "the member started (etcd wants the p99 below 25 ms)",
+    ) in found
     assert ("critical", "etcd spare: no member answered") in found
     assert (
         "warning",

@@ -43,14 +43,19 @@ def test_quota_falls_back_to_the_flag_when_metrics_fail_then_returns(proxied, co
     assert value(found, "kubescale_etcd_quota_bytes", **MEMBER) == 1024**3
     assert value(found, "kubescale_etcd_quota_info", source="flag", **MEMBER) == 1
     assert proxy.count(r"^/metrics", 500) == 1
+    # Only the page's part failed: Status series stay, the performance series go.
+    assert value(found, "kubescale_etcd_member_metrics_up", **MEMBER) == 0
+    assert value(found, "kubescale_etcd_member_up", **MEMBER) == 1
     proxy.clear()
-    time.sleep(0.15)
     collect(collector)
-    assert proxy.count(r"^/metrics") == 1  # the failed read is not retried every refresh
-    time.sleep(0.5)
+    assert proxy.count(r"^/metrics") == 1  # cached until --etcd.min-interval, like Status
+    time.sleep(0.15)
+    # The page is read once per refresh (it also carries the performance samples).
     found = samples(collector)
+    assert proxy.count(r"^/metrics") == 2
     assert value(found, "kubescale_etcd_quota_bytes", **MEMBER) == 2 * 1024**3  # etcd's default
     assert value(found, "kubescale_etcd_quota_info", source="metrics", **MEMBER) == 1
+    assert value(found, "kubescale_etcd_member_metrics_up", **MEMBER) == 1
 
 
 def test_status_error_marks_the_member_down_with_etcds_answer(proxied, collector_factory):

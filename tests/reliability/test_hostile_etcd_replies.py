@@ -62,7 +62,7 @@ def hostile(proxy, pattern, **fault):
 
 @pytest.fixture
 def exporter(proxy, run_exporter):
-    # keys-interval is also how often the quota is read from /metrics.
+    # /metrics (quota, disk latency, reads) is read on every refresh, each min-interval.
     running = run_exporter(
         [
             "--mode",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kube_scale_exporter.collectors.etcd.state import EtcdState
+from kube_scale_exporter.etcd.perf import Histogram
 from kube_scale_exporter.etcd.client import TLSFiles
 from kube_scale_exporter.registry import Finding
 
@@ -36,6 +37,30 @@ def nospace_advice(ctl: str) -> str:
         f'{ctl} compaction --physical "$rev"\n'
         f"{ctl} defrag --cluster\n"
         f"{ctl} alarm disarm"
+    )
+
+
+# Since the member started, more than 1% of fsyncs (commits) above the bucket bound next
+# above etcd's guidance (10 ms, 25 ms) means the p99 is surely above it.
+SLOW_DISK = (("WAL fsync", "fsync", 0.016, "10 ms"), ("backend commit", "commit", 0.032, "25 ms"))
+DISK_ADVICE = (
+    "etcd waits for its disk on every write. Give each member a local SSD of its "
+    "own (not a network disk, not shared with other I/O), and move events to their "
+    "own etcd (kube-apiserver --etcd-servers-overrides) to halve the writes here."
+)
+
+
+def _slow_disk(
+    where: str, name: str, hist: Histogram | None, bound: float, guide: str
+) -> Finding | None:
+    share = hist.share_above(bound) if hist is not None else None
+    if share is None or share <= 0.01:
+        return None
+    return Finding(
+        "warning",
+        f"{where}: {share:.1%} of {name}s took over {bound * 1000:g} ms "
+        f"since the member started (etcd wants the p99 below {guide})",
+        DISK_ADVICE,
     )
 
 
@@ -76,6 +101,20 @@ def advise(state: EtcdState) -> list[Finding]:
             if m.status is None:
                 out.append(Finding("warning", f"{where}: did not answer", f"error: {m.error}"))
                 continue
+            if m.metrics is None:
+                out.append(
+                    Finding(
+                        "warning",
+                        f"{where}: /metrics not read (no disk latency or read load)",
+                        f"error: {m.metrics_error}\nWhere etcd serves /metrics elsewhere "
+                        "(--listen-metrics-urls), give --etcd.metrics-url.",
+                    )
+                )
+            else:
+                for name, attr, bound, guide in SLOW_DISK:
+                    slow = _slow_disk(where, name, getattr(m.metrics, attr), bound, guide)
+                    if slow:
+                        out.append(slow)
             s = m.status
             used = s.db_size / m.quota_bytes
             if m.alarms and "CORRUPT" in m.alarms:

@@ -19,6 +19,7 @@ from kube_scale_exporter.collectors.etcd.config import (
     LOCAL_DEFAULT,
     cluster_spec,
     keys_prefix,
+    metrics_url_spec,
     tls_files,
 )
 from kube_scale_exporter.collectors.etcd.state import EtcdState, families
@@ -38,8 +39,8 @@ class EtcdCollector(Collector):
     modes = frozenset({"node", "cluster"})
     default_enabled = False
     help = (
-        "etcd database size against its quota, alarms, leader, keys per resource. "
-        "On when --etcd.cluster or --etcd.local is given."
+        "etcd database size against its quota, alarms, leader, keys per resource, disk "
+        "latency and read load. On when --etcd.cluster or --etcd.local is given."
     )
     # Node mode runs beside a kubeadm etcd member with its healthcheck client pair (0600,
     # owned by root; never the CA key or the peer/server keys). Cluster mode reads remote
@@ -82,6 +83,19 @@ class EtcdCollector(Collector):
             f"{LOCAL_DEFAULT}), with kubeadm's /etc/kubernetes/pki/etcd certificates "
             f"unless --etcd.ca-file/--etcd.cert-file/--etcd.key-file are given. "
             f"Key counts are taken only by the pod beside the leader.",
+        )
+        group.add_argument(
+            "--etcd.metrics-url",
+            dest="etcd_metrics_urls",
+            action="append",
+            type=metrics_url_spec,
+            default=[],
+            metavar="NAME=URL[,URL...]",
+            help="Read the members of cluster NAME's /metrics (disk latency, read load, "
+            "quota) here rather than at their client URL, for etcd's "
+            "--listen-metrics-urls, e.g. main=http://{host}:2381 ({host}: each "
+            "member's client URL host) or main=http://127.0.0.1:2381 with "
+            "--etcd.local. URLs are matched to members by host (repeatable).",
         )
         group.add_argument(
             "--etcd.ca-file",
@@ -160,7 +174,8 @@ class EtcdCollector(Collector):
 
     @classmethod
     def enabled_by(cls, args):
-        return bool(args.etcd_clusters or args.etcd_local)
+        # --etcd.metrics-url alone turns it on so that validate() says what is missing.
+        return bool(args.etcd_clusters or args.etcd_local or args.etcd_metrics_urls)
 
     @classmethod
     def validate(cls, args):
@@ -173,6 +188,15 @@ class EtcdCollector(Collector):
                 if name in seen:
                     raise UsageError(f"{flag}: cluster name {name!r} is given twice")
                 seen.add(name)
+        named = set()
+        for name, _ in args.etcd_metrics_urls:
+            if name not in seen:
+                raise UsageError(
+                    f"--etcd.metrics-url: no --etcd.cluster or --etcd.local is named {name!r}"
+                )
+            if name in named:
+                raise UsageError(f"--etcd.metrics-url: cluster name {name!r} is given twice")
+            named.add(name)
         if bool(args.etcd_cert_file) != bool(args.etcd_key_file):
             flag = "--etcd.key-file" if args.etcd_cert_file else "--etcd.cert-file"
             raise UsageError(f"{flag}: --etcd.cert-file and --etcd.key-file go together")
@@ -198,6 +222,7 @@ class EtcdCollector(Collector):
         session = new_session(self.tls)
         specs = [(name, urls, True) for name, urls in args.etcd_clusters]
         specs += [(name, urls, False) for name, urls in args.etcd_local]
+        metrics_urls = dict(args.etcd_metrics_urls)
         self.clusters = [
             EtcdCluster(
                 name,
@@ -206,7 +231,7 @@ class EtcdCollector(Collector):
                 session,
                 args.etcd_timeout,
                 args.etcd_quota_bytes,
-                quota_max_age=args.etcd_keys_interval,
+                metrics_urls.get(name, ()),
             )
             for name, urls, discover in specs
         ]

@@ -46,6 +46,19 @@ def cluster_spec(value: str) -> tuple[str, tuple[str, ...]]:
     return name, endpoints
 
 
+def metrics_url_spec(value: str) -> tuple[str, tuple[str, ...]]:
+    """NAME=URL[,URL...]: where the cluster's members serve /metrics (--listen-metrics-urls);
+    a URL's host may be {host}, each member's client URL host."""
+    name, urls = cluster_spec(value)
+    for url in urls:
+        host = urlsplit(url).hostname or ""
+        if ("{" in host or "}" in host) and host != "{host}":
+            raise argparse.ArgumentTypeError(
+                f"the only placeholder is {{host}} (e.g. http://{{host}}:2381), got {url!r}"
+            )
+    return name, urls
+
+
 def keys_prefix(value: str) -> str:
     if not value.startswith("/"):
         raise argparse.ArgumentTypeError(f"must start with /, got {value!r}")

@@ -45,8 +45,11 @@ the flag, member the etcd member's name):
     # TYPE kubescale_etcd_keys_refresh_timestamp_seconds gauge
     kubescale_etcd_keys_refresh_timestamp_seconds{etcd_cluster="main"} 1.7e+09
 
+Then each member's disk latency and read load, from its own /metrics: performance.py.
+
 The collector fails only when no configured cluster answers; a cluster or member that
-does not answer shows kubescale_etcd_up / kubescale_etcd_member_up 0 and no other series.
+does not answer shows kubescale_etcd_up / kubescale_etcd_member_up 0 and no other Status
+series; a member whose /metrics cannot be read, kubescale_etcd_member_metrics_up 0.
 """
 
 # The exposition above is quoted as served, its HELP lines whole.
@@ -57,6 +60,7 @@ from dataclasses import dataclass
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kube_scale_exporter.collectors.etcd.config import NO_TLS
+from kube_scale_exporter.collectors.etcd.performance import performance_families
 from kube_scale_exporter.etcd.client import TLSFiles
 from kube_scale_exporter.etcd.cluster import ClusterState
 
@@ -174,4 +178,5 @@ def families(state: EtcdState) -> list[Metric]:
         applied,
         key_count,
         key_time,
+        *performance_families(state.clusters),
     ]
