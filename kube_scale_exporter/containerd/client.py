@@ -18,6 +18,7 @@ DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
 LIST_STATUSES = "/containerd.services.content.v1.Content/ListStatuses"
 LIST_CONTENT = "/containerd.services.content.v1.Content/List"
 LIST_IMAGES = "/containerd.services.images.v1.Images/List"
+VERSION = "/containerd.services.version.v1.Version/Version"
 # containerd reads the namespace of every call from this gRPC metadata key.
 NAMESPACE_HEADER = "containerd-namespace"
 
@@ -122,3 +123,8 @@ class ContainerdClient:
         """Content.List with containerd filters (any may match): committed blobs' info."""
         chunks = self._call("Content.List", LIST_CONTENT, wire.encode_strings(1, filters))
         return [_content_info(info) for chunk in chunks for info in wire.fields(chunk)[1]]
+
+    def version(self) -> str:
+        """Version.Version: containerd's version string ("1.6.20~ds1", "2.1.9")."""
+        (reply,) = self._call("Version", VERSION, b"")
+        return wire.string(wire.fields(reply)[1])

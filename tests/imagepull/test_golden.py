@@ -3,9 +3,10 @@ from datetime import UTC, datetime
 
 from kube_scale_exporter.collectors.imagepull.advice import advise
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletPullSettings
-from kube_scale_exporter.collectors.imagepull.pods import images_wanted
+from kube_scale_exporter.collectors.imagepull.pods import images_failing, images_wanted
 from kube_scale_exporter.collectors.imagepull.state import combine, families
 from kube_scale_exporter.containerd.client import ContentInfo, Ingest
+from kube_scale_exporter.containerd.config import PullSettings
 from kube_scale_exporter.containerd.pulls import ManifestIndex
 from kube_scale_exporter.containerd.reference import parse
 from testbed.golden import assert_golden, series_count
@@ -67,7 +68,13 @@ PODS = [
         [waiting("main", "ContainerCreating")], start="2027-01-15T07:00:00Z"),
     # Waits behind it for two images neither present nor downloading: queued.
     pod("web", [("nginx", "nginx:1.25"), ("sidecar", "quay.io/org/proxy:2")],
-        [waiting("nginx", "ImagePullBackOff"), waiting("sidecar", "ErrImagePull")]),
+        [waiting("nginx", "ContainerCreating"), waiting("sidecar", "ContainerCreating")]),
+    # Pulls that failed or back off wait for no slot: failing, not queued. The same image
+    # twice counts once; a typo'd reference counts as written.
+    pod("typo", [("a", "docker.io/library/ngnix:1.25"), ("b", "ngnix:1.25"),
+                 ("c", "Bad Name")],
+        [waiting("a", "ImagePullBackOff"), waiting("b", "ErrImagePull"),
+         waiting("c", "InvalidImageName")]),
     # Just bound to the node, no status yet; wants an image that is present.
     pod("fresh", [("c", "busybox")], None, start=None),
     # Its init container pulls; the main container waits for it, not for a pull.
@@ -84,16 +91,22 @@ PRESENT = {"docker.io/library/busybox:latest", "registry.k8s.io/pause:3.9",
 PRELOAD = [parse("registry.k8s.io/pause:3.9"), parse("nvcr.io/nvidia/cuda:12.4.0")]
 
 
+CONTAINERD = PullSettings(max_concurrent_downloads=3, progress_timeout=300.0,
+                          downloads_key="plugins.'io.containerd.transfer.v1.local'."
+                                        "max_concurrent_downloads")
+
+
 def state():
     owners = ManifestIndex(lambda: MANIFESTS).lookup({i.digest for i in INGESTS if i.digest})
     return combine(NOW, 120.0, INGESTS, owners, PRESENT, images_wanted(PODS),
-                   KubeletPullSettings(serialize=True, max_parallel=1), PRELOAD)
+                   KubeletPullSettings(serialize=True, max_parallel=1), PRELOAD,
+                   failing=images_failing(PODS), containerd=CONTAINERD)
 
 
 def test_golden_exposition():
     assert datetime.fromtimestamp(NOW - 3600, UTC).isoformat() == "2027-01-15T07:00:00+00:00"
     text = assert_golden("imagepull", families(state()))
-    assert series_count(text) == 9
+    assert series_count(text) == 12
 
 
 def test_golden_input_reads_as_documented():
@@ -104,6 +117,7 @@ def test_golden_input_reads_as_documented():
     assert [p.key for p in s.stalled] == [SMALL]
     assert s.oldest_seconds == 3600
     assert s.preload_missing == ["nvcr.io/nvidia/cuda:12.4.0"]
+    assert s.failing == 2
 
 
 def test_findings_advise_parallel_pulls_for_a_serialized_backlog():
