@@ -75,7 +75,7 @@ def test_events_from_before_the_start_do_not_count():
     assert sample(families(events.snapshot()), "kubescale_image_pull_duration_seconds_count") == 1
 
 
-def post_event(api, ns, reason, message, count=1):
+def post_event(api, ns, reason, message, count=1, host="node-a"):
     name = "ev-" + uuid.uuid4().hex[:10]
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     api.admin.create(f"/api/v1/namespaces/{ns}/events", {
@@ -83,7 +83,7 @@ def post_event(api, ns, reason, message, count=1):
         "involvedObject": {"kind": "Pod", "name": "p", "namespace": ns},
         "reason": reason, "message": message, "type": "Normal", "count": count,
         "firstTimestamp": now, "lastTimestamp": now,
-        "source": {"component": "kubelet", "host": "node-a"},
+        "source": {"component": "kubelet", "host": host},
     })
     return name
 
