@@ -72,6 +72,16 @@
     imagePullOldestFor: '5m',
     imagePullSerializedFor: '15m',
     imagePreloadMissingFor: '1h',
+    // Pull failures by registry (cluster mode, from kubelet events). A registry alerts when
+    // this share of its pull attempts failed over the window and at least this many nodes
+    // reported a failure from it in the last 10 minutes (one node's failures are that node).
+    imagePullFailureWindow: '10m',
+    imagePullRateLimitedShare: 0.1,
+    imagePullFailingShare: 0.25,
+    imagePullFailingMinNodes: 5,
+    imagePullRegistryFor: '10m',
+    // containerd pull settings that differ from the cluster's majority, for this long.
+    containerdSettingsFor: '1h',
 
     // etcd-mixin's etcdDatabaseQuotaLowSpace, etcdExcessiveDatabaseGrowth and
     // etcdDatabaseHighFragmentationRatio cover the same ground as our quota, prediction and
