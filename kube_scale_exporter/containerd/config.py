@@ -8,7 +8,8 @@ against `containerd config dump` of Debian's 1.6.20 and sid's 2.1.9 (tests/image
 
 - 1.x reads config version 2: both under [plugins."io.containerd.grpc.v1.cri"]. An
   imported file's plugin section replaces the whole section of the same plugin; a missing
-  import stops containerd. 1.6 has no progress timeout at all (it came in 1.7): a
+  import stops containerd; a relative import is resolved against containerd's working
+  directory, "/" under systemd (2.x: against the importing file's directory). 1.6 has no progress timeout at all (it came in 1.7): a
   stalled pull waits forever, exported as 0.
 - 2.x reads versions 2 and 3: files are merged key by key, the version of the last file
   that sets one wins, and a merged version 2 is migrated ([...grpc.v1.cri] keys move to
@@ -78,8 +79,9 @@ def _load(path: str) -> dict:
         raise ConfigError(f"{path}: {exc}") from None
 
 
-def _imports(parent: str, doc: dict, missing: list[str]) -> list[str]:
-    """The files `doc` imports: relative to the importing file's directory, globs
+def _imports(parent: str, doc: dict, missing: list[str], major: int) -> list[str]:
+    """The files `doc` imports: relative to "/" (1.x) or the importing file's directory
+    (2.x), globs
     expanded in lexical order (as Go's filepath.Glob); plain paths that do not exist go
     to `missing` (1.x refuses to start then, 2.x skips them; here the file may also just
     not be mounted, so they are reported, not fatal)."""
@@ -88,7 +90,8 @@ def _imports(parent: str, doc: dict, missing: list[str]) -> list[str]:
         raise ConfigError(f"{parent}: imports is not a list of paths")
     out = []
     for name in names:
-        path = name if os.path.isabs(name) else os.path.join(os.path.dirname(parent), name)
+        base = os.path.dirname(parent) if major >= 2 else "/"
+        path = name if os.path.isabs(name) else os.path.join(base, name)
         if any(c in path for c in "*?["):
             out += sorted(glob.glob(path))
         elif os.path.exists(path):
@@ -98,7 +101,7 @@ def _imports(parent: str, doc: dict, missing: list[str]) -> list[str]:
     return out
 
 
-def load_files(path: str, missing: list[str]) -> list[tuple[str, dict]]:
+def load_files(path: str, missing: list[str], major: int) -> list[tuple[str, dict]]:
     """The main file then its imports, breadth first as containerd loads them."""
     loaded, out, pending = set(), [], [path]
     while pending:
@@ -110,7 +113,7 @@ def load_files(path: str, missing: list[str]) -> list[tuple[str, dict]]:
         doc = _load(current)
         loaded.add(current)
         out.append((current, doc))
-        pending += _imports(current, doc, missing)
+        pending += _imports(current, doc, missing, major)
     return out
 
 
@@ -151,7 +154,7 @@ def settings(path: str, version: tuple[int, int] | None) -> PullSettings:
     main_version = _load(path).get("version", 1)
     major = version[0] if version else (2 if main_version == 3 else 1)
     missing: list[str] = []
-    files = load_files(path, missing)
+    files = load_files(path, missing, major)
     found = {"files": tuple(name for name, _ in files), "missing": tuple(missing)}
     if major < 2:
         if main_version != 2:
