@@ -9,8 +9,9 @@ against `containerd config dump` of Debian's 1.6.20 and sid's 2.1.9 (tests/image
 - 1.x reads config version 2: both under [plugins."io.containerd.grpc.v1.cri"]. An
   imported file's plugin section replaces the whole section of the same plugin; a missing
   import stops containerd; a relative import is resolved against containerd's working
-  directory, "/" under systemd (2.x: against the importing file's directory). 1.6 has no progress timeout at all (it came in 1.7): a
-  stalled pull waits forever, exported as 0.
+  directory, "/" under systemd (2.x: against the importing file's directory). 1.6 has
+  no progress timeout at all (it came in 1.7): a stalled pull waits forever, exported
+  as 0.
 - 2.x reads versions 2 and 3: files are merged key by key, the version of the last file
   that sets one wins, and a merged version 2 is migrated ([...grpc.v1.cri] keys move to
   [plugins."io.containerd.cri.v1.images"]); a missing import is skipped. The CRI pulls

@@ -11,6 +11,7 @@ import tomllib
 
 import pytest
 
+from kube_scale_exporter.cli import parse
 from kube_scale_exporter.containerd import config
 from kube_scale_exporter.durations import go_duration
 from testbed.containerd_server import ContainerdServer
@@ -168,7 +169,6 @@ def test_hostile_files_cost_nothing(tmp_path):
 
 
 def test_flag_must_name_a_file():
-    from kube_scale_exporter.cli import parse
     with pytest.raises(SystemExit) as exc:
         parse(["--collector.imagepull", "--containerd.config", "/nonexistent.toml"])
     assert exc.value.code == 2
