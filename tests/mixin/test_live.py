@@ -90,7 +90,7 @@ def test_exporter_health_rules_see_both_jobs(live):
     live.wait_for("cluster_job:kubescale_exporter_up:avg", lambda f: by("job", f) == both)
     live.wait_for("cluster_job_version:kubescale_build_info:count", lambda f: by("job", f) == both)
     samples = live.wait_for("cluster_job:kubescale_exporter_samples_scraped:max", lambda f: len(f) == 2)
-    budgets = {demo.NODE_JOB: 40, demo.CLUSTER_JOB: 500}
+    budgets = {demo.NODE_JOB: 43, demo.CLUSTER_JOB: 500}
     for labels, value in samples.items():
         assert 0 < value <= budgets[dict(labels)["job"]]
 
