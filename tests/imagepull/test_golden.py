@@ -139,3 +139,22 @@ def test_no_serialized_backlog_warning_without_a_pull_in_progress():
     summaries = [f.summary for f in advise(idle)]
     assert not any(f.severity == "warning" for f in advise(idle)), summaries
     assert any("neither present nor downloading" in m for m in summaries)
+
+
+def test_containerd_settings_advice():
+    def warnings(settings, stall_after=120.0):
+        s = combine(NOW, stall_after, [], {}, PRESENT, {}, None, [], containerd=settings)
+        return [f.summary for f in advise(s) if f.severity == "warning"]
+
+    key = "plugins.'io.containerd.transfer.v1.local'.max_concurrent_downloads"
+    assert warnings(PullSettings(3, 300.0, key)) == []
+    assert warnings(PullSettings(3, 0.0, key)) == []  # no timeout: nothing to be inside
+    short = warnings(PullSettings(3, 60.0, key))
+    assert [w.split(":")[0] for w in short] == ["image_pull_progress_timeout is 1m00s",
+                                                "--image-pull.stall-after (2m00s) is not "
+                                                "well inside containerd's progress timeout (1m00s)"]
+    assert len(warnings(PullSettings(3, 1800.0, key), stall_after=1000.0)) == 1
+    ignored = warnings(PullSettings(3, 300.0, key, ignored_downloads=10))
+    assert ignored and "max_concurrent_downloads = 10 in the CRI images plugin is ignored" in ignored[0]
+    unknown = combine(NOW, 120.0, [], {}, PRESENT, {}, None, [], containerd_error="x: nope")
+    assert any("containerd pull settings unknown: x: nope" in f.summary for f in advise(unknown))
