@@ -155,6 +155,6 @@ def test_containerd_settings_advice():
                                                 "well inside containerd's progress timeout (1m00s)"]
     assert len(warnings(PullSettings(3, 1800.0, key), stall_after=1000.0)) == 1
     ignored = warnings(PullSettings(3, 300.0, key, ignored_downloads=10))
-    assert ignored and "max_concurrent_downloads = 10 in the CRI images plugin is ignored" in ignored[0]
+    assert "max_concurrent_downloads = 10 in the CRI images plugin is ignored" in ignored[0]
     unknown = combine(NOW, 120.0, [], {}, PRESENT, {}, None, [], containerd_error="x: nope")
     assert any("containerd pull settings unknown: x: nope" in f.summary for f in advise(unknown))
