@@ -2,7 +2,7 @@
 PYTHON ?= python3
 MIXIN_SOURCES = $(shell find mixin -name '*.jsonnet' -o -name '*.libsonnet')
 
-.PHONY: run test install lint generate check-generated deploy-check mixin-fmt bench demo
+.PHONY: run test install lint generate check-generated deploy-check mixin-fmt bench demo e2e e2e-up e2e-down test-containerd2
 
 install:
 	$(PYTHON) -m pip install -q -e '.[test]'
@@ -53,3 +53,27 @@ demo:
 
 bench:
 	$(PYTHON) -m bench
+
+# End to end on a real single-node Kubernetes 1.20 cluster on this host (root): builds the
+# image from the working tree, applies deploy/, runs Prometheus with its Kubernetes service
+# discovery and produces each failure the alerts are for; takes the cluster down and checks
+# the host is as before. Parts are built once and cached (.ci/setup.d/41-kube-node.sh,
+# 46-e2e.sh); see docs/deploy.md "Tested end to end".
+E2E_SETUP = .ci/setup.d/40-kube-apiserver.sh .ci/setup.d/41-kube-node.sh .ci/setup.d/45-deploy.sh .ci/setup.d/46-e2e.sh
+e2e:
+	for s in $(E2E_SETUP); do bash $$s || exit 1; done
+	KSE_E2E=1 $(PYTHON) -m pytest tests/e2e -v -p no:cacheprovider
+
+# The cluster alone, to look around (`make e2e-up`, then KUBECONFIG=/var/lib/kse-e2e/admin.kubeconfig).
+e2e-up:
+	for s in $(E2E_SETUP); do bash $$s || exit 1; done
+	$(PYTHON) -m testbed.cluster up
+
+# Stops it and restores the host; fails, listing them, if any change remains.
+e2e-down:
+	$(PYTHON) -m testbed.cluster down
+
+# The imagepull suite against containerd 2.x (Debian sid's, unpacked, not installed).
+test-containerd2:
+	bash .ci/setup.d/51-containerd-sid.sh
+	KSE_CONTAINERD_DIR=/var/cache/kube-scale-exporter/containerd-sid/root/usr/bin $(PYTHON) -m pytest tests/imagepull -v -p no:cacheprovider

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from kube_scale_exporter import __version__, kube
 from kube_scale_exporter.collectors import COLLECTORS
 from kube_scale_exporter.flagtypes import (duration, existing_dir, listen_address,
-                                           non_negative_int, telemetry_path)
+                                           non_negative_int, positive_int, telemetry_path)
 from kube_scale_exporter.registry import (MODES, Collector, UsageError, add_collector_flags,
                                           enabled_collectors)
 
@@ -31,7 +31,7 @@ LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARN
 
 def web_config(value: str):
     """--web.config.file: load and check it now, so a mistake exits 2 before serving."""
-    from kube_scale_exporter.webconfig import WebConfigError, load  # noqa: PLC0415
+    from kube_scale_exporter.web.config import WebConfigError, load  # noqa: PLC0415
 
     try:
         return load(value)
@@ -62,6 +62,12 @@ def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
     parser.add_argument("--web.max-requests", dest="max_requests", type=non_negative_int,
                         default=40, help="Concurrent scrapes allowed; more get 503. 0 means "
                                          "no limit (default 40).")
+    parser.add_argument("--web.idle-timeout", dest="idle_timeout", type=duration,
+                        default=120.0, help="Close a connection that sends no request for "
+                                            "this long (default 2m).")
+    parser.add_argument("--web.max-connections", dest="max_connections", type=positive_int,
+                        default=512, help="Open connections allowed; past it the oldest "
+                                           "idle one is closed for each new one (default 512).")
     parser.add_argument("--web.process-metrics", dest="process_metrics", action="store_true",
                         help="Also export the client library's process_* and python_* series "
                              "(off: they cost ~16 series per node).")
@@ -132,7 +138,7 @@ def make_scraper(collectors: list[Collector]):
 
 def serve(args, collectors: list[Collector]) -> int:
     from kube_scale_exporter.http import App, make_server  # noqa: PLC0415
-    from kube_scale_exporter.webconfig import LiveWebConfig  # noqa: PLC0415
+    from kube_scale_exporter.web.live import LiveWebConfig  # noqa: PLC0415
 
     extra = None
     if args.process_metrics:
@@ -146,7 +152,7 @@ def serve(args, collectors: list[Collector]) -> int:
               web=web)
     host, port = args.listen
     try:
-        server = make_server(app, host, port)
+        server = make_server(app, host, port, args.idle_timeout, args.max_connections)
     except OSError as exc:
         log.error("--web.listen-address: cannot listen on %s:%d: %s", host, port, exc)
         scraper.close()

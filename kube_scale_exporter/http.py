@@ -5,37 +5,38 @@ X-Prometheus-Scrape-Timeout-Seconds header (less a margin for the reply), capped
 --scrape.timeout. At most --web.max-requests scrapes run at once; more get 503, so a
 burst of scrapers cannot pile up threads on a node.
 
-With --web.config.file (kube_scale_exporter/webconfig.py) connections are TLS, optionally mutual,
+With --web.config.file (kube_scale_exporter/web/config.py) connections are TLS, optionally mutual,
 and every path but /healthz asks for basic auth before doing any work. The web config
 is taken as it is on disk at each handshake and each request, so renewed certificates
 and changed users apply without a restart.
-The TLS handshake runs in the connection's own thread, under a timeout, so a slow or
-silent client cannot hold up the accept loop.
+Connections, TLS handshakes and deadlines belong to kube_scale_exporter/web/server.py;
+this module only answers complete requests.
 """
 from __future__ import annotations
 
 import gzip
 import html
 import logging
-import socket
 import ssl
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from kube_scale_exporter.scrape import Scraper
-from kube_scale_exporter.webconfig import Active, LiveWebConfig
+from kube_scale_exporter.web.auth import AuthBusy
+from kube_scale_exporter.web.request import Request, Response, accepts_gzip
+from kube_scale_exporter.web.server import HTTPServer, Limits, Refused
+from kube_scale_exporter.web.live import Active, LiveWebConfig
 
 log = logging.getLogger(__name__)
 
 # Time kept back from Prometheus' scrape timeout to encode and send the answer.
 TIMEOUT_MARGIN_SECONDS = 0.25
 
-# A TLS client has this long to finish its handshake.
-HANDSHAKE_TIMEOUT_SECONDS = 10.0
+# Worker threads beyond --web.max-requests, for /healthz and cheap answers.
+SPARE_WORKERS = 8
 
 
 class _Families:
@@ -59,6 +60,7 @@ class App:
         self.max_timeout = max_timeout
         self.extra_registry = extra_registry
         self.title = title
+        self.max_requests = max_requests
         self._slots = threading.BoundedSemaphore(max_requests) if max_requests > 0 else None
         self.web = web
 
@@ -95,123 +97,89 @@ class App:
             "</body></html>\n"
         ).encode()
 
-
-class Handler(BaseHTTPRequestHandler):
-    app: App  # set on the subclass made by make_handler
-    server_version = "kube-scale-exporter"
-    protocol_version = "HTTP/1.1"
-    active: Active | None = None  # the web config this request is checked against
-
-    def setup(self):
-        super().setup()
-        # Headers and body go out in two writes; without this, Nagle's algorithm and the
-        # scraper's delayed ACK add ~40 ms to every keep-alive scrape.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def log_message(self, fmt, *args):  # route the stdlib's access log to debug
-        log.debug("%s %s", self.address_string(), fmt % args)
-
-    def _send(self, code: int, body: bytes, content_type: str, headers=()):
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        configured = self.active.config.headers if self.active else ()
-        for key, value in (*configured, *headers):
-            self.send_header(key, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def do_GET(self):  # noqa: N802  (http.server's naming)
-        path = urlsplit(self.path).path
-        web = self.server.web
+    def handle(self, request: Request) -> Response:
+        """Answers one request; runs in a worker thread of the server."""
+        if request.method not in ("GET", "HEAD"):
+            return Response(405, b"only GET and HEAD\n", headers=[("Allow", "GET, HEAD")])
+        path = urlsplit(request.target).path
         # Checked per request, not per connection: a password removed from the file stops
         # working on connections that were kept alive too.
-        self.active = web.current() if web else None
-        if web is not None and self.active is None:
-            self.close_connection = True
-            self._send(503, b"web config is broken; see the exporter's log\n",
-                       "text/plain; charset=utf-8")
-            return
-        if path != "/healthz" and not self._authorized():
-            return
-        if path == self.app.telemetry_path:
-            self._metrics()
-        elif path == "/":
-            self._send(200, self.app.landing_page(), "text/html; charset=utf-8")
-        elif path == "/healthz":
-            self._send(200, b"ok\n", "text/plain; charset=utf-8")
-        else:
-            self._send(404, b"not found\n", "text/plain; charset=utf-8")
-
-    do_HEAD = do_GET
-
-    def _authorized(self) -> bool:
-        """Answers 401/403 itself and returns False when the client may not go on."""
-        if self.active is None:
-            return True
-        tls = self.active.config.tls
-        peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
-        if tls is not None and not tls.peer_allowed(peer):
-            self._send(403, b"client certificate not allowed\n", "text/plain; charset=utf-8")
-            return False
-        auth = self.active.basic_auth
-        if auth is not None and not auth.check(self.headers.get("Authorization")):
-            self._send(401, b"unauthorized\n", "text/plain; charset=utf-8",
-                       [("WWW-Authenticate", 'Basic realm="kube-scale-exporter", charset="UTF-8"')])
-            return False
-        return True
-
-    def _metrics(self):
-        if not self.app.try_acquire():
-            self._send(503, b"too many concurrent scrapes; raise --web.max-requests\n",
-                       "text/plain; charset=utf-8")
-            return
-        try:
-            timeout = self.app.scrape_timeout(self.headers.get("X-Prometheus-Scrape-Timeout-Seconds"))
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            body = encoder(self.app.metrics(timeout))
-        finally:
-            self.app.release()
-        headers = []
-        if "gzip" in self.headers.get("Accept-Encoding", ""):
-            body = gzip.compress(body, compresslevel=1)
-            headers.append(("Content-Encoding", "gzip"))
-        self._send(200, body, content_type, headers)
-
-
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    web: LiveWebConfig | None = None
-
-    def finish_request(self, request, client_address):
         active = self.web.current() if self.web else None
         if self.web is not None and active is None:
-            return  # the web config on disk is broken (logged): refuse, never serve stale
-        if active is None or active.ssl_context is None:
-            super().finish_request(request, client_address)
-            return
-        request.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
+            return Response(503, b"web config is broken; see the exporter's log\n", close=True)
+        response = self._route(request, path, active)
+        if active is not None:
+            response.headers[:0] = list(active.config.headers)
+        return response
+
+    def _route(self, request: Request, path: str, active: Active | None) -> Response:
+        if path != "/healthz":
+            refused = self._refused(request, active)
+            if refused is not None:
+                return refused
+        if path == self.telemetry_path:
+            return self._metrics(request)
+        if path == "/":
+            return Response(200, self.landing_page(), "text/html; charset=utf-8")
+        if path == "/healthz":
+            return Response(200, b"ok\n")
+        return Response(404, b"not found\n")
+
+    @staticmethod
+    def _refused(request: Request, active: Active | None) -> Response | None:
+        """The 401/403/503 answer when the client may not go on, else None."""
+        if active is None:
+            return None
+        tls = active.config.tls
+        if tls is not None and not tls.peer_allowed(request.peercert):
+            return Response(403, b"client certificate not allowed\n")
+        auth = active.basic_auth
+        if auth is None:
+            return None
         try:
-            conn = active.ssl_context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError) as exc:
-            log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
-            return
+            if auth.check(request.header("Authorization")):
+                return None
+        except AuthBusy:
+            return Response(503, b"too many password checks at once; retry\n",
+                            headers=[("Retry-After", "1")])
+        return Response(401, b"unauthorized\n", headers=[
+            ("WWW-Authenticate", 'Basic realm="kube-scale-exporter", charset="UTF-8"')])
+
+    def _metrics(self, request: Request) -> Response:
+        if not self.try_acquire():
+            return Response(503, b"too many concurrent scrapes; raise --web.max-requests\n")
         try:
-            conn.settimeout(None)
-            super().finish_request(conn, client_address)
+            timeout = self.scrape_timeout(request.header("X-Prometheus-Scrape-Timeout-Seconds"))
+            encoder, content_type = choose_encoder(request.header("Accept"))
+            body = encoder(self.metrics(timeout))
         finally:
-            conn.close()
+            self.release()
+        # The body depends on Accept-Encoding: caches between us and the scraper must know.
+        headers = [("Vary", "Accept-Encoding")]
+        if accepts_gzip(request.header("Accept-Encoding")):
+            body = gzip.compress(body, compresslevel=1)
+            headers.append(("Content-Encoding", "gzip"))
+        return Response(200, body, content_type, headers)
+
+    def tls_for_connection(self) -> ssl.SSLContext | None:
+        """The server's hook per new connection: TLS settings as the files are now."""
+        if self.web is None:
+            return None
+        active = self.web.current()
+        if active is None:
+            raise Refused  # the web config on disk is broken (logged): never serve stale
+        return active.ssl_context
 
 
-class Server6(Server):
-    address_family = socket.AF_INET6
-
-
-def make_server(app: App, host: str, port: int) -> Server:
-    handler = type("BoundHandler", (Handler,), {"app": app})
-    server_class = Server6 if ":" in host else Server
-    server = server_class((host, port), handler)
-    server.web = app.web
-    return server
+def make_server(app: App, host: str, port: int, idle_timeout: float = Limits.idle_timeout,
+                max_connections: int = Limits.max_connections) -> HTTPServer:
+    # Workers: every allowed scrape, plus room for /healthz, the landing page and 401s
+    # while all scrape slots are taken.
+    scrapes = app.max_requests if app.max_requests > 0 else 64
+    # A handshake or a request head may take 10 s, never longer than a silent connection
+    # may stay: --web.idle-timeout 2s closes a slow handshake after 2 s too.
+    started = min(Limits.header_timeout, idle_timeout)
+    limits = Limits(idle_timeout=idle_timeout, max_connections=max_connections,
+                    workers=scrapes + SPARE_WORKERS, handshake_timeout=started,
+                    header_timeout=started)
+    return HTTPServer(host, port, app.handle, limits, app.tls_for_connection)

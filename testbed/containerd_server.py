@@ -1,7 +1,8 @@
 """A real containerd (Debian's) with its root, state and sockets under a temp dir.
 
-The CRI plugin is off (these tests play the kubelet themselves) and the opt plugin's
-path is set, so nothing is written outside the work dir. `ctr` drives pulls.
+The CRI plugin is off unless a test asks for it (most play the kubelet themselves) and
+the opt plugin's path is set, so nothing is written outside the work dir. `ctr` drives
+pulls.
 """
 import json
 import os
@@ -11,14 +12,23 @@ import time
 
 from .procs import Proc
 
-CONTAINERD = "/usr/bin/containerd"
-CTR = "/usr/bin/ctr"
+# Debian bookworm's 1.6 by default; KSE_CONTAINERD_DIR=DIR runs DIR/containerd and DIR/ctr
+# instead (`make test-containerd2`: sid's 2.x unpacked by .ci/setup.d/51-containerd-sid.sh).
+_DIR = os.environ.get("KSE_CONTAINERD_DIR", "/usr/bin")
+CONTAINERD = os.path.join(_DIR, "containerd")
+CTR = os.path.join(_DIR, "ctr")
+DEFAULT_STATE = "/run/containerd"
+DISABLED_CRI = ('"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", '
+                '"io.containerd.cri.v1.images"')
 
 CONFIG = """\
 version = {version}
 imports = {imports}
 root = "{root}"
 state = "{state}"
+# The CRI plugin is off unless asked for: 1.6 has it as io.containerd.grpc.v1.cri; 2.x
+# split it into io.containerd.cri.v1.runtime and .images, which start (and watch
+# /etc/cni/net.d) unless named too. 1.6 ignores the names it does not know.
 disabled_plugins = [{disabled}]
 [grpc]
   address = "{sock}"
@@ -58,13 +68,15 @@ class ContainerdServer:
 
     def start(self, timeout=30.0):
         os.makedirs(self.workdir, exist_ok=True)
+        # containerd 2.x creates an empty /run/containerd at start whatever `state` says.
+        self._made_default_state = not os.path.exists(DEFAULT_STATE)
         with open(self.config, "w") as f:
             f.write(CONFIG.format(root=os.path.join(self.workdir, "root"),
                                   state=os.path.join(self.workdir, "state"),
                                   sock=self.address, opt=os.path.join(self.workdir, "opt"),
                                   version=self.version, extra=self.extra,
                                   imports=json.dumps(self.imports),
-                                  disabled="" if self.cri else '"io.containerd.grpc.v1.cri"'))
+                                  disabled="" if self.cri else DISABLED_CRI))
         # In "/", as systemd starts it: containerd 1.x resolves a relative import
         # against its working directory.
         self.proc = Proc([require(self.containerd), "--config", self.config],
@@ -110,6 +122,11 @@ class ContainerdServer:
     def stop(self):
         if self.proc:
             self.proc.stop()
+        if getattr(self, "_made_default_state", False):
+            try:
+                os.rmdir(DEFAULT_STATE)  # only while empty: never another containerd's
+            except OSError:
+                pass
 
     def wipe(self):
         self.stop()

@@ -9,6 +9,12 @@ and off per request path:
     proxy.inject(r"watch=true", hang=True)        # accept, then never answer
     proxy.clear()
     proxy.cut_streams(r"watch=1")                 # end the answers streaming now (EOF)
+    proxy.inject(r"/metrics", status=200, chunks=lambda: endless(b"x"))  # a hostile reply
+    proxy.inject(r"/v3/", status=200, chunks=lambda: drip(b"{}"), length=2)
+
+`chunks` makes the answer a stream: a function returning the iterable of its pieces,
+sent as they come (chunked, or after `length` as Content-Length, true or not), so a test
+can send replies of any size or pace without holding them in memory.
 
 Every request is counted in `proxy.requests` as (method, path, status or "hang"), so tests
 can assert how often and how fast a client retried.
@@ -18,6 +24,7 @@ from __future__ import annotations
 import re
 import socket
 import ssl
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,6 +47,33 @@ class Fault:
     body: bytes = b""
     hang: bool = False
     times: int | None = None  # None: until cleared
+    chunks: object = None  # a function returning an iterable of bytes: a streamed answer
+    length: int | None = None  # with chunks: the Content-Length to declare
+
+
+def endless(piece: bytes, size: int = 1 << 16):
+    """The same bytes for ever, `size` at a time (a reply with no end)."""
+    block = (piece * (size // len(piece) + 1))[:size]
+    while True:
+        yield block
+
+
+def repeat(piece: bytes, total: int, size: int = 1 << 16):
+    """`total` bytes made of `piece`, `size` at a time."""
+    block = (piece * (size // len(piece) + 1))[:size]
+    for _ in range(total // size):
+        yield block
+    yield block[:total % size]
+
+
+def drip(data: bytes, every: float = 1.0):
+    """One byte of `data` per `every` seconds, then more spaces for ever."""
+    for i in range(len(data)):
+        yield data[i:i + 1]
+        time.sleep(every)
+    while True:
+        yield b" "
+        time.sleep(every)
 
 
 class FaultProxy:
@@ -57,7 +91,7 @@ class FaultProxy:
         self._release = threading.Event()
         self._streams: dict[int, tuple[str, object]] = {}  # id -> (path, client socket)
         handler = type("Bound", (_Handler,), {"proxy": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self.server = _Server(("127.0.0.1", self.port), handler)
         self.server.daemon_threads = True
         if certfile:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -75,9 +109,11 @@ class FaultProxy:
         self.server.shutdown()
         self.server.server_close()
 
-    def inject(self, pattern: str, status=None, headers=None, body=b"", hang=False, times=None):
+    def inject(self, pattern: str, status=None, headers=None, body=b"", hang=False, times=None,
+               chunks=None, length=None):
         with self._lock:
-            self._faults.append(Fault(re.compile(pattern), status, headers or {}, body, hang, times))
+            self._faults.append(Fault(re.compile(pattern), status, headers or {}, body, hang,
+                                      times, chunks, length))
 
     def clear(self) -> None:
         with self._lock:
@@ -120,6 +156,13 @@ class FaultProxy:
             self.requests.append((method, path, outcome, time.monotonic()))
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # A client hanging up on a hostile reply is what the tests want, not news.
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 class _Handler(BaseHTTPRequestHandler):
     proxy: FaultProxy
     protocol_version = "HTTP/1.1"
@@ -138,6 +181,10 @@ class _Handler(BaseHTTPRequestHandler):
             proxy._record(self.command, self.path, "hang")
             proxy._release.wait(600)
             self.close_connection = True
+            return
+        if fault and fault.chunks is not None:
+            proxy._record(self.command, self.path, fault.status or 200)
+            self._stream(fault)
             return
         if fault and fault.status:
             proxy._record(self.command, self.path, fault.status)
@@ -183,5 +230,30 @@ class _Handler(BaseHTTPRequestHandler):
             with proxy._lock:
                 proxy._streams.pop(id(self), None)
             upstream.close()
+
+    def _stream(self, fault: Fault):
+        self.send_response(fault.status or 200)
+        for k, v in fault.headers.items():
+            self.send_header(k, v)
+        if fault.length is None:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(fault.length))
+        self.end_headers()
+        release = self.proxy._release  # clear() sets it and makes a new one
+        try:
+            for piece in fault.chunks():
+                if piece and fault.length is None:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                elif piece:
+                    self.wfile.write(piece)
+                self.wfile.flush()
+                if release.is_set():
+                    break
+            if fault.length is None:
+                self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client gave up: what a hostile reply is for
+            pass
+        self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle

@@ -20,6 +20,10 @@ FORBIDDEN = {
     f"{NAME}.registry": (f"{NAME}.collectors", f"{NAME}.cli", f"{NAME}.scrape"),
     f"{NAME}.scrape": (f"{NAME}.collectors", f"{NAME}.cli", f"{NAME}.kube"),
     f"{NAME}.flagtypes": (f"{NAME}.cli", f"{NAME}.collectors", f"{NAME}.registry"),
+    # The HTTP server knows a scraper's interface, never a collector or a backend.
+    **{f"{NAME}.{m}": (f"{NAME}.cli", f"{NAME}.collectors", f"{NAME}.registry",
+                       *(f"{NAME}.{b}" for b in BACKENDS))
+       for m in ("http", "web")},
 }
 
 

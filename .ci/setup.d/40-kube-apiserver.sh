@@ -25,32 +25,10 @@ apt_need golang-go golang-github-modern-go-reflect2-dev dpkg-dev jq rsync make
 work="$(mktemp -d /var/tmp/kube-apiserver-build.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 
-# A private apt configuration with deb-src lines for the same archive the machine already
-# uses, so the system's sources and package lists stay untouched.
-apt_dir="$work/apt"
-mkdir -p "$apt_dir/sources.list.d" "$apt_dir/lists/partial"
-if [[ -f /etc/apt/sources.list ]]; then
-    sed -n 's/^[[:space:]]*deb[[:space:]]/deb-src /p' /etc/apt/sources.list \
-        >"$apt_dir/sources.list.d/src.list"
-fi
-for f in /etc/apt/sources.list.d/*.sources; do
-    [[ -e "$f" ]] || continue
-    sed 's/^Types:.*/Types: deb-src/' "$f" >"$apt_dir/sources.list.d/$(basename "$f")"
-done
-apt_opts=(
-    -o "Dir::Etc::SourceList=/dev/null"
-    -o "Dir::Etc::SourceParts=$apt_dir/sources.list.d"
-    -o "Dir::State::Lists=$apt_dir/lists"
-    -o "APT::Sandbox::User=root"
-)
-apt-get "${apt_opts[@]}" update -q >/dev/null
-(cd "$work" && apt-get "${apt_opts[@]}" source -q --only-source kubernetes/bookworm >/dev/null)
-src="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'kubernetes-*' | head -n1)"
-[[ -n "$src" ]] || { echo "kube-apiserver: apt-get source kubernetes gave no source tree" >&2; exit 1; }
-# The vendored reflect2 1.0.1 faults under Go >= 1.18 ("fatal error: fault" ~45 s after
+# Debian's source tree with the reflect2 swap (.ci/lib.sh; 41-kube-node.sh uses it too):
+# the vendored reflect2 1.0.1 faults under Go >= 1.18 ("fatal error: fault" ~45 s after
 # start); Debian's 1.0.2 has the same API and works.
-rm -rf "$src/vendor/github.com/modern-go/reflect2"
-cp -a /usr/share/gocode/src/github.com/modern-go/reflect2 "$src/vendor/github.com/modern-go/reflect2"
+src="$(kube_source_tree "$work")"
 
 # Kubernetes' own build (as debian/rules does): it generates the OpenAPI code first, builds
 # in GOPATH mode through vendor/, and takes the version from the release tarball.

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from kube_scale_exporter.files import PROC_STAT_BYTES, read_capped
 from kube_scale_exporter.flagtypes import non_negative_int
 from kube_scale_exporter.netlink.neighbor import (NeighborCount, NeighborTable, count_entries,
                                                   host_gc_eligible, read_tables)
@@ -123,8 +124,9 @@ def read_unresolved_discards(procfs: str) -> dict[str, int]:
     found = {}
     for family, filename in PROC_STAT_FILE.items():
         try:
-            with open(os.path.join(procfs, "net/stat", filename)) as f:
-                header, *rows = f.read().split("\n")
+            data = read_capped(os.path.join(procfs, "net/stat", filename), PROC_STAT_BYTES,
+                               "PROC_STAT_BYTES")
+            header, *rows = data.decode("ascii", "replace").split("\n")
         except FileNotFoundError:
             continue
         column = header.split().index("unresolved_discards")

@@ -8,6 +8,7 @@ imagepull collector runs. docs/imagepull.md has the measurements behind this cho
 """
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 from dataclasses import dataclass, field
@@ -21,6 +22,23 @@ LIST_IMAGES = "/containerd.services.images.v1.Images/List"
 VERSION = "/containerd.services.version.v1.Version/Version"
 # containerd reads the namespace of every call from this gRPC metadata key.
 NAMESPACE_HEADER = "containerd-namespace"
+
+# Response caps per call (bytes, all messages together), far above what a node holds; a
+# response is held whole until decoded, so a cap is what a call can cost.
+# ListStatuses: ~150 bytes an ingest (ref, sizes, times); a node has tens in flight.
+STATUSES_BYTES = 1 << 20
+# Images.List: ~0.5-1 KB an image (name, target descriptor, labels, times); a node with
+# thousands of images (each under 2-3 names) stays under a few MiB.
+IMAGES_BYTES = 16 << 20
+# Content.List of manifests and indexes: 1-3 KB each with their gc.ref labels, ~2 per
+# image present.
+CONTENT_BYTES = 16 << 20
+# Items decoded per call. Bytes alone do not bound the objects: 16 MiB of 5-byte items
+# would make 3 million of them (hundreds of bytes each once decoded). Real lists hold
+# hundreds to a few thousand.
+MAX_ITEMS = 20_000
+# Version.Version: two short strings (version, revision).
+VERSION_BYTES = 4 << 10
 
 
 class ContainerdError(Exception):
@@ -72,6 +90,12 @@ def _content_info(buf: bytes) -> ContentInfo:
                        created_at=wire.timestamp(f[3]), labels=wire.string_map(f[5]))
 
 
+def _count_items(replies: list, limit: int) -> int:
+    """The items (field 1) in the replies, counting no further than `limit`."""
+    items = (item for reply in replies for item in wire.repeated(reply, 1))
+    return sum(1 for _ in itertools.islice(items, limit))
+
+
 def socket_path(address: str) -> str:
     """The filesystem path of a containerd address given as PATH or unix://PATH."""
     return address.removeprefix("unix://")
@@ -102,29 +126,46 @@ class ContainerdClient:
         if not stat.S_ISSOCK(mode):
             raise ContainerdError(f"{self.path} is not a socket (--containerd.address)")
 
-    def _call(self, what: str, method: str, request: bytes) -> list[bytes]:
+    def _list(self, what: str, method: str, request: bytes, max_bytes: int, cap: str, decode):
+        """decode(item) for the items (field 1) of every response message, at most
+        MAX_ITEMS of them and max_bytes of response."""
         self._check_socket()
+        where = f"containerd at {self.path} {what}"
         try:
-            return self._grpc.call(self.path, method, request, self.timeout, self._metadata)
+            replies = self._grpc.call(self.path, method, request, self.timeout,
+                                      self._metadata, max_bytes=max_bytes)
         except self._grpc.GrpcError as exc:
-            raise ContainerdError(f"containerd at {self.path} {what}: {exc}") from None
+            named = f" ({cap} in kube_scale_exporter/containerd/client.py)" \
+                if exc.code == "RESOURCE_EXHAUSTED" else ""
+            raise ContainerdError(f"{where}: {exc}{named}") from None
+        # Counted before any is decoded: past the cap, no item costs an object.
+        if _count_items(replies, MAX_ITEMS + 1) > MAX_ITEMS:
+            replies.clear()  # not kept alive by the traceback's reference cycle
+            raise ContainerdError(f"{where}: more than {MAX_ITEMS} items (MAX_ITEMS "
+                                  "in kube_scale_exporter/containerd/client.py)")
+        return [decode(item) for reply in replies for item in wire.repeated(reply, 1)]
 
     def ingests(self) -> list[Ingest]:
         """Content.ListStatuses: every unfinished write in the namespace."""
-        (reply,) = self._call("ListStatuses", LIST_STATUSES, b"")
-        return [_ingest(s) for s in wire.fields(reply)[1]]
+        return self._list("ListStatuses", LIST_STATUSES, b"", STATUSES_BYTES,
+                          "STATUSES_BYTES", _ingest)
 
     def image_names(self) -> list[str]:
         """Images.List: the names of the images present (tags, digests, CRI image ids)."""
-        (reply,) = self._call("Images.List", LIST_IMAGES, b"")
-        return [wire.string(wire.fields(image)[1]) for image in wire.fields(reply)[1]]
+        return self._list("Images.List", LIST_IMAGES, b"", IMAGES_BYTES, "IMAGES_BYTES",
+                          lambda image: wire.string(wire.fields(image)[1]))
 
     def content(self, *filters: str) -> list[ContentInfo]:
         """Content.List with containerd filters (any may match): committed blobs' info."""
-        chunks = self._call("Content.List", LIST_CONTENT, wire.encode_strings(1, filters))
-        return [_content_info(info) for chunk in chunks for info in wire.fields(chunk)[1]]
+        return self._list("Content.List", LIST_CONTENT, wire.encode_strings(1, filters),
+                          CONTENT_BYTES, "CONTENT_BYTES", _content_info)
 
     def version(self) -> str:
         """Version.Version: containerd's version string ("1.6.20~ds1", "2.1.9")."""
-        (reply,) = self._call("Version", VERSION, b"")
-        return wire.string(wire.fields(reply)[1])
+        self._check_socket()
+        try:
+            (reply,) = self._grpc.call(self.path, VERSION, b"", self.timeout, self._metadata,
+                                       max_bytes=VERSION_BYTES)
+        except (self._grpc.GrpcError, ValueError) as exc:
+            raise ContainerdError(f"containerd at {self.path} Version: {exc}") from None
+        return wire.string(wire.fields(reply).get(1, []))

@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import glob
 import os
-import stat
 import tomllib
 from dataclasses import dataclass
 
 from kube_scale_exporter.durations import go_duration
+from kube_scale_exporter.files import CONTAINERD_CONFIG_BYTES, FileRefused, read_capped
 
 DEFAULT_CONFIG = "/etc/containerd/config.toml"
-# containerd configs are a few KB; a generated one with every plugin's defaults is ~12 KB.
-MAX_FILE_BYTES = 256 << 10
+MAX_FILE_BYTES = CONTAINERD_CONFIG_BYTES  # each file, kube_scale_exporter/files.py
 MAX_FILES = 64  # imports, counting globs' matches; a loop of imports is cut by `loaded`
 DEFAULT_DOWNLOADS = 3
 DEFAULT_TIMEOUT = "5m"
@@ -56,21 +55,14 @@ class PullSettings:
 
 
 def read_file(path: str) -> bytes:
-    """A regular file's bytes, at most MAX_FILE_BYTES; ConfigError otherwise."""
+    """A regular file's bytes, at most MAX_FILE_BYTES; ConfigError otherwise (a FIFO,
+    device or directory is refused without blocking)."""
     try:
-        # O_NONBLOCK: a FIFO planted at the path must not block the scrape.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        return read_capped(path, MAX_FILE_BYTES, "CONTAINERD_CONFIG_BYTES")
+    except FileRefused as exc:
+        raise ConfigError(str(exc)) from None  # names the path and the cap
     except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(f"{path}: not a regular file")
-        data = os.read(fd, MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise ConfigError(f"{path}: over {MAX_FILE_BYTES >> 10} KiB")
-        return data
-    finally:
-        os.close(fd)
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
 
 
 def _load(path: str) -> dict:

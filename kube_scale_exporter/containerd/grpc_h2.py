@@ -21,7 +21,10 @@ STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCE
                 "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
                 "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
                 "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
-MAX_RESPONSE = 64 << 20
+# The default cap on one call's response bytes (all its messages); callers pass their
+# own, sized to what containerd sends (containerd/client.py). The body is held until the
+# call ends, so the cap is what a response can cost.
+MAX_RESPONSE = 16 << 20
 
 
 class GrpcError(Exception):
@@ -34,33 +37,67 @@ class GrpcError(Exception):
         self.details = details
 
 
-def _messages(body: bytes) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(body):
-        if pos + 5 > len(body):
-            raise GrpcError("INTERNAL", "truncated gRPC message prefix")
-        if body[pos]:
-            raise GrpcError("INTERNAL", "compressed gRPC message (none was asked for)")
-        size = int.from_bytes(body[pos + 1:pos + 5], "big")
-        if pos + 5 + size > len(body):
-            raise GrpcError("INTERNAL", "truncated gRPC message")
-        out.append(body[pos + 5:pos + 5 + size])
-        pos += 5 + size
-    return out
-
-
 class _Call:
-    def __init__(self):
-        self.body = bytearray()
+    """A response's messages, each in a buffer of exactly its announced size: no regrowth
+    copies, and a length past the cap is refused when announced, not after receiving."""
+
+    def __init__(self, max_bytes: int):
+        self.messages: list[bytearray] = []
         self.headers: dict[bytes, bytes] = {}
         self.done = False
+        self.max_bytes = max_bytes
+        self.announced = 0  # bytes of every message begun, prefixes included
+        self._prefix = bytearray()  # the current message's 5-byte prefix, as it arrives
+        self._message: memoryview | None = None  # the unfilled part of the current one
+
+    def add(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            if self._message is None:
+                take = 5 - len(self._prefix)
+                self._prefix += view[:take]
+                view = view[take:]
+                if len(self._prefix) < 5:
+                    return
+                self._begin()
+                continue
+            take = min(len(self._message), len(view))
+            self._message[:take] = view[:take]
+            self._message, view = self._message[take:], view[take:]
+            if not self._message:
+                self._message = None
+
+    def _begin(self) -> None:
+        if self._prefix[0]:
+            raise GrpcError("INTERNAL", "compressed gRPC message (none was asked for)")
+        size = int.from_bytes(self._prefix[1:5], "big")
+        self._prefix.clear()
+        self.announced += 5 + size
+        if self.announced > self.max_bytes:
+            raise GrpcError("RESOURCE_EXHAUSTED",
+                            f"response over the {self.max_bytes >> 10} KiB cap")
+        self.messages.append(bytearray(size))
+        self._message = memoryview(self.messages[-1]) if size else None
+
+    def discard(self) -> None:
+        self.messages.clear()
+        self._message = None
+
+    def result(self) -> list[memoryview]:
+        if self._prefix or self._message is not None:
+            raise GrpcError("INTERNAL", "truncated gRPC message")
+        # Views: decoding slices them without copying.
+        return [memoryview(m) for m in self.messages]
 
 
 def call(path: str, method: str, request: bytes, timeout: float,
-         metadata: tuple[tuple[str, str], ...] = ()) -> list[bytes]:
-    """Every response message of one unary or server-streaming call."""
+         metadata: tuple[tuple[str, str], ...] = (),
+         max_bytes: int = MAX_RESPONSE) -> list[memoryview]:
+    """Every response message of one unary or server-streaming call, within `timeout` in
+    all and `max_bytes` in all."""
     deadline = time.monotonic() + timeout
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    result = _Call(max_bytes)
     try:
         sock.settimeout(timeout)
         try:
@@ -79,7 +116,6 @@ def call(path: str, method: str, request: bytes, timeout: float,
         ])
         conn.send_data(stream, b"\x00" + len(request).to_bytes(4, "big") + request,
                        end_stream=True)
-        result = _Call()
         try:
             sock.sendall(conn.data_to_send())
             while not result.done:
@@ -100,6 +136,11 @@ def call(path: str, method: str, request: bytes, timeout: float,
             raise GrpcError("UNAVAILABLE", f"not an HTTP/2 gRPC server: {exc}") from None
         except OSError as exc:
             raise GrpcError("UNAVAILABLE", f"{exc.strerror or exc} (not a gRPC server?)") from None
+    except BaseException:
+        # The traceback holds this frame in a reference cycle until a full collection;
+        # it must not hold the body too (up to the cap, on every failing call).
+        result.discard()
+        raise
     finally:
         sock.close()
     status = result.headers.get(b"grpc-status")
@@ -110,7 +151,7 @@ def call(path: str, method: str, request: bytes, timeout: float,
     if code:
         name = STATUS_NAMES[code] if code < len(STATUS_NAMES) else f"CODE_{code}"
         raise GrpcError(name, unquote(result.headers.get(b"grpc-message", b"").decode()))
-    return _messages(bytes(result.body))
+    return result.result()
 
 
 def _handle(conn, event, stream, result: _Call) -> None:
@@ -118,9 +159,7 @@ def _handle(conn, event, stream, result: _Call) -> None:
         # A trailers-only response carries grpc-status in its only HEADERS frame.
         result.headers.update(event.headers)
     elif isinstance(event, h2.events.DataReceived):
-        result.body += event.data
-        if len(result.body) > MAX_RESPONSE:
-            raise GrpcError("RESOURCE_EXHAUSTED", f"response over {MAX_RESPONSE} bytes")
+        result.add(event.data)
         conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
     elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream:
         result.done = True

@@ -51,9 +51,23 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def fields(buf: bytes) -> dict[int, list]:
-    """Field number -> values in order: ints for varint/fixed, bytes for length-delimited."""
+def fields(buf) -> dict[int, list]:
+    """Field number -> values in order: ints for varint/fixed, bytes (or views of a
+    memoryview) for length-delimited."""
     out: dict[int, list] = defaultdict(list)
+    for number, value in iter_fields(buf):
+        out[number].append(value)
+    return out
+
+
+def repeated(buf, number: int):
+    """The values of one field as they are decoded: a reply's items one at a time, so a
+    caller can stop at a count before they all exist."""
+    return (value for n, value in iter_fields(buf) if n == number)
+
+
+def iter_fields(buf):
+    """(field number, value) in order; slices of a memoryview stay views (no copy)."""
     pos, end = 0, len(buf)
     while pos < end:
         key, pos = _read_varint(buf, pos)
@@ -75,8 +89,7 @@ def fields(buf: bytes) -> dict[int, list]:
             raise WireError(f"field {number} has unsupported wire type {wire_type}")
         if pos > end:
             raise WireError(f"field {number} runs past the end of the message")
-        out[number].append(value)
-    return out
+        yield number, value
 
 
 def int64(values: list, default: int = 0) -> int:
@@ -88,7 +101,8 @@ def int64(values: list, default: int = 0) -> int:
 
 
 def string(values: list, default: str = "") -> str:
-    return values[-1].decode("utf-8", "replace") if values else default
+    # str() decodes bytes and memoryviews alike.
+    return str(values[-1], "utf-8", "replace") if values else default
 
 
 def timestamp(values: list) -> float | None:

@@ -9,16 +9,42 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from dataclasses import dataclass
 
 import requests
 
+from kube_scale_exporter import limits
 from kube_scale_exporter.labels import sanitize
 
 # An answer's fields are decoded by these; anything else in their place (a proxy's
 # error page, a truncated or hostile document) is an EtcdError, like no answer at all.
 _MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, binascii.Error)
 MAX_UINT64 = (1 << 64) - 1
+
+# Reply caps (bytes), each far above what etcd sends: past one the answer is hostile or
+# broken, and reading on would only cost memory. docs/reliability.md has the table.
+# Status: ~300 bytes, more with an `errors` list of raised alarms.
+STATUS_BYTES = 64 << 10
+# Member list: ~400 bytes a member (ids, name, peer and client URLs); 15 members are
+# ~6 KiB. The member count itself is capped in cluster.py (MAX_MEMBERS).
+MEMBER_LIST_BYTES = 256 << 10
+# Alarm list: at most one alarm of each kind per member, ~60 bytes each.
+ALARM_BYTES = 64 << 10
+# Range (count only, or one key without its value): a key is bounded by etcd's request
+# limit (--max-request-bytes, 1.5 MiB by default), base64 adds a third.
+RANGE_BYTES = 4 << 20
+# path -> (cap, its name for error messages)
+REPLY_CAPS = {"/v3/maintenance/status": (STATUS_BYTES, "STATUS_BYTES"),
+              "/v3/cluster/member/list": (MEMBER_LIST_BYTES, "MEMBER_LIST_BYTES"),
+              "/v3/maintenance/alarm": (ALARM_BYTES, "ALARM_BYTES"),
+              "/v3/kv/range": (RANGE_BYTES, "RANGE_BYTES")}
+# /metrics is read line by line and left at the quota sample: etcd's page is 100-300 KB
+# with lines under 1 KB; a longer line or a page past 8 MiB is not etcd's.
+METRICS_LINE_BYTES = 64 << 10
+METRICS_PAGE_BYTES = 8 << 20
+# What an error answer may show of itself.
+ERROR_BYTES = 4096
 
 
 class EtcdError(Exception):
@@ -72,10 +98,8 @@ class Alarm:
 
 
 def new_session(tls: TLSFiles) -> requests.Session:
-    session = requests.Session()
-    # The environment (REQUESTS_CA_BUNDLE, proxies, .netrc) must not change which CA
-    # we trust or route etcd traffic through a proxy.
-    session.trust_env = False
+    # Bounded: each request finishes within its timeout in all (limits.deadline).
+    session = limits.bounded_session()
     session.verify = tls.ca if tls.ca else True
     if tls.cert:
         session.cert = (tls.cert, tls.key)
@@ -127,21 +151,38 @@ class EtcdClient:
         self.requests_sent = 0  # read by the benchmark and tests
 
     def _post(self, path: str, body: dict) -> dict:
+        """POST path, the answer read within --etcd.timeout in all and its reply cap."""
         self.requests_sent += 1
-        try:
-            reply = self.session.post(self.url + path, json=body, timeout=self.timeout)
-        except requests.RequestException as exc:
-            raise EtcdError(f"{self.url}: {type(exc).__name__}: {exc}") from None
-        if reply.status_code != 200:
+        where = f"{self.url}{path}"
+        cap, cap_name = REPLY_CAPS[path]
+        with limits.deadline(self.timeout) as deadline:
             try:
-                message = reply.json().get("message") or reply.text
-            except ValueError:
-                message = reply.text
-            raise EtcdError(f"{self.url}{path}: HTTP {reply.status_code}: {message.strip()[:200]}")
+                with self.session.post(where, json=body, timeout=self.timeout,
+                                       stream=True) as reply:
+                    ok = reply.status_code == 200
+                    data = limits.read_body(reply, cap if ok else ERROR_BYTES,
+                                            f"etcd reply to {path}", truncate=not ok)
+            except limits.LimitExceeded as exc:
+                raise EtcdError(f"{self.url}: {exc} ({cap_name} in "
+                                "kube_scale_exporter/etcd/client.py)") from None
+            except limits.TRANSPORT_ERRORS as exc:
+                raise self._transport_error(where, exc, deadline) from None
+        if not ok:
+            try:
+                message = json.loads(data).get("message") or data.decode("utf-8", "replace")
+            except (ValueError, AttributeError):
+                message = data.decode("utf-8", "replace")
+            raise EtcdError(f"{where}: HTTP {reply.status_code}: {str(message).strip()[:200]}")
         try:
-            return mapping(reply.json())
-        except (ValueError, TypeError):
-            raise EtcdError(f"{self.url}{path}: answer is not a JSON object") from None
+            return mapping(json.loads(data))
+        except (ValueError, TypeError, RecursionError):
+            raise EtcdError(f"{where}: answer is not a JSON object") from None
+
+    def _transport_error(self, where: str, exc: Exception, deadline) -> EtcdError:
+        if deadline.expired():
+            return EtcdError(f"{where}: no complete answer within {self.timeout:g}s "
+                             f"(--etcd.timeout bounds the whole request): {type(exc).__name__}")
+        return EtcdError(f"{where}: {type(exc).__name__}: {exc}")
 
     def _read(self, path: str, body: dict, decode):
         """decode(document) for the answer to POST path; malformed answers are EtcdError."""
@@ -212,20 +253,26 @@ class EtcdClient:
         """
         self.requests_sent += 1
         prefix = name.encode() + b" "
-        try:
-            with self.session.get(self.url + "/metrics", timeout=self.timeout, stream=True) as reply:
-                if reply.status_code != 200:
-                    raise EtcdError(f"{self.url}/metrics: HTTP {reply.status_code}")
-                for line in reply.iter_lines(chunk_size=16384):
-                    if line.startswith(prefix):
-                        value = float(line[len(prefix):].split()[0])
-                        if not 0 <= value < 2**63:  # also refuses NaN and Inf
-                            raise ValueError(value)
-                        return value
-        except requests.RequestException as exc:
-            raise EtcdError(f"{self.url}/metrics: {type(exc).__name__}: {exc}") from None
-        except ValueError:
-            raise EtcdError(f"{self.url}/metrics: bad sample for {name}") from None
+        where = f"{self.url}/metrics"
+        with limits.deadline(self.timeout) as deadline:
+            try:
+                with self.session.get(where, timeout=self.timeout, stream=True) as reply:
+                    if reply.status_code != 200:
+                        raise EtcdError(f"{where}: HTTP {reply.status_code}")
+                    for line in limits.iter_lines(reply, METRICS_LINE_BYTES, "etcd /metrics",
+                                                  max_total=METRICS_PAGE_BYTES):
+                        if line.startswith(prefix):
+                            value = float(line[len(prefix):].split()[0])
+                            if not 0 <= value < 2**63:  # also refuses NaN and Inf
+                                raise ValueError(value)
+                            return value
+            except limits.LimitExceeded as exc:
+                raise EtcdError(f"{self.url}: {exc} (METRICS_LINE_BYTES, METRICS_PAGE_BYTES "
+                                "in kube_scale_exporter/etcd/client.py)") from None
+            except limits.TRANSPORT_ERRORS as exc:
+                raise self._transport_error(where, exc, deadline) from None
+            except (ValueError, IndexError):
+                raise EtcdError(f"{where}: bad sample for {name}") from None
         return None
 
 

@@ -8,6 +8,7 @@ asking all members from each would multiply the load by the cluster size.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,13 @@ import requests
 
 from kube_scale_exporter.etcd.client import EtcdClient, EtcdError, Member, Status
 
+log = logging.getLogger(__name__)
+
 QUOTA_METRIC = "etcd_server_quota_backend_bytes"
+# etcd recommends 3, 5 or 7 members and nobody runs more than a handful: a longer member
+# list is broken or hostile. Past it the cluster is down with an error naming the cap,
+# which keeps the member series (about 11 each) and the Status fan-out bounded.
+MAX_MEMBERS = 15
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,11 @@ class EtcdCluster:
             except EtcdError as exc:
                 errors.append(str(exc))
                 continue
+            if len(members) > MAX_MEMBERS:
+                errors.append(f"{url}: the member list has {len(members)} members, over the "
+                              f"cap of {MAX_MEMBERS} (MAX_MEMBERS in "
+                              "kube_scale_exporter/etcd/cluster.py)")
+                continue
             # Ask the endpoint that answered first next time: a dead one costs a timeout.
             with self._lock:
                 self.endpoints.remove(url)
@@ -103,7 +115,8 @@ class EtcdCluster:
         try:
             members, entry = self._member_list()
         except EtcdError as exc:
-            down = tuple(MemberState(label, None, None, str(exc), 0, "", None) for label in self._known)
+            down = tuple(MemberState(label, None, None, str(exc), 0, "", None)
+                         for label in self._known)
             return ClusterState(self.name, down, str(exc), now)
         names = {m.id: m.label for m in members}
         if self.discover:
@@ -111,7 +124,10 @@ class EtcdCluster:
         else:
             with self._lock:
                 targets = [(self._labels.get(url, url), url) for url in self.endpoints]
-        with ThreadPoolExecutor(max_workers=len(targets) + 1, thread_name_prefix="etcd") as pool:
+        # One thread per member at most MAX_MEMBERS (local mode asks only the configured
+        # endpoints), plus the alarm list: a hung member costs one timeout, not one each.
+        workers = min(len(targets), MAX_MEMBERS) + 1
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="etcd") as pool:
             alarms_job = pool.submit(entry.alarms)
             jobs = [pool.submit(self._member, url) for _, url in targets]
             try:
@@ -119,7 +135,7 @@ class EtcdCluster:
             except EtcdError:
                 alarms = None
             states = []
-            for (label, url), job in zip(targets, jobs):
+            for (label, url), job in zip(targets, jobs, strict=True):
                 status, error, quota, source = job.result()
                 if status is not None:
                     label = names.get(status.member_id) or format(int(status.member_id), "x")
@@ -158,7 +174,9 @@ class EtcdCluster:
             return cached[0], cached[1]
         try:
             value = client.metric(QUOTA_METRIC)
-        except EtcdError:
+        except EtcdError as exc:
+            log.warning("etcd %s: quota from /metrics: %s; assuming --etcd.quota-bytes",
+                        self.name, exc)
             value = None
         quota, source = (int(value), "metrics") if value else (self.default_quota, "flag")
         with self._lock:

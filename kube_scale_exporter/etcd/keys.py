@@ -8,8 +8,8 @@ at or after a cursor (keys only, limit 1), derives that key's resource, counts t
 resource's whole range in one count-only request, then moves the cursor past it. So a
 store of 100k keys in 50 resources costs 101 small requests, whatever the key count.
 
-Label values stay bounded (kube_scale_exporter.labels): names are reduced to a safe alphabet, at most
-`max_resources` resources are reported (the largest), the rest are summed into
+Label values stay bounded (kube_scale_exporter.labels): names are reduced to a safe
+alphabet, at most `max_resources` resources are reported (the largest), the rest are summed into
 resource="other", and after `4 * max_resources` distinct resources the walk counts the
 remaining range in one request, so a flood of junk prefixes costs neither series nor a
 request per prefix.

@@ -8,10 +8,29 @@ import socket
 
 import requests
 
+from kube_scale_exporter import limits
+
 from .config import KubeConfig
 
 CONNECT_TIMEOUT = 5.0
+# A GET (a list page, /version) must finish within this in all, not per read.
 REQUEST_TIMEOUT = 30.0
+# One GET reply, read as it arrives. The largest real ones are list pages of 500 objects
+# (informers page with limit=500): pods are 5-20 KB of JSON with managedFields, nodes up
+# to ~40 KB (the kubelet reports at most 50 images), so ~20 MB at worst; a node-mode list
+# from the watch cache holds only the node's pods (110 by default). Objects near etcd's
+# 1.5 MiB limit could make a page larger: docs/reliability.md says so.
+MAX_REPLY_BYTES = 32 << 20
+# One watch event (one line): an object is at most etcd's --max-request-bytes (1.5 MiB
+# by default) as stored; its JSON and the event around it add a little. A longer line
+# is hostile and would only grow the buffer.
+MAX_WATCH_LINE = 4 << 20
+# What an error answer may show of itself.
+ERROR_BYTES = 4096
+
+
+class ReplyTooLarge(limits.LimitExceeded):
+    """A reply or a watch event went past its cap (the message names it)."""
 
 
 class ApiError(Exception):
@@ -60,9 +79,13 @@ class Watch:
 
     def __iter__(self):
         with self._response:
-            for line in self._response.iter_lines(chunk_size=64 * 1024):
-                if line:
-                    yield json.loads(line)
+            try:
+                for line in limits.iter_lines(self._response, MAX_WATCH_LINE, "watch event"):
+                    if line:
+                        yield json.loads(line)
+            except limits.LimitExceeded as exc:
+                raise ReplyTooLarge(f"{exc} (MAX_WATCH_LINE in "
+                                    "kube_scale_exporter/kube/client.py)") from None
 
     def close(self):
         if self._sock is not None:
@@ -81,20 +104,20 @@ class KubeClient:
         self.config = config
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
-        self._session = requests.Session()
-        # REQUESTS_CA_BUNDLE and proxy variables must not replace the cluster's CA / route.
-        self._session.trust_env = False
+        # REQUESTS_CA_BUNDLE and proxy variables must not replace the cluster's CA / route
+        # (trust_env off), and a GET must end within request_timeout in all.
+        self._session = limits.bounded_session()
         self._session.headers["Accept"] = "application/json"
         self._session.headers["User-Agent"] = "kube-scale-exporter"
 
-    def _send(self, path, params, read_timeout, stream):
+    def _send(self, path, params, read_timeout):
         url = self.config.server + path
         for attempt in (0, 1):
             headers = {}
             if self.config.token is not None:
                 headers["Authorization"] = "Bearer " + self.config.token.get()
             resp = self._session.get(
-                url, params=params, headers=headers, stream=stream,
+                url, params=params, headers=headers, stream=True,
                 timeout=(self.connect_timeout, read_timeout),
                 verify=self.config.verify, cert=self.config.client_cert,
             )
@@ -104,16 +127,29 @@ class KubeClient:
                 self.config.token.invalidate()
                 continue
             if resp.status_code != 200:
-                body = resp.text if not stream else resp.raw.read(4096, decode_content=True)
-                resp.close()
-                raise _error(resp.status_code, body, resp.headers.get("Retry-After"))
+                with resp:
+                    body = limits.read_body(resp, ERROR_BYTES, "error", truncate=True)
+                raise _error(resp.status_code, body.decode("utf-8", "replace"),
+                             resp.headers.get("Retry-After"))
             return resp
         raise AssertionError("unreachable")
 
     def get(self, path, params=None) -> dict:
         """One GET returning the decoded JSON body; raises ApiError / requests exceptions."""
-        with self._send(path, params, self.request_timeout, stream=False) as resp:
-            return resp.json()
+        with limits.deadline(self.request_timeout) as deadline:
+            try:
+                with self._send(path, params, self.request_timeout) as resp:
+                    body = limits.read_body(resp, MAX_REPLY_BYTES, f"GET {path}")
+            except limits.LimitExceeded as exc:
+                raise ReplyTooLarge(f"{exc} (MAX_REPLY_BYTES in "
+                                    "kube_scale_exporter/kube/client.py)") from None
+            except limits.TRANSPORT_ERRORS as exc:
+                if deadline.expired():
+                    raise requests.exceptions.Timeout(
+                        f"GET {path}: no complete answer within {self.request_timeout:g}s "
+                        f"(the whole request): {type(exc).__name__}") from None
+                raise
+        return json.loads(body)
 
     def watch(self, path, params, read_timeout) -> Watch:
         """Open a watch (`params` should carry watch, resourceVersion and timeoutSeconds).
@@ -122,7 +158,10 @@ class KubeClient:
         bookmark interval (about a minute) so a quiet but healthy watch is not cut.
         """
         params = dict(params, watch="1")
-        return Watch(self._send(path, params, read_timeout, stream=True))
+        # The headers within read_timeout in all (a server dripping them must not hold
+        # the informer); the events after them are bounded per read only.
+        with limits.deadline(read_timeout):
+            return Watch(self._send(path, params, read_timeout))
 
     def server_version(self) -> tuple[int, int]:
         """(major, minor) from /version, e.g. (1, 20)."""

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from kube_scale_exporter.files import KUBECONFIG_BYTES, TOKEN_BYTES, read_capped
+
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
@@ -38,8 +40,8 @@ class TokenFile:
         st = os.stat(self.path)
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp != self._stamp:
-            with open(self.path, encoding="utf-8") as f:
-                self._token = f.read().strip()
+            data = read_capped(self.path, TOKEN_BYTES, "TOKEN_BYTES")
+            self._token = data.decode("utf-8").strip()
             self._stamp = stamp
         return self._token
 
@@ -108,8 +110,7 @@ def _merge(paths, source):
     merged = {"clusters": {}, "users": {}, "contexts": {}, "current-context": "", "dirs": {}}
     for path in paths:
         try:
-            with open(path, encoding="utf-8") as f:
-                doc = yaml.safe_load(f) or {}
+            doc = yaml.safe_load(read_capped(path, KUBECONFIG_BYTES, "KUBECONFIG_BYTES")) or {}
         except FileNotFoundError:
             if len(paths) > 1:
                 continue  # kubectl ignores missing files in a KUBECONFIG list

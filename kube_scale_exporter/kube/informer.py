@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import requests
 from urllib3.exceptions import ReadTimeoutError
 
-from .client import ApiError, Gone, KubeClient
+from .client import ApiError, Gone, KubeClient, ReplyTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -201,15 +201,18 @@ class Informer:
                 if self._stop.is_set():
                     return
                 delay = self.backoff.next_delay()
-                if isinstance(e, ApiError):
-                    if e.retry_after is not None:  # 429/503: the server says when
-                        delay = max(delay, min(e.retry_after, self.backoff.cap))
-                    # A resourceVersion the server keeps refusing (a bad bookmark, say)
-                    # must not stop the watch for good: relist after a few refusals.
+                if isinstance(e, ApiError) and e.retry_after is not None:
+                    # 429/503: the server says when.
+                    delay = max(delay, min(e.retry_after, self.backoff.cap))
+                if isinstance(e, (ApiError, ReplyTooLarge)):
+                    # A resourceVersion the server keeps refusing (a bad bookmark, say), or
+                    # an event past the line cap replayed on every re-watch, must not stop
+                    # the watch for good: relist after a few refusals.
                     self._refusals += 1
                     if self._refusals >= REFUSALS_BEFORE_RELIST:
                         self._rv, self._refusals = None, 0
-                expected = isinstance(e, (ApiError, requests.RequestException, ValueError))
+                expected = isinstance(e, (ApiError, requests.RequestException, ValueError,
+                                          ReplyTooLarge))
                 log.warning("%s: %s; retrying in %.1fs", self.path, e, delay,
                             exc_info=not expected)
                 self._set_up(False)

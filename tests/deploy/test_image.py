@@ -177,7 +177,7 @@ def test_the_image_wheel_is_the_wheel_the_repository_builds(built, world):
     from_image, from_repo = own_wheel(built), own_wheel(ci)
     assert os.path.basename(from_image) == f"kube_scale_exporter-{__version__}-py3-none-any.whl"
     assert record(from_image) == record(from_repo)
-    assert any(p == "kube_scale_exporter/webconfig.py" for p in record(from_image))
+    assert any(p == "kube_scale_exporter/web/config.py" for p in record(from_image))
 
 
 def test_the_final_stage_installs_offline_and_serves_as_its_user(dockerfile, built, world):

@@ -2,7 +2,7 @@
 containerd reports with `containerd config dump`: Debian's 1.6.20 (config version 2) and
 Debian sid's 2.1.9 (versions 2 and 3), each started with the config, imports included.
 
-containerd 2 is the unpacked sid package (.ci/setup.d/52-containerd-sid.sh); its tests
+containerd 2 is the unpacked sid package (.ci/setup.d/51-containerd-sid.sh); its tests
 skip where it is missing.
 """
 import os
@@ -69,7 +69,7 @@ def server_for():
 
     def make(bin_dir, case):
         if not os.path.exists(os.path.join(bin_dir, "containerd")):
-            pytest.skip(f"no containerd in {bin_dir} (.ci/setup.d/52-containerd-sid.sh)")
+            pytest.skip(f"no containerd in {bin_dir} (.ci/setup.d/51-containerd-sid.sh)")
         workdir = tempfile.mkdtemp(prefix="cc-", dir="/tmp")
         version, extra, dropins = CASES[case]
         os.makedirs(f"{workdir}/conf.d")

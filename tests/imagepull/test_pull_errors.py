@@ -137,7 +137,7 @@ def remotes(registry, workdir):
 def cri_containerd(bin_dir, hosts, version, timeout="2s", local_pull=False):
     """containerd with its CRI plugin on, pulling over plain HTTP from `hosts`."""
     if not os.path.exists(os.path.join(bin_dir, "containerd")):
-        pytest.skip(f"no containerd in {bin_dir} (.ci/setup.d/52-containerd-sid.sh)")
+        pytest.skip(f"no containerd in {bin_dir} (.ci/setup.d/51-containerd-sid.sh)")
     workdir = tempfile.mkdtemp(prefix="pe-", dir="/tmp")
     certs = os.path.join(workdir, "certs.d")
     for host in hosts:

@@ -22,7 +22,11 @@ from kube_scale_exporter.collectors.balloon.summary import summarize
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletConfigFile
 from kube_scale_exporter.collectors.imagepull.pods import images_wanted, pod_summary
 from kube_scale_exporter.collectors.imagepull_events import PulledEvents, families, parse_pulled
-from kube_scale_exporter.webconfig import WebConfig, WebConfigError, load
+from kube_scale_exporter.collectors.neighbor import read_unresolved_discards
+from kube_scale_exporter.files import FileRefused
+from kube_scale_exporter.web.config import WebConfig, WebConfigError, load
+from testbed.hostile_grpc import HostileGrpc
+from testbed.procs import rss_mib
 
 FILES = settings(max_examples=150, deadline=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -222,3 +226,77 @@ def test_any_image_strings_on_the_node_never_fail_the_scrape(pods):
     assert len(wanted) <= sum(len(p[0]) for p in pods)
     for name, (ref, since) in wanted.items():
         assert name == ref.name and (since is None or math.isfinite(since))
+
+
+# ---- files that are not what they should be: a FIFO, a device, a huge file --------------
+
+def replace_with_fifo(path):
+    os.unlink(path)
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("make", ["fifo", "directory", "device", "huge"])
+def test_kubelet_config_that_is_not_a_small_file_is_refused_at_once(tmp_path, make):
+    path = tmp_path / "kubelet.yaml"
+    path.write_text("serializeImagePulls: false\nmaxParallelImagePulls: 5\n")
+    reader = KubeletConfigFile(str(path))
+    assert reader.read().max_parallel == 5
+    path.unlink()
+    if make == "fifo":
+        os.mkfifo(path)
+    elif make == "directory":
+        path.mkdir()
+    elif make == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        with open(path, "wb") as f:  # sparse: 200 MiB without writing them
+            f.truncate(200 << 20)
+    start = time.monotonic()
+    assert reader.read() is None
+    assert time.monotonic() - start < 0.5
+    expected = "KUBELET_CONFIG_BYTES" if make == "huge" else "not a regular file"
+    assert expected in reader.error, reader.error
+
+
+def test_kubelet_config_fifo_and_200_mib_under_a_real_exporter(tmp_path, workdir, run_exporter):
+    server = HostileGrpc(f"{workdir}/cd.sock").start()
+    path = tmp_path / "kubelet.yaml"
+    sane = "serializeImagePulls: false\nmaxParallelImagePulls: 5\n"
+    path.write_text(sane)
+    setting = "kubescale_kubelet_max_parallel_image_pulls"
+    try:
+        exporter = run_exporter(["--mode", "node", "--collector.disable-defaults",
+                                 "--collector.imagepull", "--containerd.address", server.path,
+                                 "--containerd.timeout", "1s", "--kubelet.config-file",
+                                 str(path)])
+        exporter.wait_for(lambda s: s.value(setting) == 5, within=10)
+        before = rss_mib(exporter.proc.pid)[1]
+        replace_with_fifo(path)  # open() of it blocked the scrape for good
+        exporter.wait_for(lambda s: s.value(setting) is None and s.seconds < 1, within=5)
+        assert "is a FIFO" in exporter.proc.log_tail(50)
+        path.unlink()
+        with open(path, "w") as f:  # 200 MiB of real YAML: 8.4 s of GIL to parse
+            line = "a: " + "b" * 1020 + "\n"
+            f.write(line * (200 << 10))
+        exporter.wait_for(lambda s: s.value(setting) is None and s.seconds < 1, within=5)
+        exporter.wait_for(lambda s: "KUBELET_CONFIG_BYTES" in exporter.proc.log_tail(50),
+                          within=5)
+        grew = rss_mib(exporter.proc.pid)[1] - before
+        print(f"kubelet config FIFO then 200 MiB: peak +{grew:.1f} MiB")
+        assert grew < 6
+        path.write_text(sane)
+        exporter.wait_for(lambda s: s.value(setting) == 5, within=5)
+    finally:
+        server.stop()
+
+
+def test_proc_stat_that_is_not_a_small_file_is_refused(tmp_path):
+    stat_dir = tmp_path / "net" / "stat"
+    stat_dir.mkdir(parents=True)
+    os.mkfifo(stat_dir / "arp_cache")  # open() of it blocked the scrape for good
+    with pytest.raises(FileRefused, match="is a FIFO"):
+        read_unresolved_discards(str(tmp_path))
+    os.unlink(stat_dir / "arp_cache")
+    (stat_dir / "arp_cache").symlink_to("/dev/zero")
+    with pytest.raises(FileRefused, match="is a device"):
+        read_unresolved_discards(str(tmp_path))

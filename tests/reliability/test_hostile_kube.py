@@ -11,10 +11,17 @@ absurd duration goes through the real API server to the imagepull_events histogr
 """
 import json
 import math
+import socket
+import threading
 import time
 
 import pytest
+import requests
 
+from kube_scale_exporter.kube.client import MAX_REPLY_BYTES, MAX_WATCH_LINE, KubeClient
+from kube_scale_exporter.kube.config import KubeConfig, load
+from testbed.faultproxy import drip, endless, repeat
+from testbed.procs import rss_mib
 from tests.reliability.conftest import COLLECTORS, WATCH
 
 RECOVERY_SECONDS = 30
@@ -103,3 +110,98 @@ def test_an_absurd_pulled_event_through_the_api_server(cluster, cluster_exporter
         lambda s: (s.value("kubescale_image_pull_duration_seconds_count") or 0) >= 1,
         within=15)
     assert math.isfinite(scrape.value("kubescale_image_pull_duration_seconds_sum"))
+
+
+# ---- replies by size and pace ----------------------------------------------------------
+
+SLACK_MIB = 6.0  # what scrapes, thread stacks and logging may add to the peak
+LIST = r"/api/v1/pods\?(?!.*watch=1)"
+
+
+def peak_mib(exporter):
+    return rss_mib(exporter.proc.pid)[1]
+
+
+def watch_down_naming(exporter, cap):
+    exporter.wait_for(lambda s: s.value("kubescale_kube_watch_up", resource="pods") == 0,
+                      within=RECOVERY_SECONDS)
+    exporter.wait_for(lambda s: cap in exporter.proc.log_tail(300), within=RECOVERY_SECONDS)
+
+
+def watch_back(exporter, proxy):
+    proxy.clear()
+    proxy.cut_streams(WATCH)
+    exporter.wait_for(lambda s: all(s.success.get(c) == 1 for c in COLLECTORS)
+                      and s.value("kubescale_kube_watch_up", resource="pods") == 1,
+                      within=RECOVERY_SECONDS)
+
+
+@pytest.mark.parametrize("line", [b'{"type":"ADDED","object":{"metadata":{"name":"' + b"x" * 90,
+                                  b"x" * 100], ids=["endless-object", "endless-junk"])
+def test_an_endless_watch_line_costs_its_cap(proxy, cluster_exporter, line):
+    before = peak_mib(cluster_exporter)
+    proxy.inject(WATCH, status=200, chunks=lambda: endless(line),
+                 headers={"Content-Type": "application/json"})
+    proxy.cut_streams(WATCH)
+    watch_down_naming(cluster_exporter, "MAX_WATCH_LINE")
+    time.sleep(2)  # a re-watch or two more against the same reply
+    grew = peak_mib(cluster_exporter) - before
+    print(f"endless watch line: peak +{grew:.1f} MiB")
+    assert grew < MAX_WATCH_LINE / 2**20 + SLACK_MIB
+    watch_back(cluster_exporter, proxy)
+
+
+@pytest.mark.parametrize("length", [400 << 20, None], ids=["declared", "chunked"])
+def test_a_400_mib_list_costs_its_cap(proxy, cluster_exporter, length):
+    before = peak_mib(cluster_exporter)
+    # A 410 on the watch makes the informer list again; the list is the hostile reply.
+    proxy.inject(WATCH, status=410, body=b'{"kind":"Status","code":410,"reason":"Gone"}')
+    proxy.inject(LIST, status=200, chunks=lambda: repeat(b'{"items":[' + b" " * 90, 400 << 20),
+                 length=length, headers={"Content-Type": "application/json"})
+    proxy.cut_streams(WATCH)
+    watch_down_naming(cluster_exporter, "MAX_REPLY_BYTES")
+    time.sleep(2)
+    grew = peak_mib(cluster_exporter) - before
+    print(f"400 MiB list ({'declared' if length else 'chunked'}): peak +{grew:.1f} MiB")
+    assert grew < (0 if length else MAX_REPLY_BYTES / 2**20) + SLACK_MIB
+    watch_back(cluster_exporter, proxy)
+
+
+def test_a_dripping_list_ends_at_the_request_timeout(cluster, proxy, workdir):
+    config = load(cluster.write_kubeconfig(f"{workdir}/kubeconfig", server=proxy.url))
+    client = KubeClient(config, request_timeout=1.0)
+    proxy.inject(LIST, status=200, chunks=lambda: drip(b'{"items": []}', every=0.3),
+                 headers={"Content-Type": "application/json"})
+    start = time.monotonic()
+    with pytest.raises(requests.exceptions.Timeout, match="no complete answer within 1s"):
+        client.get("/api/v1/pods", {"limit": "500"})
+    assert time.monotonic() - start < 2.0
+    proxy.clear()
+    assert "items" in client.get("/api/v1/pods", {"limit": "1"})
+
+
+def test_watch_headers_dripping_end_at_the_read_timeout():
+    """Watches stay open for minutes, bounded per read; their headers are bounded in all."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" * 100:
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = KubeClient(KubeConfig(server=f"http://127.0.0.1:{listener.getsockname()[1]}"))
+    start = time.monotonic()
+    try:
+        with pytest.raises(requests.exceptions.RequestException):
+            client.watch("/api/v1/pods", {}, read_timeout=1.0)
+        assert time.monotonic() - start < 1.5
+    finally:
+        listener.close()

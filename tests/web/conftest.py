@@ -63,15 +63,22 @@ class Exporter:
 
 @pytest.fixture
 def start_exporter(tmp_path):
-    """start_exporter(config_text) runs `python -m kube_scale_exporter` with that web config."""
+    """start_exporter(config_text) runs `python -m kube_scale_exporter` with that web config.
+
+    flags: more command-line flags; nofile: (soft, hard) open-files limit to start it with,
+    as a container runtime would set it (containerd 2: 1024 soft)."""
     started = []
 
-    def start(config_text=None, scheme="https", config_path=None):
+    def start(config_text=None, scheme="https", config_path=None, flags=(), nofile=None):
         config = config_path or tmp_path / f"web-{len(started)}.yml"
         if config_text is not None:
             config.write_text(config_text)
         port = free_port()
-        proc = Proc(exporter_argv(port, config), tmp_path / f"exporter-{port}.log", cwd=REPO)
+        argv = exporter_argv(port, config if (config_text is not None or config_path) else None,
+                             *flags)
+        if nofile:
+            argv = ["prlimit", f"--nofile={nofile[0]}:{nofile[1]}", "--", *argv]
+        proc = Proc(argv, tmp_path / f"exporter-{port}.log", cwd=REPO)
         started.append(proc)
         wait_for_port(port, proc=proc, timeout=15)
         return Exporter(proc, port, scheme)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import yaml
 
+from kube_scale_exporter.files import KUBELET_CONFIG_BYTES, read_capped
+
 log = logging.getLogger(__name__)
 
 DEFAULT_KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
@@ -52,8 +54,8 @@ class KubeletConfigFile:
         if key != self._stat:
             self._stat = key
             try:
-                with open(self.path, "rb") as f:
-                    self._settings = KubeletPullSettings.from_config(yaml.safe_load(f))
+                data = read_capped(self.path, KUBELET_CONFIG_BYTES, "KUBELET_CONFIG_BYTES")
+                self._settings = KubeletPullSettings.from_config(yaml.safe_load(data))
                 self.error = None
             except (OSError, yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
                 self._settings = None

@@ -24,8 +24,11 @@ mistake is reported with the file and line at fault and the exporter exits 2.
 
 Like the toolkit, the exporter follows the file: when it, or a certificate, key or CA it
 names, changes on disk (a renewed certificate, a rotated Secret), the next request
-(users, headers) and the next handshake (TLS) use the new contents; no restart. A change that breaks the file is logged and, until
-it is fixed, connections are refused rather than served with stale settings.
+(users, headers) and the next handshake (TLS) use the new contents; no restart. A change
+that breaks the file is logged and, until it is fixed, connections are refused rather
+than served with stale settings; except a change whose only fault is a user's bcrypt
+hash (a cost outside 04-14, a salt or hash bcrypt cannot use: web/auth.py), which is
+logged and not applied, the previous settings staying in force.
 
 What differs from the toolkit, on purpose: client_auth_type RequestClientCert and
 RequireAnyClientCert are refused (a certificate nobody verifies proves nothing, and
@@ -36,22 +39,19 @@ auth, so that kubelet probes need no password; it tells nothing but "ok".
 """
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
+import ipaddress
 import logging
 import os
-import re
-import secrets
 import ssl
-import threading
-import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
-import bcrypt
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from kube_scale_exporter.files import WEB_CONFIG_BYTES, FileRefused, read_capped
+from kube_scale_exporter.web.auth import BasicAuth, hash_problem
+
+__all__ = ["BasicAuth", "TLSConfig", "WebConfig", "WebConfigError", "load"]
 
 TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -92,19 +92,15 @@ CIPHER_SUITES = {
 ALLOWED_HEADERS = ("Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options",
                    "X-XSS-Protection", "Strict-Transport-Security")
 
-BCRYPT_HASH = re.compile(r"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
-
-# Successful verifications remembered; a handful of scrapers per exporter is normal.
-AUTH_CACHE_SIZE = 64
-
-# How often a connection may look at the files for changes (a few stat calls).
-RELOAD_CHECK_SECONDS = 1.0
-
 log = logging.getLogger(__name__)
 
 
 class WebConfigError(ValueError):
     """A bad web config file; the message names the file and line."""
+
+
+class BadHashError(WebConfigError):
+    """A user's hash bcrypt cannot (or should not) check: the rest of the file may be fine."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +136,20 @@ class TLSConfig:
             return True
         if not peercert:
             return False
-        names = {value for _kind, value in peercert.get("subjectAltName", ())}
-        return not names.isdisjoint(self.client_allowed_sans)
+        names = {_san(kind, value) for kind, value in peercert.get("subjectAltName", ())}
+        return not names.isdisjoint(_san("", allowed) for allowed in self.client_allowed_sans)
+
+
+def _san(kind: str, value: str) -> str:
+    """A SAN as Go's exporter-toolkit compares it: IP addresses in their canonical text
+    (Python writes an IPv6 SAN as 2001:DB8:0:0:0:0:0:1, Go and users as 2001:db8::1)."""
+    value = value.strip()
+    if kind in ("", "IP Address"):
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            pass
+    return value
 
 
 @dataclass(frozen=True)
@@ -163,149 +171,12 @@ class WebConfig:
         return (self.path, *(f for f in named if f))
 
 
-@dataclass(frozen=True)
-class Active:
-    """What connections use now: built once per version of the files."""
-    config: WebConfig
-    ssl_context: ssl.SSLContext | None
-    basic_auth: BasicAuth | None
-
-
-class LiveWebConfig:
-    """The web config as it is on disk, re-read when one of its files changes.
-
-    `current()` is called per connection and per request; it stats the files at most
-    once per RELOAD_CHECK_SECONDS. It returns None while the files on disk do not make a
-    valid config, so the server refuses connections instead of serving stale settings.
-    """
-
-    def __init__(self, config: WebConfig):
-        self._lock = threading.Lock()
-        self._active: Active | None = _activate(config)
-        self._stamp = _stamp(config.files())
-        self._watched = config.files()
-        self._checked = time.monotonic()
-
-    def current(self) -> Active | None:
-        with self._lock:
-            now = time.monotonic()
-            if now - self._checked >= RELOAD_CHECK_SECONDS:
-                self._checked = now
-                self._reload_if_changed()
-            return self._active
-
-    def _reload_if_changed(self) -> None:
-        stamp = _stamp(self._watched)
-        if stamp == self._stamp:
-            return
-        self._stamp = stamp
-        path = self._watched[0]
-        try:
-            config = load(path)
-            active = _activate(config)
-        except Exception as exc:  # noqa: BLE001  (whatever broke it, the old users must stop)
-            log.error("--web.config.file: refusing connections until it is fixed: %s", exc)
-            self._active = None
-            return
-        self._active = active
-        self._watched = config.files()
-        self._stamp = _stamp(self._watched)
-        log.info("--web.config.file: reloaded %s", path)
-
-
-def _activate(config: WebConfig) -> Active:
-    return Active(config, config.ssl_context(), config.basic_auth())
-
-
-def _stamp(paths: tuple[str, ...]) -> tuple:
-    """Identity and size of each file; a Secret update swaps a symlink, a new inode."""
-    out = []
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError:
-            out.append(None)
-            continue
-        out.append((st.st_ino, st.st_mtime_ns, st.st_size))
-    return tuple(out)
-
-
-class BasicAuth:
-    """Checks `Authorization: Basic` headers against bcrypt hashes.
-
-    bcrypt costs ~90 ms at cost 10 on these machines: paid on every scrape, it would
-    outweigh the scrape itself. A successful check is therefore remembered under an
-    HMAC of (user, stored hash, password) keyed by a secret made at start-up: the cache
-    holds no password, an entry is useless outside this process, and a changed hash
-    misses it. Failures are not cached, so the cache only ever holds what valid
-    credentials produced; it is bounded all the same. bcrypt runs one check at a time
-    so a password-guessing flood keeps to one core and cannot starve the scrapes.
-    An unknown user costs a bcrypt check against a dummy hash of the highest cost in the
-    file, so response times do not tell which users exist.
-    """
-
-    def __init__(self, users: dict[str, bytes]):
-        self._users = users
-        self._key = secrets.token_bytes(32)
-        self._ok: OrderedDict[bytes, None] = OrderedDict()
-        self._cache_lock = threading.Lock()
-        self._bcrypt_lock = threading.Lock()
-        cost = max(int(hashed[4:6]) for hashed in users.values())
-        self._dummy = bcrypt.hashpw(b"unknown user", bcrypt.gensalt(cost))
-
-    def check(self, header: str | None) -> bool:
-        credentials = _parse_basic(header)
-        if credentials is None:
-            return False
-        user, password = credentials
-        stored = self._users.get(user)
-        hashed = stored if stored is not None else self._dummy
-        key = hmac.new(self._key, b"\0".join((user.encode(), hashed, password)),
-                       hashlib.sha256).digest()
-        with self._cache_lock:
-            if key in self._ok:
-                self._ok.move_to_end(key)
-                return True
-        with self._bcrypt_lock:
-            ok = _bcrypt_matches(password, hashed) and stored is not None
-        if ok:
-            with self._cache_lock:
-                self._ok[key] = None
-                if len(self._ok) > AUTH_CACHE_SIZE:
-                    self._ok.popitem(last=False)
-        return ok
-
-
-def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
-    if not header:
-        return None
-    scheme, _, encoded = header.partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        decoded = base64.b64decode(encoded.strip(), validate=True)
-    except ValueError:
-        return None
-    user, sep, password = decoded.partition(b":")
-    if not sep:
-        return None
-    return user.decode("utf-8", "replace"), password
-
-
-def _bcrypt_matches(password: bytes, hashed: bytes) -> bool:
-    try:
-        return bcrypt.checkpw(password, hashed)
-    except ValueError:  # longer than bcrypt's 72 bytes: Go's bcrypt refuses it too
-        return False
-
-
-# --- loading ---------------------------------------------------------------------------
-
 def load(path: str) -> WebConfig:
     """Read and check a web config file; raises WebConfigError naming file and line."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_capped(path, WEB_CONFIG_BYTES, "WEB_CONFIG_BYTES").decode("utf-8")
+    except FileRefused as exc:
+        raise WebConfigError(exc.strerror) from None
     except OSError as exc:
         raise WebConfigError(f"{path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
@@ -432,7 +303,7 @@ class _Reader:
         if "cipher_suites" in fields:
             suites_node = fields["cipher_suites"]
             suites = self.strings(suites_node, "cipher_suites")
-            for item, name in zip(suites_node.value, suites):
+            for item, name in zip(suites_node.value, suites, strict=True):
                 if name not in CIPHER_SUITES:
                     raise self.error(item, f"cipher_suites: unknown or insecure suite {name!r}")
             kwargs["cipher_suites"] = suites
@@ -484,8 +355,9 @@ class _Reader:
             if user in users:
                 raise self.error(key, f"user {user!r} given twice")
             hashed = self.string(value, f"the hash of {user!r}")
-            if not BCRYPT_HASH.match(hashed):
-                raise self.error(value, f"the password of {user!r} must be a bcrypt hash "
-                                        "($2a$/$2b$/$2y$, cost 04-31), not a plain password")
+            problem = hash_problem(hashed)
+            if problem is not None:
+                raise BadHashError(f"{self.path}:{value.start_mark.line + 1}: the password "
+                                   f"of {user!r}: {problem}")
             users[user] = hashed.encode()
         return users

@@ -1,0 +1,235 @@
+"""End to end: a real single-node cluster, the image built from this tree, deploy/ applied as
+the README says, and Debian's Prometheus scraping it through Kubernetes service discovery.
+
+Run with `make e2e` (root; KSE_E2E=1). One cluster for the whole session (`up` is the
+expensive part); the scenario files run in name order and each leaves the cluster as it
+found it. test_9_host_clean.py takes the cluster down and checks the host.
+"""
+import json
+import os
+import pathlib
+import time
+
+import pytest
+import requests
+import yaml
+
+from testbed import image
+from testbed.cluster import NODE_IP, NODE_NAME, Cluster
+from testbed.prometheus import PrometheusServer
+from tools.build_mixin import mixin_object
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+HERE = pathlib.Path(__file__).resolve().parent
+KUBECTL_120 = os.environ.get("KUBECTL_BIN", "/var/cache/kube-scale-exporter/kubectl")
+# Debian bookworm's Prometheus 2.42 is built without Kubernetes service discovery; sid's 3.x
+# (.ci/setup.d/46-e2e.sh) has it.
+PROMETHEUS = os.environ.get("PROMETHEUS3_BIN",
+                            "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin/prometheus")
+NS = "kube-scale-exporter"
+SCRAPE = "5s"
+# Every `for:` of the mixin shortened through its _config, so an alert fires within a test.
+SHORT_FOR = "15s"
+TIMINGS = {}
+
+
+def wait_for(what, fn, timeout=120.0, interval=1.0):
+    """fn() until it returns something truthy; its last value or exception in the failure."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            value = fn()
+            if value:
+                return value
+            last = value
+        except Exception as e:  # noqa: BLE001  (reported if it never succeeds)
+            last = repr(e)
+        time.sleep(interval)
+    raise TimeoutError(f"{what}: not after {timeout:.0f}s (last: {str(last)[:2000]})")
+
+
+class Kube:
+    """The cluster's API as admin, plus kubectl."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.server = cluster.server
+        self.s = cluster.session()
+
+    def get(self, path, **params):
+        r = self.s.get(self.server + path, params=params or None, timeout=30)
+        r.raise_for_status()
+        return r.json()
+
+    def post(self, path, body, ok=(200, 201, 202)):
+        r = self.s.post(self.server + path, json=body, timeout=30)
+        if r.status_code not in ok:
+            raise AssertionError(f"POST {path}: {r.status_code} {r.text[:500]}")
+        return r.json()
+
+    def patch(self, path, body):
+        r = self.s.patch(self.server + path, json=body, timeout=30,
+                         headers={"Content-Type": "application/merge-patch+json"})
+        r.raise_for_status()
+        return r.json()
+
+    def delete(self, path):
+        r = self.s.delete(self.server + path, json={"gracePeriodSeconds": 0}, timeout=30)
+        if r.status_code not in (200, 202, 404):
+            raise AssertionError(f"DELETE {path}: {r.status_code} {r.text[:300]}")
+
+    def namespace(self, name):
+        """A new namespace, once its default ServiceAccount has a token (pods need it)."""
+        self.post("/api/v1/namespaces", {"metadata": {"name": name}})
+        wait_for(f"token of {name}/default", lambda: self.s.get(
+            f"{self.server}/api/v1/namespaces/{name}/serviceaccounts/default",
+            timeout=10).json().get("secrets"), timeout=60, interval=0.3)
+
+    def pods(self, ns=NS, selector=None):
+        params = {"labelSelector": selector} if selector else {}
+        return self.get(f"/api/v1/namespaces/{ns}/pods", **params)["items"]
+
+    def kubectl(self, *args, input=None, check=True):
+        return self.cluster.kubectl(*args, input=input, check=check)
+
+    def apply_kustomization(self, directory):
+        """Render with current kubectl (kustomize v5), apply with kubectl 1.20 (the server's)."""
+        rendered = self.kubectl("kustomize", str(directory))
+        self.cluster.kubectl("apply", "-f", "-", input=rendered, kubectl=KUBECTL_120)
+        return rendered
+
+    def delete_kustomization(self, directory):
+        rendered = self.kubectl("kustomize", str(directory))
+        self.cluster.kubectl("delete", "--wait=true", "--ignore-not-found", "-f", "-",
+                             input=rendered, kubectl=KUBECTL_120)
+
+
+class Prom(PrometheusServer):
+    def alerts(self, name=None, **labels):
+        data = self.session.get(self.url + "/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+        return [a for a in data if (name is None or a["labels"]["alertname"] == name)
+                and all(a["labels"].get(k) == v for k, v in labels.items())]
+
+    def firing(self, name, **labels):
+        return [a for a in self.alerts(name, **labels) if a["state"] == "firing"]
+
+    def value(self, expr):
+        result = self.query(expr)
+        return float(result[0]["value"][1]) if result else None
+
+    def targets(self):
+        return self.session.get(self.url + "/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
+
+
+def e2e_rules() -> dict:
+    """The mixin's recording rules and alerts with every `for:` at SHORT_FOR and the image
+    pull backlog threshold at 1 (one queued pull is what a one-node test can make)."""
+    defaults = mixin_object()["config"]
+    config = {k: SHORT_FOR for k in defaults if k.endswith("For")}
+    config["imagePullQueuedThreshold"] = 1
+    m = mixin_object(config)
+    return {"groups": m["rules"]["groups"] + m["alerts"]["groups"]}
+
+
+def prometheus_config(kubeconfig: str) -> dict:
+    """deploy/prometheus/prometheus.yml as shipped, pointed at the cluster from outside it
+    (kubeconfig_file) and scraping every 5 s."""
+    cfg = yaml.safe_load((REPO / "deploy/prometheus/prometheus.yml").read_text())
+    cfg.setdefault("global", {}).update(scrape_interval=SCRAPE, evaluation_interval=SCRAPE)
+    for job in cfg["scrape_configs"]:
+        job["scrape_interval"], job["scrape_timeout"] = SCRAPE, "4s"
+        for sd in job["kubernetes_sd_configs"]:
+            sd["kubeconfig_file"] = kubeconfig
+    cfg["rule_files"] = ["rules.json"]
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    if os.geteuid() != 0:
+        pytest.skip("the e2e cluster needs root")
+    t = time.monotonic()
+    archive = image.build()
+    TIMINGS["image"] = time.monotonic() - t
+    c = Cluster()
+    try:
+        c.up(images=[archive])
+    except BaseException:
+        c.down(verify=False)  # a half-started cluster must not stay on the host
+        raise
+    TIMINGS["up"] = c.timings["up"]
+    yield c
+    if c.load():
+        c.down(verify=False)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The measured times (docs/deploy.md "Tested end to end" quotes them)."""
+    if TIMINGS:
+        terminalreporter.write_sep("-", "e2e timings (s)")
+        terminalreporter.write_line(json.dumps({k: round(v, 1) for k, v in TIMINGS.items()}))
+
+
+@pytest.fixture(scope="session")
+def kube(cluster):
+    return Kube(cluster)
+
+
+@pytest.fixture(scope="session")
+def deployed(kube):
+    """deploy/ applied as the README says (`kubectl apply -k deploy/`), after permissive
+    CRDs for the two prometheus-operator kinds; both workloads running."""
+    t = time.monotonic()
+    kube.cluster.kubectl("apply", "-f", str(HERE / "crds.yaml"), kubectl=KUBECTL_120)
+    wait_for("CRDs established", lambda: all(
+        any(c["type"] == "Established" and c["status"] == "True"
+            for c in kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
+            ["status"].get("conditions", []))
+        for n in ("servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")),
+        timeout=30)
+    kube.apply_kustomization(REPO / "deploy")
+    wait_exporters_ready(kube)
+    TIMINGS["deploy"] = time.monotonic() - t
+    return kube
+
+
+def wait_exporters_ready(kube, timeout=180):
+    def ready():
+        pods = kube.pods(selector="app.kubernetes.io/name=kube-scale-exporter")
+        running = [p for p in pods if p["status"].get("phase") == "Running" and all(
+            c.get("ready") for c in p["status"].get("containerStatuses", []))]
+        comps = {p["metadata"]["labels"]["app.kubernetes.io/component"] for p in running}
+        return comps >= {"node", "cluster"} and len(running) == len(pods)
+    return wait_for("exporter pods Running and ready", ready, timeout=timeout, interval=2)
+
+
+@pytest.fixture(scope="session")
+def prom(deployed, cluster, tmp_path_factory):
+    work = tmp_path_factory.mktemp("prometheus")
+    (work / "rules.json").write_text(json.dumps(e2e_rules()))
+    p = Prom(work, prometheus_config(str(cluster.kubeconfig)), binary=PROMETHEUS,
+             extra_args=["--storage.tsdb.retention.time=1d"])
+    p.start()
+    yield p
+    p.proc.stop()
+
+
+def metrics_text(url, timeout=5):
+    s = requests.Session()
+    s.trust_env = False
+    r = s.get(url, timeout=timeout)
+    r.raise_for_status()
+    return r.text
+
+
+NODE_METRICS = f"http://{NODE_IP}:9867/metrics"
+__all__ = [
+    "NODE_METRICS",
+    "NODE_NAME",
+    "NS",
+    "TIMINGS",
+    "metrics_text",
+    "wait_exporters_ready",
+    "wait_for",
+]

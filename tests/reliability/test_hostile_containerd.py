@@ -1,0 +1,114 @@
+"""Hostile containerd responses by size, item count and pace, under a real exporter.
+
+A gRPC server on the containerd socket path (testbed/hostile_grpc.py) answers sanely,
+then one method at a time with a response of 63 MiB (under the old 64 MiB cap, which
+took RSS to 0.8-1.2 GB), one with no end, a million tiny items, or a drip. Each time
+the exporter's peak RSS (VmHWM) stays within a few MiB of where it was (a response
+under its cap costs that cap at most), imagepull reports success 0 with an error naming
+the cap, and it recovers once the answers are sane again.
+"""
+import threading
+import time
+
+import pytest
+
+from kube_scale_exporter.containerd.client import IMAGES_BYTES, LIST_IMAGES, LIST_STATUSES
+from testbed.hostile_grpc import HostileGrpc, endless, frame, repeat
+from testbed.procs import rss_mib
+
+SLACK_MIB = 6.0
+# One ListStatuses item: a Status whose ref is "x" (5 bytes on the wire).
+TINY = b"\x0a\x03\x1a\x01x"
+
+
+@pytest.fixture
+def server(workdir):
+    grpc = HostileGrpc(f"{workdir}/cd.sock").start()
+    yield grpc
+    grpc.stop()
+
+
+@pytest.fixture
+def exporter(server, run_exporter, workdir):
+    running = run_exporter(["--mode", "node", "--collector.disable-defaults",
+                            "--collector.imagepull", "--containerd.address", server.path,
+                            "--containerd.timeout", "1s",
+                            "--image-pull.preload", "registry.example/app:1"])
+    running.wait_for(lambda s: s.success.get("imagepull") == 1, within=10)
+    for _ in range(5):
+        running.scrape()
+    return running
+
+
+def peak(exporter):
+    return rss_mib(exporter.proc.pid)[1]
+
+
+def fails_naming(exporter, words):
+    failed = exporter.wait_for(lambda s: s.success.get("imagepull") == 0, within=10)
+    exporter.wait_for(lambda s: words in exporter.proc.log_tail(200), within=5)
+    return failed
+
+
+def hold(exporter, seconds=3.0):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        scrape = exporter.scrape()
+        assert scrape.status == 200 and scrape.seconds < 3.5
+        assert scrape.success.get("imagepull") == 0
+
+
+def recovers(exporter, server):
+    server.answers.clear()
+    exporter.wait_for(lambda s: s.success.get("imagepull") == 1, within=10)
+
+
+CASES = {
+    # One 63 MiB message of tiny items: refused at its length prefix.
+    "63MiB-message": (LIST_STATUSES, dict(chunks=lambda: repeat(TINY, 63 << 20),
+                                          length=(63 << 20) // 5 * 5), "STATUSES_BYTES", 0),
+    # Messages of 64 KiB for ever: refused at the cap.
+    "endless": (LIST_STATUSES, dict(chunks=lambda: endless(frame(TINY * 13000))),
+                "STATUSES_BYTES", 1),
+    # 1 MiB of 5-byte items, under the byte cap: 200,000 items, refused at MAX_ITEMS.
+    "million-items": (LIST_STATUSES, dict(messages=[TINY * 200_000]), "MAX_ITEMS", 0),
+    # Images.List of 63 MiB in 64 KiB messages: refused at its (larger) cap.
+    "63MiB-images": (LIST_IMAGES, dict(chunks=lambda: repeat(frame(b"\x0a\x03\x0a\x01x" * 13000),
+                                                             63 << 20)),
+                     "IMAGES_BYTES", IMAGES_BYTES >> 20),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_hostile_response_costs_at_most_its_cap(exporter, server, case):
+    method, answer, cap, allowed_mib = CASES[case]
+    before = peak(exporter)
+    server.answer(method, **answer)
+    fails_naming(exporter, cap)
+    hold(exporter)
+    grew = peak(exporter) - before
+    print(f"containerd {case}: peak +{grew:.1f} MiB")
+    assert grew < allowed_mib + SLACK_MIB
+    recovers(exporter, server)
+
+
+def test_a_dripping_response_ends_at_the_timeout(exporter, server):
+    def drip():
+        while True:
+            yield b"\x00"
+            time.sleep(0.3)
+
+    server.answer(LIST_STATUSES, chunks=drip)
+    failed = fails_naming(exporter, "DEADLINE_EXCEEDED")
+    assert failed.seconds < 2.0  # --containerd.timeout 1s bounds the call in all
+    recovers(exporter, server)
+
+
+def test_hostile_server_threads_do_not_pile_up(exporter, server):
+    server.answer(LIST_STATUSES, chunks=lambda: endless(frame(TINY * 13000)))
+    fails_naming(exporter, "STATUSES_BYTES")
+    hold(exporter)
+    threads = int(open(f"/proc/{exporter.proc.pid}/status").read()
+                  .split("Threads:")[1].split()[0])
+    assert threads < 30 and threading.active_count() < 60
+    recovers(exporter, server)
