@@ -13,6 +13,11 @@ run:
 test:
 	$(PYTHON) -m pytest
 
+# ruff: lint and the format check (settings in pyproject.toml; `ruff format .` fixes the latter).
+lint:
+	ruff check .
+	ruff format --check .
+
 # Regenerate committed files (rules YAML, dashboards JSON) from the mixin's jsonnet.
 # deploy/ is written by hand: nothing to generate there.
 generate:

@@ -8,6 +8,7 @@ take, and the key count per resource with 100k keys in 50 resources, side by sid
 the peer way of finding the same numbers: listing every key (keys only, paged by 1000
 like `etcdctl get --prefix --keys-only`) and counting them here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,22 +63,32 @@ class Meter:
             self.bytes = 0
 
 
-def peer_listing(session, url: str, prefix: bytes, page: int = 1000) -> tuple[dict[str, int], int, int, float]:
+def peer_listing(
+    session, url: str, prefix: bytes, page: int = 1000
+) -> tuple[dict[str, int], int, int, float]:
     """Count keys per resource by listing every key, paged: (counts, requests, bytes, s)."""
     counts: Counter[str] = Counter()
     key, end = prefix, prefix_end(prefix)
     sent = received = 0
     began = time.perf_counter()
     while True:
-        reply = session.post(url + "/v3/kv/range", json={
-            "key": encode_key(key), "range_end": encode_key(end), "keys_only": True,
-            "limit": page, "serializable": True}, timeout=30)
+        reply = session.post(
+            url + "/v3/kv/range",
+            json={
+                "key": encode_key(key),
+                "range_end": encode_key(end),
+                "keys_only": True,
+                "limit": page,
+                "serializable": True,
+            },
+            timeout=30,
+        )
         sent += 1
         received += len(reply.content)
         doc = reply.json()
         kvs = doc.get("kvs", [])
         for kv in kvs:
-            counts[base64.b64decode(kv["key"])[len(prefix):].split(b"/")[0].decode()] += 1
+            counts[base64.b64decode(kv["key"])[len(prefix) :].split(b"/")[0].decode()] += 1
         if not doc.get("more"):
             break
         key = base64.b64decode(kvs[-1]["key"]) + b"\x00"
@@ -97,22 +108,37 @@ def bench_version(o, version: str, say) -> None:
             names = [f"resource{i:02d}" for i in range(o.resources)]
             writer = members[0].session()
             began = time.perf_counter()
-            put_many(writer, members[0].client_url, (
-                (f"/registry/{name}/ns{j % 20}/obj-{j:06d}", "v" * 64)
-                for name, n in zip(names, sizes) for j in range(n)))
+            put_many(
+                writer,
+                members[0].client_url,
+                (
+                    (f"/registry/{name}/ns{j % 20}/obj-{j:06d}", "v" * 64)
+                    for name, n in zip(names, sizes, strict=True)
+                    for j in range(n)
+                ),
+            )
             load_s = time.perf_counter() - began
 
-            args, classes = parse(["--mode", "cluster", "--collector.disable-defaults",
-                                   "--etcd.cluster", f"main={members[0].client_url}"])
+            args, classes = parse(
+                [
+                    "--mode",
+                    "cluster",
+                    "--collector.disable-defaults",
+                    "--etcd.cluster",
+                    f"main={members[0].client_url}",
+                ]
+            )
             defaults = args.etcd_min_interval
             collector = classes[0](args)
             cluster = collector.clusters[0]
             meter = Meter(cluster.session)
 
             say(f"## etcd {version}\n")
-            say(f"{etcd_binary(version)}, 3 members on loopback; "
+            say(
+                f"{etcd_binary(version)}, 3 members on loopback; "
                 f"{o.keys:,} keys in {o.resources} resources (largest {sizes[0]:,}, smallest "
-                f"{sizes[-1]:,}), 64-byte values, loaded in {load_s:.1f} s. Medians of {o.runs} runs.\n")
+                f"{sizes[-1]:,}), 64-byte values, loaded in {load_s:.1f} s. Medians of {o.runs} runs.\n"
+            )
 
             # Status refresh (what a scrape costs when the cache is older than --etcd.min-interval).
             first = time.perf_counter()
@@ -145,7 +171,9 @@ def bench_version(o, version: str, say) -> None:
                 walk.append(time.perf_counter() - t)
                 walk_requests, walk_bytes = meter.total(), meter.bytes
             ours = collector.keys()["main"][0]
-            peer = [peer_listing(writer, members[0].client_url, b"/registry/") for _ in range(o.runs)]
+            peer = [
+                peer_listing(writer, members[0].client_url, b"/registry/") for _ in range(o.runs)
+            ]
             peer_counts, peer_requests, peer_bytes, _ = peer[0]
             assert ours == {k: v for k, v in peer_counts.items()}, "the two ways disagree"
             peer_s = [p[3] for p in peer]
@@ -153,22 +181,34 @@ def bench_version(o, version: str, say) -> None:
             name_of = {m.client_url.split("/")[2]: m.name for m in members}
 
             def by_member(counts):
-                return ", ".join(f"{name_of[h]}: {n}" for h, n in sorted(counts.items(), key=lambda kv: name_of[kv[0]]))
+                return ", ".join(
+                    f"{name_of[h]}: {n}"
+                    for h, n in sorted(counts.items(), key=lambda kv: name_of[kv[0]])
+                )
 
             say("### Requests to etcd\n")
             say("| what | requests | note |")
             say("|---|---|---|")
-            say(f"| status refresh, 3 members | {sum(refresh_requests.values())} ({by_member(refresh_requests)}) | member list + "
-                f"alarm list on one endpoint, Status on each member |")
-            say(f"| first refresh (reads quota from /metrics) | {sum(first_requests.values())} ({by_member(first_requests)}) | "
-                f"/metrics again once per --etcd.keys-interval |")
-            say("| scrape served from cache | 0 | any number of scrapers within --etcd.min-interval |")
-            say(f"| key count, {o.resources} resources | {walk_requests} | 1 member list + 2 per resource + 1 |")
+            say(
+                f"| status refresh, 3 members | {sum(refresh_requests.values())} ({by_member(refresh_requests)}) | member list + "
+                f"alarm list on one endpoint, Status on each member |"
+            )
+            say(
+                f"| first refresh (reads quota from /metrics) | {sum(first_requests.values())} ({by_member(first_requests)}) | "
+                f"/metrics again once per --etcd.keys-interval |"
+            )
+            say(
+                "| scrape served from cache | 0 | any number of scrapers within --etcd.min-interval |"
+            )
+            say(
+                f"| key count, {o.resources} resources | {walk_requests} | 1 member list + 2 per resource + 1 |"
+            )
             refreshes_per_min = 60 / args.etcd_min_interval
             walks_per_min = 60 / args.etcd_keys_interval
             busiest = max(refresh_requests.values())
             say("")
-            say(f"Per minute at the defaults (--etcd.min-interval {args.etcd_min_interval:g}s, "
+            say(
+                f"Per minute at the defaults (--etcd.min-interval {args.etcd_min_interval:g}s, "
                 f"--etcd.keys-interval {args.etcd_keys_interval:g}s), whatever the number of "
                 f"Prometheus replicas: at most {refreshes_per_min:g} refreshes, so "
                 f"{refreshes_per_min:g} Status requests per member, plus "
@@ -177,7 +217,8 @@ def bench_version(o, version: str, say) -> None:
                 f"{walk_requests * walks_per_min:.1f}/min on that endpoint, and /metrics "
                 f"{walks_per_min:g}/min per member. Without the cache, 2 Prometheus replicas "
                 f"scraping every 15 s would send {2 * 4 * sum(refresh_requests.values())} requests a minute "
-                f"instead of {4 * sum(refresh_requests.values())}.\n")
+                f"instead of {4 * sum(refresh_requests.values())}.\n"
+            )
 
             say("### Time\n")
             say("| what | ours | peer | ratio |")
@@ -185,11 +226,13 @@ def bench_version(o, version: str, say) -> None:
             say(f"| first status refresh (with /metrics) | {first_s * 1000:.1f} ms | | |")
             say(f"| status refresh, 3 members | {median_ms(refresh)} | | |")
             say(f"| scrape from cache | {statistics.median(cached) * 1e6:.0f} us | | |")
-            say(f"| key count per resource, {o.keys:,} keys | {median_ms(walk)}, {walk_requests} requests, "
+            say(
+                f"| key count per resource, {o.keys:,} keys | {median_ms(walk)}, {walk_requests} requests, "
                 f"{walk_bytes / 1024:.0f} KiB received | {median_ms(peer_s)}, {peer_requests} requests, "
                 f"{peer_bytes / 1024:.0f} KiB received (list all keys, pages of 1000) | "
                 f"peer/ours: {statistics.median(peer_s) / statistics.median(walk):.2f}x the time, "
-                f"{peer_bytes / max(walk_bytes, 1):.0f}x the bytes |")
+                f"{peer_bytes / max(walk_bytes, 1):.0f}x the bytes |"
+            )
             collector.close()
         finally:
             for m in members:
@@ -210,8 +253,10 @@ def main(argv=None) -> int:
         lines.append(text)
 
     say("# etcd collector benchmark\n")
-    say(f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} cores. "
-        "Status and scrape times are medians; other work on the machine moves them by ~2x.\n")
+    say(
+        f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} cores. "
+        "Status and scrape times are medians; other work on the machine moves them by ~2x.\n"
+    )
     for version in o.versions.split(","):
         bench_version(o, version, say)
         say()

@@ -13,6 +13,7 @@ the gRPC transport (h2) and RSS along the way. The peer is what an operator runs
 containerd facts: `ctr content active` plus `ctr images ls -q` (Go), timed on the same
 containerd. Results go to bench/results/imagepull.md and stdout.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,8 @@ import time
 from pathlib import Path
 
 from testbed.containerd_server import ContainerdServer
+from testbed.etcd_server import EtcdServer
+from testbed.kube_apiserver import KubeApiServer, pod_manifest
 from testbed.registry_server import RegistryServer
 from testbed.throttle_proxy import ThrottleProxy
 
@@ -51,7 +54,6 @@ args, classes = parse(argv)
 out = {"rss_exporter_imported": rss()}
 t = time.perf_counter()
 import kube_scale_exporter.containerd.grpc_h2
-from testbed.metrics import collect
 out["h2_import_ms"] = (time.perf_counter() - t) * 1e3
 out["rss_h2_imported"] = rss()
 (collector,) = [cls(args) for cls in classes]
@@ -63,7 +65,7 @@ out["pods_cached"] = len(collector.pods.items()) if collector.pods else 0
 times = []
 for i in range(scrapes + 1):
     t = time.perf_counter()
-    families = collect(collector)
+    families = collector.families(collector.observe())
     times.append(time.perf_counter() - t)
 out["first_ms"] = times[0] * 1e3
 out["times_ms"] = [x * 1e3 for x in times[1:]]
@@ -92,8 +94,6 @@ def push_and_fetch(containerd, registry, proxy, ingests, logdir):
 
 
 def start_apiserver(workdir, pods, present_image, absent_image):
-    from testbed.etcd_server import EtcdServer
-    from testbed.kube_apiserver import KubeApiServer, pod_manifest
 
     etcd = EtcdServer(f"{workdir}/etcd").start()
     api = KubeApiServer(f"{workdir}/api", etcd.client_url).start()
@@ -105,13 +105,30 @@ def start_apiserver(workdir, pods, present_image, absent_image):
         image = present_image if i % 4 == 0 else absent_image if i % 4 == 1 else "pause:3.9"
         body["spec"]["containers"][0]["image"] = image
         api.admin.create(base, body)
-        state = ({"waiting": {"reason": "ContainerCreating"}} if i % 2 == 0 or i % 4 == 1
-                 else {"running": {"startedAt": "2027-01-01T00:00:00Z"}})
-        api.admin.merge_patch(f"{base}/{name}/status", {"status": {
-            "phase": "Pending" if "waiting" in state else "Running",
-            "startTime": "2027-01-01T00:00:00Z",
-            "containerStatuses": [{"name": "pause", "image": image, "imageID": "",
-                                   "ready": False, "restartCount": 0, "state": state}]}})
+        state = (
+            {"waiting": {"reason": "ContainerCreating"}}
+            if i % 2 == 0 or i % 4 == 1
+            else {"running": {"startedAt": "2027-01-01T00:00:00Z"}}
+        )
+        api.admin.merge_patch(
+            f"{base}/{name}/status",
+            {
+                "status": {
+                    "phase": "Pending" if "waiting" in state else "Running",
+                    "startTime": "2027-01-01T00:00:00Z",
+                    "containerStatuses": [
+                        {
+                            "name": "pause",
+                            "image": image,
+                            "imageID": "",
+                            "ready": False,
+                            "restartCount": 0,
+                            "state": state,
+                        }
+                    ],
+                }
+            },
+        )
     return api
 
 
@@ -166,14 +183,26 @@ def main():
         started.append(api.etcd)
         kubeconfig = api.write_kubeconfig(f"{work}/kubeconfig")
 
-        argv = ["--collector.disable-defaults", "--collector.imagepull",
-                "--containerd.address", containerd.address,
-                "--kube.kubeconfig", kubeconfig, "--kube.node-name", NODE,
-                "--image-pull.preload", present]
-        run = subprocess.run([sys.executable, "-c", CHILD, json.dumps(argv),
-                              str(opts.scrapes)],
-                             check=False, capture_output=True, text=True, cwd=ROOT,
-                             timeout=600)
+        argv = [
+            "--collector.disable-defaults",
+            "--collector.imagepull",
+            "--containerd.address",
+            containerd.address,
+            "--kube.kubeconfig",
+            kubeconfig,
+            "--kube.node-name",
+            NODE,
+            "--image-pull.preload",
+            present,
+        ]
+        run = subprocess.run(
+            [sys.executable, "-c", CHILD, json.dumps(argv), str(opts.scrapes)],
+            check=False,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=600,
+        )
         if run.returncode != 0:
             raise SystemExit(f"measured process failed:\n{run.stderr}")
         child = json.loads(run.stdout.splitlines()[-1])
@@ -191,20 +220,29 @@ def main():
     rows = [
         ("layer ingests active (start / end of run)", f"{active} / {still}"),
         ("pods on the node in the watch cache", f"{child['pods_cached']}"),
-        ("pulls in progress / queued / stalled",
-         (f"{s['kubescale_image_pulls_in_progress']:.0f} / "
-          f"{s.get('kubescale_image_pulls_queued', float('nan')):.0f} / "
-          f"{s['kubescale_image_pull_stalled']:.0f}")),
+        (
+            "pulls in progress / queued / stalled",
+            (
+                f"{s['kubescale_image_pulls_in_progress']:.0f} / "
+                f"{s.get('kubescale_image_pulls_queued', float('nan')):.0f} / "
+                f"{s['kubescale_image_pull_stalled']:.0f}"
+            ),
+        ),
         ("first collect (lists manifests once)", f"{child['first_ms']:.1f} ms"),
-        (f"collect p50 / p99 / max ({len(t)} scrapes)",
-         f"{p50:.2f} / {p99:.2f} / {max(t):.2f} ms"),
+        (f"collect p50 / p99 / max ({len(t)} scrapes)", f"{p50:.2f} / {p99:.2f} / {max(t):.2f} ms"),
         ("of which the two containerd calls (p50 of 50)", f"{child['calls_ms']:.2f} ms"),
-        ("peer: `ctr content active` + `ctr images ls -q`, p50 of 20",
-         f"{peer50:.1f} ms ({peer50 / p50:.0f}x our p50)"),
+        (
+            "peer: `ctr content active` + `ctr images ls -q`, p50 of 20",
+            f"{peer50:.1f} ms ({peer50 / p50:.0f}x our p50)",
+        ),
         ("gRPC transport (h2) import time", f"{child['h2_import_ms']:.0f} ms"),
-        ("RSS: exporter imported / + h2 / after the run",
-         (f"{child['rss_exporter_imported']:.1f} / {child['rss_h2_imported']:.1f} / "
-          f"{child['rss_end']:.1f} MiB")),
+        (
+            "RSS: exporter imported / + h2 / after the run",
+            (
+                f"{child['rss_exporter_imported']:.1f} / {child['rss_h2_imported']:.1f} / "
+                f"{child['rss_end']:.1f} MiB"
+            ),
+        ),
         ("peer max RSS (one ctr process)", f"{peer_rss:.1f} MiB"),
     ]
     width = max(len(k) for k, _ in rows)
@@ -218,14 +256,15 @@ def main():
         f"(load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: "
         f"other jobs share the machine), Python {sys.version.split()[0]}, "
         f"containerd {containerd_version()}.\n\n"
-        "| measure | value |\n| --- | --- |\n"
-        + "".join(f"| {k} | {v} |\n" for k, v in rows))
+        "| measure | value |\n| --- | --- |\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)
+    )
     print(f"\nwritten to {RESULTS.relative_to(ROOT)}")
 
 
 def containerd_version():
-    out = subprocess.run(["containerd", "--version"], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["containerd", "--version"], check=True, capture_output=True, text=True
+    ).stdout
     return out.split()[2] if len(out.split()) > 2 else "?"
 
 

@@ -16,6 +16,7 @@ bench/results/kube_list.md. The peer (`kubernetes` from PyPI) is installed on fi
 into /var/cache/kube-scale-exporter/peer-kubernetes with `pip --target`, outside the
 project's environment.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,7 +64,9 @@ print(json.dumps({"import_s": import_s, "rss_import": rss_import, "walls": walls
                   "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
-OURS = COMMON.replace("IMPORTS", r"""
+OURS = COMMON.replace(
+    "IMPORTS",
+    r"""
 from kube_scale_exporter import kube
 client = kube.KubeClient(kube.load(cfg["kubeconfig"]))
 running = []
@@ -77,9 +80,12 @@ def node_list(node):
     return synced(kube.for_node(client, kube.PODS, node))
 def done():
     running.pop().stop()
-""")
+""",
+)
 
-PEER = COMMON.replace("IMPORTS", r"""
+PEER = COMMON.replace(
+    "IMPORTS",
+    r"""
 import kubernetes
 kubernetes.config.load_kube_config(cfg["kubeconfig"])
 v1 = kubernetes.client.CoreV1Api()
@@ -96,13 +102,16 @@ def node_list(node):
                                               resource_version="0").items)
 def done():
     pass
-""")
+""",
+)
 
 
 def ensure_peer():
     if not os.path.isdir(os.path.join(PEER_DIR, "kubernetes")):
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", PEER_DIR,
-                        "kubernetes"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--target", PEER_DIR, "kubernetes"],
+            check=True,
+        )
     version = next(p.name for p in Path(PEER_DIR).glob("kubernetes-*.dist-info"))
     return version.removeprefix("kubernetes-").removesuffix(".dist-info")
 
@@ -110,8 +119,14 @@ def ensure_peer():
 def run(code, cfg, pythonpath):
     env = dict(os.environ, PYTHONPATH=pythonpath)
     env.pop("REQUESTS_CA_BUNDLE", None)  # the peer would trust it over the kubeconfig's CA
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(cfg)], env=env,
-                         capture_output=True, text=True, timeout=900, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(cfg)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
     return json.loads(out.stdout)
@@ -119,18 +134,27 @@ def run(code, cfg, pythonpath):
 
 def realistic_pod(i, nodes):
     """A pod shaped like a real one: labels, two containers, env, ports, probes."""
-    body = pod_manifest(f"pod-{i:05d}", node=f"node-{i % nodes}",
-                        labels={"app": f"app-{i % 40}", "team": f"team-{i % 7}",
-                                "pod-template-hash": f"{i * 7919 % 99991:05x}"},
-                        requests={"cpu": "250m", "memory": "512Mi"})
+    body = pod_manifest(
+        f"pod-{i:05d}",
+        node=f"node-{i % nodes}",
+        labels={
+            "app": f"app-{i % 40}",
+            "team": f"team-{i % 7}",
+            "pod-template-hash": f"{i * 7919 % 99991:05x}",
+        },
+        requests={"cpu": "250m", "memory": "512Mi"},
+    )
     main = body["spec"]["containers"][0]
-    main.update({
-        "env": [{"name": f"VAR_{k}", "value": f"value-{k}-{i}"} for k in range(8)],
-        "ports": [{"containerPort": 8080, "name": "http"}],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}},
-    })
-    body["spec"]["containers"].append({"name": "sidecar", "image": "sidecar:1.0",
-                                       "args": ["--listen=:9090", "--verbose"]})
+    main.update(
+        {
+            "env": [{"name": f"VAR_{k}", "value": f"value-{k}-{i}"} for k in range(8)],
+            "ports": [{"containerPort": 8080, "name": "http"}],
+            "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}},
+        }
+    )
+    body["spec"]["containers"].append(
+        {"name": "sidecar", "image": "sidecar:1.0", "args": ["--listen=:9090", "--verbose"]}
+    )
     return body
 
 
@@ -146,12 +170,21 @@ def main():
         with apiserver_on_new_etcd(tmp, etcd_quota_bytes=2 * 2**30) as api:
             start = time.perf_counter()
             with ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda i: api.admin.create("/api/v1/namespaces/default/pods",
-                                                         realistic_pod(i, opts.nodes)),
-                              range(opts.pods)))
+                list(
+                    pool.map(
+                        lambda i: api.admin.create(
+                            "/api/v1/namespaces/default/pods", realistic_pod(i, opts.nodes)
+                        ),
+                        range(opts.pods),
+                    )
+                )
             print(f"created {opts.pods} pods in {time.perf_counter() - start:.1f}s")
-            cfg = {"kubeconfig": api.write_kubeconfig(Path(tmp) / "kubeconfig"),
-                   "rounds": opts.rounds, "pods": opts.pods, "node": "node-0"}
+            cfg = {
+                "kubeconfig": api.write_kubeconfig(Path(tmp) / "kubeconfig"),
+                "rounds": opts.rounds,
+                "pods": opts.pods,
+                "node": "node-0",
+            }
             ours = run(OURS, cfg, str(ROOT))
             peer = run(PEER, cfg, PEER_DIR + os.pathsep + str(ROOT))
 
@@ -161,17 +194,25 @@ def main():
     rows = [
         ("import, ms", ours["import_s"] * 1e3, peer["import_s"] * 1e3),
         ("RSS after import, MiB", ours["rss_import"], peer["rss_import"]),
-        (f"relist of {opts.pods} pods, wall ms (median)", med(ours["walls"]) * 1e3,
-         med(peer["walls"]) * 1e3),
-        (f"relist of {opts.pods} pods, CPU ms (median)", med(ours["cpus"]) * 1e3,
-         med(peer["cpus"]) * 1e3),
-        (f"node-mode list ({ours['node_pods']} pods), wall ms", ours["node_wall"] * 1e3,
-         peer["node_wall"] * 1e3),
+        (
+            f"relist of {opts.pods} pods, wall ms (median)",
+            med(ours["walls"]) * 1e3,
+            med(peer["walls"]) * 1e3,
+        ),
+        (
+            f"relist of {opts.pods} pods, CPU ms (median)",
+            med(ours["cpus"]) * 1e3,
+            med(peer["cpus"]) * 1e3,
+        ),
+        (
+            f"node-mode list ({ours['node_pods']} pods), wall ms",
+            ours["node_wall"] * 1e3,
+            peer["node_wall"] * 1e3,
+        ),
         ("peak RSS, MiB", ours["peak_rss"], peer["peak_rss"]),
     ]
     lines = [
-        f"# Kubernetes client cost: {opts.pods} pods on {opts.nodes} nodes, "
-        f"{opts.rounds} relists",
+        f"# Kubernetes client cost: {opts.pods} pods on {opts.nodes} nodes, {opts.rounds} relists",
         "",
         f"Real kube-apiserver 1.20 on etcd, loopback; peer: `kubernetes` {peer_version} "
         "(official Python client); machine: 2 cores, shared.",

@@ -15,6 +15,7 @@ updates at 10 per second: API server and etcd CPU seconds, requests by verb at t
 server, LIST response and watch event bytes (the API server's own histograms).
 Results go to bench/results/kube_nodes.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,12 +44,18 @@ def cpu_seconds(pid):
 
 def node_only(node):
     """The peer's client-side filter: keep a small record of this node's pods only."""
+
     def transform(pod):
         if (pod.get("spec") or {}).get("nodeName") != node:
-            return {"metadata": {"name": pod["metadata"]["name"],
-                                 "namespace": pod["metadata"].get("namespace"),
-                                 "resourceVersion": pod["metadata"].get("resourceVersion")}}
+            return {
+                "metadata": {
+                    "name": pod["metadata"]["name"],
+                    "namespace": pod["metadata"].get("namespace"),
+                    "resourceVersion": pod["metadata"].get("resourceVersion"),
+                }
+            }
         return pod
+
     return transform
 
 
@@ -69,8 +76,9 @@ def measure(api, etcd, make_informers, churn_seconds, pods):
         """LIST requests, LIST response bytes and watch event bytes, as the server saw them."""
         return {
             "lists": api.metric_sum("apiserver_request_total", resource="pods", verb="LIST"),
-            "list_bytes": api.metric_sum("apiserver_response_sizes_sum", resource="pods",
-                                         verb="LIST"),
+            "list_bytes": api.metric_sum(
+                "apiserver_response_sizes_sum", resource="pods", verb="LIST"
+            ),
             "watch_bytes": api.metric_sum("apiserver_watch_events_sizes_sum", kind="Pod"),
         }
 
@@ -91,8 +99,10 @@ def measure(api, etcd, make_informers, churn_seconds, pods):
     updates = 0
     while time.monotonic() < deadline:
         ns, name = rng.choice(pods)  # a new message each time: an unchanged pod has no event
-        api.admin.merge_patch(f"/api/v1/namespaces/{ns}/pods/{name}/status",
-                              {"status": {"message": f"churn {time.time_ns()}"}})
+        api.admin.merge_patch(
+            f"/api/v1/namespaces/{ns}/pods/{name}/status",
+            {"status": {"message": f"churn {time.time_ns()}"}},
+        )
         updates += 1
         time.sleep(0.1)
     # Let the last events arrive: until the count stays put for 2 s (at most 30 s).
@@ -101,21 +111,27 @@ def measure(api, etcd, make_informers, churn_seconds, pods):
         if events.n != last:
             last, stable_since = events.n, time.monotonic()
         time.sleep(0.1)
-    print(f"  events {events.n - events_at_sync}, settled {stable_since - churn_end:.1f}s "
-          f"after the churn; watches up {sum(i.health().up for i in informers)}/"
-          f"{len(informers)}", file=sys.stderr)
+    print(
+        f"  events {events.n - events_at_sync}, settled {stable_since - churn_end:.1f}s "
+        f"after the churn; watches up {sum(i.health().up for i in informers)}/"
+        f"{len(informers)}",
+        file=sys.stderr,
+    )
     churned = (cpu_seconds(api.proc.pid), cpu_seconds(etcd.proc.pid), counts())
     for inf in informers:
         inf.stop(timeout=0.1)
         inf.client.close()
     return {
         "sync_s": sync_s,
-        "start_api_cpu": synced[0] - before[0], "start_etcd_cpu": synced[1] - before[1],
+        "start_api_cpu": synced[0] - before[0],
+        "start_etcd_cpu": synced[1] - before[1],
         "start_lists": synced[2]["lists"] - before[2]["lists"],
         "start_bytes": synced[2]["list_bytes"] - before[2]["list_bytes"],
-        "churn_api_cpu": churned[0] - synced[0], "churn_etcd_cpu": churned[1] - synced[1],
+        "churn_api_cpu": churned[0] - synced[0],
+        "churn_etcd_cpu": churned[1] - synced[1],
         "churn_bytes": churned[2]["watch_bytes"] - synced[2]["watch_bytes"],
-        "updates": updates, "churn_events": events.n - events_at_sync,
+        "updates": updates,
+        "churn_events": events.n - events_at_sync,
         "relists": sum(inf.health().relists for inf in informers),
         "open_watches": len(informers),
     }
@@ -132,24 +148,45 @@ def main():
     with tempfile.TemporaryDirectory(prefix="bench-kube-nodes-") as tmp:
         with apiserver_on_new_etcd(tmp, etcd_quota_bytes=2 * 2**30) as api:
             etcd = api.etcd
-            pods = [("default", f"{node}-pod-{j}") for node in nodes
-                    for j in range(opts.pods_per_node)]
+            pods = [
+                ("default", f"{node}-pod-{j}") for node in nodes for j in range(opts.pods_per_node)
+            ]
             with ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda p: api.admin.create(
-                    "/api/v1/namespaces/default/pods",
-                    pod_manifest(p[1], node=p[1].rsplit("-pod-", 1)[0],
-                                 requests={"cpu": "100m"})), pods))
+                list(
+                    pool.map(
+                        lambda p: api.admin.create(
+                            "/api/v1/namespaces/default/pods",
+                            pod_manifest(
+                                p[1], node=p[1].rsplit("-pod-", 1)[0], requests={"cpu": "100m"}
+                            ),
+                        ),
+                        pods,
+                    )
+                )
             config = kube.load(api.write_kubeconfig(Path(tmp) / "kc"))
 
             def client():  # each simulated exporter has its own connections
                 return kube.KubeClient(config)
 
-            ours = measure(api, etcd, lambda count: [
-                kube.for_node(client(), kube.PODS, node, on_update=count) for node in nodes],
-                opts.churn_seconds, pods)
-            peer = measure(api, etcd, lambda count: [
-                kube.Informer(client(), kube.PODS, transform=node_only(node), on_update=count)
-                for node in nodes], opts.churn_seconds, pods)
+            ours = measure(
+                api,
+                etcd,
+                lambda count: [
+                    kube.for_node(client(), kube.PODS, node, on_update=count) for node in nodes
+                ],
+                opts.churn_seconds,
+                pods,
+            )
+            peer = measure(
+                api,
+                etcd,
+                lambda count: [
+                    kube.Informer(client(), kube.PODS, transform=node_only(node), on_update=count)
+                    for node in nodes
+                ],
+                opts.churn_seconds,
+                pods,
+            )
 
     total = opts.nodes * opts.pods_per_node
     rows = [

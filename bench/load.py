@@ -15,6 +15,7 @@ start, after 10,000 scrapes and at the end; with `--peer node_exporter` it runs 
 node_exporter (arp collector, inside the namespace) under the same load for comparison.
 Results go to bench/results/load.md as well as stdout.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,6 +33,9 @@ from pathlib import Path
 from testbed.netns import NetNS, neighbor_adds
 from testbed.ports import free_port
 from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
+from testbed.throttle_proxy import ThrottleProxy
+from testbed.registry_server import RegistryServer
+from testbed.containerd_server import ContainerdServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,7 +62,9 @@ class Load:
         while time.monotonic() < stop_at:
             start = time.monotonic()
             try:
-                conn.request("GET", self.path, headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"})
+                conn.request(
+                    "GET", self.path, headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"}
+                )
                 reply = conn.getresponse()
                 body = reply.read()
                 outcome = None if reply.status == 200 else f"HTTP {reply.status}"
@@ -83,7 +89,9 @@ class Load:
         rss_start = rss_mib(self.pid)[0]
         cpu_start = cpu_seconds(self.pid)
         stop_at = time.monotonic() + self.duration
-        threads = [threading.Thread(target=self._worker, args=(stop_at,)) for _ in range(self.concurrency)]
+        threads = [
+            threading.Thread(target=self._worker, args=(stop_at,)) for _ in range(self.concurrency)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -107,9 +115,6 @@ class ActivePulls:
     """Real containerd + registry + throttling proxy with `n` layer downloads in progress."""
 
     def __init__(self, workdir: str, n: int):
-        from testbed.containerd_server import ContainerdServer
-        from testbed.registry_server import RegistryServer
-        from testbed.throttle_proxy import ThrottleProxy
 
         self._started = []
         try:
@@ -119,7 +124,9 @@ class ActivePulls:
             for i in range(max(1, n // LAYERS_PER_IMAGE)):
                 repo = f"load{i}-{os.urandom(3).hex()}"
                 registry.push_image(repo, "v1", [LAYER_SIZE] * LAYERS_PER_IMAGE)
-                self._keep(self.containerd.fetch(f"{proxy.host}/{repo}:v1", f"{workdir}/fetch{i}.log"))
+                self._keep(
+                    self.containerd.fetch(f"{proxy.host}/{repo}:v1", f"{workdir}/fetch{i}.log")
+                )
             self.active = self.containerd.layers_downloading(n)
         except BaseException:
             self.stop()
@@ -138,12 +145,23 @@ class ActivePulls:
 
 
 def exporter_argv(port: int, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "kube_scale_exporter", "--web.listen-address", f"127.0.0.1:{port}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "kube_scale_exporter",
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        *extra,
+    ]
 
 
 def node_exporter_argv(port: int) -> list[str]:
-    return ["prometheus-node-exporter", "--collector.disable-defaults", "--collector.arp",
-            f"--web.listen-address=127.0.0.1:{port}"]
+    return [
+        "prometheus-node-exporter",
+        "--collector.disable-defaults",
+        "--collector.arp",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
 
 
 def measure(name: str, argv: list[str], port: int, args, ns: NetNS, workdir: str) -> dict:
@@ -162,15 +180,19 @@ def measure(name: str, argv: list[str], port: int, args, ns: NetNS, workdir: str
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| target | scrapes | failed | p50 ms | p99 ms | CPU ms/scrape | RSS start MiB "
-            "| RSS @10k MiB | RSS end MiB |\n|---|---|---|---|---|---|---|---|---|\n")
+    head = (
+        "| target | scrapes | failed | p50 ms | p99 ms | CPU ms/scrape | RSS start MiB "
+        "| RSS @10k MiB | RSS end MiB |\n|---|---|---|---|---|---|---|---|---|\n"
+    )
     lines = []
     for r in rows:
         at10k = f"{r['rss_10k']:.1f}" if r["rss_10k"] is not None else "n/a (<10k)"
         cpu = f"{r['cpu_per_scrape_ms']:.2f}" if r["scrapes"] else "n/a (no scrape served)"
-        lines.append(f"| {r['name']} | {r['scrapes']} | {r['failed']} | {r['p50_ms']:.2f} | "
-                     f"{r['p99_ms']:.2f} | {cpu} | {r['rss_start']:.1f} | "
-                     f"{at10k} | {r['rss_end']:.1f} |")
+        lines.append(
+            f"| {r['name']} | {r['scrapes']} | {r['failed']} | {r['p50_ms']:.2f} | "
+            f"{r['p99_ms']:.2f} | {cpu} | {r['rss_start']:.1f} | "
+            f"{at10k} | {r['rss_end']:.1f} |"
+        )
     return head + "\n".join(lines) + "\n"
 
 
@@ -179,8 +201,12 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=60)
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--neighbors", type=int, default=100_000)
-    parser.add_argument("--active-pulls", type=int, default=10,
-                        help="layer downloads kept in progress in a real containerd (0: imagepull off)")
+    parser.add_argument(
+        "--active-pulls",
+        type=int,
+        default=10,
+        help="layer downloads kept in progress in a real containerd (0: imagepull off)",
+    )
     parser.add_argument("--peer", choices=["none", "node_exporter"], default="node_exporter")
     parser.add_argument("extra", nargs="*", help="flags passed to the exporter (after --)")
     args = parser.parse_args()
@@ -198,33 +224,45 @@ def main() -> int:
             else:
                 extra.append("--no-collector.imagepull")
             port = free_port()
-            rows.append(measure("kube-scale-exporter", exporter_argv(port, extra), port,
-                                args, ns, workdir))
+            rows.append(
+                measure("kube-scale-exporter", exporter_argv(port, extra), port, args, ns, workdir)
+            )
             active_after = pulls.containerd.layers_downloading(0, timeout=0) if pulls else 0
             if pulls:
                 pulls.stop()
                 pulls = None
             if args.peer == "node_exporter":
                 port = free_port()
-                rows.append(measure("node_exporter (arp)", node_exporter_argv(port), port,
-                                    args, ns, workdir))
+                rows.append(
+                    measure(
+                        "node_exporter (arp)", node_exporter_argv(port), port, args, ns, workdir
+                    )
+                )
     finally:
         if pulls:
             pulls.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     ours = rows[0]
-    pulls_text = (f", {args.active_pulls} layer downloads in progress in a real containerd "
-                  f"({active_after} still active at the end)" if args.active_pulls else "")
-    report = (f"# Load: {args.concurrency} concurrent scrapers for {args.duration:.0f} s, "
-              f"{args.neighbors} neighbor entries{pulls_text}\n\n"
-              f"Exporter flags: `{' '.join(extra)}`; machine: {os.cpu_count()} cores, "
-              f"shared, load average {os.getloadavg()[0]:.1f} at the end.\n\n" + table(rows))
+    pulls_text = (
+        f", {args.active_pulls} layer downloads in progress in a real containerd "
+        f"({active_after} still active at the end)"
+        if args.active_pulls
+        else ""
+    )
+    report = (
+        f"# Load: {args.concurrency} concurrent scrapers for {args.duration:.0f} s, "
+        f"{args.neighbors} neighbor entries{pulls_text}\n\n"
+        f"Exporter flags: `{' '.join(extra)}`; machine: {os.cpu_count()} cores, "
+        f"shared, load average {os.getloadavg()[0]:.1f} at the end.\n\n" + table(rows)
+    )
     if len(rows) == 2 and rows[1]["scrapes"]:
         peer = rows[1]
-        report += (f"\nRatios (ours / node_exporter): p50 {ours['p50_ms'] / peer['p50_ms']:.2f}, "
-                   f"p99 {ours['p99_ms'] / peer['p99_ms']:.2f}, CPU per scrape "
-                   f"{ours['cpu_per_scrape_ms'] / peer['cpu_per_scrape_ms']:.2f}, scrapes served "
-                   f"{ours['scrapes'] / peer['scrapes']:.2f}\n")
+        report += (
+            f"\nRatios (ours / node_exporter): p50 {ours['p50_ms'] / peer['p50_ms']:.2f}, "
+            f"p99 {ours['p99_ms'] / peer['p99_ms']:.2f}, CPU per scrape "
+            f"{ours['cpu_per_scrape_ms'] / peer['cpu_per_scrape_ms']:.2f}, scrapes served "
+            f"{ours['scrapes'] / peer['scrapes']:.2f}\n"
+        )
     if ours["failures"]:
         report += f"\nFailures: {ours['failures']}\n"
     print(report)

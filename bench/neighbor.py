@@ -9,6 +9,7 @@ each on a free loopback port of the namespace, scraped from inside it. Prints sc
 times, each collector's own duration, ratios and the exporter's RSS, writes
 bench/results/neighbor.md, and deletes the namespace. Run as root: python -m bench neighbor
 """
+
 from __future__ import annotations
 
 import os
@@ -77,45 +78,88 @@ def main() -> None:
                 (["--collector.neighbor", "--collector.neighbor_gc"], "neighbor_gc"),
             ):
                 port = free_port()
-                proc = start_in(ns, exporter + flags + ["--web.listen-address", f"127.0.0.1:{port}"],
-                                port, logdir / f"exporter-{collector}.log")
+                proc = start_in(
+                    ns,
+                    exporter + flags + ["--web.listen-address", f"127.0.0.1:{port}"],
+                    port,
+                    logdir / f"exporter-{collector}.log",
+                )
                 procs.append(proc)
                 walls, durations, text = ns.run(
-                    scrape_many, f"http://127.0.0.1:{port}/metrics", SCRAPES,
-                    "kubescale_scrape_collector_duration_seconds", collector)
+                    scrape_many,
+                    f"http://127.0.0.1:{port}/metrics",
+                    SCRAPES,
+                    "kubescale_scrape_collector_duration_seconds",
+                    collector,
+                )
                 runs[collector] = (walls, durations, rss_mib(proc.pid), text)
                 proc.stop()
             port = free_port()
-            node = start_in(ns, ["prometheus-node-exporter", "--collector.disable-defaults",
-                                 "--collector.arp", f"--web.listen-address=127.0.0.1:{port}"],
-                            port, logdir / "node-exporter.log")
+            node = start_in(
+                ns,
+                [
+                    "prometheus-node-exporter",
+                    "--collector.disable-defaults",
+                    "--collector.arp",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                port,
+                logdir / "node-exporter.log",
+            )
             procs.append(node)
             nwalls, ndurations, ntext = ns.run(
-                scrape_many, f"http://127.0.0.1:{port}/metrics", NODE_EXPORTER_SCRAPES,
-                "node_scrape_collector_duration_seconds", "arp")
+                scrape_many,
+                f"http://127.0.0.1:{port}/metrics",
+                NODE_EXPORTER_SCRAPES,
+                "node_scrape_collector_duration_seconds",
+                "arp",
+            )
             node_rss = rss_mib(node.pid)
             node.stop()
         finally:
             for p in procs:
                 p.stop()
     node_entries = sample(parse_exposition(ntext), "node_arp_entries", device="v0")
-    our_entries = sample(parse_exposition(runs["neighbor"][3]), "kubescale_neighbor_entries",
-                         family="ipv4")
-    eligible = sample(parse_exposition(runs["neighbor_gc"][3]),
-                      "kubescale_neighbor_gc_eligible_entries", family="ipv4")
+    our_entries = sample(
+        parse_exposition(runs["neighbor"][3]), "kubescale_neighbor_entries", family="ipv4"
+    )
+    eligible = sample(
+        parse_exposition(runs["neighbor_gc"][3]),
+        "kubescale_neighbor_gc_eligible_entries",
+        family="ipv4",
+    )
 
     node_ms = median_ms(ndurations)
     for label, key in (
-            ("kube-scale-exporter, `neighbor` only (O(1))", "neighbor"),
-            ("kube-scale-exporter, `neighbor_gc` (table read + dump, with `neighbor`)",
-             "neighbor_gc")):
+        ("kube-scale-exporter, `neighbor` only (O(1))", "neighbor"),
+        ("kube-scale-exporter, `neighbor_gc` (table read + dump, with `neighbor`)", "neighbor_gc"),
+    ):
         walls, durations, (rss, hwm), _ = runs[key]
-        rows.append((label, median_ms(walls), max_ms(walls), min(durations) * 1000,
-                     median_ms(durations), max_ms(durations), node_ms / median_ms(durations),
-                     rss, hwm))
-    rows.append(("prometheus-node-exporter 1.5 `--collector.arp`", median_ms(nwalls),
-                 max_ms(nwalls), min(ndurations) * 1000, node_ms, max_ms(ndurations), 1.0,
-                 *node_rss))
+        rows.append(
+            (
+                label,
+                median_ms(walls),
+                max_ms(walls),
+                min(durations) * 1000,
+                median_ms(durations),
+                max_ms(durations),
+                node_ms / median_ms(durations),
+                rss,
+                hwm,
+            )
+        )
+    rows.append(
+        (
+            "prometheus-node-exporter 1.5 `--collector.arp`",
+            median_ms(nwalls),
+            max_ms(nwalls),
+            min(ndurations) * 1000,
+            node_ms,
+            max_ms(ndurations),
+            1.0,
+            *node_rss,
+        )
+    )
 
     o1 = median_ms(runs["neighbor"][1])
     dump = median_ms(runs["neighbor_gc"][1])
@@ -135,26 +179,33 @@ def main() -> None:
         "| collector median ms | collector max ms | scrape - collector ms "
         "| node_exporter arp / this | RSS MiB | peak RSS MiB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *(f"| {r[0]} | {r[1]:.1f} | {r[2]:.1f} | {r[3]:.2f} | {r[4]:.2f} | {r[5]:.2f} "
-          f"| {r[1] - r[4]:.1f} | {r[6]:,.0f}x | {r[7]:.1f} | {r[8]:.1f} |" for r in rows),
+        *(
+            f"| {r[0]} | {r[1]:.1f} | {r[2]:.1f} | {r[3]:.2f} | {r[4]:.2f} | {r[5]:.2f} "
+            f"| {r[1] - r[4]:.1f} | {r[6]:,.0f}x | {r[7]:.1f} | {r[8]:.1f} |"
+            for r in rows
+        ),
         "",
         "Entries each one reports: kube-scale-exporter "
-        f"`kubescale_neighbor_entries{{family=\"ipv4\"}}` {our_entries:,.0f} (the host's whole "
-        f"table), `kubescale_neighbor_gc_eligible_entries{{family=\"ipv4\"}}` {eligible:,.0f} "
+        f'`kubescale_neighbor_entries{{family="ipv4"}}` {our_entries:,.0f} (the host\'s whole '
+        f'table), `kubescale_neighbor_gc_eligible_entries{{family="ipv4"}}` {eligible:,.0f} '
         f"(the host's entries less this namespace's {ENTRIES:,} PERMANENT ones); node_exporter "
-        f"`node_arp_entries{{device=\"v0\"}}` "
+        f'`node_arp_entries{{device="v0"}}` '
         f"{node_entries:,.0f} (this namespace only, IPv4 only).",
         "",
-        "Targets: " + "; ".join([
-            f"O(1) collector <= {TARGET_O1_MS} ms: {o1:.2f} ms "
-            f"{'met' if o1 <= TARGET_O1_MS else 'MISSED'}",
-            f"dump collector <= {TARGET_DUMP_MS} ms: {dump:.1f} ms "
-            f"{'met' if dump <= TARGET_DUMP_MS else 'MISSED'}",
-            f"faster than node_exporter's arp collector: {node_ms / dump:,.0f}x (dump), "
-            f"{node_ms / o1:,.0f}x (O(1)) {'met' if dump < node_ms else 'MISSED'}",
-            f"RSS <= {TARGET_RSS_MIB} MiB: peak {worst_rss:.1f} MiB "
-            f"{'met' if worst_rss <= TARGET_RSS_MIB else 'MISSED'}",
-        ]) + ".",
+        "Targets: "
+        + "; ".join(
+            [
+                f"O(1) collector <= {TARGET_O1_MS} ms: {o1:.2f} ms "
+                f"{'met' if o1 <= TARGET_O1_MS else 'MISSED'}",
+                f"dump collector <= {TARGET_DUMP_MS} ms: {dump:.1f} ms "
+                f"{'met' if dump <= TARGET_DUMP_MS else 'MISSED'}",
+                f"faster than node_exporter's arp collector: {node_ms / dump:,.0f}x (dump), "
+                f"{node_ms / o1:,.0f}x (O(1)) {'met' if dump < node_ms else 'MISSED'}",
+                f"RSS <= {TARGET_RSS_MIB} MiB: peak {worst_rss:.1f} MiB "
+                f"{'met' if worst_rss <= TARGET_RSS_MIB else 'MISSED'}",
+            ]
+        )
+        + ".",
         "",
         "Scrape times are wall clock over a kept-alive HTTP connection, as Prometheus scrapes; "
         "`scrape - collector` is the exporter's HTTP and encoding overhead. Other jobs shared "

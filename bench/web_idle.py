@@ -13,6 +13,7 @@ each connection held); the exporter at git ref
 `--before` (thread per connection); a stdlib asyncio prototype (bench/web_idle_asyncio.py);
 Debian's node_exporter. All with collectors off. Results: bench/results/web_idle.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,25 +43,37 @@ CHURN_SOURCE = "127.0.0.2"  # the attacker's address; the timed requests come fr
 
 def checkout(ref: str, into: Path) -> Path:
     """The package as it was at `ref`, unpacked beside (not in) any worktree."""
-    data = subprocess.run(["git", "archive", ref, "kube_scale_exporter"], cwd=ROOT,
-                          check=True, capture_output=True).stdout
+    data = subprocess.run(
+        ["git", "archive", ref, "kube_scale_exporter"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
     with tarfile.open(fileobj=BytesIO(data)) as tar:
         tar.extractall(into, filter="data")
     return into
 
 
-def argv_for(server: str, port: int, web: str | None, cert: str, key: str,
-             connections: int) -> list[str]:
+def argv_for(
+    server: str, port: int, web: str | None, cert: str, key: str, connections: int
+) -> list[str]:
     listen = f"127.0.0.1:{port}"
     if server == "node_exporter":
-        argv = ["prometheus-node-exporter", "--collector.disable-defaults",
-                f"--web.listen-address={listen}"]
+        argv = [
+            "prometheus-node-exporter",
+            "--collector.disable-defaults",
+            f"--web.listen-address={listen}",
+        ]
         return argv + ([f"--web.config.file={web}"] if web else [])
     if server == "asyncio prototype":
         return [sys.executable, "-m", "bench.web_idle_asyncio", str(port)] + (
-            [cert, key] if web else [])
-    argv = [sys.executable, "-m", "kube_scale_exporter", "--collector.disable-defaults",
-            "--web.listen-address", listen]
+            [cert, key] if web else []
+        )
+    argv = [
+        sys.executable,
+        "-m",
+        "kube_scale_exporter",
+        "--collector.disable-defaults",
+        "--web.listen-address",
+        listen,
+    ]
     if server == "this tree, cap raised":
         argv += ["--web.max-connections", str(connections + 100)]
     return argv + (["--web.config.file", web] if web else [])
@@ -82,8 +95,12 @@ def latencies(url: str, ca: str | None, n: int = 40) -> list[float]:
 
 def measure(server: str, web: str | None, pki: dict, n: int, workdir: Path, env: dict) -> dict:
     port = free_port()
-    proc = Proc(argv_for(server, port, web, pki["cert"], pki["key"], n),
-                workdir / f"{port}.log", env=env, cwd=env.get("CWD", ROOT))
+    proc = Proc(
+        argv_for(server, port, web, pki["cert"], pki["key"], n),
+        workdir / f"{port}.log",
+        env=env,
+        cwd=env.get("CWD", ROOT),
+    )
     socks: list = []
     try:
         wait_for_port(port, proc=proc, timeout=20)
@@ -107,21 +124,42 @@ def measure(server: str, web: str | None, pki: dict, n: int, workdir: Path, env:
         close_all(socks)
         socks = []
         # Then churn: another process opens n connections at once, closes them, again.
-        flood = subprocess.Popen([sys.executable, "-m", "testbed.idle", str(port), str(n),
-                                  str(CHURN_SECONDS), "--source", CHURN_SOURCE] +
-                                 (["--ca", pki["ca"]] if web else []),
-                                 cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        flood = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "testbed.idle",
+                str(port),
+                str(n),
+                str(CHURN_SECONDS),
+                "--source",
+                CHURN_SOURCE,
+            ]
+            + (["--ca", pki["ca"]] if web else []),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(0.5)
         during = latencies(base + "/healthz", pki["ca"], 20)
         churned = int(flood.communicate(timeout=CHURN_SECONDS + 150)[0] or 0)
-        return {"held": held, "connect_s": took, "rss0": rss0, "rss1": rss1,
-                "kib_per_conn": (rss1 - rss0) * 1024 / max(1, held),
-                "threads": held_threads, "cpu": cpu_idle * 100,
-                "churned": churned, "during_p50": statistics.median(during),
-                "during_max": max(during),
-                "metrics_p50": statistics.median(metrics), "metrics_max": max(metrics),
-                "health_p50": statistics.median(health), "health_max": max(health),
-                "alive": proc.alive()}
+        return {
+            "held": held,
+            "connect_s": took,
+            "rss0": rss0,
+            "rss1": rss1,
+            "kib_per_conn": (rss1 - rss0) * 1024 / max(1, held),
+            "threads": held_threads,
+            "cpu": cpu_idle * 100,
+            "churned": churned,
+            "during_p50": statistics.median(during),
+            "during_max": max(during),
+            "metrics_p50": statistics.median(metrics),
+            "metrics_max": max(metrics),
+            "health_p50": statistics.median(health),
+            "health_max": max(health),
+            "alive": proc.alive(),
+        }
     finally:
         close_all(socks)
         proc.stop()
@@ -130,14 +168,20 @@ def measure(server: str, web: str | None, pki: dict, n: int, workdir: Path, env:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=5000)
-    parser.add_argument("--before", default="0a9b3d5",
-                        help="git ref of the thread-per-connection exporter (default 0a9b3d5)")
-    parser.add_argument("--servers", default="this tree,this tree, cap raised,before,"
-                                              "asyncio prototype,node_exporter")
+    parser.add_argument(
+        "--before",
+        default="0a9b3d5",
+        help="git ref of the thread-per-connection exporter (default 0a9b3d5)",
+    )
+    parser.add_argument(
+        "--servers",
+        default="this tree,this tree, cap raised,before,asyncio prototype,node_exporter",
+    )
     args = parser.parse_args()
     raise_own_nofile()  # our n client sockets
-    version = subprocess.run(["prometheus-node-exporter", "--version"], capture_output=True,
-                             text=True, check=True)
+    version = subprocess.run(
+        ["prometheus-node-exporter", "--version"], capture_output=True, text=True, check=True
+    )
     version = (version.stdout + version.stderr).splitlines()[0]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,26 +207,34 @@ def main() -> int:
     lines = [
         f"# {args.connections} idle connections",
         "",
-        (f"Each server with its collectors off; {args.connections} connections opened at once "
-         "from one client process (TLS: handshakes concurrent, then silent), held 4 s, then 40 "
-         "requests each to /metrics and /healthz on new connections. Machine: 2 cores, "
-         f"shared. `before` is the exporter at {args.before} (thread per connection); "
-         f"node_exporter is Debian's ({version})."),
+        (
+            f"Each server with its collectors off; {args.connections} connections opened at once "
+            "from one client process (TLS: handshakes concurrent, then silent), held 4 s, then 40 "
+            "requests each to /metrics and /healthz on new connections. Machine: 2 cores, "
+            f"shared. `before` is the exporter at {args.before} (thread per connection); "
+            f"node_exporter is Debian's ({version})."
+        ),
         "",
-        (f"Churn: then, for {CHURN_SECONDS:.0f} s, another process opens "
-         f"{args.connections} connections at once from {CHURN_SOURCE} (TLS: and "
-         "handshakes), closes them and starts again; 20 /healthz requests on new "
-         "connections from 127.0.0.1 are timed meanwhile (`inf`: a request failed)."),
+        (
+            f"Churn: then, for {CHURN_SECONDS:.0f} s, another process opens "
+            f"{args.connections} connections at once from {CHURN_SOURCE} (TLS: and "
+            "handshakes), closes them and starts again; 20 /healthz requests on new "
+            "connections from 127.0.0.1 are timed meanwhile (`inf`: a request failed)."
+        ),
         "",
-        ("`sockets held` is what the server holds at the end (its listener and 2 internal "
-         "sockets included), read from /proc; KiB per conn divides the RSS growth by it. When "
-         "the accept queue overflows, a client's connect succeeds although the server never "
-         "gets the connection: the `before` rows (backlog 5) hold a fraction of the "
-         f"{args.connections}."),
+        (
+            "`sockets held` is what the server holds at the end (its listener and 2 internal "
+            "sockets included), read from /proc; KiB per conn divides the RSS growth by it. When "
+            "the accept queue overflows, a client's connect succeeds although the server never "
+            "gets the connection: the `before` rows (backlog 5) hold a fraction of the "
+            f"{args.connections}."
+        ),
         "",
-        ("| server | conn | sockets held | all connected s | RSS before MiB | RSS with them MiB | "
-         "KiB per conn | threads | CPU % idle | /metrics p50 ms | max ms | /healthz p50 ms | "
-         "max ms | churn: connections made | churn: /healthz p50 ms | max ms |"),
+        (
+            "| server | conn | sockets held | all connected s | RSS before MiB | RSS with them MiB | "
+            "KiB per conn | threads | CPU % idle | /metrics p50 ms | max ms | /healthz p50 ms | "
+            "max ms | churn: connections made | churn: /healthz p50 ms | max ms |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for server, variant, m in rows:
@@ -191,7 +243,8 @@ def main() -> int:
             f"{m['rss1']:.1f} | {m['kib_per_conn']:.1f} | {m['threads']} | {m['cpu']:.0f} | "
             f"{m['metrics_p50']:.1f} | {m['metrics_max']:.1f} | {m['health_p50']:.1f} | "
             f"{m['health_max']:.1f} | {m['churned']} | {m['during_p50']:.1f} | "
-            f"{m['during_max']:.1f} |")
+            f"{m['during_max']:.1f} |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     RESULTS.write_text(text)

@@ -5,6 +5,7 @@ answering /healthz and a small /metrics, TLS through the same kind of SSLContext
 
 Not the exporter: it measures what an asyncio server costs per idle connection.
 """
+
 import asyncio
 import ssl
 import sys
@@ -23,7 +24,13 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             body = generate_latest(REGISTRY) if path == b"/metrics" else b"ok\n"
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
             await writer.drain()
-    except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, asyncio.LimitOverrunError):
+    except (
+        TimeoutError,
+        asyncio.IncompleteReadError,
+        ConnectionError,
+        ssl.SSLError,
+        asyncio.LimitOverrunError,
+    ):
         pass
     finally:
         writer.close()
@@ -34,8 +41,14 @@ async def main(port: int, cert: str | None, key: str | None) -> None:
     if cert:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
-    server = await asyncio.start_server(serve, "127.0.0.1", port, ssl=context, backlog=4096,
-                                        ssl_handshake_timeout=10 if context else None)
+    server = await asyncio.start_server(
+        serve,
+        "127.0.0.1",
+        port,
+        ssl=context,
+        backlog=4096,
+        ssl_handshake_timeout=10 if context else None,
+    )
     async with server:
         await server.serve_forever()
 

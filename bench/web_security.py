@@ -8,6 +8,7 @@ For each of plain HTTP, TLS, and TLS with basic auth (bcrypt cost 10), it times
 `--connections` scrapes on a new connection each (a TLS handshake each), and reads the
 exporter's CPU time from /proc. Results go to bench/results/web_security.md and stdout.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,20 +41,67 @@ def cpu_seconds(pid: int) -> float:
 def make_pki(root: Path) -> tuple[str, str, str]:
     def ssl(*args):
         subprocess.run(["openssl", *args], cwd=root, check=True, capture_output=True)
-    ssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", "ca.key", "-out", "ca.crt", "-days", "1", "-subj", "/CN=bench CA")
+
+    ssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=bench CA",
+    )
     (root / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    ssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
-    ssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "server.crt", "-days", "1", "-extfile", "san.ext")
+    ssl(
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    )
+    ssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+    )
     return str(root / "ca.crt"), str(root / "server.crt"), str(root / "server.key")
 
 
 def configs(root: Path, cert: str, key: str) -> dict[str, str | None]:
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()
     tls = f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
-    files = {"http": None, "tls": tls, "tls+basic auth": tls + f"basic_auth_users:\n  bench: '{hashed}'\n"}
+    files = {
+        "http": None,
+        "tls": tls,
+        "tls+basic auth": tls + f"basic_auth_users:\n  bench: '{hashed}'\n",
+    }
     out = {}
     for name, text in files.items():
         if text is None:
@@ -67,18 +115,34 @@ def configs(root: Path, cert: str, key: str) -> dict[str, str | None]:
 
 def exporter_argv(which: str, port: int, web: str | None) -> list[str]:
     if which == "kube-scale-exporter":
-        argv = [sys.executable, "-m", "kube_scale_exporter", "--collector.disable-defaults",
-                "--web.listen-address", f"127.0.0.1:{port}"]
+        argv = [
+            sys.executable,
+            "-m",
+            "kube_scale_exporter",
+            "--collector.disable-defaults",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+        ]
     else:
-        argv = ["prometheus-node-exporter", "--collector.disable-defaults",
-                f"--web.listen-address=127.0.0.1:{port}"]
+        argv = [
+            "prometheus-node-exporter",
+            "--collector.disable-defaults",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ]
     if web:
         argv.append(f"--web.config.file={web}")
     return argv
 
 
-def measure(which: str, variant: str, web: str | None, ca: str, scrapes: int,
-            connections: int, workdir: Path) -> dict:
+def measure(
+    which: str,
+    variant: str,
+    web: str | None,
+    ca: str,
+    scrapes: int,
+    connections: int,
+    workdir: Path,
+) -> dict:
     port = free_port()
     proc = Proc(exporter_argv(which, port, web), workdir / f"{which}-{port}.log", cwd=ROOT)
     try:
@@ -131,8 +195,13 @@ def main() -> int:
         rows = []
         for variant, web in configs(workdir, cert, key).items():
             for which in ("kube-scale-exporter", "node_exporter 1.5.0"):
-                rows.append((which, variant, measure(which, variant, web, ca, args.scrapes,
-                                                     args.connections, workdir)))
+                rows.append(
+                    (
+                        which,
+                        variant,
+                        measure(which, variant, web, ca, args.scrapes, args.connections, workdir),
+                    )
+                )
     lines = [
         f"# --web.config.file: {args.scrapes} keep-alive scrapes, {args.connections} on new "
         "connections",
@@ -148,16 +217,23 @@ def main() -> int:
         "|---|---|---|---|---|---|---|---|",
     ]
     for which, variant, m in rows:
-        lines.append(f"| {which} | {variant} | {m['first_ms']:.1f} | {m['p50_ms']:.2f} | "
-                     f"{m['p99_ms']:.2f} | {m['cpu_ms']:.2f} | {m['fresh_p50_ms']:.2f} | "
-                     f"{m['fresh_cpu_ms']:.2f} |")
+        lines.append(
+            f"| {which} | {variant} | {m['first_ms']:.1f} | {m['p50_ms']:.2f} | "
+            f"{m['p99_ms']:.2f} | {m['cpu_ms']:.2f} | {m['fresh_p50_ms']:.2f} | "
+            f"{m['fresh_cpu_ms']:.2f} |"
+        )
     ours = {v: m for w, v, m in rows if w == "kube-scale-exporter"}
     peer = {v: m for w, v, m in rows if w != "kube-scale-exporter"}
-    lines += ["", "Ratios, kube-scale-exporter / node_exporter (keep-alive p50): " + ", ".join(
-        f"{v} {ours[v]['p50_ms'] / peer[v]['p50_ms']:.2f}x" for v in ours)]
-    lines += ["Cost of TLS + basic auth over plain HTTP, kube-scale-exporter keep-alive p50: "
-              f"{ours['tls+basic auth']['p50_ms'] / ours['http']['p50_ms']:.2f}x; first scrape "
-              f"(pays bcrypt once) {ours['tls+basic auth']['first_ms']:.0f} ms"]
+    lines += [
+        "",
+        "Ratios, kube-scale-exporter / node_exporter (keep-alive p50): "
+        + ", ".join(f"{v} {ours[v]['p50_ms'] / peer[v]['p50_ms']:.2f}x" for v in ours),
+    ]
+    lines += [
+        "Cost of TLS + basic auth over plain HTTP, kube-scale-exporter keep-alive p50: "
+        f"{ours['tls+basic auth']['p50_ms'] / ours['http']['p50_ms']:.2f}x; first scrape "
+        f"(pays bcrypt once) {ours['tls+basic auth']['first_ms']:.0f} ms"
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     RESULTS.write_text(text)

@@ -3,6 +3,7 @@
 Exit status: 0 when nothing needs changing, 1 when a collector failed or found something
 to change (each with the concrete change, e.g. the sysctl lines to set).
 """
+
 from __future__ import annotations
 
 from typing import TextIO

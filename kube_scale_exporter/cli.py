@@ -3,11 +3,11 @@
 Flags follow node_exporter's names so that operators can guess them. Any bad flag or
 value exits with status 2 and a message that names the flag.
 """
+
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import platform
 import signal
 import sys
@@ -17,16 +17,31 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 
 from kube_scale_exporter import __version__, kube
 from kube_scale_exporter.collectors import COLLECTORS
-from kube_scale_exporter.flagtypes import (duration, existing_dir, listen_address,
-                                           non_negative_int, positive_int, telemetry_path)
-from kube_scale_exporter.registry import (MODES, Collector, UsageError, add_collector_flags,
-                                          enabled_collectors)
+from kube_scale_exporter.flagtypes import (
+    duration,
+    existing_dir,
+    listen_address,
+    non_negative_int,
+    positive_int,
+    telemetry_path,
+)
+from kube_scale_exporter.registry import (
+    MODES,
+    Collector,
+    UsageError,
+    add_collector_flags,
+    enabled_collectors,
+)
 
 log = logging.getLogger("kube_scale_exporter")
 
 DEFAULT_PORT = 9867
-LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
-              "error": logging.ERROR}
+LOG_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 def web_config(value: str):
@@ -41,46 +56,103 @@ def web_config(value: str):
 
 def build_parser(prog: str = "kube-scale-exporter") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog, allow_abbrev=False,
+        prog=prog,
+        allow_abbrev=False,
         description="Prometheus exporter for the failures of very large Kubernetes clusters. "
-                    "`kube-scale-exporter check [flags]` runs the enabled collectors once and "
-                    "prints what to change.",
+        "`kube-scale-exporter check [flags]` runs the enabled collectors once and "
+        "prints what to change.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--mode", choices=MODES, default="node",
-                        help="node: per-node signals (DaemonSet, hostNetwork); "
-                             "cluster: cluster-wide signals (one Deployment). Default node.")
-    parser.add_argument("--web.listen-address", dest="listen", type=listen_address,
-                        default=("", DEFAULT_PORT), metavar="HOST:PORT",
-                        help=f"Address to serve on (default :{DEFAULT_PORT}).")
-    parser.add_argument("--web.telemetry-path", dest="telemetry_path", type=telemetry_path,
-                        default="/metrics", help="Path for metrics (default /metrics).")
-    parser.add_argument("--web.config.file", dest="web_config", type=web_config, default=None,
-                        metavar="FILE",
-                        help="exporter-toolkit web config (TLS, mTLS, basic auth); see "
-                             "docs/deploy.md. Default: plain HTTP, no auth.")
-    parser.add_argument("--web.max-requests", dest="max_requests", type=non_negative_int,
-                        default=40, help="Concurrent scrapes allowed; more get 503. 0 means "
-                                         "no limit (default 40).")
-    parser.add_argument("--web.idle-timeout", dest="idle_timeout", type=duration,
-                        default=120.0, help="Close a connection that sends no request for "
-                                            "this long (default 2m).")
-    parser.add_argument("--web.max-connections", dest="max_connections", type=positive_int,
-                        default=512, help="Open connections allowed; past it the oldest "
-                                           "idle one is closed for each new one (default 512).")
-    parser.add_argument("--web.process-metrics", dest="process_metrics", action="store_true",
-                        help="Also export the client library's process_* and python_* series "
-                             "(off: they cost ~16 series per node).")
-    parser.add_argument("--scrape.timeout", dest="scrape_timeout", type=duration,
-                        default=10.0, help="Longest a scrape may take when Prometheus sends no "
-                                           "X-Prometheus-Scrape-Timeout-Seconds (default 10s); "
-                                           "also caps that header.")
-    parser.add_argument("--path.procfs", dest="procfs", type=existing_dir, default="/proc",
-                        help="procfs mount point, e.g. /host/proc in a container (default /proc).")
-    parser.add_argument("--path.sysfs", dest="sysfs", type=existing_dir, default="/sys",
-                        help="sysfs mount point, e.g. /host/sys in a container (default /sys).")
-    parser.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS, default="info",
-                        help="Least severe log level printed (default info).")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="node",
+        help="node: per-node signals (DaemonSet, hostNetwork); "
+        "cluster: cluster-wide signals (one Deployment). Default node.",
+    )
+    parser.add_argument(
+        "--web.listen-address",
+        dest="listen",
+        type=listen_address,
+        default=("", DEFAULT_PORT),
+        metavar="HOST:PORT",
+        help=f"Address to serve on (default :{DEFAULT_PORT}).",
+    )
+    parser.add_argument(
+        "--web.telemetry-path",
+        dest="telemetry_path",
+        type=telemetry_path,
+        default="/metrics",
+        help="Path for metrics (default /metrics).",
+    )
+    parser.add_argument(
+        "--web.config.file",
+        dest="web_config",
+        type=web_config,
+        default=None,
+        metavar="FILE",
+        help="exporter-toolkit web config (TLS, mTLS, basic auth); see "
+        "docs/deploy.md. Default: plain HTTP, no auth.",
+    )
+    parser.add_argument(
+        "--web.max-requests",
+        dest="max_requests",
+        type=non_negative_int,
+        default=40,
+        help="Concurrent scrapes allowed; more get 503. 0 means no limit (default 40).",
+    )
+    parser.add_argument(
+        "--web.idle-timeout",
+        dest="idle_timeout",
+        type=duration,
+        default=120.0,
+        help="Close a connection that sends no request for this long (default 2m).",
+    )
+    parser.add_argument(
+        "--web.max-connections",
+        dest="max_connections",
+        type=positive_int,
+        default=512,
+        help="Open connections allowed; past it the oldest "
+        "idle one is closed for each new one (default 512).",
+    )
+    parser.add_argument(
+        "--web.process-metrics",
+        dest="process_metrics",
+        action="store_true",
+        help="Also export the client library's process_* and python_* series "
+        "(off: they cost ~16 series per node).",
+    )
+    parser.add_argument(
+        "--scrape.timeout",
+        dest="scrape_timeout",
+        type=duration,
+        default=10.0,
+        help="Longest a scrape may take when Prometheus sends no "
+        "X-Prometheus-Scrape-Timeout-Seconds (default 10s); "
+        "also caps that header.",
+    )
+    parser.add_argument(
+        "--path.procfs",
+        dest="procfs",
+        type=existing_dir,
+        default="/proc",
+        help="procfs mount point, e.g. /host/proc in a container (default /proc).",
+    )
+    parser.add_argument(
+        "--path.sysfs",
+        dest="sysfs",
+        type=existing_dir,
+        default="/sys",
+        help="sysfs mount point, e.g. /host/sys in a container (default /sys).",
+    )
+    parser.add_argument(
+        "--log.level",
+        dest="log_level",
+        choices=LOG_LEVELS,
+        default="info",
+        help="Least severe log level printed (default info).",
+    )
     kube.add_arguments(parser)
     add_collector_flags(parser, COLLECTORS)
     return parser
@@ -104,7 +176,8 @@ def parse(argv: list[str], prog: str = "kube-scale-exporter", check: bool = Fals
 
 def setup_logging(level: str) -> None:
     logging.basicConfig(
-        level=LOG_LEVELS[level], stream=sys.stderr,
+        level=LOG_LEVELS[level],
+        stream=sys.stderr,
         format="ts=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)r",
     )
 
@@ -148,8 +221,7 @@ def serve(args, collectors: list[Collector]) -> int:
         GCCollector(registry=extra)
     scraper = make_scraper(collectors)
     web = LiveWebConfig(args.web_config) if args.web_config else None
-    app = App(scraper, args.telemetry_path, args.scrape_timeout, args.max_requests, extra,
-              web=web)
+    app = App(scraper, args.telemetry_path, args.scrape_timeout, args.max_requests, extra, web=web)
     host, port = args.listen
     try:
         server = make_server(app, host, port, args.idle_timeout, args.max_connections)
@@ -162,12 +234,18 @@ def serve(args, collectors: list[Collector]) -> int:
         signal.signal(sig, lambda *_: stop.set())
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
-    log.info("kube-scale-exporter %s (Python %s) mode=%s collectors=%s listening on %s:%d "
-             "tls=%s basic_auth=%s",
-             __version__, platform.python_version(), args.mode,
-             ",".join(c.name for c in collectors) or "none", host or "*", server.server_port,
-             bool(args.web_config and args.web_config.tls),
-             bool(args.web_config and args.web_config.users))
+    log.info(
+        "kube-scale-exporter %s (Python %s) mode=%s collectors=%s listening on %s:%d "
+        "tls=%s basic_auth=%s",
+        __version__,
+        platform.python_version(),
+        args.mode,
+        ",".join(c.name for c in collectors) or "none",
+        host or "*",
+        server.server_port,
+        bool(args.web_config and args.web_config.tls),
+        bool(args.web_config and args.web_config.users),
+    )
     stop.wait()
     log.info("shutting down")
     server.shutdown()

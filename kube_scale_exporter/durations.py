@@ -1,11 +1,20 @@
 """Durations as Go writes them ("90s", "2m", "1m2.5s"), in kubelet events and flags."""
+
 import math
 import re
 
 _GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 MAX_SECONDS = (2**63 - 1) / 1e9  # Go's longest time.Duration
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
-                 "m": 60.0, "h": 3600.0}
+_UNIT_SECONDS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
 
 
 def go_duration(text: str) -> float:
@@ -25,4 +34,3 @@ def go_duration(text: str) -> float:
     if not math.isfinite(total) or total > MAX_SECONDS:
         raise ValueError(f"duration out of range: {text[:60]!r}")
     return total
-

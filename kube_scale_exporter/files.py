@@ -7,6 +7,7 @@ checks run on the opened descriptor (fstat), not on a separate stat of the path,
 file swapped between the two is still caught. Symlinks are followed: Kubernetes mounts
 ConfigMaps and projected tokens through them.
 """
+
 from __future__ import annotations
 
 import errno
@@ -29,8 +30,13 @@ CONTAINERD_CONFIG_BYTES = 256 << 10
 # --web.config.file: TLS file paths and ~70 bytes per basic-auth user; parsed again on
 # every change while serving.
 WEB_CONFIG_BYTES = 1 << 20
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
-          (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 class FileRefused(OSError):
@@ -58,8 +64,11 @@ def read_capped(path: str, cap: int, cap_name: str) -> bytes:
             chunks.append(chunk)
             total += len(chunk)
             if total > cap:
-                raise FileRefused(errno.EFBIG, f"{path} is over the {cap >> 10} KiB cap "
-                                  f"({cap_name} in kube_scale_exporter/files.py)")
+                raise FileRefused(
+                    errno.EFBIG,
+                    f"{path} is over the {cap >> 10} KiB cap "
+                    f"({cap_name} in kube_scale_exporter/files.py)",
+                )
         return b"".join(chunks)
     finally:
         os.close(fd)

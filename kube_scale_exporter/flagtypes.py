@@ -3,6 +3,7 @@
 Each raises argparse.ArgumentTypeError with the value it refused, so that argparse exits 2
 with a message naming the flag.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,8 @@ def listen_address(value: str) -> tuple[str, int]:
 def telemetry_path(value: str) -> str:
     if not value.startswith("/") or value in ("/", "/healthz"):
         raise argparse.ArgumentTypeError(
-            f"must start with / and not be / or /healthz, got {value!r}")
+            f"must start with / and not be / or /healthz, got {value!r}"
+        )
     return value
 
 
@@ -60,8 +62,7 @@ def byte_size(value: str) -> int:
     """Bytes as a whole number, optionally with Ki, Mi, Gi or Ti."""
     match = _SIZE.match(value.strip())
     if not match or int(match.group(1)) == 0:
-        raise argparse.ArgumentTypeError(
-            f"expected bytes such as 8589934592 or 8Gi, got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected bytes such as 8589934592 or 8Gi, got {value!r}")
     return int(match.group(1)) * _UNITS[match.group(2)]
 
 
@@ -75,7 +76,8 @@ def duration(value: str) -> float:
             seconds = go_duration(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"expected a duration such as 120, 90s or 2m, got {value!r}") from None
+                f"expected a duration such as 120, 90s or 2m, got {value!r}"
+            ) from None
     if not 0 < seconds <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"must be more than 0 and finite, got {value!r}")
     return seconds

@@ -12,6 +12,7 @@ and changed users apply without a restart.
 Connections, TLS handshakes and deadlines belong to kube_scale_exporter/web/server.py;
 this module only answers complete requests.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -52,9 +53,16 @@ class _Families:
 class App:
     """Everything a request handler needs; built once by the CLI."""
 
-    def __init__(self, scraper: Scraper, telemetry_path: str, max_timeout: float,
-                 max_requests: int, extra_registry: CollectorRegistry | None = None,
-                 title: str = "kube-scale-exporter", web: LiveWebConfig | None = None):
+    def __init__(
+        self,
+        scraper: Scraper,
+        telemetry_path: str,
+        max_timeout: float,
+        max_requests: int,
+        extra_registry: CollectorRegistry | None = None,
+        title: str = "kube-scale-exporter",
+        web: LiveWebConfig | None = None,
+    ):
         self.scraper = scraper
         self.telemetry_path = telemetry_path
         self.max_timeout = max_timeout
@@ -140,10 +148,14 @@ class App:
             if auth.check(request.header("Authorization")):
                 return None
         except AuthBusy:
-            return Response(503, b"too many password checks at once; retry\n",
-                            headers=[("Retry-After", "1")])
-        return Response(401, b"unauthorized\n", headers=[
-            ("WWW-Authenticate", 'Basic realm="kube-scale-exporter", charset="UTF-8"')])
+            return Response(
+                503, b"too many password checks at once; retry\n", headers=[("Retry-After", "1")]
+            )
+        return Response(
+            401,
+            b"unauthorized\n",
+            headers=[("WWW-Authenticate", 'Basic realm="kube-scale-exporter", charset="UTF-8"')],
+        )
 
     def _metrics(self, request: Request) -> Response:
         if not self.try_acquire():
@@ -171,15 +183,24 @@ class App:
         return active.ssl_context
 
 
-def make_server(app: App, host: str, port: int, idle_timeout: float = Limits.idle_timeout,
-                max_connections: int = Limits.max_connections) -> HTTPServer:
+def make_server(
+    app: App,
+    host: str,
+    port: int,
+    idle_timeout: float = Limits.idle_timeout,
+    max_connections: int = Limits.max_connections,
+) -> HTTPServer:
     # Workers: every allowed scrape, plus room for /healthz, the landing page and 401s
     # while all scrape slots are taken.
     scrapes = app.max_requests if app.max_requests > 0 else 64
     # A handshake or a request head may take 10 s, never longer than a silent connection
     # may stay: --web.idle-timeout 2s closes a slow handshake after 2 s too.
     started = min(Limits.header_timeout, idle_timeout)
-    limits = Limits(idle_timeout=idle_timeout, max_connections=max_connections,
-                    workers=scrapes + SPARE_WORKERS, handshake_timeout=started,
-                    header_timeout=started)
+    limits = Limits(
+        idle_timeout=idle_timeout,
+        max_connections=max_connections,
+        workers=scrapes + SPARE_WORKERS,
+        handshake_timeout=started,
+        header_timeout=started,
+    )
     return HTTPServer(host, port, app.handle, limits, app.tls_for_connection)

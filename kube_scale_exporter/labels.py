@@ -7,6 +7,7 @@ short, printable value from a small alphabet) and, where the set of values is op
 `top` (the n largest kept, the rest summed into "other"), so a flood of distinct values
 costs at most n + 1 series.
 """
+
 from __future__ import annotations
 
 import re

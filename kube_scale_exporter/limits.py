@@ -14,6 +14,7 @@ request's deadline passes, which ends any blocked read; the caller then sees a t
 error and `expired()` is true. Caps are checked on the decoded bytes as they arrive,
 so a reply over its cap (or a gzip bomb) costs at most the cap.
 """
+
 from __future__ import annotations
 
 import heapq

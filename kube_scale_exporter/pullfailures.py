@@ -13,6 +13,7 @@ lists the real messages behind each rule. Before matching, quoted strings and ev
 holding a `/` (URLs, image references, paths) are removed, so a registry or repository
 named `quota` or `forbidden` cannot pick the class.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,13 +41,28 @@ MAX_ERROR_CHARS = 4096
 # "TLS handshake timeout" is a slow network, so timeout comes before tls.
 _RULES = (
     ("rate_limited", re.compile(r"toomanyrequests|too many requests|rate.?limit|quota")),
-    ("auth", re.compile(r"unauthori[sz]ed|forbidden|denied|insufficient_scope|"
-                        r"authori[sz]ation failed|failed to authori[sz]e|"
-                        r"no basic auth credentials|authentication required")),
-    ("not_found", re.compile(r"not found|manifest unknown|name unknown|blob unknown|"
-                             r"does not exist")),
-    ("timeout", re.compile(r"deadline exceeded|timeout|timed out|request canceled|"
-                           r"context canceled|no progress|cancel+ed while")),
+    (
+        "auth",
+        re.compile(
+            r"unauthori[sz]ed|forbidden|denied|insufficient_scope|"
+            r"authori[sz]ation failed|failed to authori[sz]e|"
+            r"no basic auth credentials|authentication required"
+        ),
+    ),
+    (
+        "not_found",
+        re.compile(
+            r"not found|manifest unknown|name unknown|blob unknown|"
+            r"does not exist"
+        ),
+    ),
+    (
+        "timeout",
+        re.compile(
+            r"deadline exceeded|timeout|timed out|request canceled|"
+            r"context canceled|no progress|cancel+ed while"
+        ),
+    ),
     ("tls", re.compile(r"x509|tls:|certificate|server gave http response to https client")),
 )
 
@@ -173,27 +189,33 @@ class FailureCounts:
             for nodes in self._nodes.values():
                 for node in [n for n, at in nodes.items() if at < cutoff]:
                     del nodes[node]
-            return FailureState(dict(self._failures), dict(self._succeeded),
-                                {r: len(n) for r, n in self._nodes.items()})
+            return FailureState(
+                dict(self._failures),
+                dict(self._succeeded),
+                {r: len(n) for r, n in self._nodes.items()},
+            )
 
 
 def failure_families(state: FailureState) -> list[Metric]:
     failures = CounterMetricFamily(
         "kubescale_image_pull_failures",
         "Failed image pulls reported by kubelet Failed events, by registry and cause.",
-        labels=["registry", "reason"])
+        labels=["registry", "reason"],
+    )
     for (registry, reason), count in sorted(state.failures.items()):
         failures.add_metric([registry, reason], count)
     succeeded = CounterMetricFamily(
         "kubescale_image_pulls_succeeded",
         "Successful image pulls reported by kubelet Pulled events, by registry.",
-        labels=["registry"])
+        labels=["registry"],
+    )
     for registry, count in sorted(state.succeeded.items()):
         succeeded.add_metric([registry], count)
     nodes = GaugeMetricFamily(
         "kubescale_image_pull_failing_nodes",
         "Nodes that reported a failed pull from the registry in the last 10 minutes.",
-        labels=["registry"])
+        labels=["registry"],
+    )
     for registry, count in sorted(state.failing_nodes.items()):
         nodes.add_metric([registry], count)
     return [failures, succeeded, nodes]

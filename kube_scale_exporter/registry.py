@@ -17,6 +17,7 @@ A collector is a class (one module, or one small package, under collectors/) lis
 - `wait_ready()`: `check` runs once, right after start; block, for a bounded time of
   the collector's choosing, until the first background refresh is in. `close()` stops threads and sockets.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -153,29 +154,34 @@ def _dest(name: str) -> str:
     return "collector_" + name.replace("-", "_")
 
 
-def add_collector_flags(parser: argparse.ArgumentParser,
-                        collectors: Iterable[type[Collector]]) -> None:
+def add_collector_flags(
+    parser: argparse.ArgumentParser, collectors: Iterable[type[Collector]]
+) -> None:
     """`--collector.NAME` for each collector, then its own flags, in a group of its own."""
     parser.add_argument(
-        "--collector.disable-defaults", dest="collector_disable_defaults",
+        "--collector.disable-defaults",
+        dest="collector_disable_defaults",
         action="store_true",
         help="Switch off every collector that is on by default; enable the ones you want "
-             "with --collector.NAME.",
+        "with --collector.NAME.",
     )
     for cls in sorted(collectors, key=lambda c: c.name):
         group = parser.add_argument_group(f"collector {cls.name}", cls.help or None)
         default = f"on{cls.default_condition}" if cls.default_enabled else "off"
         modes = "/".join(sorted(cls.modes))
         group.add_argument(
-            f"--collector.{cls.name}", dest=_dest(cls.name),
-            action=argparse.BooleanOptionalAction, default=None,
+            f"--collector.{cls.name}",
+            dest=_dest(cls.name),
+            action=argparse.BooleanOptionalAction,
+            default=None,
             help=f"Enable the {cls.name} collector ({modes} mode; default {default}).",
         )
         cls.add_arguments(group)
 
 
-def enabled_collectors(args: argparse.Namespace,
-                       collectors: Iterable[type[Collector]]) -> list[type[Collector]]:
+def enabled_collectors(
+    args: argparse.Namespace, collectors: Iterable[type[Collector]]
+) -> list[type[Collector]]:
     """The collector classes to run for these options; UsageError on contradictions."""
     chosen = []
     for cls in sorted(collectors, key=lambda c: c.name):
@@ -191,8 +197,12 @@ def enabled_collectors(args: argparse.Namespace,
                     f"--mode {'/'.join(sorted(cls.modes))}, not --mode {args.mode}"
                 )
             chosen.append(cls)
-        elif (explicit is None and in_mode and not args.collector_disable_defaults
-              and cls.enabled_by_default(args)):
+        elif (
+            explicit is None
+            and in_mode
+            and not args.collector_disable_defaults
+            and cls.enabled_by_default(args)
+        ):
             chosen.append(cls)
     for cls in chosen:
         cls.validate(args)

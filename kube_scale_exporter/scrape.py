@@ -16,6 +16,7 @@ scrape.
     # TYPE kubescale_scrape_collector_duration_seconds gauge
     kubescale_scrape_collector_duration_seconds{collector="neighbor"} 0.0012
 """
+
 from __future__ import annotations
 
 import logging
@@ -120,7 +121,8 @@ class Scraper:
             error = None
             try:
                 state, families, elapsed = future.result(
-                    timeout=max(0.0, deadline - time.monotonic()))
+                    timeout=max(0.0, deadline - time.monotonic())
+                )
                 result.states[name] = state
                 out.extend(families)
             except FutureTimeout:
@@ -143,8 +145,10 @@ class Scraper:
         a frozen socket) may not return from close() for its own timeouts; SIGTERM must
         still end the process within seconds, and its threads are daemons.
         """
-        threads = [threading.Thread(target=self._close_one, args=(c,), daemon=True,
-                                    name=f"close-{c.name}") for c in self.collectors]
+        threads = [
+            threading.Thread(target=self._close_one, args=(c,), daemon=True, name=f"close-{c.name}")
+            for c in self.collectors
+        ]
         for t in threads:
             t.start()
         deadline = time.monotonic() + timeout
@@ -152,8 +156,11 @@ class Scraper:
             t.join(max(0.0, deadline - time.monotonic()))
         stuck = [t.name.removeprefix("close-") for t in threads if t.is_alive()]
         if stuck:
-            log.warning("collectors still closing after %.1fs, exiting anyway: %s",
-                        timeout, ", ".join(stuck))
+            log.warning(
+                "collectors still closing after %.1fs, exiting anyway: %s",
+                timeout,
+                ", ".join(stuck),
+            )
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     @staticmethod
@@ -182,8 +189,9 @@ def collector_status(outcomes: Iterable[Outcome]) -> list[GaugeMetricFamily]:
     return [success, duration]
 
 
-def build_info(version: str = __version__,
-               python_version: str = platform.python_version()) -> GaugeMetricFamily:
+def build_info(
+    version: str = __version__, python_version: str = platform.python_version()
+) -> GaugeMetricFamily:
     info = GaugeMetricFamily(
         "kubescale_build_info",
         "A constant 1, labelled with the exporter's version and Python version.",

@@ -28,6 +28,7 @@ Standard paths are used where the product's manifests expect them: the DaemonSet
 Everything else lives under WORK. The state (PIDs, ports, snapshot) is WORK/state.json,
 so `down` works from another process than `up`.
 """
+
 import json
 import os
 import pathlib
@@ -71,21 +72,38 @@ PAUSE_IMAGE = "k8s.gcr.io/pause:3.2"
 
 # Sysctls the kubelet (setupKernelTunables), kube-proxy and the CNI bridge plugin change.
 SAVED_SYSCTLS = (
-    "vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-    "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
-    "net/ipv4/conf/all/route_localnet", "net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding",
-    "net/ipv4/conf/default/forwarding", "net/ipv4/conf/all/forwarding",
-    "net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables",
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+    "net/ipv4/conf/all/route_localnet",
+    "net/ipv4/ip_forward",
+    "net/ipv6/conf/all/forwarding",
+    "net/ipv4/conf/default/forwarding",
+    "net/ipv4/conf/all/forwarding",
+    "net/bridge/bridge-nf-call-iptables",
+    "net/bridge/bridge-nf-call-ip6tables",
     "net/netfilter/nf_conntrack_max",
     "net/netfilter/nf_conntrack_tcp_timeout_established",
     "net/netfilter/nf_conntrack_tcp_timeout_close_wait",
 )
 # Paths the cluster creates; each must be gone after `down` unless it existed before `up`.
-OWNED_PATHS = (WORK, KUBELET_DIR, CONTAINERD_STATE, CNI_CONF, *LOG_DIRS,
-               pathlib.Path("/var/lib/cni"), pathlib.Path("/var/lib/dockershim"),
-               pathlib.Path("/var/run/kubernetes"), pathlib.Path("/etc/kubernetes"),
-               pathlib.Path("/opt/containerd"), pathlib.Path("/opt/cni"),
-               pathlib.Path("/var/lib/containerd"))
+OWNED_PATHS = (
+    WORK,
+    KUBELET_DIR,
+    CONTAINERD_STATE,
+    CNI_CONF,
+    *LOG_DIRS,
+    pathlib.Path("/var/lib/cni"),
+    pathlib.Path("/var/lib/dockershim"),
+    pathlib.Path("/var/run/kubernetes"),
+    pathlib.Path("/etc/kubernetes"),
+    pathlib.Path("/opt/containerd"),
+    pathlib.Path("/opt/cni"),
+    pathlib.Path("/var/lib/containerd"),
+)
 # Without a snapshot (a crashed `up`), `down` removes only what nothing else could own.
 CORE_PATHS = (WORK, KUBELET_DIR, CONTAINERD_STATE, CNI_CONF, *LOG_DIRS)
 CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
@@ -108,8 +126,11 @@ def _listenable(port: int) -> bool:
 def current_kubectl() -> str:
     """A kubectl that renders current kustomize (v5): $KUSTOMIZE_KUBECTL, sid's kubectl
     unpacked by .ci/setup.d/45-deploy.sh, or the one on PATH."""
-    for candidate in (os.environ.get("KUSTOMIZE_KUBECTL"),
-                      str(CACHE / "kubectl-sid/usr/bin/kubectl"), shutil.which("kubectl")):
+    for candidate in (
+        os.environ.get("KUSTOMIZE_KUBECTL"),
+        str(CACHE / "kubectl-sid/usr/bin/kubectl"),
+        shutil.which("kubectl"),
+    ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     raise FileNotFoundError("no kubectl with kustomize v5: set KUSTOMIZE_KUBECTL")
@@ -123,11 +144,11 @@ def binary(name: str) -> str:
 
 
 def run(*argv, check=True, quiet=True, **kw):
-    return subprocess.run(argv, check=check, text=True,
-                          capture_output=quiet, **kw)
+    return subprocess.run(argv, check=check, text=True, capture_output=quiet, **kw)
 
 
 # ---------------------------------------------------------------- host snapshot / check
+
 
 def _sysctl_path(key: str) -> pathlib.Path:
     return pathlib.Path("/proc/sys") / key
@@ -150,16 +171,24 @@ def iptables_chains() -> dict:
         if not shutil.which(tool + "-save"):
             continue
         res = run(tool + "-save", check=False)
-        lines = [ln for ln in res.stdout.splitlines()
-                 if any(f":{p}" in ln or f" {p}" in ln for p in OUR_CHAINS)]
+        lines = [
+            ln
+            for ln in res.stdout.splitlines()
+            if any(f":{p}" in ln or f" {p}" in ln for p in OUR_CHAINS)
+        ]
         if lines:
             found[tool] = lines
     return found
 
 
 def our_mounts() -> list:
-    roots = (str(KUBELET_DIR), str(WORK), str(CONTAINERD_STATE), "/run/netns/cni-",
-             "/var/run/netns/cni-")
+    roots = (
+        str(KUBELET_DIR),
+        str(WORK),
+        str(CONTAINERD_STATE),
+        "/run/netns/cni-",
+        "/var/run/netns/cni-",
+    )
     out = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
@@ -244,8 +273,12 @@ oom_score = 0
 
 def kubeconfig(path, server, ca, token, name="e2e"):
     doc = {
-        "apiVersion": "v1", "kind": "Config", "current-context": name,
-        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": name,
+        "clusters": [
+            {"name": name, "cluster": {"server": server, "certificate-authority": str(ca)}}
+        ],
         "users": [{"name": name, "user": {"token": token}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
     }
@@ -292,10 +325,17 @@ class Cluster:
 
     def kubectl(self, *args, input=None, check=True, kubectl=None):
         """kubectl (default: a current one, kustomize v5) against this cluster."""
-        res = subprocess.run([kubectl or current_kubectl(), "--kubeconfig", str(self.kubeconfig), *args],
-                             input=input, text=True, capture_output=True, check=False)
+        res = subprocess.run(
+            [kubectl or current_kubectl(), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            text=True,
+            capture_output=True,
+            check=False,
+        )
         if check and res.returncode:
-            raise RuntimeError(f"kubectl {' '.join(args)}: {res.returncode}\n{res.stdout}\n{res.stderr}")
+            raise RuntimeError(
+                f"kubectl {' '.join(args)}: {res.returncode}\n{res.stdout}\n{res.stderr}"
+            )
         return res.stdout
 
     def ctr(self, *args, check=True):
@@ -311,11 +351,21 @@ class Cluster:
         for port in (API_PORT, ETCD_PORT, ETCD_PEER_PORT, EVENTS_PORT, EVENTS_PEER_PORT):
             if not _listenable(port):
                 raise RuntimeError(f"port {port} is taken; the e2e cluster needs it")
-        for name in ("kube-apiserver", "kubelet", "kube-proxy", "kube-scheduler",
-                     "kube-controller-manager", "pause"):
+        for name in (
+            "kube-apiserver",
+            "kubelet",
+            "kube-proxy",
+            "kube-scheduler",
+            "kube-controller-manager",
+            "pause",
+        ):
             binary(name)
-        self.state = {"snapshot": snapshot(), "pids": {}, "token": secrets.token_hex(16),
-                      "started": time.time()}
+        self.state = {
+            "snapshot": snapshot(),
+            "pids": {},
+            "token": secrets.token_hex(16),
+            "started": time.time(),
+        }
         self.work.mkdir(parents=True)
         self.logs.mkdir()
         self.save()
@@ -350,37 +400,75 @@ class Cluster:
         run("ip", "addr", "add", f"{NODE_IP}/16", "dev", BRIDGE)
         run("ip", "link", "set", BRIDGE, "up")
         CNI_CONF_DIR.mkdir(parents=True, exist_ok=True)
-        CNI_CONF.write_text(json.dumps({
-            "cniVersion": "0.4.0", "name": "kse-e2e",
-            "plugins": [{
-                "type": "bridge", "bridge": BRIDGE, "isGateway": True, "isDefaultGateway": True,
-                "ipMasq": False,
-                "hairpinMode": True,
-                "ipam": {"type": "host-local", "dataDir": str(self.work / "cni-ipam"),
-                         "ranges": [[{"subnet": POD_CIDR, "rangeStart": "10.217.1.1",
-                                      "rangeEnd": "10.217.255.254", "gateway": NODE_IP}]]},
-            }]}, indent=1))
+        CNI_CONF.write_text(
+            json.dumps(
+                {
+                    "cniVersion": "0.4.0",
+                    "name": "kse-e2e",
+                    "plugins": [
+                        {
+                            "type": "bridge",
+                            "bridge": BRIDGE,
+                            "isGateway": True,
+                            "isDefaultGateway": True,
+                            "ipMasq": False,
+                            "hairpinMode": True,
+                            "ipam": {
+                                "type": "host-local",
+                                "dataDir": str(self.work / "cni-ipam"),
+                                "ranges": [
+                                    [
+                                        {
+                                            "subnet": POD_CIDR,
+                                            "rangeStart": "10.217.1.1",
+                                            "rangeEnd": "10.217.255.254",
+                                            "gateway": NODE_IP,
+                                        }
+                                    ]
+                                ],
+                            },
+                        }
+                    ],
+                },
+                indent=1,
+            )
+        )
 
     def _pki(self):
         ca = TestCA(self.pki, "ca", cn="kse-e2e-ca")
-        ca.issue("apiserver", f"subjectAltName=IP:{NODE_IP},IP:{SERVICE_IP},IP:127.0.0.1,"
-                              "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
-                              "DNS:kubernetes.default.svc.cluster.local,DNS:localhost\n"
-                              "extendedKeyUsage=serverAuth")
+        ca.issue(
+            "apiserver",
+            f"subjectAltName=IP:{NODE_IP},IP:{SERVICE_IP},IP:127.0.0.1,"
+            "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
+            "DNS:kubernetes.default.svc.cluster.local,DNS:localhost\n"
+            "extendedKeyUsage=serverAuth",
+        )
         # The API server's client certificate for kubelet calls (logs, exec).
-        ca.issue("apiserver-kubelet-client", "extendedKeyUsage=clientAuth",
-                 subject="/O=system:masters/CN=kube-apiserver-kubelet-client")
+        ca.issue(
+            "apiserver-kubelet-client",
+            "extendedKeyUsage=clientAuth",
+            subject="/O=system:masters/CN=kube-apiserver-kubelet-client",
+        )
         openssl("genrsa", "-out", str(self.pki / "sa.key"), "2048")
         # etcd's own CA, as kubeadm lays it out (the etcd-node DaemonSet reads the
         # healthcheck client pair; the overlay in tests/e2e points it here).
         etcd_dir = self.pki / "etcd"
         eca = TestCA(etcd_dir, "ca", cn="kse-e2e-etcd-ca")
-        eca.issue("server", f"subjectAltName=IP:127.0.0.1,IP:{NODE_IP},DNS:localhost\n"
-                            "extendedKeyUsage=serverAuth,clientAuth")
-        eca.issue("apiserver-etcd-client", "extendedKeyUsage=clientAuth",
-                  subject="/O=system:masters/CN=kube-apiserver-etcd-client")
-        eca.issue("healthcheck-client", "extendedKeyUsage=clientAuth",
-                  subject="/O=system:masters/CN=kube-etcd-healthcheck-client")
+        eca.issue(
+            "server",
+            f"subjectAltName=IP:127.0.0.1,IP:{NODE_IP},DNS:localhost\n"
+            "extendedKeyUsage=serverAuth,clientAuth",
+        )
+        eca.issue(
+            "apiserver-etcd-client",
+            "extendedKeyUsage=clientAuth",
+            subject="/O=system:masters/CN=kube-apiserver-etcd-client",
+        )
+        eca.issue(
+            "healthcheck-client",
+            "extendedKeyUsage=clientAuth",
+            subject="/O=system:masters/CN=kube-etcd-healthcheck-client",
+        )
         for key in etcd_dir.glob("*.key"):
             key.chmod(0o600)
         token = self.admin_token
@@ -391,20 +479,40 @@ class Cluster:
         data = self.work / f"etcd-{name}"
         scheme = "https" if tls else "http"
         listen = f"{scheme}://127.0.0.1:{port},{scheme}://{NODE_IP}:{port}"
-        argv = ["/usr/bin/etcd", "--name", name, "--data-dir", str(data),
-                "--listen-client-urls", listen,
-                "--advertise-client-urls", f"{scheme}://{NODE_IP}:{port}",
-                "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-                "--initial-cluster", f"{name}=http://127.0.0.1:{peer}",
-                "--initial-cluster-token", f"kse-e2e-{name}",
-                "--listen-metrics-urls", f"http://127.0.0.1:{port + 10000}"]
+        argv = [
+            "/usr/bin/etcd",
+            "--name",
+            name,
+            "--data-dir",
+            str(data),
+            "--listen-client-urls",
+            listen,
+            "--advertise-client-urls",
+            f"{scheme}://{NODE_IP}:{port}",
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-cluster",
+            f"{name}=http://127.0.0.1:{peer}",
+            "--initial-cluster-token",
+            f"kse-e2e-{name}",
+            "--listen-metrics-urls",
+            f"http://127.0.0.1:{port + 10000}",
+        ]
         if quota:
             argv += ["--quota-backend-bytes", str(quota)]
         if tls:
             d = self.pki / "etcd"
-            argv += ["--cert-file", str(d / "server.crt"), "--key-file", str(d / "server.key"),
-                     "--trusted-ca-file", str(d / "ca.crt"), "--client-cert-auth"]
+            argv += [
+                "--cert-file",
+                str(d / "server.crt"),
+                "--key-file",
+                str(d / "server.key"),
+                "--trusted-ca-file",
+                str(d / "ca.crt"),
+                "--client-cert-auth",
+            ]
         proc = self._start(f"etcd-{name}", argv)
         wait_for_port(port, proc=proc, timeout=30)
         return proc
@@ -415,37 +523,67 @@ class Cluster:
 
     def _apiserver(self):
         p, e = self.pki, self.pki / "etcd"
-        argv = [binary("kube-apiserver"),
-                "--etcd-servers", f"https://127.0.0.1:{ETCD_PORT}",
-                "--etcd-cafile", str(e / "ca.crt"),
-                "--etcd-certfile", str(e / "apiserver-etcd-client.crt"),
-                "--etcd-keyfile", str(e / "apiserver-etcd-client.key"),
-                "--etcd-servers-overrides", f"/events#http://{NODE_IP}:{EVENTS_PORT}",
-                "--bind-address", NODE_IP, "--advertise-address", NODE_IP,
-                "--secure-port", str(API_PORT), "--insecure-port", "0",
-                "--cert-dir", str(self.work / "apiserver-certs"),
-                "--tls-cert-file", str(p / "apiserver.crt"),
-                "--tls-private-key-file", str(p / "apiserver.key"),
-                "--client-ca-file", str(p / "ca.crt"),
-                "--token-auth-file", str(p / "tokens.csv"),
-                "--authorization-mode", "Node,RBAC",
-                "--service-account-issuer", "https://kubernetes.default.svc",
-                "--service-account-key-file", str(p / "sa.key"),
-                "--service-account-signing-key-file", str(p / "sa.key"),
-                "--api-audiences", "https://kubernetes.default.svc",
-                "--service-cluster-ip-range", SERVICE_CIDR,
-                "--allow-privileged=true", "--profiling=false",
-                "--kubelet-preferred-address-types", "InternalIP",
-                "--kubelet-client-certificate", str(p / "apiserver-kubelet-client.crt"),
-                "--kubelet-client-key", str(p / "apiserver-kubelet-client.key")]
+        argv = [
+            binary("kube-apiserver"),
+            "--etcd-servers",
+            f"https://127.0.0.1:{ETCD_PORT}",
+            "--etcd-cafile",
+            str(e / "ca.crt"),
+            "--etcd-certfile",
+            str(e / "apiserver-etcd-client.crt"),
+            "--etcd-keyfile",
+            str(e / "apiserver-etcd-client.key"),
+            "--etcd-servers-overrides",
+            f"/events#http://{NODE_IP}:{EVENTS_PORT}",
+            "--bind-address",
+            NODE_IP,
+            "--advertise-address",
+            NODE_IP,
+            "--secure-port",
+            str(API_PORT),
+            "--insecure-port",
+            "0",
+            "--cert-dir",
+            str(self.work / "apiserver-certs"),
+            "--tls-cert-file",
+            str(p / "apiserver.crt"),
+            "--tls-private-key-file",
+            str(p / "apiserver.key"),
+            "--client-ca-file",
+            str(p / "ca.crt"),
+            "--token-auth-file",
+            str(p / "tokens.csv"),
+            "--authorization-mode",
+            "Node,RBAC",
+            "--service-account-issuer",
+            "https://kubernetes.default.svc",
+            "--service-account-key-file",
+            str(p / "sa.key"),
+            "--service-account-signing-key-file",
+            str(p / "sa.key"),
+            "--api-audiences",
+            "https://kubernetes.default.svc",
+            "--service-cluster-ip-range",
+            SERVICE_CIDR,
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--kubelet-preferred-address-types",
+            "InternalIP",
+            "--kubelet-client-certificate",
+            str(p / "apiserver-kubelet-client.crt"),
+            "--kubelet-client-key",
+            str(p / "apiserver-kubelet-client.key"),
+        ]
         proc = self._start("kube-apiserver", argv)
         wait_for_port(API_PORT, host=NODE_IP, proc=proc, timeout=60)
         s = self.session()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if s.get(self.server + "/readyz", timeout=5).ok and \
-                        s.get(self.server + "/api/v1/namespaces/default", timeout=5).ok:
+                if (
+                    s.get(self.server + "/readyz", timeout=5).ok
+                    and s.get(self.server + "/api/v1/namespaces/default", timeout=5).ok
+                ):
                     return
             except requests.RequestException:
                 pass
@@ -456,26 +594,61 @@ class Cluster:
 
     def _control_plane(self):
         kc = str(self.kubeconfig)
-        self._start("kube-controller-manager", [
-            binary("kube-controller-manager"), "--kubeconfig", kc,
-            "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
-            "--service-account-private-key-file", str(self.pki / "sa.key"),
-            "--root-ca-file", str(self.pki / "ca.crt"),
-            "--cluster-signing-cert-file", str(self.pki / "ca.crt"),
-            "--cluster-signing-key-file", str(self.pki / "ca.key"),
-            "--leader-elect=false", "--port=0", "--secure-port=0",
-            "--use-service-account-credentials=false", "--profiling=false",
-            "--node-monitor-grace-period=40s"])
-        self._start("kube-scheduler", [
-            binary("kube-scheduler"), "--kubeconfig", kc,
-            "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
-            "--leader-elect=false", "--port=0", "--secure-port=0", "--profiling=false"])
+        self._start(
+            "kube-controller-manager",
+            [
+                binary("kube-controller-manager"),
+                "--kubeconfig",
+                kc,
+                "--authentication-kubeconfig",
+                kc,
+                "--authorization-kubeconfig",
+                kc,
+                "--service-account-private-key-file",
+                str(self.pki / "sa.key"),
+                "--root-ca-file",
+                str(self.pki / "ca.crt"),
+                "--cluster-signing-cert-file",
+                str(self.pki / "ca.crt"),
+                "--cluster-signing-key-file",
+                str(self.pki / "ca.key"),
+                "--leader-elect=false",
+                "--port=0",
+                "--secure-port=0",
+                "--use-service-account-credentials=false",
+                "--profiling=false",
+                "--node-monitor-grace-period=40s",
+            ],
+        )
+        self._start(
+            "kube-scheduler",
+            [
+                binary("kube-scheduler"),
+                "--kubeconfig",
+                kc,
+                "--authentication-kubeconfig",
+                kc,
+                "--authorization-kubeconfig",
+                kc,
+                "--leader-elect=false",
+                "--port=0",
+                "--secure-port=0",
+                "--profiling=false",
+            ],
+        )
 
     def _containerd(self, images):
         config = self.work / "containerd.toml"
-        config.write_text(CONTAINERD_CONFIG.format(
-            work=self.work, state=CONTAINERD_STATE, sock=CONTAINERD_SOCK, pause=PAUSE_IMAGE,
-            cni_bin=CNI_BIN, cni_conf=CNI_CONF_DIR))
+        config.write_text(
+            CONTAINERD_CONFIG.format(
+                work=self.work,
+                state=CONTAINERD_STATE,
+                sock=CONTAINERD_SOCK,
+                pause=PAUSE_IMAGE,
+                cni_bin=CNI_BIN,
+                cni_conf=CNI_CONF_DIR,
+            )
+        )
         (self.work / "certs.d").mkdir()
         proc = self._start("containerd", ["/usr/bin/containerd", "--config", str(config)])
         deadline = time.monotonic() + 30
@@ -483,7 +656,8 @@ class Cluster:
             if not proc.alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"containerd did not start:\n{proc.log_tail()}")
             time.sleep(0.1)
-        from . import image
+        from . import image  # noqa: PLC0415  (buildah and mmdebstrap only when the image is built)
+
         t = time.monotonic()
         for archive in (image.pause_archive(binary("pause"), PAUSE_IMAGE), *images):
             self.import_image(archive)
@@ -497,22 +671,39 @@ class Cluster:
         d = self.work / "certs.d" / host
         d.mkdir(parents=True, exist_ok=True)
         (d / "hosts.toml").write_text(
-            f'server = "{endpoint}"\n[host."{endpoint}"]\n  capabilities = ["pull", "resolve"]\n')
+            f'server = "{endpoint}"\n[host."{endpoint}"]\n  capabilities = ["pull", "resolve"]\n'
+        )
 
     def kubelet_config(self, **overrides):
         cfg = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "address": NODE_IP, "port": 10250, "readOnlyPort": 0, "healthzPort": 0,
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                               "x509": {"clientCAFile": str(self.pki / "ca.crt")}},
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": NODE_IP,
+            "port": 10250,
+            "readOnlyPort": 0,
+            "healthzPort": 0,
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(self.pki / "ca.crt")},
+            },
             "authorization": {"mode": "Webhook"},
-            "cgroupDriver": "cgroupfs", "failSwapOn": False,
-            "serializeImagePulls": True, "registryPullQPS": 0,
-            "clusterDomain": "cluster.local", "resolvConf": "/etc/resolv.conf",
-            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "2%",
-                             "imagefs.available": "2%"},
-            "maxPods": 110, "syncFrequency": "10s", "fileCheckFrequency": "10s",
+            "cgroupDriver": "cgroupfs",
+            "failSwapOn": False,
+            "serializeImagePulls": True,
+            "registryPullQPS": 0,
+            "clusterDomain": "cluster.local",
+            "resolvConf": "/etc/resolv.conf",
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "evictionHard": {
+                "memory.available": "100Mi",
+                "nodefs.available": "2%",
+                "imagefs.available": "2%",
+            },
+            "maxPods": 110,
+            "syncFrequency": "10s",
+            "fileCheckFrequency": "10s",
             "nodeStatusUpdateFrequency": "5s",
         }
         cfg.update(overrides)
@@ -521,23 +712,46 @@ class Cluster:
     def _kubelet(self):
         KUBELET_DIR.mkdir(parents=True, exist_ok=True)
         (KUBELET_DIR / "config.yaml").write_text(yaml.safe_dump(self.kubelet_config()))
-        self._start("kubelet", [
-            binary("kubelet"), "--config", str(KUBELET_DIR / "config.yaml"),
-            "--kubeconfig", str(self.kubeconfig), "--root-dir", str(KUBELET_DIR),
-            "--container-runtime=remote",
-            f"--container-runtime-endpoint=unix://{CONTAINERD_SOCK}",
-            f"--node-ip={NODE_IP}", f"--hostname-override={NODE_NAME}",
-            "--oom-score-adj=0", "--cert-dir", str(KUBELET_DIR / "pki"), "--v=1"])
+        self._start(
+            "kubelet",
+            [
+                binary("kubelet"),
+                "--config",
+                str(KUBELET_DIR / "config.yaml"),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--root-dir",
+                str(KUBELET_DIR),
+                "--container-runtime=remote",
+                f"--container-runtime-endpoint=unix://{CONTAINERD_SOCK}",
+                f"--node-ip={NODE_IP}",
+                f"--hostname-override={NODE_NAME}",
+                "--oom-score-adj=0",
+                "--cert-dir",
+                str(KUBELET_DIR / "pki"),
+                "--v=1",
+            ],
+        )
 
     def _kube_proxy(self):
-        self._start("kube-proxy", [
-            binary("kube-proxy"), "--kubeconfig", str(self.kubeconfig),
-            f"--hostname-override={NODE_NAME}", f"--cluster-cidr={POD_CIDR}",
-            "--proxy-mode=iptables", "--oom-score-adj=0",
-            "--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0",
-            "--conntrack-tcp-timeout-close-wait=0",
-            f"--healthz-bind-address={NODE_IP}:10256", f"--metrics-bind-address={NODE_IP}:10249",
-            "--profiling=false"])
+        self._start(
+            "kube-proxy",
+            [
+                binary("kube-proxy"),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                f"--hostname-override={NODE_NAME}",
+                f"--cluster-cidr={POD_CIDR}",
+                "--proxy-mode=iptables",
+                "--oom-score-adj=0",
+                "--conntrack-max-per-core=0",
+                "--conntrack-tcp-timeout-established=0",
+                "--conntrack-tcp-timeout-close-wait=0",
+                f"--healthz-bind-address={NODE_IP}:10256",
+                f"--metrics-bind-address={NODE_IP}:10249",
+                "--profiling=false",
+            ],
+        )
 
     def restart_kubelet(self, **overrides):
         """Stop the kubelet, rewrite its config with `overrides`, start it again."""
@@ -570,7 +784,9 @@ class Cluster:
         s = self.session()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            sa = s.get(f"{self.server}/api/v1/namespaces/default/serviceaccounts/default", timeout=5)
+            sa = s.get(
+                f"{self.server}/api/v1/namespaces/default/serviceaccounts/default", timeout=5
+            )
             if sa.ok and sa.json().get("secrets"):
                 return
             time.sleep(0.3)
@@ -593,8 +809,10 @@ class Cluster:
                 return
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline:
-                if not pathlib.Path(f"/proc/{pid}").exists() or \
-                        pathlib.Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z":
+                if (
+                    not pathlib.Path(f"/proc/{pid}").exists()
+                    or pathlib.Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z"
+                ):
                     if name in self.procs:
                         self.procs[name].popen.poll()
                     return
@@ -628,8 +846,15 @@ class Cluster:
         # kubelet first, so nothing restarts containers; containers while containerd runs.
         self._stop_pid("kubelet", pids.get("kubelet"))
         self._remove_containers()
-        for name in ("containerd", "kube-proxy", "kube-scheduler", "kube-controller-manager",
-                     "kube-apiserver", "etcd-events", "etcd-main"):
+        for name in (
+            "containerd",
+            "kube-proxy",
+            "kube-scheduler",
+            "kube-controller-manager",
+            "kube-apiserver",
+            "etcd-events",
+            "etcd-main",
+        ):
             self._stop_pid(name, pids.get(name))
         for name, pid in pids.items():  # anything else a test registered
             self._stop_pid(name, pid)
@@ -649,11 +874,15 @@ class Cluster:
         self._remove_cgroups()
         if before:
             for key, value in before["sysctls"].items():
-                if value is not None and _sysctl_path(key).exists() and \
-                        _sysctl_path(key).read_text().strip() != value:
+                if (
+                    value is not None
+                    and _sysctl_path(key).exists()
+                    and _sysctl_path(key).read_text().strip() != value
+                ):
                     _sysctl_path(key).write_text(value)
-        existed = set(before["paths"]) if before else \
-            {str(p) for p in OWNED_PATHS if p not in CORE_PATHS}
+        existed = (
+            set(before["paths"]) if before else {str(p) for p in OWNED_PATHS if p not in CORE_PATHS}
+        )
         keep_logs = os.environ.get("KSE_E2E_KEEP_LOGS")
         if keep_logs and self.logs.exists():
             shutil.rmtree(keep_logs, ignore_errors=True)
@@ -664,8 +893,11 @@ class Cluster:
                     shutil.rmtree(path, ignore_errors=True)
                 else:
                     path.unlink()
-        if CNI_CONF_DIR.exists() and not any(CNI_CONF_DIR.iterdir()) and \
-                str(CNI_CONF) not in existed:
+        if (
+            CNI_CONF_DIR.exists()
+            and not any(CNI_CONF_DIR.iterdir())
+            and str(CNI_CONF) not in existed
+        ):
             for d in (CNI_CONF_DIR, CNI_CONF_DIR.parent):
                 if not any(d.iterdir()):
                     d.rmdir()
@@ -693,8 +925,11 @@ class Cluster:
                 argv = (proc / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if argv and argv[0].endswith(b"containerd-shim-runc-v2") and \
-                    str(CONTAINERD_SOCK).encode() in argv:
+            if (
+                argv
+                and argv[0].endswith(b"containerd-shim-runc-v2")
+                and str(CONTAINERD_SOCK).encode() in argv
+            ):
                 pids.add(int(proc.name))
         for pid in pids:
             try:
@@ -718,8 +953,9 @@ class Cluster:
                     continue
                 elif line.startswith(":") and line[1:].startswith(OUR_CHAINS):
                     chains.append((table, line[1:].split()[0]))
-                elif line.startswith("-A ") and any(f"-j {p}" in line or f"-g {p}" in line
-                                                    for p in OUR_CHAINS):
+                elif line.startswith("-A ") and any(
+                    f"-j {p}" in line or f"-g {p}" in line for p in OUR_CHAINS
+                ):
                     chain = line.split()[1]
                     if not chain.startswith(OUR_CHAINS):
                         rules.append((table, line))
@@ -740,8 +976,11 @@ class Cluster:
 
     def _remove_cgroups(self):
         for top in kube_cgroups():
-            dirs = sorted((p for p in pathlib.Path(top).rglob("*") if p.is_dir()),
-                          key=lambda p: len(p.parts), reverse=True)
+            dirs = sorted(
+                (p for p in pathlib.Path(top).rglob("*") if p.is_dir()),
+                key=lambda p: len(p.parts),
+                reverse=True,
+            )
             for d in [*dirs, pathlib.Path(top)]:
                 for _ in range(20):
                     try:
@@ -758,7 +997,7 @@ class Cluster:
         for pid in self.load().get("pids", {}).values():
             try:
                 with open(f"/proc/{pid}/status") as f:
-                    total += next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+                    total += next(int(s.split()[1]) for s in f if s.startswith("VmRSS:"))
             except (OSError, StopIteration):
                 pass
         return total / 1024
@@ -780,15 +1019,20 @@ def main(argv):
     cmd = argv[0] if argv else ""
     cluster = Cluster()
     if cmd == "up":
-        from . import image
+        from . import image  # noqa: PLC0415  (buildah and mmdebstrap only when the image is built)
+
         cluster.up(images=[image.build()])
-        print(f"cluster: up in {cluster.timings['up']:.0f}s; export KUBECONFIG={cluster.kubeconfig}")
+        print(
+            f"cluster: up in {cluster.timings['up']:.0f}s; export KUBECONFIG={cluster.kubeconfig}"
+        )
     elif cmd == "down":
         remains = cluster.down()
         for line in remains:
             print("remains:", line)
-        print(f"cluster: down in {cluster.timings['down']:.0f}s; host "
-              f"{'NOT clean' if remains else 'clean'}")
+        print(
+            f"cluster: down in {cluster.timings['down']:.0f}s; host "
+            f"{'NOT clean' if remains else 'clean'}"
+        )
         return 1 if remains else 0
     elif cmd == "check":
         diffs = cluster.check()

@@ -4,6 +4,7 @@ The CRI plugin is off unless a test asks for it (most play the kubelet themselve
 the opt plugin's path is set, so nothing is written outside the work dir. `ctr` drives
 pulls.
 """
+
 import json
 import os
 import shutil
@@ -18,8 +19,9 @@ _DIR = os.environ.get("KSE_CONTAINERD_DIR", "/usr/bin")
 CONTAINERD = os.path.join(_DIR, "containerd")
 CTR = os.path.join(_DIR, "ctr")
 DEFAULT_STATE = "/run/containerd"
-DISABLED_CRI = ('"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", '
-                '"io.containerd.cri.v1.images"')
+DISABLED_CRI = (
+    '"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"'
+)
 
 CONFIG = """\
 version = {version}
@@ -50,8 +52,9 @@ def require(binary: str) -> str:
 class ContainerdServer:
     """containerd on a unix socket in `workdir`; `ctr(...)` runs ctr against it."""
 
-    def __init__(self, workdir, namespace="k8s.io", bin_dir=None, version=2, extra="",
-                 cri=False, imports=()):
+    def __init__(
+        self, workdir, namespace="k8s.io", bin_dir=None, version=2, extra="", cri=False, imports=()
+    ):
         """bin_dir: where containerd and ctr are (default Debian's); `extra` is TOML
         appended to the config (config `version` 2 or 3), e.g. pull settings, imports;
         `cri` keeps the CRI plugin on (its pull settings are then in `config dump`)."""
@@ -71,16 +74,25 @@ class ContainerdServer:
         # containerd 2.x creates an empty /run/containerd at start whatever `state` says.
         self._made_default_state = not os.path.exists(DEFAULT_STATE)
         with open(self.config, "w") as f:
-            f.write(CONFIG.format(root=os.path.join(self.workdir, "root"),
-                                  state=os.path.join(self.workdir, "state"),
-                                  sock=self.address, opt=os.path.join(self.workdir, "opt"),
-                                  version=self.version, extra=self.extra,
-                                  imports=json.dumps(self.imports),
-                                  disabled="" if self.cri else DISABLED_CRI))
+            f.write(
+                CONFIG.format(
+                    root=os.path.join(self.workdir, "root"),
+                    state=os.path.join(self.workdir, "state"),
+                    sock=self.address,
+                    opt=os.path.join(self.workdir, "opt"),
+                    version=self.version,
+                    extra=self.extra,
+                    imports=json.dumps(self.imports),
+                    disabled="" if self.cri else DISABLED_CRI,
+                )
+            )
         # In "/", as systemd starts it: containerd 1.x resolves a relative import
         # against its working directory.
-        self.proc = Proc([require(self.containerd), "--config", self.config],
-                         os.path.join(self.workdir, "containerd.log"), cwd="/")
+        self.proc = Proc(
+            [require(self.containerd), "--config", self.config],
+            os.path.join(self.workdir, "containerd.log"),
+            cwd="/",
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.proc.alive():
@@ -94,8 +106,9 @@ class ContainerdServer:
         return [require(self.ctr_binary), "-a", self.address, "-n", self.namespace, *args]
 
     def ctr(self, *args, check=True, timeout=120):
-        return subprocess.run(self.ctr_argv(*args), capture_output=True, text=True,
-                              check=check, timeout=timeout)
+        return subprocess.run(
+            self.ctr_argv(*args), capture_output=True, text=True, check=check, timeout=timeout
+        )
 
     def fetch(self, ref, log_path):
         """Start `ctr content fetch` of ref over plain HTTP as a process (stop it by PID)."""
@@ -115,9 +128,14 @@ class ContainerdServer:
 
     def config_dump(self) -> str:
         """`containerd config dump` of this server's config: what containerd runs."""
-        return subprocess.run([require(self.containerd), "--config", self.config, "config",
-                               "dump"], capture_output=True, text=True, check=True,
-                              timeout=30, cwd="/").stdout
+        return subprocess.run(
+            [require(self.containerd), "--config", self.config, "config", "dump"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+            cwd="/",
+        ).stdout
 
     def stop(self):
         if self.proc:

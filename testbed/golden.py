@@ -3,6 +3,7 @@
 Set UPDATE_GOLDEN=1 to rewrite the files after a deliberate change, then review the diff.
 Every golden file is also linted by `promtool check metrics`, as Prometheus would see it.
 """
+
 import os
 import subprocess
 from pathlib import Path
@@ -26,8 +27,9 @@ def render(families) -> str:
 
 def promtool_check(text: str) -> None:
     """Fail on any lint problem promtool reports (naming, units, HELP, counters)."""
-    result = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
     problems = (result.stdout + result.stderr).strip()
     assert result.returncode == 0 and not problems, f"promtool check metrics:\n{problems}"
 

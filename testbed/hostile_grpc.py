@@ -11,6 +11,7 @@ included when `length` is None; with `length` the pieces are one message's paylo
 its prefix announces `length`). Flow control is honoured, so the client's window
 updates pace the send like containerd's would.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,9 @@ class HostileGrpc:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, sock: socket.socket) -> None:
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(
-            client_side=False, header_encoding="utf-8"))
+        conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
+        )
         conn.initiate_connection()
         path = stream = None
         try:
@@ -117,7 +119,7 @@ def _prefixed(length: int, pieces):
 
 
 def repeat(piece: bytes, total: int, size: int = 1 << 16):
-    block = (piece * (size // len(piece) + 1))[:size - size % len(piece)]
+    block = (piece * (size // len(piece) + 1))[: size - size % len(piece)]
     sent = 0
     while sent + len(block) <= total:
         yield block

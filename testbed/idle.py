@@ -7,6 +7,7 @@
 The caller's own open-files limit must allow n sockets: raise_own_nofile() lifts the
 soft limit to the hard one.
 """
+
 import os
 import resource
 import selectors
@@ -23,9 +24,14 @@ def raise_own_nofile() -> int:
     return hard
 
 
-def open_idle(port: int, n: int, context: ssl.SSLContext | None = None,
-              host: str = "127.0.0.1", timeout: float = 120.0,
-              source: str | None = None) -> tuple[list, float]:
+def open_idle(
+    port: int,
+    n: int,
+    context: ssl.SSLContext | None = None,
+    host: str = "127.0.0.1",
+    timeout: float = 120.0,
+    source: str | None = None,
+) -> tuple[list, float]:
     """n connections that then say nothing; returns those that came up and the seconds
     it took. Connects (and handshakes) run concurrently, as an attacker's would.
     `source`: the local address to connect from (any 127.x.y.z is this host)."""
@@ -131,14 +137,20 @@ def threads(pid: int) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
 
 
-def churn(port: int, n: int, seconds: float, context: ssl.SSLContext | None = None,
-          source: str | None = None) -> int:
+def churn(
+    port: int,
+    n: int,
+    seconds: float,
+    context: ssl.SSLContext | None = None,
+    source: str | None = None,
+) -> int:
     """Open n connections at once, close them, again, for `seconds`; connections made."""
     made = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        socks, _ = open_idle(port, n, context, timeout=max(0.5, deadline - time.monotonic()),
-                             source=source)
+        socks, _ = open_idle(
+            port, n, context, timeout=max(0.5, deadline - time.monotonic()), source=source
+        )
         made += len(socks)
         close_all(socks)
     return made

@@ -16,6 +16,7 @@ CACHE, which `ctr -n k8s.io images import` takes.
 buildah keeps its own storage under CACHE/buildah (vfs: works on any filesystem), its own
 containers.conf (so it writes no /etc/cni/net.d/cni.lock) and registries.conf.
 """
+
 import hashlib
 import os
 import pathlib
@@ -39,17 +40,25 @@ def _buildah_env(work: pathlib.Path) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     conf = work / "containers.conf"
     conf.write_text(
-        '[network]\n'
+        "[network]\n"
         f'network_config_dir = "{work}/cni"\n'
         'cni_plugin_dirs = ["/usr/lib/cni"]\n'
-        '[engine]\n'
+        "[engine]\n"
         'cgroup_manager = "cgroupfs"\n'
         'events_logger = "file"\n'
-        f'tmp_dir = "{work}/tmp"\n')
+        f'tmp_dir = "{work}/tmp"\n'
+    )
     reg = work / "registries.conf"
-    reg.write_text('unqualified-search-registries = ["docker.io"]\nshort-name-mode = "permissive"\n')
-    env = dict(os.environ, CONTAINERS_CONF=str(conf), CONTAINERS_REGISTRIES_CONF=str(reg),
-               BUILDAH_ISOLATION="chroot", TMPDIR=str(work / "tmp"))
+    reg.write_text(
+        'unqualified-search-registries = ["docker.io"]\nshort-name-mode = "permissive"\n'
+    )
+    env = dict(
+        os.environ,
+        CONTAINERS_CONF=str(conf),
+        CONTAINERS_REGISTRIES_CONF=str(reg),
+        BUILDAH_ISOLATION="chroot",
+        TMPDIR=str(work / "tmp"),
+    )
     (work / "tmp").mkdir(exist_ok=True)
     return env
 
@@ -57,10 +66,20 @@ def _buildah_env(work: pathlib.Path) -> dict:
 def buildah(*args, capture=False, log=None):
     store = CACHE / "buildah"
     env = _buildah_env(store / "conf")
-    argv = ["buildah", "--root", str(store / "storage"), "--runroot", str(store / "run"),
-            "--storage-driver", "vfs", *args]
+    argv = [
+        "buildah",
+        "--root",
+        str(store / "storage"),
+        "--runroot",
+        str(store / "run"),
+        "--storage-driver",
+        "vfs",
+        *args,
+    ]
     if capture:
-        return subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            argv, env=env, check=True, capture_output=True, text=True
+        ).stdout.strip()
     with open(log, "ab") if log else open(os.devnull, "wb") as out:
         result = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
     if result.returncode:
@@ -84,33 +103,75 @@ def base_image(log=sys.stderr) -> str:
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="kse-base.") as tmp:
         tmp = pathlib.Path(tmp)
         rootfs = tmp / "rootfs"
-        mirrors = ["deb http://deb.debian.org/debian bookworm main",
-                   "deb http://deb.debian.org/debian bookworm-updates main",
-                   "deb http://deb.debian.org/debian-security bookworm-security main"]
-        subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase",
-                        "--include=" + ",".join(BASE_PACKAGES),
-                        "--dpkgopt=path-exclude=/usr/share/doc/*",
-                        "--dpkgopt=path-exclude=/usr/share/man/*",
-                        "--dpkgopt=path-exclude=/usr/share/locale/*",
-                        "bookworm", str(rootfs), *mirrors], check=True)
+        mirrors = [
+            "deb http://deb.debian.org/debian bookworm main",
+            "deb http://deb.debian.org/debian bookworm-updates main",
+            "deb http://deb.debian.org/debian-security bookworm-security main",
+        ]
+        subprocess.run(
+            [
+                "mmdebstrap",
+                "--quiet",
+                "--variant=minbase",
+                "--include=" + ",".join(BASE_PACKAGES),
+                "--dpkgopt=path-exclude=/usr/share/doc/*",
+                "--dpkgopt=path-exclude=/usr/share/man/*",
+                "--dpkgopt=path-exclude=/usr/share/locale/*",
+                "bookworm",
+                str(rootfs),
+                *mirrors,
+            ],
+            check=True,
+        )
         # pip, setuptools and wheel from PyPI into /usr/local, as the official image has them.
         wheels = tmp / "wheels"
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q",
-                        "--only-binary=:all:", "--dest", str(wheels), "pip", "setuptools",
-                        "wheel"], check=True, env=dict(os.environ, PIP_FIND_LINKS=""))
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--only-binary=:all:",
+                "--dest",
+                str(wheels),
+                "pip",
+                "setuptools",
+                "wheel",
+            ],
+            check=True,
+            env=dict(os.environ, PIP_FIND_LINKS=""),
+        )
         (rootfs / "wheels").mkdir()
         for whl in wheels.iterdir():
             shutil.copy(whl, rootfs / "wheels" / whl.name)
         pip_whl = next(w.name for w in wheels.iterdir() if w.name.startswith("pip-"))
         (rootfs / "usr/lib/python3.11/EXTERNALLY-MANAGED").unlink(missing_ok=True)
-        subprocess.run(["/usr/sbin/chroot", str(rootfs), "python3", f"/wheels/{pip_whl}/pip", "install",
-                        "-q", "--no-index", "--no-cache-dir",
-                        "--find-links=/wheels", "pip", "setuptools", "wheel"], check=True,
-                       env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8"})
+        subprocess.run(
+            [
+                "/usr/sbin/chroot",
+                str(rootfs),
+                "python3",
+                f"/wheels/{pip_whl}/pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-cache-dir",
+                "--find-links=/wheels",
+                "pip",
+                "setuptools",
+                "wheel",
+            ],
+            check=True,
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8"},
+        )
         shutil.rmtree(rootfs / "wheels")
         # What the Dockerfile relies on: `python -m pip` from /usr/local.
-        subprocess.run(["/usr/sbin/chroot", str(rootfs), "python", "-m", "pip", "--version"],
-                       check=True, env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root"})
+        subprocess.run(
+            ["/usr/sbin/chroot", str(rootfs), "python", "-m", "pip", "--version"],
+            check=True,
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root"},
+        )
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for p in (rootfs / junk).glob("*"):
                 if p.is_file():
@@ -120,10 +181,19 @@ def base_image(log=sys.stderr) -> str:
             mnt = buildah("mount", ctr, capture=True)
             subprocess.run(["cp", "-a", f"{rootfs}/.", mnt], check=True)
             buildah("umount", ctr)
-            buildah("config", "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    "--env", "LANG=C.UTF-8", "--cmd", "python3",
-                    "--label", "org.opencontainers.image.description=stand-in for python:3.11-slim-bookworm "
-                               "(mmdebstrap, testbed/image.py)", ctr)
+            buildah(
+                "config",
+                "--env",
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "--env",
+                "LANG=C.UTF-8",
+                "--cmd",
+                "python3",
+                "--label",
+                "org.opencontainers.image.description=stand-in for python:3.11-slim-bookworm "
+                "(mmdebstrap, testbed/image.py)",
+                ctr,
+            )
             buildah("commit", "--quiet", ctr, BASE_NAME, capture=True)
         finally:
             buildah("rm", ctr, capture=True)
@@ -136,8 +206,11 @@ def inputs_hash(repo: pathlib.Path = REPO) -> str:
     h = hashlib.sha256()
     for name in IMAGE_INPUTS:
         path = repo / name
-        files = [path] if path.is_file() else sorted(
-            p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        files = (
+            [path]
+            if path.is_file()
+            else sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        )
         for f in files:
             h.update(str(f.relative_to(repo)).encode() + b"\0")
             h.update(f.read_bytes() + b"\0")
@@ -161,13 +234,26 @@ def build(repo: pathlib.Path = REPO, log=sys.stderr) -> pathlib.Path:
         for name in IMAGE_INPUTS:
             src = repo / name
             if src.is_dir():
-                shutil.copytree(src, pathlib.Path(ctx) / name,
-                                ignore=shutil.ignore_patterns("__pycache__"))
+                shutil.copytree(
+                    src, pathlib.Path(ctx) / name, ignore=shutil.ignore_patterns("__pycache__")
+                )
             else:
                 shutil.copy(src, ctx)
-        buildah("bud", "--pull=never", "--network", "host", "--layers=false",
-                "--volume", f"{HOST_CA}:/etc/ssl/certs/ca-certificates.crt:ro",
-                "-t", tag, "-f", f"{ctx}/Dockerfile", ctx, log=build_log)
+        buildah(
+            "bud",
+            "--pull=never",
+            "--network",
+            "host",
+            "--layers=false",
+            "--volume",
+            f"{HOST_CA}:/etc/ssl/certs/ca-certificates.crt:ro",
+            "-t",
+            tag,
+            "-f",
+            f"{ctx}/Dockerfile",
+            ctx,
+            log=build_log,
+        )
     tmp = archive.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
     buildah("push", "--quiet", tag, f"docker-archive:{tmp}:{IMAGE_NAME}", log=build_log)

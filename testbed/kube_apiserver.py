@@ -13,6 +13,7 @@ Authentication is a static token file with two users: `admin` (system:masters) a
 signed with a key made by openssl (TokenRequest works). There is no scheduler, controller
 manager or kubelet: tests set spec.nodeName themselves and patch /status.
 """
+
 import base64
 import contextlib
 import os
@@ -49,17 +50,37 @@ class Api:
         self.session = requests.Session()
         self.session.trust_env = False  # REQUESTS_CA_BUNDLE would replace our CA
 
-    def request(self, method, path, body=None, params=None, content_type="application/json",
-                ok=(200, 201, 202)):
+    def request(
+        self,
+        method,
+        path,
+        body=None,
+        params=None,
+        content_type="application/json",
+        ok=(200, 201, 202),
+    ):
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": content_type}
-        data = None if body is None else (body if isinstance(body, (str, bytes))
-                                          else requests.compat.json.dumps(body))
-        resp = self.session.request(method, self.server + path, data=data, params=params,
-                                    headers=headers, verify=self.ca, timeout=30)
+        data = (
+            None
+            if body is None
+            else (body if isinstance(body, (str, bytes)) else requests.compat.json.dumps(body))
+        )
+        resp = self.session.request(
+            method,
+            self.server + path,
+            data=data,
+            params=params,
+            headers=headers,
+            verify=self.ca,
+            timeout=30,
+        )
         if resp.status_code not in ok:
             raise AssertionError(f"{method} {path}: {resp.status_code} {resp.text[:500]}")
-        return resp.json() if resp.content and resp.headers.get(
-            "Content-Type", "").startswith("application/json") else resp.text
+        return (
+            resp.json()
+            if resp.content and resp.headers.get("Content-Type", "").startswith("application/json")
+            else resp.text
+        )
 
     def get(self, path, **params):
         return self.request("GET", path, params=params or None)
@@ -88,10 +109,14 @@ class KubeApiServer:
         self.admin_token = secrets.token_hex(16)
         self.limited_token = secrets.token_hex(16)
         self.sa_key = os.path.join(self.workdir, "sa.key")
-        self.client_ca = (os.path.join(self.workdir, "client-ca.crt"),
-                          os.path.join(self.workdir, "client-ca.key"))
-        self.admin_cert = (os.path.join(self.workdir, "admin.crt"),
-                           os.path.join(self.workdir, "admin.key"))
+        self.client_ca = (
+            os.path.join(self.workdir, "client-ca.crt"),
+            os.path.join(self.workdir, "client-ca.key"),
+        )
+        self.admin_cert = (
+            os.path.join(self.workdir, "admin.crt"),
+            os.path.join(self.workdir, "admin.key"),
+        )
         self.proc = None
         self.admin = Api(self.server, self.ca, self.admin_token)
 
@@ -113,22 +138,38 @@ class KubeApiServer:
     def argv(self):
         return [
             apiserver_binary(),
-            "--etcd-servers", self.etcd_url,
-            "--bind-address", "127.0.0.1",
-            "--advertise-address", "127.0.0.1",
-            "--secure-port", str(self.port),
-            "--insecure-port", "0",
-            "--cert-dir", self.cert_dir,
-            "--token-auth-file", os.path.join(self.workdir, "tokens.csv"),
-            "--client-ca-file", self.client_ca[0],
-            "--authorization-mode", "RBAC",
-            "--service-account-issuer", "https://kubernetes.default.svc",
-            "--service-account-key-file", self.sa_key,
-            "--service-account-signing-key-file", self.sa_key,
-            "--api-audiences", "https://kubernetes.default.svc",
-            "--disable-admission-plugins", "ServiceAccount",
-            "--endpoint-reconciler-type", "none",
-            "--service-cluster-ip-range", "10.0.0.0/24",
+            "--etcd-servers",
+            self.etcd_url,
+            "--bind-address",
+            "127.0.0.1",
+            "--advertise-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(self.port),
+            "--insecure-port",
+            "0",
+            "--cert-dir",
+            self.cert_dir,
+            "--token-auth-file",
+            os.path.join(self.workdir, "tokens.csv"),
+            "--client-ca-file",
+            self.client_ca[0],
+            "--authorization-mode",
+            "RBAC",
+            "--service-account-issuer",
+            "https://kubernetes.default.svc",
+            "--service-account-key-file",
+            self.sa_key,
+            "--service-account-signing-key-file",
+            self.sa_key,
+            "--api-audiences",
+            "https://kubernetes.default.svc",
+            "--disable-admission-plugins",
+            "ServiceAccount",
+            "--endpoint-reconciler-type",
+            "none",
+            "--service-cluster-ip-range",
+            "10.0.0.0/24",
             "--watch-cache=" + ("true" if self.watch_cache else "false"),
             "--profiling=false",
             *self.extra_args,
@@ -183,7 +224,9 @@ class KubeApiServer:
         if client_cert:
             user = {"client-certificate": client_cert[0], "client-key": client_cert[1]}
         doc = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "test",
             "clusters": [{"name": "test", "cluster": cluster}],
             "users": [{"name": "test", "user": user}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
@@ -198,8 +241,9 @@ class KubeApiServer:
         total = 0.0
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v
-                                               for k, v in labels.items()):
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in labels.items()
+                ):
                     total += sample.value
         return total
 
@@ -210,11 +254,19 @@ def pod_manifest(name, node=None, labels=None, requests=None, priority_class=Non
     requests = requests or {}
     limits = {k: v for k, v in requests.items() if "/" in k}
     body = {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "labels": labels or {}},
-        "spec": {"containers": [{"name": "pause", "image": "pause:3.9",
-                                 "resources": {"requests": requests, "limits": limits}}],
-                 **spec},
+        "spec": {
+            "containers": [
+                {
+                    "name": "pause",
+                    "image": "pause:3.9",
+                    "resources": {"requests": requests, "limits": limits},
+                }
+            ],
+            **spec,
+        },
     }
     if node:
         body["spec"]["nodeName"] = node
@@ -231,11 +283,15 @@ def etcd_compact(etcd_url):
     """
     session = requests.Session()
     session.trust_env = False
-    head = session.post(etcd_url + "/v3/kv/range", json={"key": base64.b64encode(b"/").decode()},
-                        timeout=10).json()
+    head = session.post(
+        etcd_url + "/v3/kv/range", json={"key": base64.b64encode(b"/").decode()}, timeout=10
+    ).json()
     revision = int(head["header"]["revision"])
-    resp = session.post(etcd_url + "/v3/kv/compaction",
-                        json={"revision": str(revision), "physical": True}, timeout=30)
+    resp = session.post(
+        etcd_url + "/v3/kv/compaction",
+        json={"revision": str(revision), "physical": True},
+        timeout=30,
+    )
     resp.raise_for_status()
     return revision
 

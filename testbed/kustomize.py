@@ -3,6 +3,7 @@
 .ci/setup.d/45-deploy.sh provides one: $KUSTOMIZE_KUBECTL, Debian sid's kubectl unpacked
 into the cache, or the machine's own.
 """
+
 import functools
 import os
 import shutil
@@ -17,8 +18,11 @@ CACHE = "/var/cache/kube-scale-exporter"
 # kubectl that knows Components.
 SID_KUBECTL = f"{CACHE}/kubectl-sid/usr/bin/kubectl"
 
-PROBE_COMPONENT = {"apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component",
-                   "resources": ["probe.yaml"]}
+PROBE_COMPONENT = {
+    "apiVersion": "kustomize.config.k8s.io/v1alpha1",
+    "kind": "Component",
+    "resources": ["probe.yaml"],
+}
 PROBE = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe"}}
 
 
@@ -38,18 +42,26 @@ def kustomize_kubectl() -> str:
         for path in filter(None, candidates):
             if not os.access(path, os.X_OK):
                 continue
-            result = subprocess.run([path, "kustomize", tmp], capture_output=True, timeout=60,
-                                    check=False)
+            result = subprocess.run(
+                [path, "kustomize", tmp], capture_output=True, timeout=60, check=False
+            )
             if result.returncode == 0:
                 return path
-    pytest.fail(f"no kubectl with kustomize Components among {candidates}: "
-                "run .ci/setup.d/45-deploy.sh (or set KUSTOMIZE_KUBECTL)")
+    pytest.fail(
+        f"no kubectl with kustomize Components among {candidates}: "
+        "run .ci/setup.d/45-deploy.sh (or set KUSTOMIZE_KUBECTL)"
+    )
 
 
 def kustomize(path) -> str:
     """`kubectl kustomize PATH`; a warning (a deprecated field, say) fails like an error."""
-    result = subprocess.run([kustomize_kubectl(), "kustomize", str(path)], capture_output=True,
-                            text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [kustomize_kubectl(), "kustomize", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if result.returncode != 0 or result.stderr.strip():
         raise AssertionError(f"kubectl kustomize {path}: {result.stderr}")
     return result.stdout

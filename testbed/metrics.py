@@ -1,4 +1,5 @@
 """Reading scrapes in tests: samples from families or from exposition text."""
+
 import time
 
 from prometheus_client.parser import text_string_to_metric_families

@@ -4,6 +4,7 @@ Neighbor entries need a real link: veth works on these machines, dummy does not 
 module). Code that must run inside the namespace runs in a thread joined to it with
 setns(2), so sockets it opens belong to that namespace (Python 3.11 has no os.setns).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -92,14 +93,18 @@ def _write(path: str, value: str) -> None:
         f.write(value)
 
 
-def neighbor_adds(count: int, family: str, nud: str, device: str = "v0", start: int = 0) -> list[str]:
+def neighbor_adds(
+    count: int, family: str, nud: str, device: str = "v0", start: int = 0
+) -> list[str]:
     """`neigh add` commands for `count` distinct addresses of one family."""
     lines = []
     for i in range(start, start + count):
         if family == "ipv4":
             addr = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"
         else:
-            addr = f"fd00::{(i >> 16) & 0xffff:x}:{i & 0xffff:x}"
-        mac = f"02:00:{(i >> 24) & 255:02x}:{(i >> 16) & 255:02x}:{(i >> 8) & 255:02x}:{i & 255:02x}"
+            addr = f"fd00::{(i >> 16) & 0xFFFF:x}:{i & 0xFFFF:x}"
+        mac = (
+            f"02:00:{(i >> 24) & 255:02x}:{(i >> 16) & 255:02x}:{(i >> 8) & 255:02x}:{i & 255:02x}"
+        )
         lines.append(f"neigh add {addr} lladdr {mac} dev {device} nud {nud}")
     return lines

@@ -6,6 +6,7 @@
 
 Leaf keys are RSA 2048; certificates are valid for two days.
 """
+
 import os
 import subprocess
 
@@ -22,8 +23,20 @@ class TestCA:
         os.makedirs(self.directory, exist_ok=True)
         self.name = name
         self.crt, self.key = self._path(f"{name}.crt"), self._path(f"{name}.key")
-        openssl("req", "-x509", *key_args, "-nodes", "-days", "2",
-                "-subj", f"/CN={cn or 'test-' + name}", "-keyout", self.key, "-out", self.crt)
+        openssl(
+            "req",
+            "-x509",
+            *key_args,
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            f"/CN={cn or 'test-' + name}",
+            "-keyout",
+            self.key,
+            "-out",
+            self.crt,
+        )
 
     def _path(self, filename):
         return os.path.join(self.directory, filename)
@@ -34,10 +47,33 @@ class TestCA:
         `extensions` are openssl x509v3 lines (subjectAltName=..., extendedKeyUsage=...).
         """
         crt, key, csr = (self._path(f"{name}.{ext}") for ext in ("crt", "key", "csr"))
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject or f"/CN={name}",
-                "-keyout", key, "-out", csr)
-        signing = ["x509", "-req", "-in", csr, "-CA", self.crt, "-CAkey", self.key,
-                   "-CAcreateserial", "-days", "2", "-out", crt]
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            subject or f"/CN={name}",
+            "-keyout",
+            key,
+            "-out",
+            csr,
+        )
+        signing = [
+            "x509",
+            "-req",
+            "-in",
+            csr,
+            "-CA",
+            self.crt,
+            "-CAkey",
+            self.key,
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            crt,
+        ]
         if extensions:
             ext = self._path(f"{name}.ext")
             with open(ext, "w") as f:

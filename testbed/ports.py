@@ -1,4 +1,5 @@
 """Free loopback ports for test servers."""
+
 import socket
 
 

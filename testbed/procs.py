@@ -1,4 +1,5 @@
 """Start test servers as child processes, stop them by PID, read their memory and CPU."""
+
 import os
 import signal
 import socket
@@ -14,7 +15,11 @@ class Proc:
         self.log_path = str(log_path)
         self._log = open(self.log_path, "ab")
         self.popen = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
             start_new_session=True,
         )
 
@@ -47,7 +52,9 @@ class Proc:
         self._log.close()
 
 
-def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 30.0, proc: Proc | None = None):
+def wait_for_port(
+    port: int, host: str = "127.0.0.1", timeout: float = 30.0, proc: Proc | None = None
+):
     """Block until something accepts on host:port; fail early if the process died."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -7,6 +7,7 @@ release's binary (`binary=`, e.g. Prometheus 3.5 unpacked by .ci/setup.d/15-prom
 The config is a dict (written as JSON, which is YAML); rule files and extra flags may be
 given. `start` returns once /-/ready answers, i.e. the TSDB is loaded.
 """
+
 import json
 import time
 
@@ -31,10 +32,16 @@ class PrometheusServer:
     def start(self, timeout=60.0) -> "PrometheusServer":
         config = self.workdir / "prometheus.yml"
         config.write_text(json.dumps(self.config, indent=2))
-        self.proc = Proc([self.binary, f"--config.file={config}",
-                          f"--storage.tsdb.path={self.workdir / 'tsdb'}",
-                          f"--web.listen-address=127.0.0.1:{self.port}", *self.extra_args],
-                         self.workdir / "prometheus.log")
+        self.proc = Proc(
+            [
+                self.binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                *self.extra_args,
+            ],
+            self.workdir / "prometheus.log",
+        )
         wait_for_port(self.port, proc=self.proc, timeout=timeout)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -47,7 +54,9 @@ class PrometheusServer:
         raise TimeoutError(f"Prometheus not ready:\n{self.proc.log_tail()}")
 
     def query(self, expr: str) -> list:
-        reply = self.session.get(self.url + "/api/v1/query", params={"query": expr}, timeout=5).json()
+        reply = self.session.get(
+            self.url + "/api/v1/query", params={"query": expr}, timeout=5
+        ).json()
         return reply["data"]["result"] if reply.get("status") == "success" else []
 
     def stop(self) -> None:

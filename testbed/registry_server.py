@@ -3,6 +3,7 @@
 `push_image` builds an OCI image with fresh random layers (so no earlier test's blob can
 be reused from containerd's content store) and pushes it with the registry HTTP API.
 """
+
 import hashlib
 import io
 import json
@@ -56,7 +57,9 @@ class RegistryServer:
 
     def start(self):
         if not os.path.exists(REGISTRY):
-            raise FileNotFoundError(f"{REGISTRY} is missing (.ci/setup.d/50-imagepull.sh installs it)")
+            raise FileNotFoundError(
+                f"{REGISTRY} is missing (.ci/setup.d/50-imagepull.sh installs it)"
+            )
         os.makedirs(self.workdir, exist_ok=True)
         config = os.path.join(self.workdir, "registry.yml")
         with open(config, "w") as f:
@@ -73,8 +76,12 @@ class RegistryServer:
         if location.startswith("/"):
             location = self.url + location
         sep = "&" if "?" in location else "?"
-        done = requests.put(f"{location}{sep}digest={digest}", data=data, timeout=120,
-                            headers={"Content-Type": "application/octet-stream"})
+        done = requests.put(
+            f"{location}{sep}digest={digest}",
+            data=data,
+            timeout=120,
+            headers={"Content-Type": "application/octet-stream"},
+        )
         done.raise_for_status()
         return digest
 
@@ -84,23 +91,43 @@ class RegistryServer:
         diff_ids = []
         for size in layer_sizes:
             data = random_layer(size)
-            layers.append({"mediaType": LAYER_TYPE, "digest": self.push_blob(repo, data),
-                           "size": len(data)})
+            layers.append(
+                {"mediaType": LAYER_TYPE, "digest": self.push_blob(repo, data), "size": len(data)}
+            )
             diff_ids.append(sha256(data))
-        config = json.dumps({"architecture": "amd64", "os": "linux", "config": {},
-                             "rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
-        manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": MANIFEST_TYPE,
-            "config": {"mediaType": CONFIG_TYPE, "digest": self.push_blob(repo, config),
-                       "size": len(config)},
-            "layers": layers,
-        }).encode()
-        put = requests.put(f"{self.url}/v2/{repo}/manifests/{tag}", data=manifest, timeout=30,
-                           headers={"Content-Type": MANIFEST_TYPE})
+        config = json.dumps(
+            {
+                "architecture": "amd64",
+                "os": "linux",
+                "config": {},
+                "rootfs": {"type": "layers", "diff_ids": diff_ids},
+            }
+        ).encode()
+        manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": MANIFEST_TYPE,
+                "config": {
+                    "mediaType": CONFIG_TYPE,
+                    "digest": self.push_blob(repo, config),
+                    "size": len(config),
+                },
+                "layers": layers,
+            }
+        ).encode()
+        put = requests.put(
+            f"{self.url}/v2/{repo}/manifests/{tag}",
+            data=manifest,
+            timeout=30,
+            headers={"Content-Type": MANIFEST_TYPE},
+        )
         put.raise_for_status()
-        return {"manifest": sha256(manifest), "layers": [l["digest"] for l in layers],
-                "layer_sizes": [l["size"] for l in layers],
-                "size": sum(l["size"] for l in layers) + len(config) + len(manifest)}
+        return {
+            "manifest": sha256(manifest),
+            "layers": [layer["digest"] for layer in layers],
+            "layer_sizes": [layer["size"] for layer in layers],
+            "size": sum(layer["size"] for layer in layers) + len(config) + len(manifest),
+        }
 
     def stop(self):
         if self.proc:

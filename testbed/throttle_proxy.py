@@ -4,6 +4,7 @@ Runs as its own process (`python -m testbed.throttle_proxy LISTEN TARGET RATE`)
 so that tests and benchmarks stop it by PID and its pumping never shares their GIL.
 RATE is bytes per second per connection.
 """
+
 import asyncio
 import os
 import sys
@@ -51,10 +52,19 @@ class ThrottleProxy:
     def __init__(self, workdir, target_port, rate):
         self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        self.proc = Proc([sys.executable, "-m", "testbed.throttle_proxy",
-                          str(self.port), str(target_port), str(int(rate))],
-                         os.path.join(str(workdir), f"proxy-{self.port}.log"), cwd=root)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self.proc = Proc(
+            [
+                sys.executable,
+                "-m",
+                "testbed.throttle_proxy",
+                str(self.port),
+                str(target_port),
+                str(int(rate)),
+            ],
+            os.path.join(str(workdir), f"proxy-{self.port}.log"),
+            cwd=root,
+        )
         wait_for_port(self.port, proc=self.proc)
 
     def stop(self):
@@ -63,6 +73,9 @@ class ThrottleProxy:
 
 if __name__ == "__main__":
     listen, target, bytes_per_second = (int(a) for a in sys.argv[1:4])
-    print(f"{time.strftime('%H:%M:%S')} proxy 127.0.0.1:{listen} -> :{target} "
-          f"at {bytes_per_second} B/s per connection", flush=True)
+    print(
+        f"{time.strftime('%H:%M:%S')} proxy 127.0.0.1:{listen} -> :{target} "
+        f"at {bytes_per_second} B/s per connection",
+        flush=True,
+    )
     asyncio.run(_serve(listen, target, bytes_per_second))

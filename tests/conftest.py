@@ -9,6 +9,7 @@ and tests/imagepull_events all use them: one etcd + kube-apiserver pair per sess
 namespace, label values and cluster-scoped names (`uniq`); tests that restart the API
 server or compact etcd start their own pair with `fresh_apiserver`.
 """
+
 import contextlib
 import os
 import threading
@@ -32,7 +33,7 @@ class Scripted(Collector):
         self.name = name
         self.value = value
         self.error = None
-        self.hang = threading.Event()   # set: collect blocks until `release` is set
+        self.hang = threading.Event()  # set: collect blocks until `release` is set
         self.release = threading.Event()
         self.calls = 0
         self._findings = list(findings)
@@ -83,11 +84,11 @@ def fresh_apiserver(tmp_path):
     same etcd with `fresh_apiserver(etcd=first.etcd)`; all stopped after the test."""
     count = iter(range(100))
     with contextlib.ExitStack() as stack:
+
         def start(watch_cache=True, etcd=None):
             workdir = tmp_path / f"api{next(count)}"
             if etcd is None:
-                return stack.enter_context(apiserver_on_new_etcd(workdir,
-                                                                 watch_cache=watch_cache))
+                return stack.enter_context(apiserver_on_new_etcd(workdir, watch_cache=watch_cache))
             api = KubeApiServer(workdir, etcd.client_url, watch_cache=watch_cache).start()
             stack.callback(api.stop)
             api.etcd = etcd
@@ -115,18 +116,30 @@ def kubeconfig_for(apiserver, tmp_path):
     def make(name, rules):
         sa = f"{name}-{uuid.uuid4().hex[:6]}"
         rbac = "/apis/rbac.authorization.k8s.io/v1"
-        apiserver.admin.create("/api/v1/namespaces/default/serviceaccounts",
-                               {"metadata": {"name": sa}})
+        apiserver.admin.create(
+            "/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": sa}}
+        )
         apiserver.admin.create(f"{rbac}/clusterroles", {"metadata": {"name": sa}, "rules": rules})
-        apiserver.admin.create(f"{rbac}/clusterrolebindings", {
-            "metadata": {"name": sa},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": sa},
-            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "default"}]})
+        apiserver.admin.create(
+            f"{rbac}/clusterrolebindings",
+            {
+                "metadata": {"name": sa},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": sa,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "default"}],
+            },
+        )
         token = apiserver.admin.create(
             f"/api/v1/namespaces/default/serviceaccounts/{sa}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": 3600}})["status"]["token"]
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 3600},
+            },
+        )["status"]["token"]
         return apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{sa}", token=token)
 
     return make

@@ -3,6 +3,7 @@
 Read from the source with `ast` (importing nothing), so a cycle hidden behind a
 function-level import is caught too.
 """
+
 import ast
 from pathlib import Path
 
@@ -13,17 +14,31 @@ NAME = PACKAGE.name
 BACKENDS = ("kube", "etcd", "containerd", "netlink")
 # module prefix -> prefixes it must never import
 FORBIDDEN = {
-    **{f"{NAME}.{b}": (f"{NAME}.collectors", f"{NAME}.cli", f"{NAME}.registry",
-                       f"{NAME}.scrape", f"{NAME}.check", f"{NAME}.http")
-       for b in BACKENDS},
+    **{
+        f"{NAME}.{b}": (
+            f"{NAME}.collectors",
+            f"{NAME}.cli",
+            f"{NAME}.registry",
+            f"{NAME}.scrape",
+            f"{NAME}.check",
+            f"{NAME}.http",
+        )
+        for b in BACKENDS
+    },
     f"{NAME}.collectors": (f"{NAME}.cli", f"{NAME}.scrape", f"{NAME}.check", f"{NAME}.http"),
     f"{NAME}.registry": (f"{NAME}.collectors", f"{NAME}.cli", f"{NAME}.scrape"),
     f"{NAME}.scrape": (f"{NAME}.collectors", f"{NAME}.cli", f"{NAME}.kube"),
     f"{NAME}.flagtypes": (f"{NAME}.cli", f"{NAME}.collectors", f"{NAME}.registry"),
     # The HTTP server knows a scraper's interface, never a collector or a backend.
-    **{f"{NAME}.{m}": (f"{NAME}.cli", f"{NAME}.collectors", f"{NAME}.registry",
-                       *(f"{NAME}.{b}" for b in BACKENDS))
-       for m in ("http", "web")},
+    **{
+        f"{NAME}.{m}": (
+            f"{NAME}.cli",
+            f"{NAME}.collectors",
+            f"{NAME}.registry",
+            *(f"{NAME}.{b}" for b in BACKENDS),
+        )
+        for m in ("http", "web")
+    },
 }
 
 
@@ -106,7 +121,8 @@ def test_imports_run_one_way(layer):
         for module, targets in graph().items()
         if module == layer or module.startswith(layer + ".")
         for target in targets
-        if any(target == f or target.startswith(f + ".") for f in FORBIDDEN[layer]))
+        if any(target == f or target.startswith(f + ".") for f in FORBIDDEN[layer])
+    )
     assert wrong == []
 
 

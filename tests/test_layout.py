@@ -1,5 +1,6 @@
 """docs/development.md's tree is the tree: every path it names exists, and it leaves out
 no module of the package and no top-level folder of the repository."""
+
 import re
 import subprocess
 from pathlib import Path
@@ -30,14 +31,20 @@ def test_every_documented_path_exists():
 
 def test_every_module_of_the_package_is_documented():
     documented = documented_paths()
-    modules = {str(p.relative_to(REPO)) for p in (REPO / PACKAGE).rglob("*.py")
-               if p.name != "__init__.py" or p.parent.name == "collectors"}
-    packages = {str(p.parent.relative_to(REPO)) + "/" for p in (REPO / PACKAGE).rglob("__init__.py")}
+    modules = {
+        str(p.relative_to(REPO))
+        for p in (REPO / PACKAGE).rglob("*.py")
+        if p.name != "__init__.py" or p.parent.name == "collectors"
+    }
+    packages = {
+        str(p.parent.relative_to(REPO)) + "/" for p in (REPO / PACKAGE).rglob("__init__.py")
+    }
     assert sorted((modules | packages) - documented) == []
 
 
 def test_every_top_level_folder_is_documented():
-    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
-                             check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     folders = {path.split("/")[0] + "/" for path in tracked if "/" in path}
     assert sorted(folders - documented_paths()) == []

@@ -7,6 +7,7 @@ kubescale_kube_* health series count too). The kubelet config file is given, as 
 DaemonSet mounts it, so the kubelet series are in the count; so is containerd's config
 (the DaemonSet mounts /etc/containerd), for its two settings.
 """
+
 import shutil
 import sys
 import tempfile
@@ -48,19 +49,37 @@ def containerd(workdir):
     server.stop()
 
 
-def test_node_mode_default_collectors_stay_within_the_series_budget(
-        workdir, apiserver, containerd):
+def test_node_mode_default_collectors_stay_within_the_series_budget(workdir, apiserver, containerd):
     kubelet = workdir / "kubelet.yaml"
-    kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
-                       "serializeImagePulls: false\nmaxParallelImagePulls: 4\n")
+    kubelet.write_text(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+        "serializeImagePulls: false\nmaxParallelImagePulls: 4\n"
+    )
     port = free_port()
-    proc = Proc([sys.executable, "-m", "kube_scale_exporter", "--mode", "node",
-                 "--web.listen-address", f"127.0.0.1:{port}",
-                 "--collector.imagepull", "--containerd.address", containerd.address,
-                 "--containerd.config", containerd.config,
-                 "--kubelet.config-file", str(kubelet),
-                 "--kube.kubeconfig", apiserver.write_kubeconfig(workdir / "kubeconfig"),
-                 "--kube.node-name", "node-a"], workdir / "exporter.log", cwd=REPO)
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "kube_scale_exporter",
+            "--mode",
+            "node",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--collector.imagepull",
+            "--containerd.address",
+            containerd.address,
+            "--containerd.config",
+            containerd.config,
+            "--kubelet.config-file",
+            str(kubelet),
+            "--kube.kubeconfig",
+            apiserver.write_kubeconfig(workdir / "kubeconfig"),
+            "--kube.node-name",
+            "node-a",
+        ],
+        workdir / "exporter.log",
+        cwd=REPO,
+    )
     try:
         wait_for_port(port, proc=proc)
         scraped = {}
@@ -80,10 +99,18 @@ def test_node_mode_default_collectors_stay_within_the_series_budget(
     text = scraped["text"]
     families = parse_exposition(text)
     promtool_check(text)
-    succeeded = {s.labels["collector"] for f in families for s in f.samples
-                 if s.name == "kubescale_scrape_collector_success" and s.value == 1}
-    ran = {s.labels["collector"] for f in families for s in f.samples
-           if s.name == "kubescale_scrape_collector_success"}
+    succeeded = {
+        s.labels["collector"]
+        for f in families
+        for s in f.samples
+        if s.name == "kubescale_scrape_collector_success" and s.value == 1
+    }
+    ran = {
+        s.labels["collector"]
+        for f in families
+        for s in f.samples
+        if s.name == "kubescale_scrape_collector_success"
+    }
     assert ran == succeeded == DEFAULT_NODE_COLLECTORS, text
     assert sample(families, "kubescale_kubelet_max_parallel_image_pulls") == 4
     assert sample(families, "kubescale_containerd_max_concurrent_downloads") == 3

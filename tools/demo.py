@@ -15,6 +15,7 @@ with the Prometheus URL to look at. Ctrl-C stops everything (each process by its
 
     python -m tools.demo [--exit-when-firing] [--timeout SECONDS] [--keep]
 """
+
 import argparse
 import base64
 import json
@@ -46,20 +47,36 @@ def prometheus_config(node_port, cluster_port, prom_port, interval=SCRAPE):
     target_labels = {"cluster": "demo"}
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "rule_files": [str(REPO / "rules" / "prometheus_rules.yaml"),
-                       str(REPO / "rules" / "prometheus_alerts.yaml"),
-                       str(REPO / "rules" / "prometheus_selfprotection_alerts.yaml")],
+        "rule_files": [
+            str(REPO / "rules" / "prometheus_rules.yaml"),
+            str(REPO / "rules" / "prometheus_alerts.yaml"),
+            str(REPO / "rules" / "prometheus_selfprotection_alerts.yaml"),
+        ],
         "scrape_configs": [
             # In Kubernetes the node label comes from relabelling __meta_kubernetes_pod_node_name
             # (see docs/mixin.md); here it is a static label.
-            {"job_name": NODE_JOB, "static_configs": [{
-                "targets": [f"127.0.0.1:{node_port}"],
-                "labels": dict(target_labels, node=socket.gethostname())}]},
-            {"job_name": CLUSTER_JOB, "static_configs": [{
-                "targets": [f"127.0.0.1:{cluster_port}"], "labels": target_labels}]},
+            {
+                "job_name": NODE_JOB,
+                "static_configs": [
+                    {
+                        "targets": [f"127.0.0.1:{node_port}"],
+                        "labels": dict(target_labels, node=socket.gethostname()),
+                    }
+                ],
+            },
+            {
+                "job_name": CLUSTER_JOB,
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{cluster_port}"], "labels": target_labels}
+                ],
+            },
             # The opt-in self-protection group selects kube-prometheus' job name by default.
-            {"job_name": "prometheus-k8s", "static_configs": [{
-                "targets": [f"127.0.0.1:{prom_port}"], "labels": target_labels}]},
+            {
+                "job_name": "prometheus-k8s",
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{prom_port}"], "labels": target_labels}
+                ],
+            },
         ],
     }
 
@@ -76,8 +93,13 @@ class Etcd:
 
     def put(self, key):
         """Store one object; False once etcd refuses writes (NOSPACE)."""
-        reply = self._post("/v3/kv/put", {"key": base64.b64encode(key.encode()).decode(),
-                                          "value": base64.b64encode(VALUE).decode()})
+        reply = self._post(
+            "/v3/kv/put",
+            {
+                "key": base64.b64encode(key.encode()).decode(),
+                "value": base64.b64encode(VALUE).decode(),
+            },
+        )
         if "error" in reply or "message" in reply:
             return False
         self.written += 1
@@ -98,12 +120,21 @@ class Etcd:
 
 def firing_or_pending(prom):
     """{(alertname, severity): state} of our alerts."""
-    return {(r["metric"]["alertname"], r["metric"].get("severity", "")): r["metric"]["alertstate"]
-            for r in prom.query('ALERTS{alertname=~"KubeScale.*"}')}
+    return {
+        (r["metric"]["alertname"], r["metric"].get("severity", "")): r["metric"]["alertstate"]
+        for r in prom.query('ALERTS{alertname=~"KubeScale.*"}')
+    }
 
 
 def exporter(args, port, workdir, name):
-    argv = [sys.executable, "-m", "kube_scale_exporter", "--web.listen-address", f"127.0.0.1:{port}", *args]
+    argv = [
+        sys.executable,
+        "-m",
+        "kube_scale_exporter",
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        *args,
+    ]
     proc = Proc(argv, workdir / f"{name}.log", cwd=str(REPO))
     wait_for_port(port, proc=proc, timeout=30)
     return proc
@@ -112,14 +143,24 @@ def exporter(args, port, workdir, name):
 def report(start, prom, etcd, quiet=False):
     """One line: what the recording rules say and which alerts are pending or firing."""
     usage = prom.query("etcd_cluster_member:kubescale_etcd_quota_usage:ratio")
-    usage_text = ", ".join(f"{r['metric'].get('etcd_cluster')}/{r['metric'].get('member')} "
-                           f"{float(r['value'][1]):.0%} of quota" for r in usage) or "no data yet"
+    usage_text = (
+        ", ".join(
+            f"{r['metric'].get('etcd_cluster')}/{r['metric'].get('member')} "
+            f"{float(r['value'][1]):.0%} of quota"
+            for r in usage
+        )
+        or "no data yet"
+    )
     alerts = firing_or_pending(prom)
-    alert_text = ", ".join(f"{name}({severity}) {state}" for (name, severity), state in sorted(alerts.items()))
+    alert_text = ", ".join(
+        f"{name}({severity}) {state}" for (name, severity), state in sorted(alerts.items())
+    )
     if not quiet:
-        print(f"[{time.monotonic() - start:5.0f}s] etcd: {etcd.db_size() / 2**20:5.1f} MiB written "
-              f"{etcd.written:4d} objects | recording rule: {usage_text} | alerts: {alert_text or 'none'}",
-              flush=True)
+        print(
+            f"[{time.monotonic() - start:5.0f}s] etcd: {etcd.db_size() / 2**20:5.1f} MiB written "
+            f"{etcd.written:4d} objects | recording rule: {usage_text} | alerts: {alert_text or 'none'}",
+            flush=True,
+        )
     return alerts
 
 
@@ -134,27 +175,47 @@ def run(opts, workdir):
         prom = PrometheusServer(workdir, {})
         prom_port = prom.port
         procs.append(exporter(["--mode", "node"], node_port, workdir, "exporter-node"))
-        procs.append(exporter(["--mode", "cluster", "--etcd.cluster", f"main={etcd_server.client_url}",
-                               "--etcd.min-interval", "5", "--etcd.keys-interval", "30"],
-                              cluster_port, workdir, "exporter-cluster"))
+        procs.append(
+            exporter(
+                [
+                    "--mode",
+                    "cluster",
+                    "--etcd.cluster",
+                    f"main={etcd_server.client_url}",
+                    "--etcd.min-interval",
+                    "5",
+                    "--etcd.keys-interval",
+                    "30",
+                ],
+                cluster_port,
+                workdir,
+                "exporter-cluster",
+            )
+        )
 
         prom.config = prometheus_config(node_port, cluster_port, prom_port)
         procs.append(prom)
         prom.start()
 
-        print(f"""
+        print(
+            f"""
 kube-scale-exporter mixin demo (logs and data in {workdir})
   Prometheus        http://127.0.0.1:{prom_port}/alerts   (and /graph, /rules, /targets)
   exporter, node    http://127.0.0.1:{node_port}/metrics
   exporter, cluster http://127.0.0.1:{cluster_port}/metrics
   etcd              {etcd_server.client_url}  (backend quota {QUOTA // 2**20} MiB)
 Ctrl-C stops everything.
-""", flush=True)
+""",
+            flush=True,
+        )
         start = time.monotonic()
         deadline = start + opts.timeout
 
-        print("1. Filling etcd to 85% of its quota: the quota recording rule rises and "
-              "KubeScaleEtcdDatabaseNearQuota goes pending (it needs 10m to fire).", flush=True)
+        print(
+            "1. Filling etcd to 85% of its quota: the quota recording rule rises and "
+            "KubeScaleEtcdDatabaseNearQuota goes pending (it needs 10m to fire).",
+            flush=True,
+        )
         last = 0.0
         while etcd.db_size() < 0.85 * QUOTA and etcd.put_object():
             if time.monotonic() - last > 5:
@@ -165,8 +226,11 @@ Ctrl-C stops everything.
             report(start, prom, etcd)
             time.sleep(5)
 
-        print("2. Writing past the quota: etcd raises NOSPACE and refuses writes; "
-              f"{GOAL} goes pending, then fires after its 1m `for`.", flush=True)
+        print(
+            "2. Writing past the quota: etcd raises NOSPACE and refuses writes; "
+            f"{GOAL} goes pending, then fires after its 1m `for`.",
+            flush=True,
+        )
         while etcd.put_object() and time.monotonic() < deadline:
             pass
         print(f"   etcd refused write {etcd.written + 1}: alarms {etcd.alarms()}", flush=True)
@@ -174,14 +238,20 @@ Ctrl-C stops everything.
         while time.monotonic() < deadline:
             alerts = report(start, prom, etcd)
             if alerts.get((GOAL, "critical")) == "firing":
-                print(f"\n{GOAL} is firing after {time.monotonic() - start:.0f}s. Look around in "
-                      f"Prometheus; Ctrl-C when done.", flush=True)
+                print(
+                    f"\n{GOAL} is firing after {time.monotonic() - start:.0f}s. Look around in "
+                    f"Prometheus; Ctrl-C when done.",
+                    flush=True,
+                )
                 if opts.exit_when_firing:
                     return 0
                 while True:
                     time.sleep(3600)
             time.sleep(5)
-        print(f"{GOAL} did not fire within {opts.timeout:.0f}s; see the logs in {workdir}", file=sys.stderr)
+        print(
+            f"{GOAL} did not fire within {opts.timeout:.0f}s; see the logs in {workdir}",
+            file=sys.stderr,
+        )
         return 1
     finally:
         for proc in reversed(procs):
@@ -190,9 +260,14 @@ Ctrl-C stops everything.
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--exit-when-firing", action="store_true",
-                        help=f"stop once {GOAL} fires instead of waiting for Ctrl-C")
-    parser.add_argument("--timeout", type=float, default=600, help="give up after this many seconds")
+    parser.add_argument(
+        "--exit-when-firing",
+        action="store_true",
+        help=f"stop once {GOAL} fires instead of waiting for Ctrl-C",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=600, help="give up after this many seconds"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     opts = parser.parse_args(argv)
     # Stop cleanly on Ctrl-C even when started in the background (which ignores SIGINT), and

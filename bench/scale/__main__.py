@@ -8,6 +8,7 @@ from the raw files of the last run):
   live  Prometheus scraping the target fleet: memory added, rule groups' own eval time
   day   a smaller fleet over 24 h: the whole pipeline on a day of history, disk per sample
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,15 +33,24 @@ def _load() -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
-    p.add_argument("--phases", default="full,live,fit,day", help="comma-separated: full, live, fit, day, report")
+    p.add_argument(
+        "--phases",
+        default="full,live,fit,day",
+        help="comma-separated: full, live, fit, day, report",
+    )
     p.add_argument("--fit-nodes", default="250,1000", help="the two fleet sizes of the fit run")
-    p.add_argument("--fit-window", default=None,
-                   help="history per fit segment (default: what the dashboards and rules need)")
+    p.add_argument(
+        "--fit-window",
+        default=None,
+        help="history per fit segment (default: what the dashboards and rules need)",
+    )
     p.add_argument("--nodes", type=int, default=7500, help="fleet size of the full and live runs")
     p.add_argument("--full-window", default="75m", help="history of the full run")
     p.add_argument("--settle", default="5m", help="live run: scrape time before measuring")
     p.add_argument("--day-nodes", type=int, default=250, help="fleet size of the 24 h run")
-    p.add_argument("--compact", action="store_true", help="wait for Prometheus to merge blocks before querying")
+    p.add_argument(
+        "--compact", action="store_true", help="wait for Prometheus to merge blocks before querying"
+    )
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--out", type=Path, default=RESULTS / "scale.md")
     args = p.parse_args(argv)
@@ -50,9 +60,12 @@ def main(argv=None) -> int:
     meta_path = RAW / "scale-meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     if set(phases) - {"report"}:
-        meta.update(cpus=os.cpu_count(),
-                    prometheus=subprocess.run(["/usr/bin/prometheus", "--version"], capture_output=True,
-                                              check=False, text=True).stdout.split("\n")[0])
+        meta.update(
+            cpus=os.cpu_count(),
+            prometheus=subprocess.run(
+                ["/usr/bin/prometheus", "--version"], capture_output=True, check=False, text=True
+            ).stdout.split("\n")[0],
+        )
 
     def log(*a):
         print(time.strftime("%H:%M:%S"), *a, flush=True)
@@ -60,11 +73,17 @@ def main(argv=None) -> int:
     for phase in phases:
         if phase == "report":
             continue
-        began = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": _load()}
+        began = {
+            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_before": _load(),
+        }
         if phase == "fit":
             sizes = [int(x) for x in args.fit_nodes.split(",")]
-            window = (int(duration_seconds(args.fit_window)) if args.fit_window else
-                      queries.history_needed(queries.load_rule_groups(), queries.dashboards()))
+            window = (
+                int(duration_seconds(args.fit_window))
+                if args.fit_window
+                else queries.history_needed(queries.load_rule_groups(), queries.dashboards())
+            )
             segs = measure.plan(sizes, window)
             run = measure.run(workdir / "fit", segs, compact=args.compact, log=log)
             (RAW / "scale-fit.json").write_text(run.to_json())
@@ -77,10 +96,15 @@ def main(argv=None) -> int:
             run = measure.run(workdir / "day", segs, compact=args.compact, log=log)
             (RAW / "scale-day.json").write_text(run.to_json())
         elif phase == "live":
-            lr = live.run(workdir / "live", args.nodes, settle_s=duration_seconds(args.settle), log=log)
+            lr = live.run(
+                workdir / "live", args.nodes, settle_s=duration_seconds(args.settle), log=log
+            )
             (RAW / "scale-live.json").write_text(json.dumps(lr.as_dict(), indent=1))
-        meta[phase] = {**began, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                       "load_after": _load()}
+        meta[phase] = {
+            **began,
+            "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_after": _load(),
+        }
     meta_path.write_text(json.dumps(meta, indent=1))
 
     def saved(name):
@@ -88,10 +112,13 @@ def main(argv=None) -> int:
         return path.read_text() if path.exists() else None
 
     fit, full, day, live_saved = saved("fit"), saved("full"), saved("day"), saved("live")
-    text = report.render(meta, measure.run_from_json(fit) if fit else None,
-                         measure.run_from_json(full) if full else None,
-                         json.loads(live_saved) if live_saved else None,
-                         measure.run_from_json(day) if day else None)
+    text = report.render(
+        meta,
+        measure.run_from_json(fit) if fit else None,
+        measure.run_from_json(full) if full else None,
+        json.loads(live_saved) if live_saved else None,
+        measure.run_from_json(day) if day else None,
+    )
     args.out.write_text(text + "\n")
     print(text)
     return 0

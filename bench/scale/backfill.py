@@ -6,6 +6,7 @@ each rule against the server as it is, so a rule that reads another recording ru
 that rule's blocks loaded first: the rules are backfilled in passes by dependency depth,
 restarting the server on the grown TSDB between passes.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -32,15 +33,29 @@ def openmetrics(om_path: Path, data_dir: Path, max_block: str = "24h") -> float:
     """Backfill the raw series; returns seconds promtool took."""
     data_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    result = subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "-q",
-                             f"--max-block-duration={max_block}", str(om_path), str(data_dir)],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [
+            PROMTOOL,
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            "-q",
+            f"--max-block-duration={max_block}",
+            str(om_path),
+            str(data_dir),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"promtool openmetrics backfill failed:\n{result.stderr[-3000:]}")
     return time.monotonic() - start
 
 
-def recording_rules(groups: list[dict], data_dir: Path, workdir: Path, start: int, end: int) -> list[dict]:
+def recording_rules(
+    groups: list[dict], data_dir: Path, workdir: Path, start: int, end: int
+) -> list[dict]:
     """Backfill every recording rule over [start, end] in dependency passes."""
     depth = rule_dependencies(groups)
     passes = []
@@ -49,7 +64,9 @@ def recording_rules(groups: list[dict], data_dir: Path, workdir: Path, start: in
         for g in groups:
             rules = [r for r in g["rules"] if "record" in r and depth[r["record"]] == level]
             if rules:
-                pass_groups.append({"name": g["name"], "interval": f"{SCRAPE_INTERVAL}s", "rules": rules})
+                pass_groups.append(
+                    {"name": g["name"], "interval": f"{SCRAPE_INTERVAL}s", "rules": rules}
+                )
         rules_path = workdir / f"rules-pass{level}.yaml"
         rules_path.write_text(yaml.safe_dump({"groups": pass_groups}, sort_keys=False))
         out = workdir / f"rules-pass{level}-blocks"
@@ -58,14 +75,35 @@ def recording_rules(groups: list[dict], data_dir: Path, workdir: Path, start: in
         began = time.monotonic()
         with Prometheus(workdir, data_dir) as prom:
             result = subprocess.run(
-                [PROMTOOL, "tsdb", "create-blocks-from", "rules", "-q", f"--url={prom.url}",
-                 f"--start={start}", f"--end={end}", f"--eval-interval={SCRAPE_INTERVAL}s",
-                 f"--output-dir={out}", str(rules_path)],
-                capture_output=True, text=True, check=False)
+                [
+                    PROMTOOL,
+                    "tsdb",
+                    "create-blocks-from",
+                    "rules",
+                    "-q",
+                    f"--url={prom.url}",
+                    f"--start={start}",
+                    f"--end={end}",
+                    f"--eval-interval={SCRAPE_INTERVAL}s",
+                    f"--output-dir={out}",
+                    str(rules_path),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
         if result.returncode != 0:
-            raise RuntimeError(f"promtool rules backfill (pass {level}) failed:\n{result.stderr[-3000:]}")
+            raise RuntimeError(
+                f"promtool rules backfill (pass {level}) failed:\n{result.stderr[-3000:]}"
+            )
         blocks = _move_blocks(out, data_dir)
-        passes.append({"pass": level, "rules": sum(len(g["rules"]) for g in pass_groups),
-                       "blocks": blocks, "seconds": time.monotonic() - began})
+        passes.append(
+            {
+                "pass": level,
+                "rules": sum(len(g["rules"]) for g in pass_groups),
+                "blocks": blocks,
+                "seconds": time.monotonic() - began,
+            }
+        )
         shutil.rmtree(out, ignore_errors=True)
     return passes

@@ -6,6 +6,7 @@ measurements at N1 < N2 nodes on the same history give cost(N) = a + b*N exactly
 the few nodes that play a special part in the story), and cost(7,500) follows. A query
 that only reads recorded fleet-level series has b = 0: its cost is the same at any N.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,10 +14,10 @@ from dataclasses import dataclass
 from bench.scale.measure import SegmentReport
 
 TARGET_NODES = 7500
-NODE_SERIES = 43            # exporter series per node, default collectors
-CLUSTER_SERIES = 500        # exporter series of the cluster Deployment
-PANEL_SAMPLES = 5_000_000   # a tenth of Prometheus' default --query.max-samples
-PANEL_SERIES = 50           # except per-node tables capped by topk
+NODE_SERIES = 43  # exporter series per node, default collectors
+CLUSTER_SERIES = 500  # exporter series of the cluster Deployment
+PANEL_SAMPLES = 5_000_000  # a tenth of Prometheus' default --query.max-samples
+PANEL_SERIES = 50  # except per-node tables capped by topk
 GROUP_SECONDS = 1.0
 # Samples one rule group may touch per evaluation at 7,500 nodes: the CI test's stand-in
 # for "< 1 s" (a timing at 60 nodes says nothing about 7,500). bench/results/scale.md
@@ -40,7 +41,7 @@ class Projection:
     range_s: int
     step_s: int
     capped: bool
-    samples: tuple[int, int]   # at N1, N2
+    samples: tuple[int, int]  # at N1, N2
     series: tuple[int, int]
     peak: tuple[int, int]
     wall: tuple[float, float]
@@ -55,7 +56,9 @@ def _linear(v1: float, v2: float, n1: int, n2: int, n: int) -> tuple[float, floa
     return v2 + slope * (n - n2), slope
 
 
-def project(small: SegmentReport, large: SegmentReport, target: int = TARGET_NODES) -> list[Projection]:
+def project(
+    small: SegmentReport, large: SegmentReport, target: int = TARGET_NODES
+) -> list[Projection]:
     by_key = {key(m): m for m in small.measured}
     out = []
     for m2 in large.measured:
@@ -64,10 +67,25 @@ def project(small: SegmentReport, large: SegmentReport, target: int = TARGET_NOD
         samples, per_node = _linear(r1.samples, r2.samples, small.nodes, large.nodes, target)
         series, _ = _linear(r1.series, r2.series, small.nodes, large.nodes, target)
         peak, _ = _linear(r1.peak, r2.peak, small.nodes, large.nodes, target)
-        out.append(Projection(q.kind, q.group, q.name, q.expr, q.range_s, q.step_s, q.capped,
-                              (r1.samples, r2.samples), (r1.series, r2.series), (r1.peak, r2.peak),
-                              (r1.wall, r2.wall), max(samples, 0.0), max(series, 0.0), max(peak, 0.0),
-                              per_node))
+        out.append(
+            Projection(
+                q.kind,
+                q.group,
+                q.name,
+                q.expr,
+                q.range_s,
+                q.step_s,
+                q.capped,
+                (r1.samples, r2.samples),
+                (r1.series, r2.series),
+                (r1.peak, r2.peak),
+                (r1.wall, r2.wall),
+                max(samples, 0.0),
+                max(series, 0.0),
+                max(peak, 0.0),
+                per_node,
+            )
+        )
     return out
 
 
@@ -91,13 +109,19 @@ def violations(projections: list[Projection], node_series: int, cluster_series: 
             continue
         where = f"{p.group} / {p.name}: {p.expr!r}"
         if p.samples_target > PANEL_SAMPLES:
-            out.append(f"{where} touches {p.samples_target:,.0f} samples at {TARGET_NODES} nodes "
-                       f"(x{p.samples_target / PANEL_SAMPLES:.1f} the {PANEL_SAMPLES:,} budget)")
+            out.append(
+                f"{where} touches {p.samples_target:,.0f} samples at {TARGET_NODES} nodes "
+                f"(x{p.samples_target / PANEL_SAMPLES:.1f} the {PANEL_SAMPLES:,} budget)"
+            )
         if p.series_target > PANEL_SERIES and not p.capped:
-            out.append(f"{where} returns {p.series_target:,.0f} series at {TARGET_NODES} nodes "
-                       f"(> {PANEL_SERIES}, and no topk caps it)")
+            out.append(
+                f"{where} returns {p.series_target:,.0f} series at {TARGET_NODES} nodes "
+                f"(> {PANEL_SERIES}, and no topk caps it)"
+            )
     for group, samples in group_samples(projections).items():
         if samples > GROUP_SAMPLES:
-            out.append(f"rule group {group} touches {samples:,.0f} samples per evaluation at "
-                       f"{TARGET_NODES} nodes (> {GROUP_SAMPLES:,})")
+            out.append(
+                f"rule group {group} touches {samples:,.0f} samples per evaluation at "
+                f"{TARGET_NODES} nodes (> {GROUP_SAMPLES:,})"
+            )
     return out

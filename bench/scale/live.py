@@ -8,6 +8,7 @@ kernel's VmRSS), the Go heap in use, head series and chunks, and each rule group
 evaluation time as Prometheus reports it. The difference from the baseline is what the
 exporter's series, their 7,500 scrape loops and the mixin's rules add.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,12 +41,12 @@ class LiveRun:
     baseline: Memory
     loaded: Memory
     expected_series: int
-    rule_groups: dict[str, dict]   # name -> {"last": s, "max": s} Prometheus' own evaluationTime
+    rule_groups: dict[str, dict]  # name -> {"last": s, "max": s} Prometheus' own evaluationTime
     scrape_duration_max: float
     target_rss: int
     ramp_s: float
-    prometheus_cores: float   # CPU Prometheus used over the settle period, in cores
-    load_average: str         # the machine's 1/5/15-min load when the settle period ended
+    prometheus_cores: float  # CPU Prometheus used over the settle period, in cores
+    load_average: str  # the machine's 1/5/15-min load when the settle period ended
     # The groups' expressions run by hand on the live head right after the settle period
     # (bench.scale.measure.group_cost): CPU and wall seconds per group, best of 3.
     head_group_cost: dict[str, dict[str, float]]
@@ -64,8 +65,12 @@ class LiveRun:
         return self.loaded.head_series - self.baseline.head_series
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "added_rss": self.added_rss, "added_heap": self.added_heap,
-                "added_series": self.added_series}
+        return {
+            **asdict(self),
+            "added_rss": self.added_rss,
+            "added_heap": self.added_heap,
+            "added_series": self.added_series,
+        }
 
 
 def _memory(prom: Prometheus, samples: int = 6, every: float = 5.0) -> Memory:
@@ -77,7 +82,9 @@ def _memory(prom: Prometheus, samples: int = 6, every: float = 5.0) -> Memory:
         series.append(prom.metric("prometheus_tsdb_head_series"))
         chunks.append(prom.metric("prometheus_tsdb_head_chunks"))
         time.sleep(every)
-    return Memory(max(rss), statistics.median(heap), statistics.median(series), statistics.median(chunks))
+    return Memory(
+        max(rss), statistics.median(heap), statistics.median(series), statistics.median(chunks)
+    )
 
 
 def _proc_rss(pid: int) -> int:
@@ -87,12 +94,20 @@ def _proc_rss(pid: int) -> int:
     return 0
 
 
-def run(workdir: Path, nodes: int, settle_s: float = 300, baseline_s: float = 60,
-        rule_files=queries.RULE_FILES, log=lambda *a: None) -> LiveRun:
+def run(
+    workdir: Path,
+    nodes: int,
+    settle_s: float = 300,
+    baseline_s: float = 60,
+    rule_files=queries.RULE_FILES,
+    log=lambda *a: None,
+) -> LiveRun:
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    target = Proc([sys.executable, "-m", "bench.scale.target", "--nodes", str(nodes), "--port", str(port)],
-                  workdir / "target.log")
+    target = Proc(
+        [sys.executable, "-m", "bench.scale.target", "--nodes", str(nodes), "--port", str(port)],
+        workdir / "target.log",
+    )
     data = workdir / "live-data"
     prom = Prometheus(workdir, data, rule_files=rule_files)
     try:
@@ -106,8 +121,10 @@ def run(workdir: Path, nodes: int, settle_s: float = 300, baseline_s: float = 60
         ramp_began = time.monotonic()
         while prom.metric("prometheus_tsdb_head_series") < baseline.head_series + expected:
             if time.monotonic() - ramp_began > 600:
-                raise TimeoutError(f"head has {prom.metric('prometheus_tsdb_head_series')} series, "
-                                   f"expected {baseline.head_series + expected}")
+                raise TimeoutError(
+                    f"head has {prom.metric('prometheus_tsdb_head_series')} series, "
+                    f"expected {baseline.head_series + expected}"
+                )
             time.sleep(2)
         ramp_s = time.monotonic() - ramp_began
         log(f"all {expected} series in the head after {ramp_s:.0f}s; settling {settle_s:.0f}s")
@@ -127,9 +144,21 @@ def run(workdir: Path, nodes: int, settle_s: float = 300, baseline_s: float = 60
         head_cost = group_cost(prom, queries.load_rule_groups(rule_files), int(time.time()))
         missed = prom.metric("prometheus_rule_group_iterations_missed_total")
         scrape_max = prom.scalar('max(scrape_duration_seconds{job=~"kube-scale-exporter-.*"})')
-        return LiveRun(nodes, settle_s, baseline, loaded, expected, groups, scrape_max,
-                       _proc_rss(target.pid), ramp_s, cores, load, head_cost, missed)
+        return LiveRun(
+            nodes,
+            settle_s,
+            baseline,
+            loaded,
+            expected,
+            groups,
+            scrape_max,
+            _proc_rss(target.pid),
+            ramp_s,
+            cores,
+            load,
+            head_cost,
+            missed,
+        )
     finally:
         prom.stop()
         target.stop()
-

@@ -5,6 +5,7 @@ so one TSDB answers "what does each query cost at N1 nodes and at N2 nodes": eve
 is evaluated at the end of each segment, and the segment is long enough that no query
 evaluated there reaches into the one before (dashboard range + the longest range vector).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -22,8 +23,9 @@ from bench.scale.synth import CLUSTER_JOB, NODE_JOB, Segment
 GAP_SECONDS = 600  # between segments: more than the 5 min lookback, so they never mix
 
 
-def plan(fleet_sizes: list[int], window_s: int, interval: int = SCRAPE_INTERVAL,
-         now: float | None = None) -> list[Segment]:
+def plan(
+    fleet_sizes: list[int], window_s: int, interval: int = SCRAPE_INTERVAL, now: float | None = None
+) -> list[Segment]:
     """Segments of `window_s` for each fleet size, the last ending a minute before now."""
     now = time.time() if now is None else now
     end = int(now - 60) // interval * interval
@@ -47,7 +49,7 @@ class SegmentReport:
     start: int
     end: int
     measured: list[Measured]
-    node_series_max: int        # our exporter's series per node target (max over nodes)
+    node_series_max: int  # our exporter's series per node target (max over nodes)
     node_series_prometheus: int  # plus what Prometheus adds per target (up, scrape_*)
     cluster_series: int
     variables: dict[str, dict[str, str]]
@@ -67,7 +69,9 @@ class SegmentReport:
         for m in self.measured:
             if m.query.kind == "panel":
                 continue
-            g = out.setdefault(m.query.group, {"rules": 0, "samples": 0, "wall": 0.0, "engine": 0.0})
+            g = out.setdefault(
+                m.query.group, {"rules": 0, "samples": 0, "wall": 0.0, "engine": 0.0}
+            )
             g["rules"] += 1
             g["samples"] += m.result.samples
             g["wall"] += m.result.wall
@@ -100,7 +104,9 @@ def _count(prom: Prometheus, expr: str, at: int) -> int:
     return int(prom.scalar(expr, at))
 
 
-def group_cost(prom: Prometheus, groups: list[dict], at: int, rounds: int = 3) -> dict[str, dict[str, float]]:
+def group_cost(
+    prom: Prometheus, groups: list[dict], at: int, rounds: int = 3
+) -> dict[str, dict[str, float]]:
     """The cheapest of `rounds` evaluations of each group (the others met a busy machine)."""
     out = {}
     for g in groups:
@@ -115,7 +121,9 @@ def group_cost(prom: Prometheus, groups: list[dict], at: int, rounds: int = 3) -
     return out
 
 
-def evaluate(prom: Prometheus, groups: list[dict], dashboards: list[Path], seg: Segment) -> SegmentReport:
+def evaluate(
+    prom: Prometheus, groups: list[dict], dashboards: list[Path], seg: Segment
+) -> SegmentReport:
     at = seg.end
     measured = [Measured(q, prom.query(q.expr, at)) for q in queries.rule_queries(groups)]
     costs = group_cost(prom, groups, at)
@@ -135,14 +143,23 @@ def evaluate(prom: Prometheus, groups: list[dict], dashboards: list[Path], seg: 
                     latest = f"timestamp({q.expr}) == scalar(max(timestamp({q.expr})))"
                     fresh[f"{path.name} / {q.name}"] = _count(prom, f"count({latest})", end)
             else:
-                measured.append(Measured(q, prom.query_range(q.expr, end - q.range_s, end, q.step_s)))
+                measured.append(
+                    Measured(q, prom.query_range(q.expr, end - q.range_s, end, q.step_s))
+                )
     ours = '__name__=~"kubescale_[^:]*"'
     return SegmentReport(
-        nodes=seg.nodes, start=seg.start, end=seg.end, measured=measured,
+        nodes=seg.nodes,
+        start=seg.start,
+        end=seg.end,
+        measured=measured,
         node_series_max=_count(prom, f'max(count by (node) ({{job="{NODE_JOB}", {ours}}}))', at),
-        node_series_prometheus=_count(prom, f'max(count by (node) ({{job="{NODE_JOB}", __name__!~".*:.*"}}))', at),
+        node_series_prometheus=_count(
+            prom, f'max(count by (node) ({{job="{NODE_JOB}", __name__!~".*:.*"}}))', at
+        ),
         cluster_series=_count(prom, f'count({{job="{CLUSTER_JOB}", {ours}}})', at),
-        variables=chosen, capped_fresh_series=fresh, group_cost=costs,
+        variables=chosen,
+        capped_fresh_series=fresh,
+        group_cost=costs,
     )
 
 
@@ -166,9 +183,14 @@ def wait_compacted(prom: Prometheus, data_dir: Path, timeout: float) -> float:
     raise TimeoutError("blocks still overlapping after the compaction wait")
 
 
-def run(workdir: Path, segments: list[Segment], rule_files=queries.RULE_FILES,
-        dashboard_dir: Path = queries.DASHBOARD_DIR, compact: bool = False,
-        log=lambda *a: None) -> Run:
+def run(
+    workdir: Path,
+    segments: list[Segment],
+    rule_files=queries.RULE_FILES,
+    dashboard_dir: Path = queries.DASHBOARD_DIR,
+    compact: bool = False,
+    log=lambda *a: None,
+) -> Run:
     workdir.mkdir(parents=True, exist_ok=True)
     node_t, cluster_t = template.load("node"), template.load("cluster")
     om = workdir / "history.om"
@@ -190,7 +212,9 @@ def run(workdir: Path, segments: list[Segment], rule_files=queries.RULE_FILES,
     with Prometheus(workdir, data) as prom:
         if compact:
             waited = wait_compacted(prom, data, timeout=1800)
-            notes.append(f"waited {waited:.0f}s for Prometheus to merge overlapping blocks before querying")
+            notes.append(
+                f"waited {waited:.0f}s for Prometheus to merge overlapping blocks before querying"
+            )
         reports = []
         compactions = prom.metric("prometheus_tsdb_compactions_total")
         began = time.monotonic()
@@ -198,14 +222,26 @@ def run(workdir: Path, segments: list[Segment], rule_files=queries.RULE_FILES,
             reports.append(evaluate(prom, groups, sorted(Path(dashboard_dir).glob("*.json")), seg))
             log(f"evaluated {len(reports[-1].measured)} queries at N={seg.nodes}")
         ran = prom.metric("prometheus_tsdb_compactions_total") - compactions
-        notes.append(f"queries took {time.monotonic() - began:.0f}s; Prometheus ran {ran:.0f} compaction(s) "
-                     "meanwhile" + (" (their CPU competes with the queries: wall times are upper bounds)" if ran else ""))
+        notes.append(
+            f"queries took {time.monotonic() - began:.0f}s; Prometheus ran {ran:.0f} compaction(s) "
+            "meanwhile"
+            + (" (their CPU competes with the queries: wall times are upper bounds)" if ran else "")
+        )
     tsdb_bytes = _dir_bytes(data)
     if os.environ.get("KEEP_SCALE_TSDB") != "1":
         shutil.rmtree(data, ignore_errors=True)
-    return Run(reports, written, synth_s, om_bytes, backfill_s, passes, tsdb_bytes,
-               {"node": node_t.sources, "cluster": cluster_t.sources},
-               {"node": len(node_t), "cluster": len(cluster_t)}, notes)
+    return Run(
+        reports,
+        written,
+        synth_s,
+        om_bytes,
+        backfill_s,
+        passes,
+        tsdb_bytes,
+        {"node": node_t.sources, "cluster": cluster_t.sources},
+        {"node": len(node_t), "cluster": len(cluster_t)},
+        notes,
+    )
 
 
 def run_from_json(text: str) -> Run:
@@ -213,6 +249,8 @@ def run_from_json(text: str) -> Run:
     raw = json.loads(text)
     segments = []
     for s in raw.pop("segments"):
-        measured = [Measured(queries.Query(**m["query"]), Result(**m["result"])) for m in s.pop("measured")]
+        measured = [
+            Measured(queries.Query(**m["query"]), Result(**m["result"])) for m in s.pop("measured")
+        ]
         segments.append(SegmentReport(measured=measured, **s))
     return Run(segments=segments, **raw)

@@ -4,6 +4,7 @@ Started by argv with its own config, stopped by PID (testbed/procs.py). Queries 
 for `stats=all`; the server runs with --enable-feature=promql-per-step-stats so a range
 query's stats carry samples per step too.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,11 +35,12 @@ def binaries() -> tuple[str, str]:
 @dataclass
 class Result:
     """One query's answer and what it cost."""
+
     series: int
-    samples: int          # stats.samples.totalQueryableSamples
-    peak: int             # stats.samples.peakSamples
-    wall: float           # seconds, measured around the HTTP call
-    engine: float         # stats.timings.evalTotalTime
+    samples: int  # stats.samples.totalQueryableSamples
+    peak: int  # stats.samples.peakSamples
+    wall: float  # seconds, measured around the HTTP call
+    engine: float  # stats.timings.evalTotalTime
     max_step_samples: int  # the most samples any one step touched (per-step stats)
     error: str | None = None
 
@@ -46,8 +48,15 @@ class Result:
 class Prometheus:
     """One server on `data_dir`; `scrape_configs` are added after its own self-scrape."""
 
-    def __init__(self, workdir: Path, data_dir: Path, rule_files=(), scrape_configs=(),
-                 retention: str = "3650d", extra_flags=()):
+    def __init__(
+        self,
+        workdir: Path,
+        data_dir: Path,
+        rule_files=(),
+        scrape_configs=(),
+        retention: str = "3650d",
+        extra_flags=(),
+    ):
         binaries()
         self.workdir = Path(workdir)
         self.port = free_port()
@@ -56,21 +65,32 @@ class Prometheus:
         self.config_path = self.workdir / f"prometheus-{self.port}.yml"
         self.write_config(scrape_configs)
         self.argv = [
-            PROMETHEUS, f"--config.file={self.config_path}", f"--storage.tsdb.path={data_dir}",
+            PROMETHEUS,
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={data_dir}",
             f"--storage.tsdb.retention.time={retention}",
             f"--web.listen-address=127.0.0.1:{self.port}",
-            "--enable-feature=promql-per-step-stats", "--web.enable-admin-api", *extra_flags,
+            "--enable-feature=promql-per-step-stats",
+            "--web.enable-admin-api",
+            *extra_flags,
         ]
         self.proc: Proc | None = None
 
     def write_config(self, scrape_configs=()) -> None:
         config = {
-            "global": {"scrape_interval": f"{SCRAPE_INTERVAL}s", "evaluation_interval": f"{SCRAPE_INTERVAL}s",
-                       "scrape_timeout": "25s"},
+            "global": {
+                "scrape_interval": f"{SCRAPE_INTERVAL}s",
+                "evaluation_interval": f"{SCRAPE_INTERVAL}s",
+                "scrape_timeout": "25s",
+            },
             "rule_files": self.rule_files,
-            "scrape_configs": [{"job_name": "prometheus",
-                                "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}]},
-                               *scrape_configs],
+            "scrape_configs": [
+                {
+                    "job_name": "prometheus",
+                    "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}],
+                },
+                *scrape_configs,
+            ],
         }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
 
@@ -147,7 +167,9 @@ class Prometheus:
         return body, wall
 
     def query(self, expr: str, at: float) -> Result:
-        return self._result(*self._call("/api/v1/query", {"query": expr, "time": at, "stats": "all"}))
+        return self._result(
+            *self._call("/api/v1/query", {"query": expr, "time": at, "stats": "all"})
+        )
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> Result:
         params = {"query": expr, "start": start, "end": end, "step": step, "stats": "all"}
@@ -156,7 +178,9 @@ class Prometheus:
     @staticmethod
     def _result(body: dict, wall: float) -> Result:
         if body.get("status") != "success":
-            return Result(0, 0, 0, wall, 0.0, 0, error=f"{body.get('errorType')}: {body.get('error')}")
+            return Result(
+                0, 0, 0, wall, 0.0, 0, error=f"{body.get('errorType')}: {body.get('error')}"
+            )
         data = body["data"]
         stats = data.get("stats", {})
         samples = stats.get("samples", {})
@@ -180,7 +204,9 @@ class Prometheus:
         return float(result[0]["value"][1]) if result else 0.0
 
     def label_values(self, label: str, match: str) -> list[str]:
-        resp = requests.get(f"{self.url}/api/v1/label/{label}/values", params={"match[]": match}, timeout=120)
+        resp = requests.get(
+            f"{self.url}/api/v1/label/{label}/values", params={"match[]": match}, timeout=120
+        )
         return resp.json().get("data", [])
 
     def rule_groups(self) -> list[dict]:

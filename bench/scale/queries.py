@@ -10,6 +10,7 @@ Grafana's step model, as its Prometheus datasource computes it:
 The datasource scrape interval is taken as the Prometheus scrape interval (30 s), which is
 what the mixin's docs ask the datasource to be set to.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,21 +28,43 @@ DASHBOARD_DIR = REPO / "dashboards"
 DASHBOARD_WIDTH_PX = 1920
 
 # Grafana's interval rounding (rangeutil.roundInterval): below each bound, the step it picks.
-_ROUND = [(15, 10), (35, 20), (75, 50), (150, 100), (350, 200), (750, 500), (1500, 1000),
-          (3500, 2000), (7500, 5000), (12500, 10000), (17500, 15000), (25000, 20000),
-          (45000, 30000), (90000, 60000), (210000, 120000), (450000, 300000),
-          (750000, 600000), (1050000, 900000), (1500000, 1200000), (2700000, 1800000),
-          (5400000, 3600000), (9000000, 7200000), (16200000, 10800000),
-          (32400000, 21600000), (86400000, 43200000), (604800000, 86400000)]
+_ROUND = [
+    (15, 10),
+    (35, 20),
+    (75, 50),
+    (150, 100),
+    (350, 200),
+    (750, 500),
+    (1500, 1000),
+    (3500, 2000),
+    (7500, 5000),
+    (12500, 10000),
+    (17500, 15000),
+    (25000, 20000),
+    (45000, 30000),
+    (90000, 60000),
+    (210000, 120000),
+    (450000, 300000),
+    (750000, 600000),
+    (1050000, 900000),
+    (1500000, 1200000),
+    (2700000, 1800000),
+    (5400000, 3600000),
+    (9000000, 7200000),
+    (16200000, 10800000),
+    (32400000, 21600000),
+    (86400000, 43200000),
+    (604800000, 86400000),
+]
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
 
 @dataclass(frozen=True)
 class Query:
-    kind: str          # record | alert | panel
-    group: str         # rule group, or dashboard file
-    name: str          # record or alert name, or "panel title [refId]"
+    kind: str  # record | alert | panel
+    group: str  # rule group, or dashboard file
+    name: str  # record or alert name, or "panel title [refId]"
     expr: str
     instant: bool = True
     range_s: int = 0
@@ -88,13 +111,21 @@ def _panels(panels):
 
 
 def _capped(panel: dict, expr: str) -> bool:
-    return panel.get("type") in ("table", "bargauge") and bool(re.search(r"topk\s*\(|:topk\d+", expr))
+    return panel.get("type") in ("table", "bargauge") and bool(
+        re.search(r"topk\s*\(|:topk\d+", expr)
+    )
 
 
 def substitute(expr: str, variables: dict[str, str], step: int, range_s: int) -> str:
     rate = max(step + SCRAPE_INTERVAL, 4 * SCRAPE_INTERVAL)
-    builtins = {"__rate_interval": f"{rate}s", "__interval": f"{step}s", "__interval_ms": str(step * 1000),
-                "__range": f"{range_s}s", "__range_s": str(range_s), "__range_ms": str(range_s * 1000)}
+    builtins = {
+        "__rate_interval": f"{rate}s",
+        "__interval": f"{step}s",
+        "__interval_ms": str(step * 1000),
+        "__range": f"{range_s}s",
+        "__range_s": str(range_s),
+        "__range_ms": str(range_s * 1000),
+    }
     values = {**variables, **builtins}
 
     def repl(m):
@@ -125,7 +156,18 @@ def dashboard_queries(path: Path, variables: dict[str, str]) -> list[Query]:
             instant = bool(target.get("instant")) and not target.get("range")
             expr = substitute(target["expr"], variables, step, range_s)
             name = f"{panel.get('title', '?')} [{target.get('refId', '?')}]"
-            out.append(Query("panel", Path(path).name, name, expr, instant, range_s, step, _capped(panel, expr)))
+            out.append(
+                Query(
+                    "panel",
+                    Path(path).name,
+                    name,
+                    expr,
+                    instant,
+                    range_s,
+                    step,
+                    _capped(panel, expr),
+                )
+            )
     return out
 
 
@@ -141,8 +183,15 @@ def variable_defaults(path: Path) -> list[dict]:
         m = re.match(r"\s*label_values\((.*),\s*(\w+)\s*\)\s*$", q or "")
         if not m:
             raise ValueError(f"{path.name}: variable {v.get('name')}: unsupported query {q!r}")
-        out.append({"name": v["name"], "match": m.group(1), "label": m.group(2),
-                    "all": bool(v.get("includeAll")), "all_value": v.get("allValue")})
+        out.append(
+            {
+                "name": v["name"],
+                "match": m.group(1),
+                "label": m.group(2),
+                "all": bool(v.get("includeAll")),
+                "all_value": v.get("allValue"),
+            }
+        )
     return out
 
 
@@ -161,8 +210,13 @@ def dashboards(directory: Path = DASHBOARD_DIR) -> list[Path]:
 
 def longest_range(groups: list[dict], kind: str) -> int:
     """The longest range vector ([5m], [1h], ...) a recording rule or alert reads, in seconds."""
-    found = [duration_seconds(m) for g in groups for r in g["rules"] if kind in r
-             for m in re.findall(r"\[(\d+[smhdwy](?:\d+[smhdwy])*)(?::[^\]]*)?\]", r["expr"])]
+    found = [
+        duration_seconds(m)
+        for g in groups
+        for r in g["rules"]
+        if kind in r
+        for m in re.findall(r"\[(\d+[smhdwy](?:\d+[smhdwy])*)(?::[^\]]*)?\]", r["expr"])
+    ]
     return int(max(found, default=0))
 
 
@@ -170,10 +224,23 @@ def history_needed(groups: list[dict], dashboard_paths: list[Path], lookback: in
     """History a segment needs so every query at its end sees full data: the longest
     dashboard range over recorded series whose rule reads the longest range vector, or the
     longest range an alert reads, plus lookback for the rules and for the panels."""
-    ranges = [int(duration_seconds(json.loads(Path(p).read_text()).get("time", {}).get("from", "now-6h")
-                                   .replace("now-", ""))) for p in dashboard_paths]
-    return max(max(ranges, default=0) + longest_range(groups, "record"),
-               longest_range(groups, "alert")) + 2 * lookback
+    ranges = [
+        int(
+            duration_seconds(
+                json.loads(Path(p).read_text())
+                .get("time", {})
+                .get("from", "now-6h")
+                .replace("now-", "")
+            )
+        )
+        for p in dashboard_paths
+    ]
+    return (
+        max(
+            max(ranges, default=0) + longest_range(groups, "record"), longest_range(groups, "alert")
+        )
+        + 2 * lookback
+    )
 
 
 def rule_dependencies(groups: list[dict]) -> dict[str, int]:
@@ -186,7 +253,11 @@ def rule_dependencies(groups: list[dict]) -> dict[str, int]:
             return depth[name]
         if name in stack:
             raise ValueError(f"recording rules form a cycle through {name}")
-        used = [o for o in records if o != name and re.search(rf"(?<![\w:]){re.escape(o)}(?![\w:])", records[name])]
+        used = [
+            o
+            for o in records
+            if o != name and re.search(rf"(?<![\w:]){re.escape(o)}(?![\w:])", records[name])
+        ]
         depth[name] = 1 + max((visit(o, stack + (name,)) for o in used), default=-1)
         return depth[name]
 

@@ -17,6 +17,7 @@ the cluster Deployment is one more target. Values move the way a fleet does:
 The output is grouped by family (OpenMetrics requires it) and written as it is made, so
 memory stays flat whatever N is.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -30,8 +31,13 @@ from bench.scale.template import Series, Template
 NODE_JOB = "kube-scale-exporter-node"
 CLUSTER_JOB = "kube-scale-exporter-cluster"
 EXPORTER_PORT = 9808
-TARGET_SERIES = ("up", "scrape_duration_seconds", "scrape_samples_scraped",
-                 "scrape_samples_post_metric_relabeling", "scrape_series_added")
+TARGET_SERIES = (
+    "up",
+    "scrape_duration_seconds",
+    "scrape_samples_scraped",
+    "scrape_samples_post_metric_relabeling",
+    "scrape_series_added",
+)
 
 
 def node_name(i: int) -> str:
@@ -39,8 +45,11 @@ def node_name(i: int) -> str:
 
 
 def node_labels(i: int) -> dict[str, str]:
-    return {"instance": f"10.{64 + (i >> 16)}.{(i >> 8) & 255}.{i & 255}:{EXPORTER_PORT}",
-            "job": NODE_JOB, "node": node_name(i)}
+    return {
+        "instance": f"10.{64 + (i >> 16)}.{(i >> 8) & 255}.{i & 255}:{EXPORTER_PORT}",
+        "job": NODE_JOB,
+        "node": node_name(i),
+    }
 
 
 CLUSTER_LABELS = {"instance": f"10.80.0.17:{EXPORTER_PORT}", "job": CLUSTER_JOB}
@@ -49,6 +58,7 @@ CLUSTER_LABELS = {"instance": f"10.80.0.17:{EXPORTER_PORT}", "job": CLUSTER_JOB}
 @dataclass(frozen=True)
 class Roles:
     """Which part a node plays in the fleet's story; a fixed function of its index."""
+
     i: int
 
     @property
@@ -98,9 +108,16 @@ def _neighbor_entries(r: Roles, family: str, t: np.ndarray) -> np.ndarray:
 
 
 def _thresholds(r: Roles, name: str) -> float:
-    level = {"kubescale_neighbor_gc_thresh1": 0, "kubescale_neighbor_gc_thresh2": 1,
-             "kubescale_neighbor_gc_thresh3": 2}[name]
-    return (128.0, 512.0, 1024.0)[level] if r.kernel_default_thresholds else (80000.0, 90000.0, 100000.0)[level]
+    level = {
+        "kubescale_neighbor_gc_thresh1": 0,
+        "kubescale_neighbor_gc_thresh2": 1,
+        "kubescale_neighbor_gc_thresh3": 2,
+    }[name]
+    return (
+        (128.0, 512.0, 1024.0)[level]
+        if r.kernel_default_thresholds
+        else (80000.0, 90000.0, 100000.0)[level]
+    )
 
 
 def _pull_in_progress(r: Roles, t: np.ndarray) -> np.ndarray:
@@ -131,7 +148,10 @@ def node_values(s: Series, r: Roles, t: np.ndarray) -> np.ndarray:
     if name == "kubescale_neighbor_destroys_total":
         allocs = _counter(0.4 if family == "ipv4" else 0.08, t, s.value + r.h % 1000)
         return allocs - _neighbor_entries(r, family, t)
-    if name in ("kubescale_neighbor_unresolved_discards_total", "kubescale_neighbor_resolution_failures_total"):
+    if name in (
+        "kubescale_neighbor_unresolved_discards_total",
+        "kubescale_neighbor_resolution_failures_total",
+    ):
         return _counter(0.002, t, s.value)
     if name == "kubescale_image_pulls_in_progress":
         return _pull_in_progress(r, t)
@@ -148,8 +168,12 @@ def node_values(s: Series, r: Roles, t: np.ndarray) -> np.ndarray:
         if r.pull_stalled:
             return np.full_like(t, 7.3e8)
         speed = 1e7 if r.pull_backlog else 2.5e7
-        age = (t + _phase(r.h, 3600 if r.pull_backlog else 1800)) % (3600 if r.pull_backlog else 1800)
-        return np.floor(np.minimum(age * speed, 17e9 if r.pull_backlog else 2.1e9) * _pull_in_progress(r, t))
+        age = (t + _phase(r.h, 3600 if r.pull_backlog else 1800)) % (
+            3600 if r.pull_backlog else 1800
+        )
+        return np.floor(
+            np.minimum(age * speed, 17e9 if r.pull_backlog else 2.1e9) * _pull_in_progress(r, t)
+        )
     if name == "kubescale_image_pull_stalled":
         return np.full_like(t, 1.0 if r.pull_stalled else 0.0)
     if name == "kubescale_kubelet_serialize_image_pulls":
@@ -204,7 +228,9 @@ def cluster_values(s: Series, t: np.ndarray) -> np.ndarray:
         return np.floor(s.value * (1 + t / 86400 * 0.05))
     if name == "kubescale_balloon_pods":
         missing = _balloons_preempted(t)
-        return {"Running": BALLOONS - missing, "Pending": missing}.get(labels.get("phase"), np.zeros_like(t))
+        return {"Running": BALLOONS - missing, "Pending": missing}.get(
+            labels.get("phase"), np.zeros_like(t)
+        )
     if name == "kubescale_balloon_pending_oldest_seconds":
         return np.floor(t % 1200)
     if name == "kubescale_balloon_nodes":
@@ -224,8 +250,26 @@ def cluster_values(s: Series, t: np.ndarray) -> np.ndarray:
         pulls = _counter(1.5, t, 1000.0)
         if name.endswith("_bucket"):
             le = labels["le"]
-            shares = dict(zip(("1.0", "5.0", "15.0", "30.0", "60.0", "120.0", "300.0", "600.0",
-                               "1200.0", "1800.0", "3600.0", "+Inf"), BUCKET_SHARE))
+            shares = dict(
+                zip(
+                    (
+                        "1.0",
+                        "5.0",
+                        "15.0",
+                        "30.0",
+                        "60.0",
+                        "120.0",
+                        "300.0",
+                        "600.0",
+                        "1200.0",
+                        "1800.0",
+                        "3600.0",
+                        "+Inf",
+                    ),
+                    BUCKET_SHARE,
+                    strict=True,
+                )
+            )
             return np.floor(pulls * shares.get(le, 1.0))
         if name.endswith("_count"):
             return pulls
@@ -258,7 +302,11 @@ def _write_series(out: TextIO, prefix: str, values: np.ndarray, stamps: list[str
         v = _fmt_value(vals[0])
         out.write("".join([f"{prefix} {v} {ts}\n" for ts in stamps]))
     else:
-        out.write("".join([f"{prefix} {_fmt_value(v)} {ts}\n" for v, ts in zip(vals, stamps)]))
+        out.write(
+            "".join(
+                [f"{prefix} {_fmt_value(v)} {ts}\n" for v, ts in zip(vals, stamps, strict=False)]
+            )
+        )
     return len(vals)
 
 
@@ -270,6 +318,7 @@ def _openmetrics_family(s: Series) -> tuple[str, str]:
 @dataclass(frozen=True)
 class Segment:
     """A stretch of history with a fleet of `nodes` nodes, scraped every `interval` s."""
+
     nodes: int
     start: int
     end: int
@@ -308,7 +357,7 @@ def write(out: TextIO, node: Template, cluster: Template, segments: list[Segment
             own = dict(s.labels)
             for seg, stamps, t in prepared:
                 if mode == "node":
-                    for r, tl in zip(roles[: seg.nodes], labels):
+                    for r, tl in zip(roles[: seg.nodes], labels, strict=False):
                         prefix = s.name + _fmt_labels({**own, **tl})
                         samples += _write_series(out, prefix, node_values(s, r, t), stamps)
                 else:
@@ -318,9 +367,15 @@ def write(out: TextIO, node: Template, cluster: Template, segments: list[Segment
     for name in TARGET_SERIES:
         out.write(f"# TYPE {name} gauge\n")
         for seg, stamps, t in prepared:
-            for r, tl in zip(roles[: seg.nodes], labels):
-                samples += _write_series(out, name + _fmt_labels(tl), target_values(len(node), name, t, r.h), stamps)
-            samples += _write_series(out, name + _fmt_labels(CLUSTER_LABELS),
-                                     target_values(len(cluster), name, t, 0), stamps)
+            for r, tl in zip(roles[: seg.nodes], labels, strict=False):
+                samples += _write_series(
+                    out, name + _fmt_labels(tl), target_values(len(node), name, t, r.h), stamps
+                )
+            samples += _write_series(
+                out,
+                name + _fmt_labels(CLUSTER_LABELS),
+                target_values(len(cluster), name, t, 0),
+                stamps,
+            )
     out.write("# EOF\n")
     return samples

@@ -8,6 +8,7 @@ real N-node fleet. asyncio keeps thousands of keep-alive connections on one thre
 
     python -m bench.scale.target --nodes 7500 --port 9999
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,7 +44,11 @@ class Fleet:
     def _render(self, families, value_of) -> bytes:
         lines = []
         for fam, series in families.items():
-            kind = series[0].kind if series[0].kind in ("gauge", "counter", "histogram", "summary") else "untyped"
+            kind = (
+                series[0].kind
+                if series[0].kind in ("gauge", "counter", "histogram", "summary")
+                else "untyped"
+            )
             # The text format names a counter's family by its sample name (with _total).
             name = series[0].name if kind == "counter" else fam
             lines.append(f"# HELP {name} {series[0].help}")
@@ -60,7 +65,7 @@ class Fleet:
         if not path.startswith("/node/"):
             return None
         try:
-            i = int(path[len("/node/"):])
+            i = int(path[len("/node/") :])
         except ValueError:
             return None
         if not 0 <= i < self.nodes:
@@ -88,8 +93,10 @@ async def _serve(fleet: Fleet, host: str, port: int):
                 if body is None:
                     writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                 else:
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+                    )
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -107,14 +114,28 @@ def scrape_configs(nodes: int, port: int, host: str = "127.0.0.1") -> list[dict]
     groups = []
     for i in range(nodes):
         labels = synth.node_labels(i)
-        groups.append({"targets": [f"{host}:{port}"],
-                       "labels": {"__metrics_path__": f"/node/{i}", "instance": labels["instance"],
-                                  "node": labels["node"]}})
+        groups.append(
+            {
+                "targets": [f"{host}:{port}"],
+                "labels": {
+                    "__metrics_path__": f"/node/{i}",
+                    "instance": labels["instance"],
+                    "node": labels["node"],
+                },
+            }
+        )
     return [
         {"job_name": synth.NODE_JOB, "static_configs": groups},
-        {"job_name": synth.CLUSTER_JOB, "metrics_path": "/cluster",
-         "static_configs": [{"targets": [f"{host}:{port}"],
-                             "labels": {"instance": synth.CLUSTER_LABELS["instance"]}}]},
+        {
+            "job_name": synth.CLUSTER_JOB,
+            "metrics_path": "/cluster",
+            "static_configs": [
+                {
+                    "targets": [f"{host}:{port}"],
+                    "labels": {"instance": synth.CLUSTER_LABELS["instance"]},
+                }
+            ],
+        },
     ]
 
 
@@ -123,7 +144,9 @@ def main(argv=None):
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--origin", type=float, default=None, help="unix time the fleet story starts")
+    parser.add_argument(
+        "--origin", type=float, default=None, help="unix time the fleet story starts"
+    )
     args = parser.parse_args(argv)
     fleet = Fleet(args.nodes, args.origin if args.origin is not None else time.time() - 3600)
     asyncio.run(_serve(fleet, args.host, args.port))

@@ -10,6 +10,7 @@ Deployment with every cluster collector on, at the etcd topology of a 7,500-node
 (main etcd of 5 members, events etcd of 3, ~60 resource prefixes): a golden file made with
 one test member is widened to that topology, since the budget is about production.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ ETCD_TOPOLOGY = {"main": 5, "events": 3}
 @dataclass(frozen=True)
 class Series:
     """One series of one scrape: the sample name, its labels, its kind and a typical value."""
+
     family: str
     kind: str  # gauge, counter, histogram, summary, info, unknown
     name: str
@@ -87,7 +89,16 @@ def parse(text: str) -> list[Series]:
         for s in fam.samples:
             if s.name.endswith("_created"):
                 continue  # prometheus_client's *_created series are off in the exporter
-            out.append(Series(fam.name, fam.type, s.name, tuple(sorted(s.labels.items())), s.value, fam.documentation))
+            out.append(
+                Series(
+                    fam.name,
+                    fam.type,
+                    s.name,
+                    tuple(sorted(s.labels.items())),
+                    s.value,
+                    fam.documentation,
+                )
+            )
     return out
 
 
@@ -108,8 +119,10 @@ def _own_series(collectors: tuple[str, ...], builtin: list[Series]) -> list[Seri
     """build_info plus success and duration per enabled collector, as kube_scale_exporter/scrape.py emits."""
     info = [s for s in builtin if s.family == "kubescale_build_info"]
     out = list(info)
-    for fam, value in (("kubescale_scrape_collector_success", 1.0),
-                       ("kubescale_scrape_collector_duration_seconds", 0.002)):
+    for fam, value in (
+        ("kubescale_scrape_collector_success", 1.0),
+        ("kubescale_scrape_collector_duration_seconds", 0.002),
+    ):
         help_ = next((s.help for s in builtin if s.family == fam), "")
         out += [Series(fam, "gauge", fam, (("collector", c),), value, help_) for c in collectors]
     return out
@@ -120,7 +133,9 @@ def _widen_etcd(series: list[Series], builtin: list[Series]) -> list[Series]:
     golden member has it, for every member of ETCD_TOPOLOGY; each per-cluster family for
     both clusters; key counts for the builtin's ~60 resource prefixes in main and events
     in the events cluster (a fixture writes a handful of resources; production has this many)."""
-    resources = sorted({dict(s.labels)["resource"] for s in builtin if s.family == "kubescale_etcd_keys"})
+    resources = sorted(
+        {dict(s.labels)["resource"] for s in builtin if s.family == "kubescale_etcd_keys"}
+    )
     first: dict[str, tuple] = {}
     shapes: dict[str, list[Series]] = {}
     out = []
@@ -134,8 +149,14 @@ def _widen_etcd(series: list[Series], builtin: list[Series]) -> list[Series]:
             shapes.setdefault(s.family, []).append(s)
 
     def variant(s: Series, **labels) -> Series:
-        return Series(s.family, s.kind, s.name, tuple(sorted({**dict(s.labels), **labels}.items())),
-                      s.value, s.help)
+        return Series(
+            s.family,
+            s.kind,
+            s.name,
+            tuple(sorted({**dict(s.labels), **labels}.items())),
+            s.value,
+            s.help,
+        )
 
     for family, shape in shapes.items():
         for cluster, members in ETCD_TOPOLOGY.items():
@@ -143,8 +164,11 @@ def _widen_etcd(series: list[Series], builtin: list[Series]) -> list[Series]:
                 wanted = resources if cluster == "main" else ["events"]
                 out += [variant(shape[0], etcd_cluster=cluster, resource=r) for r in wanted]
             elif "member" in dict(shape[0].labels):
-                out += [variant(s, etcd_cluster=cluster, member=f"etcd-{cluster}-{i}")
-                        for i in range(members) for s in shape]
+                out += [
+                    variant(s, etcd_cluster=cluster, member=f"etcd-{cluster}-{i}")
+                    for i in range(members)
+                    for s in shape
+                ]
             else:
                 out += [variant(s, etcd_cluster=cluster) for s in shape]
     return out

@@ -1,4 +1,5 @@
 """Every collector, one line each: the CLI hands this list to the registry."""
+
 from kube_scale_exporter.collectors.balloon import BalloonCollector
 from kube_scale_exporter.collectors.etcd import EtcdCollector
 from kube_scale_exporter.collectors.imagepull import ImagePullCollector

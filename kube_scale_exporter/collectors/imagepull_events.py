@@ -39,8 +39,7 @@ events ("Back-off pulling image") carry no cause and repeat a counted failure: s
     # TYPE kubescale_image_pull_failing_nodes gauge
     kubescale_image_pull_failing_nodes{registry="docker.io"} 37.0
 """
-# The exposition above is quoted as served, its HELP lines whole.
-# ruff: noqa: E501
+
 from __future__ import annotations
 
 import bisect
@@ -69,8 +68,12 @@ SYNC_WAIT_SECONDS = 5.0
 # From a fast local pull to the 30-minute pull of a 17 GB image.
 BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 _GO_DURATION = r"((?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+|0)"
-_PULLED = re.compile(rf'^Successfully pulled image "[^"]*" in {_GO_DURATION}'
-                     rf'(?: \({_GO_DURATION} including waiting\))?')
+_PULLED = re.compile(
+    rf'^Successfully pulled image "[^"]*" in {_GO_DURATION}'
+    rf"(?: \({_GO_DURATION} including waiting\))?"
+)
+
+
 def parse_pulled(message: str) -> tuple[float, float | None] | None:
     """(pull seconds, queue-wait seconds or None) from a Pulled message; None if not a pull."""
     match = _PULLED.match(message or "")
@@ -113,7 +116,7 @@ class HistogramSnapshot:
 
     def family(self, name: str, doc: str) -> HistogramMetricFamily:
         cumulative, running = [], 0
-        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts):
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
             running += count
             cumulative.append((bound, running))
         return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=self.sum)
@@ -122,11 +125,16 @@ class HistogramSnapshot:
 def event_summary(event: dict) -> dict:
     """What the handlers read, so an hour of cluster-wide Pulled events stays small."""
     meta = event.get("metadata") or {}
-    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
-                                              "creationTimestamp") if k in meta},
-            "message": event.get("message", ""), "count": event.get("count") or 1,
-            "source": {"host": (event.get("source") or {}).get("host", "")}}
-
+    return {
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        },
+        "message": event.get("message", ""),
+        "count": event.get("count") or 1,
+        "source": {"host": (event.get("source") or {}).get("host", "")},
+    }
 
 
 class PulledEvents:
@@ -160,8 +168,11 @@ class PulledEvents:
         self._observe(new, (new.get("count") or 1) - (old.get("count") or 1))
 
     def snapshot(self) -> PulledState:
-        return PulledState(self.duration.snapshot(), self.queue_wait.snapshot(),
-                           self.failures.snapshot() if self.failures is not None else None)
+        return PulledState(
+            self.duration.snapshot(),
+            self.queue_wait.snapshot(),
+            self.failures.snapshot() if self.failures is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -173,12 +184,14 @@ class PulledState:
 
 def families(state: PulledState) -> list:
     out = [
-        state.duration.family("kubescale_image_pull_duration_seconds",
-                              "Image pull time reported by kubelet Pulled events "
-                              "(download only)."),
-        state.queue_wait.family("kubescale_image_pull_queue_wait_seconds",
-                                "Time pulls waited in the kubelet's pull queue before "
-                                "downloading (Pulled events)."),
+        state.duration.family(
+            "kubescale_image_pull_duration_seconds",
+            "Image pull time reported by kubelet Pulled events (download only).",
+        ),
+        state.queue_wait.family(
+            "kubescale_image_pull_queue_wait_seconds",
+            "Time pulls waited in the kubelet's pull queue before downloading (Pulled events).",
+        ),
     ]
     if state.failures is not None:
         out += failure_families(state.failures)
@@ -191,20 +204,29 @@ class ImagePullEventsCollector(Collector):
     name = "imagepull_events"
     modes = frozenset({"cluster"})
     default_enabled = False
-    help = ("Histograms of image pull time and kubelet pull-queue wait from Pulled events, "
-            "failed pulls by registry and cause from Failed events (two cluster-wide "
-            "watches, reason=Pulled and reason=Failed).")
-    needs = {"cluster": Needs(rbac_rules=(
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},))}
+    help = (
+        "Histograms of image pull time and kubelet pull-queue wait from Pulled events, "
+        "failed pulls by registry and cause from Failed events (two cluster-wide "
+        "watches, reason=Pulled and reason=Failed)."
+    )
+    needs = {
+        "cluster": Needs(
+            rbac_rules=({"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},)
+        )
+    }
 
     @classmethod
     def add_arguments(cls, group):
         group.add_argument(
-            "--image-pull.max-registries", dest="image_pull_max_registries", type=positive_int,
-            default=10, metavar="N",
+            "--image-pull.max-registries",
+            dest="image_pull_max_registries",
+            type=positive_int,
+            default=10,
+            metavar="N",
             help="Registries given their own label on the pull failure and success counters "
-                 "(cluster mode), first come; later ones count as registry=\"other\" "
-                 "(default 10).")
+            '(cluster mode), first come; later ones count as registry="other" '
+            "(default 10).",
+        )
 
     @classmethod
     def validate(cls, args):
@@ -223,12 +245,22 @@ class ImagePullEventsCollector(Collector):
         client = kube.client_from_args(args)
         events = kube.Resource("/api/v1", "events")
         self.informer = kube.Informer(
-            client, events, field_selector="reason=Pulled", on_add=self.events.on_add,
-            on_update=self.events.on_update, transform=event_summary)
+            client,
+            events,
+            field_selector="reason=Pulled",
+            on_add=self.events.on_add,
+            on_update=self.events.on_update,
+            transform=event_summary,
+        )
         # Events cannot be selected on "reason in (...)": a second watch, on Failed.
         self.failed_informer = kube.Informer(
-            client, events, field_selector="reason=Failed", on_add=self.failures.on_add,
-            on_update=self.failures.on_update, transform=event_summary)
+            client,
+            events,
+            field_selector="reason=Failed",
+            on_add=self.failures.on_add,
+            on_update=self.failures.on_update,
+            transform=event_summary,
+        )
 
     def start(self):
         self.informer.start()

@@ -19,6 +19,7 @@ only /proc/net/stat/{arp,ndisc}_cache has (in the host network namespace only).
     _destroys_total, _resolution_failures_total, _unresolved_discards_total
     (tests/golden/neighbor.prom has the full exposition).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from kube_scale_exporter.files import PROC_STAT_BYTES, read_capped
 from kube_scale_exporter.flagtypes import non_negative_int
-from kube_scale_exporter.netlink.neighbor import (NeighborCount, NeighborTable, count_entries,
-                                                  host_gc_eligible, read_tables)
+from kube_scale_exporter.netlink.neighbor import (
+    NeighborCount,
+    NeighborTable,
+    count_entries,
+    host_gc_eligible,
+    read_tables,
+)
 from kube_scale_exporter.netlink.route import RouteSocket
 from kube_scale_exporter.registry import Collector, Finding
 
@@ -41,15 +47,24 @@ PROC_STAT_FILE = {"ipv4": "arp_cache", "ipv6": "ndisc_cache"}
 
 # Kernel counters worth an operator's attention: name, ndt_stats field, help.
 COUNTERS = (
-    ("kubescale_neighbor_table_overflows", "table_fulls",
-     "Times an entry could not be added because the table was full (the kernel's table_fulls; "
-     "'neighbor table overflow!' in dmesg)."),
-    ("kubescale_neighbor_forced_gc_runs", "forced_gc_runs",
-     "Forced garbage collections: the table was above gc_thresh2 (or at gc_thresh3) when adding."),
+    (
+        "kubescale_neighbor_table_overflows",
+        "table_fulls",
+        "Times an entry could not be added because the table was full (the kernel's table_fulls; "
+        "'neighbor table overflow!' in dmesg).",
+    ),
+    (
+        "kubescale_neighbor_forced_gc_runs",
+        "forced_gc_runs",
+        "Forced garbage collections: the table was above gc_thresh2 (or at gc_thresh3) when adding.",
+    ),
     ("kubescale_neighbor_allocations", "allocs", "Entries allocated."),
     ("kubescale_neighbor_destroys", "destroys", "Entries destroyed."),
-    ("kubescale_neighbor_resolution_failures", "res_failed",
-     "Address resolutions that failed (no ARP / NDISC answer)."),
+    (
+        "kubescale_neighbor_resolution_failures",
+        "res_failed",
+        "Address resolutions that failed (no ARP / NDISC answer).",
+    ),
 )
 
 # gc_thresh3 should be at least this many times the entries a node needs: room for a
@@ -72,17 +87,23 @@ class NeighborCollector(Collector):
     name = "neighbor"
     modes = frozenset({"node"})
     default_enabled = True
-    help = ("Neighbor (ARP/NDISC) tables per family: entries, gc_thresh1-3, overflows, GC and "
-            "resolution counters; O(1) in table size (one netlink request).")
+    help = (
+        "Neighbor (ARP/NDISC) tables per family: entries, gc_thresh1-3, overflows, GC and "
+        "resolution counters; O(1) in table size (one netlink request)."
+    )
 
     @classmethod
     def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
         group.add_argument(
-            "--neighbor.expected-peers", dest="neighbor_expected_peers", type=non_negative_int,
-            default=0, metavar="N",
+            "--neighbor.expected-peers",
+            dest="neighbor_expected_peers",
+            type=non_negative_int,
+            default=0,
+            metavar="N",
             help="For `check`: the most neighbors this node may need per family (nodes and "
-                 "pods it talks to directly on its L2 segments). gc_thresh1-3 are sized for "
-                 "the larger of this and what the node has now (default 0: what it has now).")
+            "pods it talks to directly on its L2 segments). gc_thresh1-3 are sized for "
+            "the larger of this and what the node has now (default 0: what it has now).",
+        )
 
     def __init__(self, args: argparse.Namespace):
         super().__init__(args)
@@ -101,8 +122,8 @@ class NeighborCollector(Collector):
             discards=read_unresolved_discards(self._procfs),
             counts=count_entries(self._sock) if self._dump else {},
             expected_peers=self._expected_peers,
-            in_host_netns=os.path.isdir(
-                os.path.join(self._procfs, "sys/net/ipv4/neigh/default")))
+            in_host_netns=os.path.isdir(os.path.join(self._procfs, "sys/net/ipv4/neigh/default")),
+        )
 
     @staticmethod
     def families(state: NeighborState) -> list[Metric]:
@@ -124,8 +145,9 @@ def read_unresolved_discards(procfs: str) -> dict[str, int]:
     found = {}
     for family, filename in PROC_STAT_FILE.items():
         try:
-            data = read_capped(os.path.join(procfs, "net/stat", filename), PROC_STAT_BYTES,
-                               "PROC_STAT_BYTES")
+            data = read_capped(
+                os.path.join(procfs, "net/stat", filename), PROC_STAT_BYTES, "PROC_STAT_BYTES"
+            )
             header, *rows = data.decode("ascii", "replace").split("\n")
         except FileNotFoundError:
             continue
@@ -134,19 +156,32 @@ def read_unresolved_discards(procfs: str) -> dict[str, int]:
     return found
 
 
-def table_families(tables: Mapping[str, NeighborTable],
-                   discards: Mapping[str, int]) -> list[Metric]:
+def table_families(
+    tables: Mapping[str, NeighborTable], discards: Mapping[str, int]
+) -> list[Metric]:
     """The collector's exposition for tables read from the kernel."""
     gauges = [
-        ("kubescale_neighbor_entries", "entries",
-         "Entries in the kernel's neighbor table, all network namespaces (PERMANENT included)."),
-        ("kubescale_neighbor_gc_thresh1", "thresh1",
-         "Below this many entries GC never runs (sysctl net.*.neigh.default.gc_thresh1)."),
-        ("kubescale_neighbor_gc_thresh2", "thresh2",
-         "Above this many entries adds force a GC (sysctl net.*.neigh.default.gc_thresh2)."),
-        ("kubescale_neighbor_gc_thresh3", "thresh3",
-         "Hard limit: adds fail once this many GC-eligible entries exist "
-         "(sysctl net.*.neigh.default.gc_thresh3)."),
+        (
+            "kubescale_neighbor_entries",
+            "entries",
+            "Entries in the kernel's neighbor table, all network namespaces (PERMANENT included).",
+        ),
+        (
+            "kubescale_neighbor_gc_thresh1",
+            "thresh1",
+            "Below this many entries GC never runs (sysctl net.*.neigh.default.gc_thresh1).",
+        ),
+        (
+            "kubescale_neighbor_gc_thresh2",
+            "thresh2",
+            "Above this many entries adds force a GC (sysctl net.*.neigh.default.gc_thresh2).",
+        ),
+        (
+            "kubescale_neighbor_gc_thresh3",
+            "thresh3",
+            "Hard limit: adds fail once this many GC-eligible entries exist "
+            "(sysctl net.*.neigh.default.gc_thresh3).",
+        ),
     ]
     out: list[Metric] = []
     for name, attr, text in gauges:
@@ -163,7 +198,8 @@ def table_families(tables: Mapping[str, NeighborTable],
     family = CounterMetricFamily(
         "kubescale_neighbor_unresolved_discards",
         "Packets dropped because their queue for an unresolved neighbor was full.",
-        labels=["family"])
+        labels=["family"],
+    )
     for name in tables:
         if name in discards:
             family.add_metric([name], discards[name])
@@ -189,8 +225,12 @@ def recommended_thresholds(need: int, table: NeighborTable) -> tuple[int, int, i
     return thresh1, thresh2, thresh3
 
 
-def advise(tables: Mapping[str, NeighborTable], counts: Mapping[str, NeighborCount],
-           expected_peers: int, in_host_netns: bool) -> list[Finding]:
+def advise(
+    tables: Mapping[str, NeighborTable],
+    counts: Mapping[str, NeighborCount],
+    expected_peers: int,
+    in_host_netns: bool,
+) -> list[Finding]:
     """What `check` says about each family's table.
 
     The host's GC-eligible entries are bounded from above as the neighbor_gc collector
@@ -198,17 +238,23 @@ def advise(tables: Mapping[str, NeighborTable], counts: Mapping[str, NeighborCou
     """
     findings = []
     if not in_host_netns:
-        findings.append(Finding(
-            "warning", "the exporter is not in the host network namespace",
-            "It sees only its own namespace's entries and cannot read the gc_thresh sysctls' "
-            "files; run it with hostNetwork: true."))
+        findings.append(
+            Finding(
+                "warning",
+                "the exporter is not in the host network namespace",
+                "It sees only its own namespace's entries and cannot read the gc_thresh sysctls' "
+                "files; run it with hostNetwork: true.",
+            )
+        )
     for name, table in sorted(tables.items()):
         count = counts.get(name, NeighborCount())
         eligible = host_gc_eligible(table, count)
         need = max(eligible, expected_peers)
         overflows = table.stats.get("table_fulls", 0)
-        state = (f"{name}: {table.entries} entries (at most {eligible} GC-eligible), "
-                 f"gc_thresh1/2/3 = {table.thresh1}/{table.thresh2}/{table.thresh3}")
+        state = (
+            f"{name}: {table.entries} entries (at most {eligible} GC-eligible), "
+            f"gc_thresh1/2/3 = {table.thresh1}/{table.thresh2}/{table.thresh3}"
+        )
         if expected_peers:
             state += f", {expected_peers} expected peers"
         if overflows:
@@ -217,22 +263,38 @@ def advise(tables: Mapping[str, NeighborTable], counts: Mapping[str, NeighborCou
             findings.append(Finding("info", state + ": enough headroom"))
             continue
         if need >= table.thresh3 or overflows:
-            severity, why = "critical", (
-                "gc_thresh3 is too low: past it new neighbors fail with ENOBUFS and traffic "
-                "to them is dropped")
+            severity, why = (
+                "critical",
+                (
+                    "gc_thresh3 is too low: past it new neighbors fail with ENOBUFS and traffic "
+                    "to them is dropped"
+                ),
+            )
         elif need > table.thresh2:
-            severity, why = "warning", (
-                "more than gc_thresh2: every add forces a GC that evicts entries in use, causing "
-                "re-resolution storms")
+            severity, why = (
+                "warning",
+                (
+                    "more than gc_thresh2: every add forces a GC that evicts entries in use, causing "
+                    "re-resolution storms"
+                ),
+            )
         else:
             severity, why = "warning", f"less than {HEADROOM}x headroom below gc_thresh3"
         prefix = SYSCTL_PREFIX[name]
         t1, t2, t3 = recommended_thresholds(need, table)
-        findings.append(Finding(severity, f"{state}: {why}", "\n".join([
-            f"Size the {name} table for {need} entries with {HEADROOM}x headroom; on the node "
-            "(e.g. in /etc/sysctl.d/60-neighbor.conf, then `sysctl --system`):",
-            f"{prefix}.gc_thresh1 = {t1}",
-            f"{prefix}.gc_thresh2 = {t2}",
-            f"{prefix}.gc_thresh3 = {t3}",
-        ])))
+        findings.append(
+            Finding(
+                severity,
+                f"{state}: {why}",
+                "\n".join(
+                    [
+                        f"Size the {name} table for {need} entries with {HEADROOM}x headroom; on the node "
+                        "(e.g. in /etc/sysctl.d/60-neighbor.conf, then `sysctl --system`):",
+                        f"{prefix}.gc_thresh1 = {t1}",
+                        f"{prefix}.gc_thresh2 = {t2}",
+                        f"{prefix}.gc_thresh3 = {t3}",
+                    ]
+                ),
+            )
+        )
     return findings

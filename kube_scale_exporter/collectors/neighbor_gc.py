@@ -14,6 +14,7 @@ GC-eligible anyway. This is the figure to divide by kubescale_neighbor_gc_thresh
     kubescale_neighbor_gc_eligible_entries{family="ipv4"} 5.0
     kubescale_neighbor_gc_eligible_entries{family="ipv6"} 7.0
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,13 @@ from collections.abc import Mapping
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from kube_scale_exporter.netlink.neighbor import (NeighborCount, NeighborTable, count_entries,
-                                                  host_gc_eligible, read_tables)
+from kube_scale_exporter.netlink.neighbor import (
+    NeighborCount,
+    NeighborTable,
+    count_entries,
+    host_gc_eligible,
+    read_tables,
+)
 from kube_scale_exporter.netlink.route import RouteSocket
 from kube_scale_exporter.registry import Collector
 
@@ -34,10 +40,12 @@ class NeighborGCCollector(Collector):
     name = "neighbor_gc"
     modes = frozenset({"node"})
     default_enabled = True
-    help = ("Host-wide GC-eligible neighbor entries (an upper bound): the table's entries less "
-            "the exempt ones in a dump of this network namespace, about 1 ms per 1,000 entries "
-            "(0.1 s at 100k) each scrape. Switch it off with --no-collector.neighbor_gc where "
-            "the host table is huge and the O(1) neighbor collector is enough.")
+    help = (
+        "Host-wide GC-eligible neighbor entries (an upper bound): the table's entries less "
+        "the exempt ones in a dump of this network namespace, about 1 ms per 1,000 entries "
+        "(0.1 s at 100k) each scrape. Switch it off with --no-collector.neighbor_gc where "
+        "the host table is huge and the O(1) neighbor collector is enough."
+    )
 
     def __init__(self, args: argparse.Namespace):
         super().__init__(args)
@@ -57,14 +65,17 @@ class NeighborGCCollector(Collector):
         self._sock.close()
 
 
-def count_families(tables: Mapping[str, NeighborTable],
-                   counts: Mapping[str, NeighborCount]) -> list[Metric]:
+def count_families(
+    tables: Mapping[str, NeighborTable], counts: Mapping[str, NeighborCount]
+) -> list[Metric]:
     """The collector's exposition for one read of the tables and one dump."""
     eligible = GaugeMetricFamily(
         "kubescale_neighbor_gc_eligible_entries",
         "Upper bound of the host's entries that count against gc_thresh3: all namespaces' "
         "entries less the PERMANENT, externally learned and managed ones of the exporter's "
-        "namespace.", labels=["family"])
+        "namespace.",
+        labels=["family"],
+    )
     for name, table in tables.items():
         eligible.add_metric([name], host_gc_eligible(table, counts.get(name, NeighborCount())))
     return [eligible]

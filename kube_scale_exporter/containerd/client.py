@@ -6,6 +6,7 @@ containerd's public API (api/services/content/v1 and images/v1, stable since con
 1.0). h2 is imported when a client is made, so the exporter only pays for it when the
 imagepull collector runs. docs/imagepull.md has the measurements behind this choice.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -80,14 +81,23 @@ class ContentInfo:
 
 def _ingest(buf: bytes) -> Ingest:
     f = wire.fields(buf)
-    return Ingest(ref=wire.string(f[3]), offset=wire.int64(f[4]), total=wire.int64(f[5]),
-                  started_at=wire.timestamp(f[1]), updated_at=wire.timestamp(f[2]))
+    return Ingest(
+        ref=wire.string(f[3]),
+        offset=wire.int64(f[4]),
+        total=wire.int64(f[5]),
+        started_at=wire.timestamp(f[1]),
+        updated_at=wire.timestamp(f[2]),
+    )
 
 
 def _content_info(buf: bytes) -> ContentInfo:
     f = wire.fields(buf)
-    return ContentInfo(digest=wire.string(f[1]), size=wire.int64(f[2]),
-                       created_at=wire.timestamp(f[3]), labels=wire.string_map(f[5]))
+    return ContentInfo(
+        digest=wire.string(f[1]),
+        size=wire.int64(f[2]),
+        created_at=wire.timestamp(f[3]),
+        labels=wire.string_map(f[5]),
+    )
 
 
 def _count_items(replies: list, limit: int) -> int:
@@ -107,7 +117,7 @@ class ContainerdClient:
     def __init__(self, address: str, namespace: str, timeout: float):
         # Here, not at the top: only a node running the imagepull collector pays for
         # importing h2 (hpack, hyperframe).
-        from kube_scale_exporter.containerd import grpc_h2
+        from kube_scale_exporter.containerd import grpc_h2  # noqa: PLC0415  (h2 is imported only where imagepull runs)
 
         self._grpc = grpc_h2
         self.path = socket_path(address)
@@ -119,8 +129,9 @@ class ContainerdClient:
         try:
             mode = os.stat(self.path).st_mode
         except FileNotFoundError:
-            raise ContainerdError(f"containerd socket {self.path} does not exist "
-                                  "(--containerd.address)") from None
+            raise ContainerdError(
+                f"containerd socket {self.path} does not exist (--containerd.address)"
+            ) from None
         except OSError as exc:
             raise ContainerdError(f"containerd socket {self.path}: {exc.strerror}") from None
         if not stat.S_ISSOCK(mode):
@@ -132,40 +143,60 @@ class ContainerdClient:
         self._check_socket()
         where = f"containerd at {self.path} {what}"
         try:
-            replies = self._grpc.call(self.path, method, request, self.timeout,
-                                      self._metadata, max_bytes=max_bytes)
+            replies = self._grpc.call(
+                self.path, method, request, self.timeout, self._metadata, max_bytes=max_bytes
+            )
         except self._grpc.GrpcError as exc:
-            named = f" ({cap} in kube_scale_exporter/containerd/client.py)" \
-                if exc.code == "RESOURCE_EXHAUSTED" else ""
+            named = (
+                f" ({cap} in kube_scale_exporter/containerd/client.py)"
+                if exc.code == "RESOURCE_EXHAUSTED"
+                else ""
+            )
             raise ContainerdError(f"{where}: {exc}{named}") from None
         # Counted before any is decoded: past the cap, no item costs an object.
         if _count_items(replies, MAX_ITEMS + 1) > MAX_ITEMS:
             replies.clear()  # not kept alive by the traceback's reference cycle
-            raise ContainerdError(f"{where}: more than {MAX_ITEMS} items (MAX_ITEMS "
-                                  "in kube_scale_exporter/containerd/client.py)")
+            raise ContainerdError(
+                f"{where}: more than {MAX_ITEMS} items (MAX_ITEMS "
+                "in kube_scale_exporter/containerd/client.py)"
+            )
         return [decode(item) for reply in replies for item in wire.repeated(reply, 1)]
 
     def ingests(self) -> list[Ingest]:
         """Content.ListStatuses: every unfinished write in the namespace."""
-        return self._list("ListStatuses", LIST_STATUSES, b"", STATUSES_BYTES,
-                          "STATUSES_BYTES", _ingest)
+        return self._list(
+            "ListStatuses", LIST_STATUSES, b"", STATUSES_BYTES, "STATUSES_BYTES", _ingest
+        )
 
     def image_names(self) -> list[str]:
         """Images.List: the names of the images present (tags, digests, CRI image ids)."""
-        return self._list("Images.List", LIST_IMAGES, b"", IMAGES_BYTES, "IMAGES_BYTES",
-                          lambda image: wire.string(wire.fields(image)[1]))
+        return self._list(
+            "Images.List",
+            LIST_IMAGES,
+            b"",
+            IMAGES_BYTES,
+            "IMAGES_BYTES",
+            lambda image: wire.string(wire.fields(image)[1]),
+        )
 
     def content(self, *filters: str) -> list[ContentInfo]:
         """Content.List with containerd filters (any may match): committed blobs' info."""
-        return self._list("Content.List", LIST_CONTENT, wire.encode_strings(1, filters),
-                          CONTENT_BYTES, "CONTENT_BYTES", _content_info)
+        return self._list(
+            "Content.List",
+            LIST_CONTENT,
+            wire.encode_strings(1, filters),
+            CONTENT_BYTES,
+            "CONTENT_BYTES",
+            _content_info,
+        )
 
     def version(self) -> str:
         """Version.Version: containerd's version string ("1.6.20~ds1", "2.1.9")."""
         self._check_socket()
         try:
-            (reply,) = self._grpc.call(self.path, VERSION, b"", self.timeout, self._metadata,
-                                       max_bytes=VERSION_BYTES)
+            (reply,) = self._grpc.call(
+                self.path, VERSION, b"", self.timeout, self._metadata, max_bytes=VERSION_BYTES
+            )
         except (self._grpc.GrpcError, ValueError) as exc:
             raise ContainerdError(f"containerd at {self.path} Version: {exc}") from None
         return wire.string(wire.fields(reply).get(1, []))

@@ -20,6 +20,7 @@ against `containerd config dump` of Debian's 1.6.20 and sid's 2.1.9 (tests/image
   the images plugin's value is then ignored, which is how a node loses its tuning when a
   version 2 file moves to containerd 2.
 """
+
 from __future__ import annotations
 
 import glob
@@ -151,8 +152,10 @@ def settings(path: str, version: tuple[int, int] | None) -> PullSettings:
     found = {"files": tuple(name for name, _ in files), "missing": tuple(missing)}
     if major < 2:
         if main_version != 2:
-            raise ConfigError(f"{path}: config version {main_version!r}; containerd 1.x "
-                              "is read from version 2 only")
+            raise ConfigError(
+                f"{path}: config version {main_version!r}; containerd 1.x "
+                "is read from version 2 only"
+            )
         plugins: dict = {}
         for _, doc in files:
             # 1.x replaces a plugin's whole section with an imported file's.
@@ -162,8 +165,9 @@ def settings(path: str, version: tuple[int, int] | None) -> PullSettings:
         timeout = None
         if version is not None:
             timeout = _timeout(cri, where) if version >= (1, 7) else 0.0
-        return PullSettings(_downloads(cri, where), timeout,
-                            f"plugins.'{CRI_V2}'.max_concurrent_downloads", **found)
+        return PullSettings(
+            _downloads(cri, where), timeout, f"plugins.'{CRI_V2}'.max_concurrent_downloads", **found
+        )
     merged: dict = {}
     for _, doc in files:
         _deep_merge(merged, doc)
@@ -172,22 +176,33 @@ def settings(path: str, version: tuple[int, int] | None) -> PullSettings:
     if merged.get("version") == 2:
         # containerd 2's migration of a version 2 config moves these keys.
         cri = _table(plugins, CRI_V2)
-        images.update({k: cri[k] for k in ("max_concurrent_downloads",
-                                           "image_pull_progress_timeout") if k in cri})
+        images.update(
+            {
+                k: cri[k]
+                for k in ("max_concurrent_downloads", "image_pull_progress_timeout")
+                if k in cri
+            }
+        )
     elif merged.get("version") != 3:
         raise ConfigError(f"{path}: config version {merged.get('version')!r}, not 2 or 3")
     where = f'{path}: [plugins."{IMAGES}"]'
     timeout = _timeout(images, where)
     if images.get("use_local_image_pull") is True:
-        return PullSettings(_downloads(images, where), timeout,
-                            f"plugins.'{IMAGES}'.max_concurrent_downloads", **found)
+        return PullSettings(
+            _downloads(images, where),
+            timeout,
+            f"plugins.'{IMAGES}'.max_concurrent_downloads",
+            **found,
+        )
     transfer = _table(plugins, TRANSFER)
     ignored = images.get("max_concurrent_downloads")
     return PullSettings(
-        _downloads(transfer, f'{path}: [plugins."{TRANSFER}"]'), timeout,
+        _downloads(transfer, f'{path}: [plugins."{TRANSFER}"]'),
+        timeout,
         f"plugins.'{TRANSFER}'.max_concurrent_downloads",
         ignored_downloads=_downloads(images, where) if ignored is not None else None,
-        **found)
+        **found,
+    )
 
 
 def parse_version(text: str) -> tuple[int, int] | None:

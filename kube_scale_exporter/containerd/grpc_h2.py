@@ -6,6 +6,7 @@ plus a four-byte big-endian length, and the outcome in the grpc-status and grpc-
 trailers. One connection per call: on a local socket it costs well under a millisecond,
 and there is no reconnect state to get wrong when containerd restarts.
 """
+
 from __future__ import annotations
 
 import socket
@@ -17,10 +18,25 @@ import h2.connection
 import h2.events
 
 # google.golang.org/grpc/codes, by number.
-STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-                "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-                "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
-                "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
+STATUS_NAMES = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
 # The default cap on one call's response bytes (all its messages); callers pass their
 # own, sized to what containerd sends (containerd/client.py). The body is held until the
 # call ends, so the cap is what a response can cost.
@@ -74,8 +90,9 @@ class _Call:
         self._prefix.clear()
         self.announced += 5 + size
         if self.announced > self.max_bytes:
-            raise GrpcError("RESOURCE_EXHAUSTED",
-                            f"response over the {self.max_bytes >> 10} KiB cap")
+            raise GrpcError(
+                "RESOURCE_EXHAUSTED", f"response over the {self.max_bytes >> 10} KiB cap"
+            )
         self.messages.append(bytearray(size))
         self._message = memoryview(self.messages[-1]) if size else None
 
@@ -90,9 +107,14 @@ class _Call:
         return [memoryview(m) for m in self.messages]
 
 
-def call(path: str, method: str, request: bytes, timeout: float,
-         metadata: tuple[tuple[str, str], ...] = (),
-         max_bytes: int = MAX_RESPONSE) -> list[memoryview]:
+def call(
+    path: str,
+    method: str,
+    request: bytes,
+    timeout: float,
+    metadata: tuple[tuple[str, str], ...] = (),
+    max_bytes: int = MAX_RESPONSE,
+) -> list[memoryview]:
     """Every response message of one unary or server-streaming call, within `timeout` in
     all and `max_bytes` in all."""
     deadline = time.monotonic() + timeout
@@ -104,18 +126,25 @@ def call(path: str, method: str, request: bytes, timeout: float,
             sock.connect(path)
         except OSError as exc:
             raise GrpcError("UNAVAILABLE", f"connect {path}: {exc.strerror or exc}") from None
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(
-            client_side=True, header_encoding=None))
+        conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding=None)
+        )
         conn.initiate_connection()
         stream = conn.get_next_available_stream_id()
-        conn.send_headers(stream, [
-            (":method", "POST"), (":scheme", "http"), (":path", method),
-            (":authority", "localhost"), ("content-type", "application/grpc"),
-            ("te", "trailers"), ("grpc-timeout", f"{max(1, int(timeout * 1000))}m"),
-            *metadata,
-        ])
-        conn.send_data(stream, b"\x00" + len(request).to_bytes(4, "big") + request,
-                       end_stream=True)
+        conn.send_headers(
+            stream,
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", method),
+                (":authority", "localhost"),
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+                ("grpc-timeout", f"{max(1, int(timeout * 1000))}m"),
+                *metadata,
+            ],
+        )
+        conn.send_data(stream, b"\x00" + len(request).to_bytes(4, "big") + request, end_stream=True)
         try:
             sock.sendall(conn.data_to_send())
             while not result.done:
@@ -125,8 +154,10 @@ def call(path: str, method: str, request: bytes, timeout: float,
                 sock.settimeout(remaining)
                 data = sock.recv(1 << 16)
                 if not data:
-                    raise GrpcError("UNAVAILABLE", "connection closed before the call ended "
-                                                   "(not a gRPC server?)")
+                    raise GrpcError(
+                        "UNAVAILABLE",
+                        "connection closed before the call ended (not a gRPC server?)",
+                    )
                 for event in conn.receive_data(data):
                     _handle(conn, event, stream, result)
                 sock.sendall(conn.data_to_send())

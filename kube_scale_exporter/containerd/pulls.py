@@ -17,6 +17,7 @@ Limits, by construction:
 - The source label names a repository, not a tag: two tags of one repository being
   pulled at once are told apart only by count.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -39,12 +40,13 @@ class Manifest:
 
 
 def manifest(info: ContentInfo) -> Manifest:
-    children = {v for k, v in info.labels.items()
-                if k == CONFIG_LABEL or k.startswith(LAYER_LABEL_PREFIX)}
+    children = {
+        v for k, v in info.labels.items() if k == CONFIG_LABEL or k.startswith(LAYER_LABEL_PREFIX)
+    }
     sources = set()
     for key, value in info.labels.items():
         if key.startswith(SOURCE_LABEL_PREFIX):
-            host = key[len(SOURCE_LABEL_PREFIX):]
+            host = key[len(SOURCE_LABEL_PREFIX) :]
             # One label per host; several repositories of it are comma-separated.
             sources.update((host, repo) for repo in value.split(",") if repo)
     return Manifest(info.digest, info.created_at, frozenset(children), frozenset(sources))
@@ -130,7 +132,8 @@ def group(ingests: list[Ingest], owners: dict[str, Manifest]) -> list[Pull]:
             pull = pulls.setdefault(key, Pull(key=key))
         else:
             key = owner.digest
-            pull = pulls.setdefault(key, Pull(key=key, sources=owner.sources,
-                                              manifest_created_at=owner.created_at))
+            pull = pulls.setdefault(
+                key, Pull(key=key, sources=owner.sources, manifest_created_at=owner.created_at)
+            )
         pull.ingests.append(ingest)
     return sorted(pulls.values(), key=lambda p: p.key)

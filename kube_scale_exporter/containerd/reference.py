@@ -6,6 +6,7 @@ repo digest). Comparing the two needs the same normalization the Docker referenc
 grammar gives: a first path component is a registry host only if it has a `.` or a `:`
 or is `localhost`; Docker Hub's one-component names live under `library/`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,8 +16,8 @@ DOCKER_HUB = "docker.io"
 
 @dataclass(frozen=True)
 class Reference:
-    host: str         # registry host as written, with its port: "127.0.0.1:5000"
-    repository: str   # path inside the registry: "library/nginx"
+    host: str  # registry host as written, with its port: "127.0.0.1:5000"
+    repository: str  # path inside the registry: "library/nginx"
     tag: str | None
     digest: str | None
 
@@ -33,7 +34,7 @@ class Reference:
         as the label containerd.io/distribution.source.HOST=REPOSITORY."""
         host = self.host
         if host.startswith("["):
-            host = host[1:host.index("]")]
+            host = host[1 : host.index("]")]
         elif ":" in host:
             host = host.rpartition(":")[0]
         return host, self.repository
@@ -53,7 +54,7 @@ def parse(image: str) -> Reference:
     slash = path.rfind("/")
     colon = path.rfind(":")
     if colon > slash:
-        name, tag = path[:colon], path[colon + 1:]
+        name, tag = path[:colon], path[colon + 1 :]
     if not name or (tag is not None and not tag):
         raise ValueError(f"malformed image reference {image!r}")
     if host == DOCKER_HUB and "/" not in name:

@@ -5,6 +5,7 @@ full protobuf runtime and generated stubs would cost more than they save (see
 docs/imagepull.md). Unknown fields are skipped, as protobuf requires, so newer
 containerd versions that add fields still decode.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -80,11 +81,11 @@ def iter_fields(buf):
             size, pos = _read_varint(buf, pos)
             if pos + size > end:
                 raise WireError(f"field {number} runs past the end of the message")
-            value, pos = buf[pos:pos + size], pos + size
+            value, pos = buf[pos : pos + size], pos + size
         elif wire_type == FIXED64:
-            value, pos = int.from_bytes(buf[pos:pos + 8], "little"), pos + 8
+            value, pos = int.from_bytes(buf[pos : pos + 8], "little"), pos + 8
         elif wire_type == FIXED32:
-            value, pos = int.from_bytes(buf[pos:pos + 4], "little"), pos + 4
+            value, pos = int.from_bytes(buf[pos : pos + 4], "little"), pos + 4
         else:
             raise WireError(f"field {number} has unsupported wire type {wire_type}")
         if pos > end:

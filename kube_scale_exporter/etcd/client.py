@@ -5,6 +5,7 @@ Keys and values travel base64-encoded, int64 fields come back as decimal strings
 fields holding their zero value are left out of the JSON, so every read below defaults
 to zero. Why not a gRPC client: see docs/etcd.md, "Design notes".
 """
+
 from __future__ import annotations
 
 import base64
@@ -35,10 +36,12 @@ ALARM_BYTES = 64 << 10
 # limit (--max-request-bytes, 1.5 MiB by default), base64 adds a third.
 RANGE_BYTES = 4 << 20
 # path -> (cap, its name for error messages)
-REPLY_CAPS = {"/v3/maintenance/status": (STATUS_BYTES, "STATUS_BYTES"),
-              "/v3/cluster/member/list": (MEMBER_LIST_BYTES, "MEMBER_LIST_BYTES"),
-              "/v3/maintenance/alarm": (ALARM_BYTES, "ALARM_BYTES"),
-              "/v3/kv/range": (RANGE_BYTES, "RANGE_BYTES")}
+REPLY_CAPS = {
+    "/v3/maintenance/status": (STATUS_BYTES, "STATUS_BYTES"),
+    "/v3/cluster/member/list": (MEMBER_LIST_BYTES, "MEMBER_LIST_BYTES"),
+    "/v3/maintenance/alarm": (ALARM_BYTES, "ALARM_BYTES"),
+    "/v3/kv/range": (RANGE_BYTES, "RANGE_BYTES"),
+}
 # /metrics is read line by line and left at the quota sample: etcd's page is 100-300 KB
 # with lines under 1 KB; a longer line or a page past 8 MiB is not etcd's.
 METRICS_LINE_BYTES = 64 << 10
@@ -157,14 +160,17 @@ class EtcdClient:
         cap, cap_name = REPLY_CAPS[path]
         with limits.deadline(self.timeout) as deadline:
             try:
-                with self.session.post(where, json=body, timeout=self.timeout,
-                                       stream=True) as reply:
+                with self.session.post(
+                    where, json=body, timeout=self.timeout, stream=True
+                ) as reply:
                     ok = reply.status_code == 200
-                    data = limits.read_body(reply, cap if ok else ERROR_BYTES,
-                                            f"etcd reply to {path}", truncate=not ok)
+                    data = limits.read_body(
+                        reply, cap if ok else ERROR_BYTES, f"etcd reply to {path}", truncate=not ok
+                    )
             except limits.LimitExceeded as exc:
-                raise EtcdError(f"{self.url}: {exc} ({cap_name} in "
-                                "kube_scale_exporter/etcd/client.py)") from None
+                raise EtcdError(
+                    f"{self.url}: {exc} ({cap_name} in kube_scale_exporter/etcd/client.py)"
+                ) from None
             except limits.TRANSPORT_ERRORS as exc:
                 raise self._transport_error(where, exc, deadline) from None
         if not ok:
@@ -180,8 +186,10 @@ class EtcdClient:
 
     def _transport_error(self, where: str, exc: Exception, deadline) -> EtcdError:
         if deadline.expired():
-            return EtcdError(f"{where}: no complete answer within {self.timeout:g}s "
-                             f"(--etcd.timeout bounds the whole request): {type(exc).__name__}")
+            return EtcdError(
+                f"{where}: no complete answer within {self.timeout:g}s "
+                f"(--etcd.timeout bounds the whole request): {type(exc).__name__}"
+            )
         return EtcdError(f"{where}: {type(exc).__name__}: {exc}")
 
     def _read(self, path: str, body: dict, decode):
@@ -190,8 +198,9 @@ class EtcdClient:
         try:
             return decode(doc)
         except _MALFORMED as exc:
-            raise EtcdError(f"{self.url}{path}: malformed answer: {type(exc).__name__}: "
-                            f"{str(exc)[:120]}") from None
+            raise EtcdError(
+                f"{self.url}{path}: malformed answer: {type(exc).__name__}: {str(exc)[:120]}"
+            ) from None
 
     def status(self) -> Status:
         def decode(doc):
@@ -206,32 +215,47 @@ class EtcdClient:
                 raft_term=uint(doc.get("raftTerm", 0)),
                 raft_applied_index=uint(doc.get("raftAppliedIndex", 0)),
             )
+
         return self._read("/v3/maintenance/status", {}, decode)
 
     def members(self) -> list[Member]:
         def decode(doc):
             return [
-                Member(id=member_id(m["ID"]), name=text(mapping(m).get("name", "")),
-                       client_urls=tuple(text(u) for u in m.get("clientURLs", ())))
+                Member(
+                    id=member_id(m["ID"]),
+                    name=text(mapping(m).get("name", "")),
+                    client_urls=tuple(text(u) for u in m.get("clientURLs", ())),
+                )
                 for m in doc.get("members", ())
             ]
+
         return self._read("/v3/cluster/member/list", {}, decode)
 
     def alarms(self) -> list[Alarm]:
         def decode(doc):
-            return [Alarm(member_id(mapping(a).get("memberID", "0")), text(a.get("alarm", "NONE")))
-                    for a in doc.get("alarms", ())]
+            return [
+                Alarm(member_id(mapping(a).get("memberID", "0")), text(a.get("alarm", "NONE")))
+                for a in doc.get("alarms", ())
+            ]
+
         return self._read("/v3/maintenance/alarm", {"action": "GET"}, decode)
 
     def count(self, key: bytes, range_end: bytes) -> int:
         """Keys in [key, range_end): etcd counts them in its index and sends no key."""
-        return self._read("/v3/kv/range", {
-            "key": encode_key(key), "range_end": encode_key(range_end),
-            "count_only": True, "serializable": True,
-        }, lambda doc: uint(doc.get("count", 0)))
+        return self._read(
+            "/v3/kv/range",
+            {
+                "key": encode_key(key),
+                "range_end": encode_key(range_end),
+                "count_only": True,
+                "serializable": True,
+            },
+            lambda doc: uint(doc.get("count", 0)),
+        )
 
     def first_key(self, key: bytes, range_end: bytes) -> bytes | None:
         """The smallest key in [key, range_end), without its value; None when empty."""
+
         def decode(doc):
             kvs = doc.get("kvs", ())
             found = decode_key(mapping(kvs[0])["key"]) if kvs else None
@@ -240,10 +264,18 @@ class EtcdClient:
             if found is not None and not (key <= found and (unbounded or found < range_end)):
                 raise ValueError(f"key {found[:40]!r} outside the range asked")
             return found
-        return self._read("/v3/kv/range", {
-            "key": encode_key(key), "range_end": encode_key(range_end),
-            "keys_only": True, "limit": 1, "serializable": True,
-        }, decode)
+
+        return self._read(
+            "/v3/kv/range",
+            {
+                "key": encode_key(key),
+                "range_end": encode_key(range_end),
+                "keys_only": True,
+                "limit": 1,
+                "serializable": True,
+            },
+            decode,
+        )
 
     def metric(self, name: str) -> float | None:
         """One unlabelled sample from the member's /metrics, or None when it is absent.
@@ -259,16 +291,19 @@ class EtcdClient:
                 with self.session.get(where, timeout=self.timeout, stream=True) as reply:
                     if reply.status_code != 200:
                         raise EtcdError(f"{where}: HTTP {reply.status_code}")
-                    for line in limits.iter_lines(reply, METRICS_LINE_BYTES, "etcd /metrics",
-                                                  max_total=METRICS_PAGE_BYTES):
+                    for line in limits.iter_lines(
+                        reply, METRICS_LINE_BYTES, "etcd /metrics", max_total=METRICS_PAGE_BYTES
+                    ):
                         if line.startswith(prefix):
-                            value = float(line[len(prefix):].split()[0])
+                            value = float(line[len(prefix) :].split()[0])
                             if not 0 <= value < 2**63:  # also refuses NaN and Inf
                                 raise ValueError(value)
                             return value
             except limits.LimitExceeded as exc:
-                raise EtcdError(f"{self.url}: {exc} (METRICS_LINE_BYTES, METRICS_PAGE_BYTES "
-                                "in kube_scale_exporter/etcd/client.py)") from None
+                raise EtcdError(
+                    f"{self.url}: {exc} (METRICS_LINE_BYTES, METRICS_PAGE_BYTES "
+                    "in kube_scale_exporter/etcd/client.py)"
+                ) from None
             except limits.TRANSPORT_ERRORS as exc:
                 raise self._transport_error(where, exc, deadline) from None
             except (ValueError, IndexError):

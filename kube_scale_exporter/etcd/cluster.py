@@ -6,6 +6,7 @@ not one per member. In local mode (a DaemonSet pod beside its etcd member) only 
 configured endpoint is asked for its Status: every etcd node runs its own pod, and
 asking all members from each would multiply the load by the cluster size.
 """
+
 from __future__ import annotations
 
 import logging
@@ -56,9 +57,16 @@ def client_url(member: Member) -> str | None:
 
 
 class EtcdCluster:
-    def __init__(self, name: str, endpoints: list[str], discover: bool,
-                 session: requests.Session, timeout: float, default_quota: int,
-                 quota_max_age: float):
+    def __init__(
+        self,
+        name: str,
+        endpoints: list[str],
+        discover: bool,
+        session: requests.Session,
+        timeout: float,
+        default_quota: int,
+        quota_max_age: float,
+    ):
         self.name = name
         self.endpoints = list(endpoints)
         self.discover = discover
@@ -99,9 +107,11 @@ class EtcdCluster:
                 errors.append(str(exc))
                 continue
             if len(members) > MAX_MEMBERS:
-                errors.append(f"{url}: the member list has {len(members)} members, over the "
-                              f"cap of {MAX_MEMBERS} (MAX_MEMBERS in "
-                              "kube_scale_exporter/etcd/cluster.py)")
+                errors.append(
+                    f"{url}: the member list has {len(members)} members, over the "
+                    f"cap of {MAX_MEMBERS} (MAX_MEMBERS in "
+                    "kube_scale_exporter/etcd/cluster.py)"
+                )
                 continue
             # Ask the endpoint that answered first next time: a dead one costs a timeout.
             with self._lock:
@@ -115,8 +125,9 @@ class EtcdCluster:
         try:
             members, entry = self._member_list()
         except EtcdError as exc:
-            down = tuple(MemberState(label, None, None, str(exc), 0, "", None)
-                         for label in self._known)
+            down = tuple(
+                MemberState(label, None, None, str(exc), 0, "", None) for label in self._known
+            )
             return ClusterState(self.name, down, str(exc), now)
         names = {m.id: m.label for m in members}
         if self.discover:
@@ -140,8 +151,11 @@ class EtcdCluster:
                 if status is not None:
                     label = names.get(status.member_id) or format(int(status.member_id), "x")
                     self._labels[url] = label
-                mine = None if alarms is None else frozenset(
-                    a.alarm for a in alarms if names.get(a.member_id) == label)
+                mine = (
+                    None
+                    if alarms is None
+                    else frozenset(a.alarm for a in alarms if names.get(a.member_id) == label)
+                )
                 states.append(MemberState(label, url, status, error, quota, source, mine))
         self._known = [s.name for s in states]
         answered = any(s.status is not None for s in states)
@@ -175,8 +189,9 @@ class EtcdCluster:
         try:
             value = client.metric(QUOTA_METRIC)
         except EtcdError as exc:
-            log.warning("etcd %s: quota from /metrics: %s; assuming --etcd.quota-bytes",
-                        self.name, exc)
+            log.warning(
+                "etcd %s: quota from /metrics: %s; assuming --etcd.quota-bytes", self.name, exc
+            )
             value = None
         quota, source = (int(value), "metrics") if value else (self.default_quota, "flag")
         with self._lock:

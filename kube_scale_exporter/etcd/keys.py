@@ -14,6 +14,7 @@ resource="other", and after `4 * max_resources` distinct resources the walk coun
 remaining range in one request, so a flood of junk prefixes costs neither series nor a
 request per prefix.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -33,7 +34,7 @@ def resource_of(key: bytes, prefix: bytes) -> tuple[str, bytes]:
     A key with nothing below its resource segment (a bare PREFIX/health) covers just
     itself.
     """
-    parts = key[len(prefix):].split(b"/")
+    parts = key[len(prefix) :].split(b"/")
     two_level = b"." in parts[0] or parts[0] in NESTED
     depth = 2 if two_level and len(parts) >= 3 else 1
     if len(parts) <= depth:

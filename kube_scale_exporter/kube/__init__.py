@@ -34,16 +34,34 @@ Timeouts: 5 s connect and 30 s read on every request; watches ask the server to 
 after 300-600 s and give up on a read silent for 120 s (bookmarks come about every 60 s).
 Errors retry with `Backoff`: 0.5-1 s, doubling per consecutive failure, at most 30 s.
 """
+
 from .client import ApiError, Gone, KubeClient
 from .config import ConfigError, KubeConfig, load
 from .flags import add_arguments, client_from_args
 from .health import health_families, watch_health
-from .informer import NODES, PODS, PRIORITY_CLASSES, Backoff, Informer, Resource, for_node
+from .backoff import Backoff
+from .informer import Informer, for_node
+from .resource import NODES, PODS, PRIORITY_CLASSES, Resource
 from .quantity import parse_quantity, pod_requests
 
 __all__ = [
-    "ApiError", "Backoff", "ConfigError", "Gone", "Informer", "KubeClient", "KubeConfig",
-    "NODES", "PODS", "PRIORITY_CLASSES", "Resource", "add_arguments", "client_from_args",
-    "for_node", "health_families", "load", "parse_quantity",
-    "pod_requests", "watch_health",
+    "ApiError",
+    "Backoff",
+    "ConfigError",
+    "Gone",
+    "Informer",
+    "KubeClient",
+    "KubeConfig",
+    "NODES",
+    "PODS",
+    "PRIORITY_CLASSES",
+    "Resource",
+    "add_arguments",
+    "client_from_args",
+    "for_node",
+    "health_families",
+    "load",
+    "parse_quantity",
+    "pod_requests",
+    "watch_health",
 ]

@@ -3,6 +3,7 @@
 Raw JSON instead of the `kubernetes` package: it costs +15 MiB RSS and ~17x the CPU per
 relist (its model classes), and this runs on every node.
 """
+
 import json
 import socket
 
@@ -64,8 +65,7 @@ def _error(status, body, retry_after=None):
         reason, message = doc.get("reason", ""), doc.get("message", "")
     except (ValueError, AttributeError):
         reason, message = "", str(body)[:200]
-    return (Gone if status == 410 else ApiError)(status, reason, message,
-                                                 _retry_after(retry_after))
+    return (Gone if status == 410 else ApiError)(status, reason, message, _retry_after(retry_after))
 
 
 class Watch:
@@ -84,8 +84,9 @@ class Watch:
                     if line:
                         yield json.loads(line)
             except limits.LimitExceeded as exc:
-                raise ReplyTooLarge(f"{exc} (MAX_WATCH_LINE in "
-                                    "kube_scale_exporter/kube/client.py)") from None
+                raise ReplyTooLarge(
+                    f"{exc} (MAX_WATCH_LINE in kube_scale_exporter/kube/client.py)"
+                ) from None
 
     def close(self):
         if self._sock is not None:
@@ -99,8 +100,9 @@ class Watch:
 class KubeClient:
     """GET and WATCH against one API server; every request has connect and read timeouts."""
 
-    def __init__(self, config: KubeConfig, connect_timeout=CONNECT_TIMEOUT,
-                 request_timeout=REQUEST_TIMEOUT):
+    def __init__(
+        self, config: KubeConfig, connect_timeout=CONNECT_TIMEOUT, request_timeout=REQUEST_TIMEOUT
+    ):
         self.config = config
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
@@ -117,9 +119,13 @@ class KubeClient:
             if self.config.token is not None:
                 headers["Authorization"] = "Bearer " + self.config.token.get()
             resp = self._session.get(
-                url, params=params, headers=headers, stream=True,
+                url,
+                params=params,
+                headers=headers,
+                stream=True,
                 timeout=(self.connect_timeout, read_timeout),
-                verify=self.config.verify, cert=self.config.client_cert,
+                verify=self.config.verify,
+                cert=self.config.client_cert,
             )
             if resp.status_code == 401 and attempt == 0 and self.config.token is not None:
                 # The token may have rotated since we read it: read it again, retry once.
@@ -129,8 +135,11 @@ class KubeClient:
             if resp.status_code != 200:
                 with resp:
                     body = limits.read_body(resp, ERROR_BYTES, "error", truncate=True)
-                raise _error(resp.status_code, body.decode("utf-8", "replace"),
-                             resp.headers.get("Retry-After"))
+                raise _error(
+                    resp.status_code,
+                    body.decode("utf-8", "replace"),
+                    resp.headers.get("Retry-After"),
+                )
             return resp
         raise AssertionError("unreachable")
 
@@ -141,13 +150,15 @@ class KubeClient:
                 with self._send(path, params, self.request_timeout) as resp:
                     body = limits.read_body(resp, MAX_REPLY_BYTES, f"GET {path}")
             except limits.LimitExceeded as exc:
-                raise ReplyTooLarge(f"{exc} (MAX_REPLY_BYTES in "
-                                    "kube_scale_exporter/kube/client.py)") from None
+                raise ReplyTooLarge(
+                    f"{exc} (MAX_REPLY_BYTES in kube_scale_exporter/kube/client.py)"
+                ) from None
             except limits.TRANSPORT_ERRORS as exc:
                 if deadline.expired():
                     raise requests.exceptions.Timeout(
                         f"GET {path}: no complete answer within {self.request_timeout:g}s "
-                        f"(the whole request): {type(exc).__name__}") from None
+                        f"(the whole request): {type(exc).__name__}"
+                    ) from None
                 raise
         return json.loads(body)
 

@@ -7,6 +7,7 @@ pod's service account. Supported kubeconfig credentials: bearer token (`token`,
 `insecure-skip-tls-verify`. exec and auth-provider plugins are refused with a clear error:
 they would run other programs from the exporter.
 """
+
 import base64
 import os
 import tempfile
@@ -65,10 +66,10 @@ class KubeConfig:
     """Everything a request needs: base URL, TLS verification, client auth."""
 
     server: str
-    verify: object = True          # CA bundle path, True (system CAs) or False
-    token: object = None           # TokenFile | StaticToken | None
+    verify: object = True  # CA bundle path, True (system CAs) or False
+    token: object = None  # TokenFile | StaticToken | None
     client_cert: tuple | None = None  # (cert path, key path)
-    source: str = ""               # where it came from, for messages
+    source: str = ""  # where it came from, for messages
     _tmpdir: object = field(default=None, repr=False)
 
     def close(self):
@@ -81,18 +82,25 @@ def in_cluster(sa_dir=SERVICE_ACCOUNT_DIR, environ=os.environ) -> KubeConfig:
     host = environ.get("KUBERNETES_SERVICE_HOST")
     port = environ.get("KUBERNETES_SERVICE_PORT")
     if not host or not port:
-        raise ConfigError("not in a cluster (KUBERNETES_SERVICE_HOST/PORT unset) and no "
-                          "kubeconfig given: pass --kube.kubeconfig or set KUBECONFIG")
+        raise ConfigError(
+            "not in a cluster (KUBERNETES_SERVICE_HOST/PORT unset) and no "
+            "kubeconfig given: pass --kube.kubeconfig or set KUBECONFIG"
+        )
     if ":" in host:
         host = f"[{host}]"
     token_path = os.path.join(sa_dir, "token")
     ca_path = os.path.join(sa_dir, "ca.crt")
     for path in (token_path, ca_path):
         if not os.path.exists(path):
-            raise ConfigError(f"in-cluster config: {path} is missing (is the service "
-                              "account token mounted?)")
-    return KubeConfig(server=f"https://{host}:{port}", verify=ca_path,
-                      token=TokenFile(token_path), source="in-cluster service account")
+            raise ConfigError(
+                f"in-cluster config: {path} is missing (is the service account token mounted?)"
+            )
+    return KubeConfig(
+        server=f"https://{host}:{port}",
+        verify=ca_path,
+        token=TokenFile(token_path),
+        source="in-cluster service account",
+    )
 
 
 def load(kubeconfig=None, environ=os.environ) -> KubeConfig:
@@ -144,8 +152,10 @@ def from_kubeconfig(paths, source="kubeconfig") -> KubeConfig:
     cdir = m["dirs"][("clusters", ctx["cluster"])]
     udir = m["dirs"].get(("users", ctx.get("user")), cdir)
     if "exec" in user or "auth-provider" in user:
-        raise ConfigError(f"{source}: user {ctx.get('user')!r} uses an exec/auth-provider "
-                          "plugin; give a token, tokenFile or client certificate instead")
+        raise ConfigError(
+            f"{source}: user {ctx.get('user')!r} uses an exec/auth-provider "
+            "plugin; give a token, tokenFile or client certificate instead"
+        )
 
     tmp = tempfile.TemporaryDirectory(prefix="kubescale-kubeconfig-")
     cfg = KubeConfig(server=cluster["server"].rstrip("/"), source=source, _tmpdir=tmp)
@@ -162,8 +172,10 @@ def from_kubeconfig(paths, source="kubeconfig") -> KubeConfig:
         cert = _file_or_data(user, "client-certificate", udir, tmp.name, "client.crt", source)
         key = _file_or_data(user, "client-key", udir, tmp.name, "client.key", source)
         if bool(cert) != bool(key):
-            raise ConfigError(f"{source}: user {ctx.get('user')!r} needs both a client "
-                              "certificate and a client key")
+            raise ConfigError(
+                f"{source}: user {ctx.get('user')!r} needs both a client "
+                "certificate and a client key"
+            )
         if cert:
             cfg.client_cert = (cert, key)
     except Exception:

@@ -1,4 +1,5 @@
 """The `--kube.*` flags, shared by every collector that reads the Kubernetes API."""
+
 import argparse
 import os
 
@@ -11,18 +12,24 @@ from .config import load
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Kubernetes API")
     group.add_argument(
-        "--kube.kubeconfig", dest="kube_kubeconfig", type=existing_file, default=None,
+        "--kube.kubeconfig",
+        dest="kube_kubeconfig",
+        type=existing_file,
+        default=None,
         metavar="PATH",
         help="kubeconfig file for running outside a cluster (default: $KUBECONFIG, else the "
-             "pod's service account).")
+        "pod's service account).",
+    )
     group.add_argument(
-        "--kube.node-name", dest="kube_node_name", default=os.environ.get("NODE_NAME", ""),
+        "--kube.node-name",
+        dest="kube_node_name",
+        default=os.environ.get("NODE_NAME", ""),
         metavar="NAME",
         help="This node's name, for node mode's spec.nodeName watches (default: $NODE_NAME, "
-             "set from the downward API).")
+        "set from the downward API).",
+    )
 
 
 def client_from_args(args) -> KubeClient:
     """A client for the configured API server; ConfigError says what is missing."""
     return KubeClient(load(getattr(args, "kube_kubeconfig", None)))
-

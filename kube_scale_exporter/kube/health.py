@@ -16,6 +16,7 @@ its first sync an informer has no age (there is nothing to be old). The series c
 every scrape, not with the collector that reads the watch, so they are there even while
 that collector fails.
 """
+
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 
@@ -30,17 +31,21 @@ def watch_health(collectors):
 
 
 def health_families(informers):
-    up = GaugeMetricFamily("kubescale_kube_watch_up",
-                           "1 when the informer's list+watch is established.",
-                           labels=["resource"])
+    up = GaugeMetricFamily(
+        "kubescale_kube_watch_up",
+        "1 when the informer's list+watch is established.",
+        labels=["resource"],
+    )
     age = GaugeMetricFamily(
         "kubescale_kube_last_sync_age_seconds",
         "Seconds since the informer last confirmed its cache current (list, event or bookmark).",
-        labels=["resource"])
+        labels=["resource"],
+    )
     relists = CounterMetricFamily(
         "kubescale_kube_relists",
         "Lists after the first one (the watch fell behind: 410 Gone).",
-        labels=["resource"])
+        labels=["resource"],
+    )
     by_resource = {}
     for informer in informers:
         by_resource.setdefault(informer.resource.plural, []).append(informer.health())

@@ -6,6 +6,7 @@ next one resumes from the last resourceVersion seen (an event or a BOOKMARK); on
 Gone makes it list again. Errors back off with jitter (`Backoff`). Scrapes read `items()`;
 they never reach the API server.
 """
+
 import logging
 import random
 import threading
@@ -15,7 +16,9 @@ from dataclasses import dataclass
 import requests
 from urllib3.exceptions import ReadTimeoutError
 
+from .backoff import Backoff
 from .client import ApiError, Gone, KubeClient, ReplyTooLarge
+from .resource import Resource
 
 log = logging.getLogger(__name__)
 
@@ -30,52 +33,9 @@ PAGE_SIZE = 500
 QUICK_CLOSE_SECONDS = 0.5
 
 
-@dataclass(frozen=True)
-class Resource:
-    """A listable API resource: `api` is "/api/v1" or "/apis/GROUP/VERSION"."""
-
-    api: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace=None) -> str:
-        if namespace and self.namespaced:
-            return f"{self.api}/namespaces/{namespace}/{self.plural}"
-        return f"{self.api}/{self.plural}"
-
-
-PODS = Resource("/api/v1", "pods")
-NODES = Resource("/api/v1", "nodes", namespaced=False)
-PRIORITY_CLASSES = Resource("/apis/scheduling.k8s.io/v1", "priorityclasses", namespaced=False)
-
-
 # API errors in a row (no watch opened between them) after which the informer stops
 # resuming from its resourceVersion and relists.
 REFUSALS_BEFORE_RELIST = 3
-
-
-class Backoff:
-    """Exponential backoff with jitter, reset after a success.
-
-    The n-th consecutive failure waits a uniform random time in
-    [0.5, 1] x min(cap, initial x 2^(n-1)): with the defaults 0.5-1 s, 1-2 s, 2-4 s, ...
-    and never more than 30 s. The jitter keeps a fleet of exporters from reconnecting in
-    lockstep after an API server restart.
-    """
-
-    def __init__(self, initial=1.0, cap=30.0, rand=random.random):
-        self.initial = initial
-        self.cap = cap
-        self._rand = rand
-        self._failures = 0
-
-    def next_delay(self) -> float:
-        self._failures += 1
-        ceiling = min(self.cap, self.initial * 2 ** (self._failures - 1))
-        return ceiling * (0.5 + 0.5 * self._rand())
-
-    def reset(self):
-        self._failures = 0
 
 
 def object_key(obj) -> str:
@@ -111,11 +71,24 @@ class Informer:
     `transform(obj) -> obj` may shrink objects before they are stored.
     """
 
-    def __init__(self, client: KubeClient, resource: Resource, *, namespace=None,
-                 label_selector=None, field_selector=None, list_from_cache=False,
-                 on_add=None, on_update=None, on_delete=None, transform=None,
-                 page_size=PAGE_SIZE, backoff=None, watch_timeout=WATCH_TIMEOUT_SECONDS,
-                 read_timeout=WATCH_READ_TIMEOUT):
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        *,
+        namespace=None,
+        label_selector=None,
+        field_selector=None,
+        list_from_cache=False,
+        on_add=None,
+        on_update=None,
+        on_delete=None,
+        transform=None,
+        page_size=PAGE_SIZE,
+        backoff=None,
+        watch_timeout=WATCH_TIMEOUT_SECONDS,
+        read_timeout=WATCH_READ_TIMEOUT,
+    ):
         self.client = client
         self.resource = resource
         self.path = resource.path(namespace)
@@ -149,8 +122,9 @@ class Informer:
     # ---- what collectors use -------------------------------------------------------
     def start(self):
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, daemon=True,
-                                            name=f"informer-{self.resource.plural}")
+            self._thread = threading.Thread(
+                target=self._run, daemon=True, name=f"informer-{self.resource.plural}"
+            )
             self._thread.start()
         return self
 
@@ -211,10 +185,10 @@ class Informer:
                     self._refusals += 1
                     if self._refusals >= REFUSALS_BEFORE_RELIST:
                         self._rv, self._refusals = None, 0
-                expected = isinstance(e, (ApiError, requests.RequestException, ValueError,
-                                          ReplyTooLarge))
-                log.warning("%s: %s; retrying in %.1fs", self.path, e, delay,
-                            exc_info=not expected)
+                expected = isinstance(
+                    e, (ApiError, requests.RequestException, ValueError, ReplyTooLarge)
+                )
+                log.warning("%s: %s; retrying in %.1fs", self.path, e, delay, exc_info=not expected)
                 self._set_up(False)
                 self._stop.wait(delay)
 
@@ -257,8 +231,12 @@ class Informer:
                 self._call(self._on_delete, obj)
 
     def _watch_once(self):
-        params = dict(self.selectors, resourceVersion=self._rv, allowWatchBookmarks="true",
-                      timeoutSeconds=str(random.randint(*self.watch_timeout)))
+        params = dict(
+            self.selectors,
+            resourceVersion=self._rv,
+            allowWatchBookmarks="true",
+            timeoutSeconds=str(random.randint(*self.watch_timeout)),
+        )
         watch = self.client.watch(self.path, params, self.read_timeout)
         self._watch = watch
         if self._stop.is_set():  # stop() ran before the watch was registered
@@ -341,8 +319,9 @@ def _rv_of(obj):
 
 def _watch_error(status):
     code = status.get("code") or 0
-    err = (Gone if code == 410 else ApiError)(code, status.get("reason", ""),
-                                                status.get("message", ""))
+    err = (Gone if code == 410 else ApiError)(
+        code, status.get("reason", ""), status.get("message", "")
+    )
     return err
 
 
@@ -354,5 +333,6 @@ def for_node(client, resource, node_name, **kw) -> Informer:
     """
     if not node_name:
         raise ValueError("node mode needs a node name (--kube.node-name or NODE_NAME)")
-    return Informer(client, resource, field_selector=f"spec.nodeName={node_name}",
-                    list_from_cache=True, **kw)
+    return Informer(
+        client, resource, field_selector=f"spec.nodeName={node_name}", list_from_cache=True, **kw
+    )

@@ -5,6 +5,7 @@ thresholds, its global entry count and its statistics, whatever the table size. 
 dump of every entry (RTM_GETNEIGH) tells which entries count against gc_thresh3, and it
 sees only the entries of the socket's own network namespace.
 """
+
 from __future__ import annotations
 
 import socket
@@ -27,9 +28,19 @@ NDTA_THRESH1, NDTA_THRESH2, NDTA_THRESH3, NDTA_CONFIG, NDTA_STATS = 2, 3, 4, 5, 
 _CONFIG_ENTRIES = struct.Struct("=HHI")
 # struct ndt_stats, u64 each, in the kernel's order. Older kernels send fewer fields
 # (table_fulls came last); pyroute2 0.9 decodes only the first ten.
-STATS_FIELDS = ("allocs", "destroys", "hash_grows", "res_failed", "lookups", "hits",
-                "rcv_probes_mcast", "rcv_probes_ucast", "periodic_gc_runs", "forced_gc_runs",
-                "table_fulls")
+STATS_FIELDS = (
+    "allocs",
+    "destroys",
+    "hash_grows",
+    "res_failed",
+    "lookups",
+    "hits",
+    "rcv_probes_mcast",
+    "rcv_probes_ucast",
+    "periodic_gc_runs",
+    "forced_gc_runs",
+    "table_fulls",
+)
 
 # struct ndmsg: family, pad, pad, ifindex, state, flags, type.
 _NDMSG = struct.Struct("=BBHiHBB")
@@ -140,8 +151,11 @@ class EntryCounter:
             if length < 16:
                 raise ValueError(f"malformed netlink message of length {length} at {offset}")
             if msg_type == RTM_NEWNEIGH:
-                exempt = state & NUD_PERMANENT or flags & NTF_EXT_LEARNED or (
-                    may_have_ext_flags and _managed(data, offset + 16, offset + length))
+                exempt = (
+                    state & NUD_PERMANENT
+                    or flags & NTF_EXT_LEARNED
+                    or (may_have_ext_flags and _managed(data, offset + 16, offset + length))
+                )
                 if family == af_inet:
                     v4 += 1
                     if exempt:
@@ -156,8 +170,10 @@ class EntryCounter:
             offset += (length + 3) & ~3
         if not done and offset != end:  # checked once here rather than per message
             raise ValueError(f"netlink reply chunk of {end} bytes ends inside a message")
-        for count, entries, exempt in ((self.counts["ipv4"], v4, v4_exempt),
-                                       (self.counts["ipv6"], v6, v6_exempt)):
+        for count, entries, exempt in (
+            (self.counts["ipv4"], v4, v4_exempt),
+            (self.counts["ipv6"], v6, v6_exempt),
+        ):
             count.entries += entries
             count.gc_eligible += entries - exempt
         return done

@@ -4,6 +4,7 @@ The chunks are the bytes the kernel sent, unparsed: a parser reads the fixed ker
 structs in place (a 100k-message dump is never copied message by message), and tests can
 feed a parser replies recorded from a real kernel.
 """
+
 from __future__ import annotations
 
 import errno
@@ -76,14 +77,17 @@ class RouteSocket:
     def _open(self) -> socket.socket:
         if self._sock is None:
             try:
-                sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                                     socket.NETLINK_ROUTE)
+                sock = socket.socket(
+                    socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
+                )
             except OSError as exc:
                 raise NetlinkUnavailable(
-                    exc.errno, f"cannot open a NETLINK_ROUTE socket: {exc.strerror}. The "
+                    exc.errno,
+                    f"cannot open a NETLINK_ROUTE socket: {exc.strerror}. The "
                     "neighbor collectors read the kernel's tables over netlink: allow AF_NETLINK "
                     "sockets in the pod's seccomp profile or sandbox, and run it with "
-                    "hostNetwork: true to see the host's entries") from exc
+                    "hostNetwork: true to see the host's entries",
+                ) from exc
             sock.bind((0, 0))
             self._sock = sock
         return self._sock
@@ -96,8 +100,10 @@ class RouteSocket:
         seq = next(self._seq) & 0xFFFFFFFF
         try:
             sock = self._open()
-            sock.send(HEADER.pack(HEADER.size + len(body), msg_type,
-                                  NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body)
+            sock.send(
+                HEADER.pack(HEADER.size + len(body), msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, 0)
+                + body
+            )
             buf = bytearray(_RECV_BYTES)
             view = memoryview(buf)
             while True:

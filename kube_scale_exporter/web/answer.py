@@ -1,4 +1,5 @@
 """Answering one complete request, on a worker thread of the server."""
+
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,13 @@ from kube_scale_exporter.web.request import BadRequest, Request, Response, parse
 log = logging.getLogger("kube_scale_exporter.http")
 
 
-def answer(conn: Conn, length: int, handler: Callable[[Request], Response],
-           notes: RateLimitedLog, stopping: bool) -> bool:
+def answer(
+    conn: Conn,
+    length: int,
+    handler: Callable[[Request], Response],
+    notes: RateLimitedLog,
+    stopping: bool,
+) -> bool:
     """Answer the request in the first `length` bytes of conn.buf; True to keep the
     connection open. What the socket does not take at once is left in conn.out."""
     data = bytes(conn.buf[:length])
@@ -34,22 +40,25 @@ def answer(conn: Conn, length: int, handler: Callable[[Request], Response],
         # writes as the client reads, under the write deadline.
         sent = send_now(conn.sock, out)
     except OSError as exc:
-        notes.note("write", "answers not delivered (client gone or too slow)",
-                   f"{conn.client}: {exc}")
+        notes.note(
+            "write", "answers not delivered (client gone or too slow)", f"{conn.client}: {exc}"
+        )
         return False
     if sent < len(out):
         conn.out, conn.keep = out[sent:], keep
     return keep
 
 
-def _respond(request: Request, handler: Callable[[Request], Response],
-             notes: RateLimitedLog) -> Response:
+def _respond(
+    request: Request, handler: Callable[[Request], Response], notes: RateLimitedLog
+) -> Response:
     try:
         return handler(request)
     except Exception as exc:  # one failed answer must not kill a worker or the connection loop
         log.debug("answering %s %s failed", request.method, request.target, exc_info=True)
-        notes.note("handler", "requests failed with an internal error", repr(exc),
-                   level=logging.ERROR)
+        notes.note(
+            "handler", "requests failed with an internal error", repr(exc), level=logging.ERROR
+        )
         return Response(500, b"internal error; see the exporter's log\n", close=True)
 
 

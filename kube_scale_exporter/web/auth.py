@@ -19,6 +19,7 @@ What a hostile file or client could otherwise do, and what stops it:
   (measured as checks run, with a margin): response times do not tell which users
   exist, even when their hashes have different costs.
 """
+
 from __future__ import annotations
 
 import base64
@@ -54,21 +55,27 @@ def hash_problem(hashed: str) -> str | None:
     """Why bcrypt could never (or should never) check a password against `hashed`."""
     m = BCRYPT_HASH.match(hashed)
     if m is None:
-        return "must be a bcrypt hash ($2a$/$2b$/$2y$, e.g. from htpasswd -nBC 10), " \
-               "not a plain password"
+        return (
+            "must be a bcrypt hash ($2a$/$2b$/$2y$, e.g. from htpasswd -nBC 10), "
+            "not a plain password"
+        )
     cost = int(m[1])
     if not MIN_COST <= cost <= MAX_COST:
         seconds = 0.08 * 2 ** (cost - 10)  # cost 10 takes ~80 ms here
         took = f"{seconds / 3600:.0f} hours" if seconds > 7200 else f"{seconds:.2g} s"
-        return (f"bcrypt cost {cost:02d} is outside {MIN_COST:02d}-{MAX_COST} (a check at "
-                f"cost {cost} takes ~{took} of CPU)")
+        return (
+            f"bcrypt cost {cost:02d} is outside {MIN_COST:02d}-{MAX_COST} (a check at "
+            f"cost {cost} takes ~{took} of CPU)"
+        )
     # 22 characters carry 132 bits for a 128-bit salt, 31 carry 186 for a 184-bit hash:
     # bcrypt refuses a salt whose spare bits are set, and no hash with them set matches.
     if BCRYPT_ALPHABET.index(m[2][-1]) % 16:
         return "the bcrypt salt is invalid (its last character must be one of . O e u)"
     if BCRYPT_ALPHABET.index(m[3][-1]) % 4:
-        return "the bcrypt hash is corrupt (its last character is impossible): " \
-               "no password could match it"
+        return (
+            "the bcrypt hash is corrupt (its last character is impossible): "
+            "no password could match it"
+        )
     return None
 
 
@@ -89,7 +96,7 @@ class _Clock:
     def record(self, cost: int, seconds: float) -> None:
         if cost >= CALIBRATION_COST:
             with self._lock:
-                self._units.append(seconds / 2 ** cost)
+                self._units.append(seconds / 2**cost)
 
     def expected(self, cost: int) -> float:
         if not self._units:  # first check in this process: measure once, ~15 ms
@@ -97,7 +104,7 @@ class _Clock:
             bcrypt.hashpw(b"calibration", bcrypt.gensalt(CALIBRATION_COST))
             self.record(CALIBRATION_COST, time.perf_counter() - started)
         with self._lock:
-            return max(self._units) * 2 ** cost
+            return max(self._units) * 2**cost
 
 
 CLOCK = _Clock()
@@ -122,8 +129,9 @@ class BasicAuth:
         user, password = credentials
         stored = self._users.get(user)
         hashed = stored if stored is not None else DUMMY_HASH
-        key = hmac.new(self._key, b"\0".join((user.encode(), hashed, password)),
-                       hashlib.sha256).digest()
+        key = hmac.new(
+            self._key, b"\0".join((user.encode(), hashed, password)), hashlib.sha256
+        ).digest()
         with self._cache_lock:
             if key in self._ok:
                 self._ok.move_to_end(key)

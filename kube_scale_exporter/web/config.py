@@ -37,6 +37,7 @@ Python's ssl cannot ask for one without verifying it); curve_preferences is refu
 http_server_config.http2 is accepted and has no effect. /healthz answers without basic
 auth, so that kubelet probes need no password; it tells nothing but "ok".
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -89,8 +90,13 @@ CIPHER_SUITES = {
 }
 
 # The response headers the toolkit lets a user set; any other name is an error there too.
-ALLOWED_HEADERS = ("Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options",
-                   "X-XSS-Protection", "Strict-Transport-Security")
+ALLOWED_HEADERS = (
+    "Content-Security-Policy",
+    "X-Frame-Options",
+    "X-Content-Type-Options",
+    "X-XSS-Protection",
+    "Strict-Transport-Security",
+)
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +198,9 @@ def load(path: str) -> WebConfig:
     reader = _Reader(path)
     if root is None or (isinstance(root, ScalarNode) and root.value == ""):
         return WebConfig(path=path)
-    top = reader.mapping(root, "the file", {"tls_server_config", "http_server_config",
-                                            "basic_auth_users"})
+    top = reader.mapping(
+        root, "the file", {"tls_server_config", "http_server_config", "basic_auth_users"}
+    )
     tls = reader.tls(top["tls_server_config"]) if "tls_server_config" in top else None
     headers = reader.http(top["http_server_config"]) if "http_server_config" in top else ()
     users = reader.users(top["basic_auth_users"]) if "basic_auth_users" in top else {}
@@ -219,8 +226,9 @@ class _Reader:
         for key, value in node.value:
             name = self.string(key, "a key")
             if name not in allowed:
-                raise self.error(key, f"unknown key {name!r} in {what} "
-                                      f"(known: {', '.join(sorted(allowed))})")
+                raise self.error(
+                    key, f"unknown key {name!r} in {what} (known: {', '.join(sorted(allowed))})"
+                )
             if name in out:
                 raise self.error(key, f"{name!r} given twice in {what}")
             out[name] = value
@@ -255,13 +263,28 @@ class _Reader:
         return resolved
 
     def tls(self, node: Node) -> TLSConfig:
-        fields = self.mapping(node, "tls_server_config", {
-            "cert_file", "key_file", "client_auth_type", "client_ca_file",
-            "client_allowed_sans", "min_version", "max_version", "cipher_suites",
-            "prefer_server_cipher_suites", "curve_preferences"})
+        fields = self.mapping(
+            node,
+            "tls_server_config",
+            {
+                "cert_file",
+                "key_file",
+                "client_auth_type",
+                "client_ca_file",
+                "client_allowed_sans",
+                "min_version",
+                "max_version",
+                "cipher_suites",
+                "prefer_server_cipher_suites",
+                "curve_preferences",
+            },
+        )
         if "curve_preferences" in fields:
-            raise self.error(fields["curve_preferences"], "curve_preferences is not supported "
-                             "(Python's ssl cannot set a preference list); remove it")
+            raise self.error(
+                fields["curve_preferences"],
+                "curve_preferences is not supported "
+                "(Python's ssl cannot set a preference list); remove it",
+            )
         for required in ("cert_file", "key_file"):
             if required not in fields:
                 raise self.error(node, f"tls_server_config: {required} is required")
@@ -273,33 +296,45 @@ class _Reader:
             auth_node = fields["client_auth_type"]
             value = self.string(auth_node, "client_auth_type")
             if value in UNVERIFIED_CLIENT_AUTH:
-                raise self.error(auth_node, f"client_auth_type {value} is not supported: an "
-                                 "unverified client certificate proves nothing; use "
-                                 "VerifyClientCertIfGiven or RequireAndVerifyClientCert")
+                raise self.error(
+                    auth_node,
+                    f"client_auth_type {value} is not supported: an "
+                    "unverified client certificate proves nothing; use "
+                    "VerifyClientCertIfGiven or RequireAndVerifyClientCert",
+                )
             kwargs["client_auth_type"] = self.choice(auth_node, "client_auth_type", CLIENT_AUTH)
         if "client_ca_file" in fields:
             kwargs["client_ca_file"] = self.file(fields["client_ca_file"], "client_ca_file")
         verifies = kwargs.get("client_auth_type", "NoClientCert") != "NoClientCert"
         if verifies and "client_ca_file" not in kwargs:
-            raise self.error(fields["client_auth_type"], f"client_auth_type "
-                             f"{kwargs['client_auth_type']} needs client_ca_file")
+            raise self.error(
+                fields["client_auth_type"],
+                f"client_auth_type {kwargs['client_auth_type']} needs client_ca_file",
+            )
         if "client_ca_file" in kwargs and not verifies:
-            raise self.error(fields["client_ca_file"], "client_ca_file is given but "
-                             "client_auth_type is NoClientCert; set it to "
-                             "RequireAndVerifyClientCert or VerifyClientCertIfGiven")
+            raise self.error(
+                fields["client_ca_file"],
+                "client_ca_file is given but "
+                "client_auth_type is NoClientCert; set it to "
+                "RequireAndVerifyClientCert or VerifyClientCertIfGiven",
+            )
         if "client_allowed_sans" in fields:
             sans = self.strings(fields["client_allowed_sans"], "client_allowed_sans")
             if not verifies:
-                raise self.error(fields["client_allowed_sans"], "client_allowed_sans needs "
-                                 "a client_auth_type that verifies client certificates")
+                raise self.error(
+                    fields["client_allowed_sans"],
+                    "client_allowed_sans needs "
+                    "a client_auth_type that verifies client certificates",
+                )
             kwargs["client_allowed_sans"] = sans
         for key in ("min_version", "max_version"):
             if key in fields:
                 kwargs[key] = self.choice(fields[key], key, TLS_VERSIONS)
         low, high = kwargs.get("min_version", "TLS12"), kwargs.get("max_version", "TLS13")
         if TLS_VERSIONS[low] > TLS_VERSIONS[high]:
-            raise self.error(fields.get("max_version", node),
-                             f"max_version {high} is below min_version {low}")
+            raise self.error(
+                fields.get("max_version", node), f"max_version {high} is below min_version {low}"
+            )
         if "cipher_suites" in fields:
             suites_node = fields["cipher_suites"]
             suites = self.strings(suites_node, "cipher_suites")
@@ -309,7 +344,8 @@ class _Reader:
             kwargs["cipher_suites"] = suites
         if "prefer_server_cipher_suites" in fields:
             kwargs["prefer_server_cipher_suites"] = self.boolean(
-                fields["prefer_server_cipher_suites"], "prefer_server_cipher_suites")
+                fields["prefer_server_cipher_suites"], "prefer_server_cipher_suites"
+            )
         self.usable(kwargs, fields)
         return TLSConfig(**kwargs)
 
@@ -319,14 +355,19 @@ class _Reader:
         try:
             ctx.load_cert_chain(kwargs["cert_file"], kwargs["key_file"])
         except (ssl.SSLError, OSError) as exc:
-            raise self.error(fields["key_file"], "cannot use cert_file with key_file (not PEM, "
-                             f"or the key does not match the certificate): {exc}") from None
+            raise self.error(
+                fields["key_file"],
+                "cannot use cert_file with key_file (not PEM, "
+                f"or the key does not match the certificate): {exc}",
+            ) from None
         if "client_ca_file" in kwargs:
             try:
                 ctx.load_verify_locations(cafile=kwargs["client_ca_file"])
             except (ssl.SSLError, OSError) as exc:
-                raise self.error(fields["client_ca_file"],
-                                 f"client_ca_file holds no usable PEM certificate: {exc}") from None
+                raise self.error(
+                    fields["client_ca_file"],
+                    f"client_ca_file holds no usable PEM certificate: {exc}",
+                ) from None
 
     def http(self, node: Node) -> tuple[tuple[str, str], ...]:
         fields = self.mapping(node, "http_server_config", {"http2", "headers"})
@@ -334,8 +375,9 @@ class _Reader:
             self.boolean(fields["http2"], "http2")
         if "headers" not in fields:
             return ()
-        headers = self.mapping(fields["headers"], "http_server_config.headers",
-                               set(ALLOWED_HEADERS))
+        headers = self.mapping(
+            fields["headers"], "http_server_config.headers", set(ALLOWED_HEADERS)
+        )
         out = []
         for name, value in headers.items():
             text = self.string(value, name)
@@ -357,7 +399,8 @@ class _Reader:
             hashed = self.string(value, f"the hash of {user!r}")
             problem = hash_problem(hashed)
             if problem is not None:
-                raise BadHashError(f"{self.path}:{value.start_mark.line + 1}: the password "
-                                   f"of {user!r}: {problem}")
+                raise BadHashError(
+                    f"{self.path}:{value.start_mark.line + 1}: the password of {user!r}: {problem}"
+                )
             users[user] = hashed.encode()
         return users

@@ -1,4 +1,5 @@
 """What the server keeps per connection, its limits, and the open-files limit."""
+
 from __future__ import annotations
 
 import logging
@@ -25,8 +26,18 @@ class Refused(Exception):
 
 
 class Conn:
-    __slots__ = ("buf", "client", "closed", "context", "deadline", "handshaking", "keep", "out",
-                 "sock", "tls")
+    __slots__ = (
+        "buf",
+        "client",
+        "closed",
+        "context",
+        "deadline",
+        "handshaking",
+        "keep",
+        "out",
+        "sock",
+        "tls",
+    )
 
     def __init__(self, sock: socket.socket, client: str):
         self.sock = sock

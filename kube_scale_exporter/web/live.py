@@ -1,5 +1,6 @@
 """The web config in force: re-read when one of its files changes, never under a lock that
 requests wait on (the file format and its checks: config.py)."""
+
 from __future__ import annotations
 
 import logging
@@ -20,6 +21,7 @@ RELOAD_CHECK_SECONDS = 1.0
 @dataclass(frozen=True)
 class Active:
     """What connections use now: built once per version of the files."""
+
     config: WebConfig
     ssl_context: ssl.SSLContext | None
     basic_auth: BasicAuth | None
@@ -70,8 +72,11 @@ class LiveWebConfig:
             config = load(path)
             active = _activate(config)
         except BadHashError as exc:
-            log.error("--web.config.file: not reloaded, the previous settings stay in force "
-                      "until it is fixed: %s", exc)
+            log.error(
+                "--web.config.file: not reloaded, the previous settings stay in force "
+                "until it is fixed: %s",
+                exc,
+            )
             return
         except Exception as exc:  # noqa: BLE001  (whatever broke it, the old users must stop)
             log.error("--web.config.file: refusing connections until it is fixed: %s", exc)

@@ -3,6 +3,7 @@
 Not concurrent.futures.ThreadPoolExecutor: its threads are joined at interpreter exit,
 so one answer stuck on a hung collector would hold up SIGTERM; and no futures are needed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,11 +32,16 @@ class Pool:
                 return
             if self._threads < self._size:
                 try:
-                    threading.Thread(target=self._run, name=f"{self._name}-{self._threads + 1}",
-                                     daemon=True).start()
+                    threading.Thread(
+                        target=self._run, name=f"{self._name}-{self._threads + 1}", daemon=True
+                    ).start()
                 except RuntimeError as exc:  # a pids limit: the threads there are will do
-                    log.warning("cannot start another %s worker thread (%d running): %s",
-                                self._name, self._threads, exc)
+                    log.warning(
+                        "cannot start another %s worker thread (%d running): %s",
+                        self._name,
+                        self._threads,
+                        exc,
+                    )
                 else:
                     self._threads += 1
             # else: the item waits for the next thread to finish its work

@@ -5,6 +5,7 @@ stdlib printed ~1.7 KB of traceback per reset, outside logfmt: 356 KB for 200 re
 a flood of them must not flood the log either. The first occurrence is logged at once,
 later ones are counted and reported with the next line of their kind.
 """
+
 from __future__ import annotations
 
 import logging

@@ -4,6 +4,7 @@ Only what an exporter needs: GET and HEAD, no request bodies. A body announced w
 Content-Length is read and discarded (up to MAX_BODY) so it is never taken for a second
 request; Transfer-Encoding is refused and the connection closed, for the same reason.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,11 +50,16 @@ class Response:
 
     def encode(self, head_only: bool, keep_alive: bool) -> bytes:
         """Status line, headers and body as one write (two writes meet Nagle's delay)."""
-        reason = HTTPStatus(self.status).phrase if self.status in HTTPStatus._value2member_map_ \
-            else ""
-        lines = [f"HTTP/1.1 {self.status} {reason}", "Server: kube-scale-exporter",
-                 f"Date: {formatdate(usegmt=True)}",
-                 f"Content-Type: {self.content_type}", f"Content-Length: {len(self.body)}"]
+        reason = (
+            HTTPStatus(self.status).phrase if self.status in HTTPStatus._value2member_map_ else ""
+        )
+        lines = [
+            f"HTTP/1.1 {self.status} {reason}",
+            "Server: kube-scale-exporter",
+            f"Date: {formatdate(usegmt=True)}",
+            f"Content-Type: {self.content_type}",
+            f"Content-Length: {len(self.body)}",
+        ]
         lines += [f"{k}: {v}" for k, v in self.headers]
         if not keep_alive:
             lines.append("Connection: close")
@@ -82,8 +88,11 @@ def request_length(buf: bytes | bytearray) -> int | None:
 
 
 def _content_length(lowered_head: bytes) -> int:
-    values = {line.split(b":", 1)[1].strip() for line in lowered_head.split(b"\r\n")[1:]
-              if line.startswith(b"content-length:")}
+    values = {
+        line.split(b":", 1)[1].strip()
+        for line in lowered_head.split(b"\r\n")[1:]
+        if line.startswith(b"content-length:")
+    }
     if not values:
         return 0
     # Differing or non-numeric lengths are how requests get smuggled: refuse them.
@@ -94,7 +103,7 @@ def _content_length(lowered_head: bytes) -> int:
 
 def parse(data: bytes) -> Request:
     """One complete request as request_length() delimited it (the body is ignored)."""
-    head = data[:data.find(b"\r\n\r\n")].decode("latin-1")
+    head = data[: data.find(b"\r\n\r\n")].decode("latin-1")
     request_line, *lines = head.split("\r\n")
     parts = request_line.split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -112,8 +121,7 @@ def parse(data: bytes) -> Request:
         name, value = name.lower(), value.strip()
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
     connection = {t.strip().lower() for t in headers.get("connection", "").split(",")}
-    keep_alive = "close" not in connection if version == "HTTP/1.1" \
-        else "keep-alive" in connection
+    keep_alive = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
     return Request(method, target, version, headers, keep_alive)
 
 

@@ -15,6 +15,7 @@ it trickles; no request at all for `idle_timeout`; an answer written within
 for each new one (of the client address holding the most), then the oldest still
 handshaking or sending its head.
 """
+
 from __future__ import annotations
 
 import errno
@@ -57,17 +58,26 @@ TICK_SECONDS = 0.5
 class HTTPServer:
     """serve_forever() runs the loop; shutdown() stops it; server_close() frees it all."""
 
-    def __init__(self, host: str, port: int, handler: Callable[[Request], Response],
-                 limits: Limits | None = None,
-                 tls_hook: Callable[[], ssl.SSLContext | None] = lambda: None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        handler: Callable[[Request], Response],
+        limits: Limits | None = None,
+        tls_hook: Callable[[], ssl.SSLContext | None] = lambda: None,
+    ):
         self.handler = handler
         self.tls_hook = tls_hook
         self.limits = limits = limits or Limits()
         nofile = raise_nofile_limit()
         self.max_connections = max(1, min(limits.max_connections, nofile - FD_RESERVE))
         if self.max_connections < limits.max_connections:
-            log.warning("--web.max-connections %d lowered to %d by the open files limit (%d)",
-                        limits.max_connections, self.max_connections, nofile)
+            log.warning(
+                "--web.max-connections %d lowered to %d by the open files limit (%d)",
+                limits.max_connections,
+                self.max_connections,
+                nofile,
+            )
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listen = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -83,9 +93,9 @@ class HTTPServer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._idle: OrderedDict[Conn, None] = OrderedDict()     # waiting for a request
+        self._idle: OrderedDict[Conn, None] = OrderedDict()  # waiting for a request
         self._pending: OrderedDict[Conn, None] = OrderedDict()  # handshake or partial head
-        self._busy: set[Conn] = set()                            # with a worker
+        self._busy: set[Conn] = set()  # with a worker
         # The same connections by client address: (idle, pending), for fair eviction.
         self._clients: dict[str, tuple[OrderedDict, OrderedDict]] = {}
         self._tls = HandshakeSlots(self._sel, self._close)
@@ -113,8 +123,12 @@ class HTTPServer:
                         self._event(key.data)
                     except Exception as exc:
                         log.debug("HTTP loop error", exc_info=True)
-                        self.notes.note("loop", "connections dropped on an internal error",
-                                        repr(exc), level=logging.ERROR)
+                        self.notes.note(
+                            "loop",
+                            "connections dropped on an internal error",
+                            repr(exc),
+                            level=logging.ERROR,
+                        )
                         if isinstance(key.data, Conn):
                             self._close(key.data)
                 self._expire()
@@ -167,8 +181,11 @@ class HTTPServer:
                 if conn.deadline > now:
                     break
                 if conn.buf or conn.handshaking:
-                    self.notes.note("timeout", "closed connections whose handshake or request "
-                                    "did not arrive in time", conn.client)
+                    self.notes.note(
+                        "timeout",
+                        "closed connections whose handshake or request did not arrive in time",
+                        conn.client,
+                    )
                 self._close(conn)
         if self._paused_until and now >= self._paused_until:
             self._paused_until = 0.0
@@ -183,8 +200,12 @@ class HTTPServer:
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 return
             except OSError as exc:
-                self.notes.note("accept", "accept failed; closing the oldest idle connection "
-                                "or pausing", exc.strerror or repr(exc), level=logging.WARNING)
+                self.notes.note(
+                    "accept",
+                    "accept failed; closing the oldest idle connection or pausing",
+                    exc.strerror or repr(exc),
+                    level=logging.WARNING,
+                )
                 out_of_files = exc.errno in (errno.EMFILE, errno.ENFILE)
                 if not (out_of_files and self._evict()):
                     self._sel.unregister(self._listen)
@@ -219,8 +240,9 @@ class HTTPServer:
         the oldest idle connection first."""
         if not self._clients:
             return False
-        client = max(self._clients, key=lambda c: len(self._clients[c][0]) +
-                     len(self._clients[c][1]))
+        client = max(
+            self._clients, key=lambda c: len(self._clients[c][0]) + len(self._clients[c][1])
+        )
         idle, pending = self._clients[client]
         self._close(next(iter(idle or pending)))
         return True
@@ -266,13 +288,13 @@ class HTTPServer:
         while len(conn.buf) <= 4 * 65536:
             try:
                 chunk = conn.sock.recv(65536)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
-                    ssl.SSLWantWriteError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 break
             except OSError as exc:  # ssl.SSLError is one too
                 if conn.buf:
-                    self.notes.note("reset", "connections reset or broken mid-request",
-                                    f"{conn.client}: {exc}")
+                    self.notes.note(
+                        "reset", "connections reset or broken mid-request", f"{conn.client}: {exc}"
+                    )
                 self._close(conn)
                 return
             if not chunk:
@@ -370,8 +392,9 @@ class HTTPServer:
         try:
             sent = send_now(conn.sock, conn.out)
         except OSError as exc:
-            self.notes.note("write", "answers not delivered (client gone or too slow)",
-                            f"{conn.client}: {exc}")
+            self.notes.note(
+                "write", "answers not delivered (client gone or too slow)", f"{conn.client}: {exc}"
+            )
             self._close(conn)
             return
         if sent < len(conn.out):
@@ -383,4 +406,3 @@ class HTTPServer:
             return
         self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
         self._next_request(conn)
-

@@ -8,6 +8,7 @@ slow or silent handshake loses its slot to a waiting client). Waiting clients ar
 newest first: under a flood a newcomer (Prometheus) is not queued behind every attacker,
 and the oldest waiting ones run into the handshake deadline instead.
 """
+
 from __future__ import annotations
 
 import selectors
@@ -38,8 +39,9 @@ class HandshakeSlots:
                 return False
             self._close(oldest)
         self._sel.unregister(conn.sock)  # wrap_socket detaches the plain socket
-        conn.sock = conn.context.wrap_socket(conn.sock, server_side=True,
-                                             do_handshake_on_connect=False)
+        conn.sock = conn.context.wrap_socket(
+            conn.sock, server_side=True, do_handshake_on_connect=False
+        )
         conn.context, conn.tls = None, True
         self._sel.register(conn.sock, selectors.EVENT_READ, conn)
         self._shaking[conn] = time.monotonic()

@@ -1,6 +1,7 @@
 """The balloon collector against a real API server, as the least-privileged user its
 documented RBAC allows: PriorityClasses, balloon pods placed with spec.nodeName, /status
 patches in the kubelet's place, deletions as preemptions; then the whole exporter."""
+
 import subprocess
 import sys
 import time
@@ -21,23 +22,40 @@ NODE_SIZE = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "8", "pods": "110"}
 def grant_balloon_rbac(api):
     """Bind the collector's documented rules, and nothing else, to the limited user."""
     rbac = "/apis/rbac.authorization.k8s.io/v1"
-    api.admin.request("POST", f"{rbac}/clusterroles",
-                      {"metadata": {"name": "kubescale-balloon"},
-                       "rules": list(BalloonCollector.needs_in("cluster").rbac_rules)},
-                      ok=(201, 409))
-    api.admin.request("POST", f"{rbac}/clusterrolebindings", {
-        "metadata": {"name": "kubescale-balloon"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "kubescale-balloon"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                      "name": LIMITED_USER}]}, ok=(201, 409))
+    api.admin.request(
+        "POST",
+        f"{rbac}/clusterroles",
+        {
+            "metadata": {"name": "kubescale-balloon"},
+            "rules": list(BalloonCollector.needs_in("cluster").rbac_rules),
+        },
+        ok=(201, 409),
+    )
+    api.admin.request(
+        "POST",
+        f"{rbac}/clusterrolebindings",
+        {
+            "metadata": {"name": "kubescale-balloon"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "kubescale-balloon",
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": LIMITED_USER}
+            ],
+        },
+        ok=(201, 409),
+    )
 
 
 def make_nodes(api, names):
     for name in names:
         api.admin.request("POST", "/api/v1/nodes", {"metadata": {"name": name}}, ok=(201, 409))
-        api.admin.merge_patch(f"/api/v1/nodes/{name}/status",
-                              {"status": {"capacity": NODE_SIZE, "allocatable": NODE_SIZE}})
+        api.admin.merge_patch(
+            f"/api/v1/nodes/{name}/status",
+            {"status": {"capacity": NODE_SIZE, "allocatable": NODE_SIZE}},
+        )
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +74,10 @@ class Balloons:
         self.base = f"/api/v1/namespaces/{ns}/pods"
 
     def priority_class(self, name, value):
-        self.api.admin.create("/apis/scheduling.k8s.io/v1/priorityclasses",
-                              {"metadata": {"name": f"{name}-{self.uniq}"}, "value": value})
+        self.api.admin.create(
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            {"metadata": {"name": f"{name}-{self.uniq}"}, "value": value},
+        )
         return f"{name}-{self.uniq}"
 
     def create(self, name, node=None, phase=None, labels=None, **kw):
@@ -84,8 +104,17 @@ def collector(cluster, tmp_path):
 
     def make(selector, *flags):
         kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig", token=cluster.limited_token)
-        args, classes = parse(["--mode", "cluster", "--balloon.selector", selector,
-                               "--kube.kubeconfig", kubeconfig, *flags])
+        args, classes = parse(
+            [
+                "--mode",
+                "cluster",
+                "--balloon.selector",
+                selector,
+                "--kube.kubeconfig",
+                kubeconfig,
+                *flags,
+            ]
+        )
         assert classes == [BalloonCollector]
         c = BalloonCollector(args)
         made.append(c)
@@ -123,10 +152,20 @@ def test_every_metric(balloons, collector):
     expendable = b.priority_class("expendable", -20)
     two_cpus = {"cpu": "2", "memory": "4Gi"}
     b.create("run1", node="balloon-n1", phase="Running", priority_class=normal, requests=two_cpus)
-    b.create("run2", node="balloon-n2", phase="Running", priority_class=normal,
-             requests={"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "8"})
-    b.create("cheap", node="balloon-n1", phase="Running", priority_class=expendable,
-             requests={"cpu": "500m", "memory": "512Mi"})
+    b.create(
+        "run2",
+        node="balloon-n2",
+        phase="Running",
+        priority_class=normal,
+        requests={"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "8"},
+    )
+    b.create(
+        "cheap",
+        node="balloon-n1",
+        phase="Running",
+        priority_class=expendable,
+        requests={"cpu": "500m", "memory": "512Mi"},
+    )
     b.create("wait", priority_class=normal, requests=two_cpus)
     b.create("huge", priority_class=normal, requests={"cpu": "64"})
     b.create("nopri", requests=two_cpus)  # priority 0: nothing preempts it
@@ -138,15 +177,22 @@ def test_every_metric(balloons, collector):
     assert sample(fams, "kubescale_balloon_pods", phase="Pending") == 3
     assert sample(fams, "kubescale_balloon_pods", phase="Failed") == 0
     assert sample(fams, "kubescale_balloon_reserved", resource="cpu", unit="core") == 3.5
-    assert sample(fams, "kubescale_balloon_reserved", resource="memory", unit="byte") == \
-        (4 + 2) * 2**30 + 512 * 2**20
-    assert sample(fams, "kubescale_balloon_reserved", resource="nvidia_com_gpu",
-                  unit="integer") == 8
+    assert (
+        sample(fams, "kubescale_balloon_reserved", resource="memory", unit="byte")
+        == (4 + 2) * 2**30 + 512 * 2**20
+    )
+    assert (
+        sample(fams, "kubescale_balloon_reserved", resource="nvidia_com_gpu", unit="integer") == 8
+    )
     assert sample(fams, "kubescale_balloon_nodes") == 2
     assert sample(fams, "kubescale_balloon_preemptions_total") == 0
-    for reason, count in {"priority_below_autoscaler_cutoff": 1, "priority_not_negative": 1,
-                          "priority_class_missing": 0, "requests_fit_no_node": 1,
-                          "no_requests": 0}.items():
+    for reason, count in {
+        "priority_below_autoscaler_cutoff": 1,
+        "priority_not_negative": 1,
+        "priority_class_missing": 0,
+        "requests_fit_no_node": 1,
+        "no_requests": 0,
+    }.items():
         assert sample(fams, "kubescale_balloon_misconfigured", reason=reason) == count, reason
     for resource in ("pods", "priorityclasses", "nodes"):
         assert sample(fams, "kubescale_kube_watch_up", resource=resource) == 1
@@ -159,9 +205,16 @@ def test_every_metric(balloons, collector):
     assert 0 <= first < 60 and later - first >= 1
 
     # The kubelet starts the waiting balloon on a node: no longer waiting, now reserving.
-    b.api.admin.request("POST", f"{b.base}/wait/binding", {
-        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "wait"},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "balloon-n2"}})
+    b.api.admin.request(
+        "POST",
+        f"{b.base}/wait/binding",
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "wait"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "balloon-n2"},
+        },
+    )
     b.status("wait", {"phase": "Running"})
     eventually(c, "kubescale_balloon_reserved", 5.5, resource="cpu", unit="core")
     assert value(c, "kubescale_balloon_pods", phase="Pending") == 2
@@ -173,8 +226,14 @@ def test_every_metric(balloons, collector):
     eventually(c, "kubescale_balloon_misconfigured", 0, reason="requests_fit_no_node")
     assert value(c, "kubescale_balloon_preemptions_total") == 1
     # The scheduler's DisruptionTarget condition counts once, not again at deletion.
-    b.status("run2", {"conditions": [{"type": "DisruptionTarget", "status": "True",
-                                      "reason": "PreemptionByScheduler"}]})
+    b.status(
+        "run2",
+        {
+            "conditions": [
+                {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+            ]
+        },
+    )
     eventually(c, "kubescale_balloon_preemptions_total", 2)
     b.delete("run2")
     eventually(c, "kubescale_balloon_nodes", 2)  # wait and cheap remain, on n2 and n1
@@ -185,8 +244,9 @@ def test_every_metric(balloons, collector):
     b.api.admin.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{expendable}")
     eventually(c, "kubescale_balloon_misconfigured", 1, reason="priority_class_missing")
     # The pod keeps the priority it was admitted with: still below the cutoff.
-    assert value(c, "kubescale_balloon_misconfigured",
-                 reason="priority_below_autoscaler_cutoff") == 1
+    assert (
+        value(c, "kubescale_balloon_misconfigured", reason="priority_below_autoscaler_cutoff") == 1
+    )
 
 
 def test_a_balloon_the_kubelet_marked_failed_before_deletion_counts(balloons, collector):
@@ -208,9 +268,16 @@ def test_a_balloon_the_kubelet_marked_failed_before_deletion_counts(balloons, co
 def test_every_informers_health_is_in_the_scrape_once(balloons, collector, cluster, tmp_path):
     """Another collector's informer (here: imagepull_events' events watch) shows up in the
     scrape's health families beside the balloon collector's own, each family once."""
-    args, classes = parse(["--mode", "cluster", "--collector.disable-defaults",
-                           "--collector.imagepull_events", "--kube.kubeconfig",
-                           cluster.write_kubeconfig(tmp_path / "events-kc")])
+    args, classes = parse(
+        [
+            "--mode",
+            "cluster",
+            "--collector.disable-defaults",
+            "--collector.imagepull_events",
+            "--kube.kubeconfig",
+            cluster.write_kubeconfig(tmp_path / "events-kc"),
+        ]
+    )
     assert classes == [ImagePullEventsCollector]
     events = ImagePullEventsCollector(args)
     events.start()
@@ -224,20 +291,26 @@ def test_every_informers_health_is_in_the_scrape_once(balloons, collector, clust
             assert sample(fams, "kubescale_kube_watch_up", resource=resource) == 1
     finally:
         events.close()
-    assert "events" not in {s.labels["resource"] for f in scrape(c) for s in f.samples
-                            if s.name == "kubescale_kube_watch_up"}
+    assert "events" not in {
+        s.labels["resource"]
+        for f in scrape(c)
+        for s in f.samples
+        if s.name == "kubescale_kube_watch_up"
+    }
 
 
 def test_findings_for_check(balloons, collector):
     b = balloons
     low = b.priority_class("low", -50)
-    b.create("a", node="balloon-n1", phase="Running", priority_class=low,
-             requests={"cpu": "1"})
+    b.create("a", node="balloon-n1", phase="Running", priority_class=low, requests={"cpu": "1"})
     c = collector(b.selector)
     scrape(c)
     found = {(f.severity, f.summary) for f in c.advise(c.observe())}
-    assert ("critical", "1 balloon pod(s): priority below the autoscaler's "
-            "--expendable-pods-priority-cutoff: it never adds a node for them") in found
+    assert (
+        "critical",
+        "1 balloon pod(s): priority below the autoscaler's "
+        "--expendable-pods-priority-cutoff: it never adds a node for them",
+    ) in found
     assert ("info", "1 balloon(s) Running on 1 node(s), holding 1 CPU") in found
     # With the autoscaler's cutoff set lower, the same balloon is fine.
     c2 = collector(b.selector, "--balloon.autoscaler-cutoff", "-100")
@@ -255,25 +328,40 @@ def test_selector_matching_nothing_is_a_finding(balloons, collector):
 
 # ---- the whole exporter, as a process -------------------------------------------------
 
+
 def run_exporter(*argv, **kw):
-    return subprocess.run([sys.executable, "-m", "kube_scale_exporter", *argv], capture_output=True,
-                          text=True, timeout=60, check=False, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "kube_scale_exporter", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        **kw,
+    )
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--balloon.selector", "a in b"], "--balloon.selector"),
-    (["--balloon.selector", "a=b", "--kube.kubeconfig", "/nonexistent"], "--kube.kubeconfig"),
-    (["--balloon.selector", "a=b", "--balloon.autoscaler-cutoff", "low"],
-     "--balloon.autoscaler-cutoff"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--balloon.selector", "a in b"], "--balloon.selector"),
+        (["--balloon.selector", "a=b", "--kube.kubeconfig", "/nonexistent"], "--kube.kubeconfig"),
+        (
+            ["--balloon.selector", "a=b", "--balloon.autoscaler-cutoff", "low"],
+            "--balloon.autoscaler-cutoff",
+        ),
+    ],
+)
 def test_bad_flags_exit_2_naming_the_flag(argv, flag):
     result = run_exporter("--mode", "cluster", *argv)
     assert result.returncode == 2 and flag in result.stderr, result.stderr
 
 
 def test_no_api_configuration_exits_2(monkeypatch):
-    env = {k: v for k, v in __import__("os").environ.items()
-           if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")}
+    env = {
+        k: v
+        for k, v in __import__("os").environ.items()
+        if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+    }
     result = run_exporter("--mode", "cluster", "--balloon.selector", "a=b", env=env)
     assert result.returncode == 2 and "--kube.kubeconfig" in result.stderr, result.stderr
 
@@ -288,8 +376,9 @@ def test_check_subcommand_prints_the_advice(balloons, tmp_path):
     b = balloons
     b.create("nopri", node="balloon-n1", phase="Running", requests={"cpu": "1"})
     kc = b.api.write_kubeconfig(tmp_path / "kc", token=b.api.limited_token)
-    result = run_exporter("check", "--mode", "cluster", "--balloon.selector", b.selector,
-                          "--kube.kubeconfig", kc)
+    result = run_exporter(
+        "check", "--mode", "cluster", "--balloon.selector", b.selector, "--kube.kubeconfig", kc
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "CRITICAL 1 balloon pod(s): priority 0 or more" in result.stdout
     assert "negative value" in result.stdout
@@ -301,15 +390,29 @@ def test_served_scrape_fails_while_the_api_is_down_and_recovers(fresh_apiserver,
     api.stop()
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kube_scale_exporter", "--mode", "cluster",
-         "--balloon.selector", "x=y", "--kube.kubeconfig", kc,
-         "--web.listen-address", f"127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "kube_scale_exporter",
+            "--mode",
+            "cluster",
+            "--balloon.selector",
+            "x=y",
+            "--kube.kubeconfig",
+            kc,
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
+
         def scrape_success():
             text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=15).text
-            return sample(parse_exposition(text), "kubescale_scrape_collector_success",
-                          collector="balloon")
+            return sample(
+                parse_exposition(text), "kubescale_scrape_collector_success", collector="balloon"
+            )
 
         assert wait_until(lambda: _answers(port), 15)
         start = time.monotonic()
@@ -319,7 +422,7 @@ def test_served_scrape_fails_while_the_api_is_down_and_recovers(fresh_apiserver,
         assert wait_until(lambda: scrape_success() == 1, 30)
         text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=15).text
         assert 'kubescale_kube_watch_up{resource="pods"} 1.0' in text
-        assert "kubescale_balloon_pods{phase=\"Running\"} 0.0" in text
+        assert 'kubescale_balloon_pods{phase="Running"} 0.0' in text
     finally:
         proc.terminate()
         proc.wait(10)

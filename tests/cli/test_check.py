@@ -1,4 +1,5 @@
 """`check` prints what it found and exits 1 when something needs changing."""
+
 import io
 
 from kube_scale_exporter.check import run_check
@@ -26,5 +27,8 @@ def test_a_failing_collector_is_named_with_its_error_and_exits_1(scripted):
     bad.error = PermissionError("netlink refused")
     out = io.StringIO()
     assert run_check([bad, scripted("good")], 2, out) == 1
-    assert "[bad]\n  FAILED   the collector failed: PermissionError: netlink refused\n" in out.getvalue()
+    assert (
+        "[bad]\n  FAILED   the collector failed: PermissionError: netlink refused\n"
+        in out.getvalue()
+    )
     assert "[good]\n           nothing to report\n" in out.getvalue()

@@ -1,4 +1,5 @@
 """The command line as users run it: a real process, its flags, exit codes and signals."""
+
 import signal
 import subprocess
 import sys
@@ -19,29 +20,32 @@ def run(*flags):
     return subprocess.run(EXPORTER + list(flags), capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("flags, named", [
-    (["--bogus"], "--bogus"),
-    (["--web.listen-address", "nonsense"], "--web.listen-address"),
-    (["--web.listen-address", ":99999"], "--web.listen-address"),
-    (["--web.telemetry-path", "metrics"], "--web.telemetry-path"),
-    (["--web.max-requests", "-1"], "--web.max-requests"),
-    (["--web.idle-timeout", "0"], "--web.idle-timeout"),
-    (["--web.idle-timeout", "-5s"], "--web.idle-timeout"),
-    (["--web.idle-timeout", "forever"], "--web.idle-timeout"),
-    (["--web.max-connections", "0"], "--web.max-connections"),
-    (["--web.max-connections", "-1"], "--web.max-connections"),
-    (["--web.max-connections", "1e3"], "--web.max-connections"),
-    (["--scrape.timeout", "0"], "--scrape.timeout"),
-    (["--scrape.timeout", "soon"], "--scrape.timeout"),
-    (["--path.procfs", "/no/such/dir"], "--path.procfs"),
-    (["--path.sysfs", "/no/such/dir"], "--path.sysfs"),
-    (["--log.level", "loud"], "--log.level"),
-    (["--mode", "edge"], "--mode"),
-    (["--collector.no-such-thing"], "--collector.no-such-thing"),
-    (["check", "--web.listen-address", "x"], "--web.listen-address"),
-    (["--mode", "cluster", "--collector.neighbor"], "--collector.neighbor"),
-    (["--mode", "node", "--balloon.selector", "run=overprovisioning"], "--collector.balloon"),
-])
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--bogus"], "--bogus"),
+        (["--web.listen-address", "nonsense"], "--web.listen-address"),
+        (["--web.listen-address", ":99999"], "--web.listen-address"),
+        (["--web.telemetry-path", "metrics"], "--web.telemetry-path"),
+        (["--web.max-requests", "-1"], "--web.max-requests"),
+        (["--web.idle-timeout", "0"], "--web.idle-timeout"),
+        (["--web.idle-timeout", "-5s"], "--web.idle-timeout"),
+        (["--web.idle-timeout", "forever"], "--web.idle-timeout"),
+        (["--web.max-connections", "0"], "--web.max-connections"),
+        (["--web.max-connections", "-1"], "--web.max-connections"),
+        (["--web.max-connections", "1e3"], "--web.max-connections"),
+        (["--scrape.timeout", "0"], "--scrape.timeout"),
+        (["--scrape.timeout", "soon"], "--scrape.timeout"),
+        (["--path.procfs", "/no/such/dir"], "--path.procfs"),
+        (["--path.sysfs", "/no/such/dir"], "--path.sysfs"),
+        (["--log.level", "loud"], "--log.level"),
+        (["--mode", "edge"], "--mode"),
+        (["--collector.no-such-thing"], "--collector.no-such-thing"),
+        (["check", "--web.listen-address", "x"], "--web.listen-address"),
+        (["--mode", "cluster", "--collector.neighbor"], "--collector.neighbor"),
+        (["--mode", "node", "--balloon.selector", "run=overprovisioning"], "--collector.balloon"),
+    ],
+)
 def test_bad_flags_exit_2_naming_the_flag(flags, named):
     result = run(*flags)
     assert result.returncode == 2, result.stderr
@@ -68,9 +72,17 @@ def test_port_in_use_exits_2_naming_the_flag(tmp_path):
 
 def test_serves_then_stops_gracefully_on_sigterm(tmp_path):
     port = free_port()
-    proc = Proc(EXPORTER + ["--web.listen-address", f"127.0.0.1:{port}",
-                            "--web.telemetry-path", "/m", "--web.process-metrics"],
-                tmp_path / "exporter.log")
+    proc = Proc(
+        EXPORTER
+        + [
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--web.telemetry-path",
+            "/m",
+            "--web.process-metrics",
+        ],
+        tmp_path / "exporter.log",
+    )
     try:
         wait_for_port(port, proc=proc)
         families = parse_exposition(requests.get(f"http://127.0.0.1:{port}/m", timeout=10).text)

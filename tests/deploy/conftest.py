@@ -4,6 +4,7 @@ Two kubectls: KUSTOMIZE_KUBECTL renders (its kustomize must know Components, kub
 or later), KUBECTL_BIN (1.20, the test API server's version) applies what it rendered.
 .ci/setup.d/45-deploy.sh provides both.
 """
+
 import os
 import subprocess
 import functools
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from testbed.kube_apiserver import apiserver_on_new_etcd
-from testbed.kustomize import kustomize, render
+from testbed.kustomize import render
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(REPO, "deploy")
@@ -24,21 +25,29 @@ KUBECTL = os.environ.get("KUBECTL_BIN", f"{CACHE}/kubectl")
 # API server to know the kinds and keep their fields, nothing of the operator's schema.
 CRD_STUBS = [("ServiceMonitor", "servicemonitors"), ("PrometheusRule", "prometheusrules")]
 
+
 def compose(tmp_path, components, resources=("base",), **fields) -> list[dict]:
     """Render a kustomization of our own: deploy/base plus the named components, in order,
     plus any other kustomization fields. kustomize takes relative paths only."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     rel = functools.partial(os.path.relpath, start=tmp_path)
-    doc = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-           "resources": [rel(os.path.join(DEPLOY, r)) for r in resources],
-           "components": [rel(os.path.join(COMPONENTS, c)) for c in components], **fields}
+    doc = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [rel(os.path.join(DEPLOY, r)) for r in resources],
+        "components": [rel(os.path.join(COMPONENTS, c)) for c in components],
+        **fields,
+    }
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(doc))
     return render(tmp_path)
 
 
 def component_names() -> list[str]:
-    return sorted(d for d in os.listdir(COMPONENTS)
-                  if os.path.exists(os.path.join(COMPONENTS, d, "kustomization.yaml")))
+    return sorted(
+        d
+        for d in os.listdir(COMPONENTS)
+        if os.path.exists(os.path.join(COMPONENTS, d, "kustomization.yaml"))
+    )
 
 
 @pytest.fixture(scope="session")
@@ -51,8 +60,11 @@ def manifests():
 def renders(tmp_path_factory):
     """Every install deploy/ offers: the default, the base alone, the base with each
     component alone, and the example overlay."""
-    out = {"default": render(DEPLOY), "base": render(os.path.join(DEPLOY, "base")),
-           "overlays/example": render(OVERLAY)}
+    out = {
+        "default": render(DEPLOY),
+        "base": render(os.path.join(DEPLOY, "base")),
+        "overlays/example": render(OVERLAY),
+    }
     for name in component_names():
         out[f"base+{name}"] = compose(tmp_path_factory.mktemp(name), [name])
     return out
@@ -60,15 +72,31 @@ def renders(tmp_path_factory):
 
 def crd_stub(kind, plural):
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.monitoring.coreos.com"},
         "spec": {
-            "group": "monitoring.coreos.com", "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "listKind": f"{kind}List",
-                      "singular": kind.lower()},
-            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                "openAPIV3Schema": {"type": "object",
-                                    "x-kubernetes-preserve-unknown-fields": True}}}],
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind,
+                "plural": plural,
+                "listKind": f"{kind}List",
+                "singular": kind.lower(),
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
         },
     }
 
@@ -81,12 +109,18 @@ class Kubectl:
     def __call__(self, *args, stdin=None, check=True):
         if not os.access(self.binary, os.X_OK):
             raise FileNotFoundError(f"{self.binary} missing: run .ci/setup.d/45-deploy.sh")
-        result = subprocess.run([self.binary, "--kubeconfig", self.kubeconfig, *args],
-                                input=stdin, capture_output=True, text=True, timeout=120,
-                                check=False)
+        result = subprocess.run(
+            [self.binary, "--kubeconfig", self.kubeconfig, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)}: {result.returncode}\n"
-                                 f"{result.stdout}\n{result.stderr}")
+            raise AssertionError(
+                f"kubectl {' '.join(args)}: {result.returncode}\n{result.stdout}\n{result.stderr}"
+            )
         return result
 
 
@@ -107,6 +141,10 @@ def kubectl(admin_kubeconfig):
     run = Kubectl(admin_kubeconfig)
     run("apply", "-f", "-", stdin=yaml.safe_dump_all([crd_stub(*c) for c in CRD_STUBS]))
     for _, plural in CRD_STUBS:
-        run("wait", "--for=condition=Established", "--timeout=30s",
-            f"crd/{plural}.monitoring.coreos.com")
+        run(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=30s",
+            f"crd/{plural}.monitoring.coreos.com",
+        )
     return run

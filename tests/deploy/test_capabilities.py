@@ -6,13 +6,14 @@ set and no_new_privs, as the pod's securityContext sets up, inside a network nam
 of the test's own holding a known neighbor entry. For contrast, the same process is
 refused RTM_NEWNEIGH (which needs CAP_NET_ADMIN), so the sandbox is real.
 """
+
 import json
 import os
 import subprocess
 
 import pytest
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, os, socket, struct
 RTM_NEWNEIGH, RTM_GETNEIGH, RTM_GETNEIGHTBL = 28, 30, 66
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP = 1, 4, 0x400, 0x300
@@ -64,7 +65,7 @@ except OSError as exc:
 print(json.dumps({"uid": os.getuid(), "cap_eff": status("CapEff"), "cap_bnd": status("CapBnd"),
                   "no_new_privs": status("NoNewPrivs"), "tables": tables, "entries": entries,
                   "add_refused_errno": refused}))
-'''
+"""
 
 SYSTEM_PYTHON = "/usr/bin/python3.11"
 
@@ -74,10 +75,21 @@ def netns():
     name = f"kse-caps-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
-        for cmd in (["link", "add", "kse0", "type", "veth", "peer", "name", "kse1"],
-                    ["link", "set", "kse0", "up"],
-                    ["neigh", "add", "192.0.2.7", "lladdr", "02:00:00:00:00:07", "dev", "kse0",
-                     "nud", "permanent"]):
+        for cmd in (
+            ["link", "add", "kse0", "type", "veth", "peer", "name", "kse1"],
+            ["link", "set", "kse0", "up"],
+            [
+                "neigh",
+                "add",
+                "192.0.2.7",
+                "lladdr",
+                "02:00:00:00:00:07",
+                "dev",
+                "kse0",
+                "nud",
+                "permanent",
+            ],
+        ):
             subprocess.run(["ip", "-n", name, *cmd], check=True)
         yield name
     finally:
@@ -86,11 +98,28 @@ def netns():
 
 def test_neighbor_dumps_need_no_capability(netns):
     result = subprocess.run(
-        ["ip", "netns", "exec", netns,
-         "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs",
-         SYSTEM_PYTHON, "-I", "-c", SCRIPT],
-        capture_output=True, text=True, timeout=30)
+        [
+            "ip",
+            "netns",
+            "exec",
+            netns,
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            SYSTEM_PYTHON,
+            "-I",
+            "-c",
+            SCRIPT,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
     assert seen["uid"] == 65534
@@ -99,6 +128,7 @@ def test_neighbor_dumps_need_no_capability(netns):
     assert {"arp_cache", "ndisc_cache"} <= set(seen["tables"])
     assert seen["entries"] == 1  # the entry the fixture added
     assert seen["add_refused_errno"] == 1  # EPERM: changing the table needs CAP_NET_ADMIN
-    shown = subprocess.run(["ip", "-n", netns, "-4", "neigh", "show"], capture_output=True,
-                           text=True, check=True).stdout
+    shown = subprocess.run(
+        ["ip", "-n", netns, "-4", "neigh", "show"], capture_output=True, text=True, check=True
+    ).stdout
     assert "192.0.2.99" not in shown and "192.0.2.7" in shown

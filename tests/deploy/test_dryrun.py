@@ -5,6 +5,7 @@ grants, asked of the API server's own authorizer.
 kubectl 1.20 (the API server's version) has a kustomize without Components, so a newer
 kubectl renders (conftest.kustomize) and 1.20 applies what it rendered; the example
 overlay goes through the same dry-run."""
+
 import json
 import os
 import sys
@@ -38,15 +39,26 @@ def test_every_manifest_passes_server_side_dry_run(kubectl, namespace, path):
     lines = result.stdout.strip().splitlines()
     assert all(line.endswith("(server dry run)") for line in lines), result.stdout
     kinds = {obj["kind"] for obj in objs}
-    assert {"DaemonSet", "Deployment", "ClusterRole", "ClusterRoleBinding", "ServiceAccount",
-            "Service", "ServiceMonitor", "PrometheusRule"} <= kinds
+    assert {
+        "DaemonSet",
+        "Deployment",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ServiceAccount",
+        "Service",
+        "ServiceMonitor",
+        "PrometheusRule",
+    } <= kinds
     assert len(lines) == len(objs)
     for obj in objs:
         name = obj["metadata"]["name"]
         assert any(f"/{name} " in line for line in lines), (obj["kind"], name)
     # nothing but the namespace was stored
-    stored = json.loads(kubectl("get", "daemonsets,deployments,services,serviceaccounts",
-                                "-n", namespace, "-o", "json").stdout)["items"]
+    stored = json.loads(
+        kubectl(
+            "get", "daemonsets,deployments,services,serviceaccounts", "-n", namespace, "-o", "json"
+        ).stdout
+    )["items"]
     assert stored == []  # (no controller-manager here makes a `default` ServiceAccount)
 
 
@@ -54,7 +66,8 @@ def test_the_one_line_install_itself(admin_kubeconfig, kubectl, namespace, manif
     """`kubectl apply -k deploy/` as an operator types it, with the newer kubectl that
     renders (its version is outside the API server's skew, which a dry-run tolerates)."""
     result = Kubectl(admin_kubeconfig, kustomize_kubectl())(
-        "apply", "--dry-run=server", "-k", DEPLOY)
+        "apply", "--dry-run=server", "-k", DEPLOY
+    )
     lines = result.stdout.strip().splitlines()
     assert len(lines) == len(manifests), result.stdout
     assert all(line.endswith("(server dry run)") for line in lines), result.stdout
@@ -62,14 +75,24 @@ def test_the_one_line_install_itself(admin_kubeconfig, kubectl, namespace, manif
 
 def test_the_server_defaults_keep_the_pods_locked_down(kubectl, namespace):
     """What the API server would store, after defaulting, still says what we asked."""
-    out = kubectl("apply", "--dry-run=server", "-f", "-", "-o", "json",
-                  stdin=kustomize(DEPLOY)).stdout
-    items = json.loads(out)["items"] if out.lstrip().startswith("{") else [
-        json.loads(doc) for doc in out.split("\n}\n") if doc.strip()]
-    pods = {i["metadata"]["name"]: i["spec"]["template"]["spec"] for i in items
-            if i["kind"] in ("DaemonSet", "Deployment")}
-    assert set(pods) == {"kube-scale-exporter-node", "kube-scale-exporter-etcd-node",
-                         "kube-scale-exporter-cluster"}
+    out = kubectl(
+        "apply", "--dry-run=server", "-f", "-", "-o", "json", stdin=kustomize(DEPLOY)
+    ).stdout
+    items = (
+        json.loads(out)["items"]
+        if out.lstrip().startswith("{")
+        else [json.loads(doc) for doc in out.split("\n}\n") if doc.strip()]
+    )
+    pods = {
+        i["metadata"]["name"]: i["spec"]["template"]["spec"]
+        for i in items
+        if i["kind"] in ("DaemonSet", "Deployment")
+    }
+    assert set(pods) == {
+        "kube-scale-exporter-node",
+        "kube-scale-exporter-etcd-node",
+        "kube-scale-exporter-cluster",
+    }
     for name, pod in pods.items():
         [c] = pod["containers"]
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, name
@@ -77,7 +100,8 @@ def test_the_server_defaults_keep_the_pods_locked_down(kubectl, namespace):
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
         for v in pod.get("volumes", ()):
             assert "hostPath" not in v or any(
-                m["name"] == v["name"] and m["readOnly"] for m in c["volumeMounts"])
+                m["name"] == v["name"] and m["readOnly"] for m in c["volumeMounts"]
+            )
 
 
 def test_dry_run_rejects_what_the_server_would_reject(kubectl, namespace, manifests):
@@ -85,15 +109,22 @@ def test_dry_run_rejects_what_the_server_would_reject(kubectl, namespace, manife
     ds = next(obj for obj in manifests if obj["kind"] == "DaemonSet")
     broken = json.loads(json.dumps(ds))
     broken["spec"]["template"]["spec"]["containers"][0]["securityContext"]["runAsUser"] = -1
-    result = kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(broken),
-                     check=False)
+    result = kubectl(
+        "apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(broken), check=False
+    )
     assert result.returncode != 0
     assert "securityContext.runAsUser: Invalid value: -1" in result.stderr, result.stderr
 
 
 def can_i(kubectl, account, verb, resource, subresource=None):
-    args = ["auth", "can-i", verb, resource, "--all-namespaces",
-            f"--as=system:serviceaccount:{NAMESPACE}:{account}"]
+    args = [
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        "--all-namespaces",
+        f"--as=system:serviceaccount:{NAMESPACE}:{account}",
+    ]
     if subresource:
         args.append(f"--subresource={subresource}")
     result = kubectl(*args, check=False)
@@ -112,20 +143,36 @@ def rbac_applied(kubectl, namespace, manifests):
 
 ALLOWED = {
     "kube-scale-exporter-node": [("list", "pods"), ("watch", "pods")],
-    "kube-scale-exporter-cluster": [("list", "pods"), ("watch", "pods"), ("list", "nodes"),
-                                    ("watch", "nodes"), ("list", "events"), ("watch", "events"),
-                                    ("list", "priorityclasses.scheduling.k8s.io"),
-                                    ("watch", "priorityclasses.scheduling.k8s.io")],
+    "kube-scale-exporter-cluster": [
+        ("list", "pods"),
+        ("watch", "pods"),
+        ("list", "nodes"),
+        ("watch", "nodes"),
+        ("list", "events"),
+        ("watch", "events"),
+        ("list", "priorityclasses.scheduling.k8s.io"),
+        ("watch", "priorityclasses.scheduling.k8s.io"),
+    ],
 }
-DENIED = [("get", "secrets", None), ("list", "secrets", None), ("get", "nodes", "proxy"),
-          ("create", "nodes", "proxy"), ("create", "pods", None), ("delete", "pods", None),
-          ("create", "pods", "exec"), ("get", "pods", "log"), ("list", "configmaps", None),
-          ("patch", "nodes", None), ("create", "serviceaccounts", "token")]
+DENIED = [
+    ("get", "secrets", None),
+    ("list", "secrets", None),
+    ("get", "nodes", "proxy"),
+    ("create", "nodes", "proxy"),
+    ("create", "pods", None),
+    ("delete", "pods", None),
+    ("create", "pods", "exec"),
+    ("get", "pods", "log"),
+    ("list", "configmaps", None),
+    ("patch", "nodes", None),
+    ("create", "serviceaccounts", "token"),
+]
 
 
 @pytest.mark.parametrize("account", sorted(ALLOWED))
-def test_the_api_server_grants_exactly_the_reads_the_collectors_need(kubectl, rbac_applied,
-                                                                      account):
+def test_the_api_server_grants_exactly_the_reads_the_collectors_need(
+    kubectl, rbac_applied, account
+):
     assert account in rbac_applied
     for verb, resource in ALLOWED[account]:
         assert can_i(kubectl, account, verb, resource), (account, verb, resource)
@@ -142,8 +189,11 @@ def service_account_kubeconfig(apiserver, account, path):
     """A kubeconfig holding a TokenRequest token of one of our ServiceAccounts."""
     token = apiserver.admin.create(
         f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-         "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600}},
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600},
+        },
     )["status"]["token"]
     return apiserver.write_kubeconfig(path, token=token)
 
@@ -164,28 +214,40 @@ def scrape_until(url, predicate, timeout=30):
     return text
 
 
-@pytest.mark.parametrize("account,granted", [("kube-scale-exporter-cluster", True),
-                                             ("kube-scale-exporter-node", False)])
-def test_the_cluster_deployment_runs_on_its_role_and_not_on_less(apiserver, rbac_applied,
-                                                                 manifests, tmp_path, account,
-                                                                 granted):
+@pytest.mark.parametrize(
+    "account,granted", [("kube-scale-exporter-cluster", True), ("kube-scale-exporter-node", False)]
+)
+def test_the_cluster_deployment_runs_on_its_role_and_not_on_less(
+    apiserver, rbac_applied, manifests, tmp_path, account, granted
+):
     """The Deployment's own args, as its ServiceAccount: every informer syncs. With the
     node pods' narrower role instead, they cannot, and the collectors fail."""
     [dep] = [obj for obj in manifests if obj["kind"] == "Deployment"]
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     port = free_port()
     kubeconfig = service_account_kubeconfig(apiserver, account, tmp_path / "kubeconfig")
-    proc = Proc([sys.executable, "-m", "kube_scale_exporter", *args, "--kube.kubeconfig", kubeconfig,
-                 "--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "exporter.log",
-                cwd=os.path.dirname(DEPLOY))
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "kube_scale_exporter",
+            *args,
+            "--kube.kubeconfig",
+            kubeconfig,
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+        ],
+        tmp_path / "exporter.log",
+        cwd=os.path.dirname(DEPLOY),
+    )
     try:
         wait_for_port(port, proc=proc)
         url = f"http://127.0.0.1:{port}/metrics"
         collectors = ("balloon", "imagepull_events")
-        success = [f'kubescale_scrape_collector_success{{collector="{c}"}} 1.0'
-                   for c in collectors]
-        text = scrape_until(url, lambda t: all(line in t for line in success),
-                            timeout=30 if granted else 8)
+        success = [f'kubescale_scrape_collector_success{{collector="{c}"}} 1.0' for c in collectors]
+        text = scrape_until(
+            url, lambda t: all(line in t for line in success), timeout=30 if granted else 8
+        )
         if granted:
             assert all(line in text for line in success), proc.log_tail()
             for resource in ("pods", "priorityclasses", "nodes"):  # balloon reports these

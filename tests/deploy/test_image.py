@@ -7,6 +7,7 @@ build from the repository gives, and the ENTRYPOINT must serve as the numeric US
 no capability and nothing in the install tree writable by it, the neighbor collectors
 included.
 """
+
 import csv
 import io
 import json
@@ -110,17 +111,28 @@ def built(dockerfile, world):
         if word == "COPY":
             *sources, dest = rest.split()
             for source in sources:
-                target = os.path.join(src, dest, os.path.basename(source)) if dest.endswith("/") \
+                target = (
+                    os.path.join(src, dest, os.path.basename(source))
+                    if dest.endswith("/")
                     else os.path.join(src, dest)
+                )
                 if os.path.isdir(os.path.join(REPO, source)):
-                    shutil.copytree(os.path.join(REPO, source), target,
-                                    ignore=shutil.ignore_patterns("__pycache__"))
+                    shutil.copytree(
+                        os.path.join(REPO, source),
+                        target,
+                        ignore=shutil.ignore_patterns("__pycache__"),
+                    )
                 else:
                     shutil.copy(os.path.join(REPO, source), target)
         elif word == "RUN":
             for argv in run_commands(rest):
-                subprocess.run(localise(argv, sys.executable, wheels), cwd=src, check=True,
-                               capture_output=True, timeout=300)
+                subprocess.run(
+                    localise(argv, sys.executable, wheels),
+                    cwd=src,
+                    check=True,
+                    capture_output=True,
+                    timeout=300,
+                )
     return wheels
 
 
@@ -165,15 +177,32 @@ def test_the_image_wheel_is_the_wheel_the_repository_builds(built, world):
     # From the committed files, as a fresh clone in CI has them (a build in the work tree
     # would also leave build/ behind, whose stale copies can end up in later wheels).
     checkout = os.path.join(world, "checkout")
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True,
-                             capture_output=True).stdout.decode().split("\0")
+    tracked = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True, capture_output=True)
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, tracked):
         if os.path.isfile(os.path.join(REPO, rel)):
             os.makedirs(os.path.join(checkout, os.path.dirname(rel)), exist_ok=True)
             shutil.copy(os.path.join(REPO, rel), os.path.join(checkout, rel))
     ci = os.path.join(world, "ci-wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
-                    "--wheel-dir", ci, checkout], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-cache-dir",
+            "--wheel-dir",
+            ci,
+            checkout,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     from_image, from_repo = own_wheel(built), own_wheel(ci)
     assert os.path.basename(from_image) == f"kube_scale_exporter-{__version__}-py3-none-any.whl"
     assert record(from_image) == record(from_repo)
@@ -187,8 +216,7 @@ def test_the_final_stage_installs_offline_and_serves_as_its_user(dockerfile, bui
     final = dockerfile[2][1]
     [install] = [rest for word, rest in final if word == "RUN"]
     for argv in run_commands(install):
-        subprocess.run(localise(argv, python, built), check=True, capture_output=True,
-                       timeout=300)
+        subprocess.run(localise(argv, python, built), check=True, capture_output=True, timeout=300)
     assert not os.path.exists(os.path.join(venv, "bin", "pip")), "pip is removed"
     entrypoint = json.loads(dict(final)["ENTRYPOINT"])
     command = [os.path.join(venv, "bin", entrypoint[0]), *entrypoint[1:]]
@@ -196,20 +224,40 @@ def test_the_final_stage_installs_offline_and_serves_as_its_user(dockerfile, bui
     env.update(kv.split("=", 1) for kv in dict(final)["ENV"].split())
     uid, gid = (int(x) for x in dict(final)["USER"].split(":"))
 
-    version = subprocess.run([*command, "--version"], cwd="/", env=env, user=uid, group=gid,
-                             capture_output=True, text=True, timeout=60)
+    version = subprocess.run(
+        [*command, "--version"],
+        cwd="/",
+        env=env,
+        user=uid,
+        group=gid,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert version.stdout.strip() == f"kube-scale-exporter {__version__}", version
 
     before = sorted(os.walk(venv))
     port = free_port()
     # The node pod's collectors that need no mount, as the image's user: setuid from root
     # empties the capability sets, as the pod's `drop: [ALL]` does.
-    proc = subprocess.Popen([*command, "--mode=node", "--collector.disable-defaults",
-                             "--collector.neighbor", "--collector.neighbor_gc",
-                             "--web.listen-address", f"127.0.0.1:{port}"],
-                            cwd="/", env=env, user=uid, group=gid,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            *command,
+            "--mode=node",
+            "--collector.disable-defaults",
+            "--collector.neighbor",
+            "--collector.neighbor_gc",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+        ],
+        cwd="/",
+        env=env,
+        user=uid,
+        group=gid,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         wait_for_port(port, timeout=30)
         with open(f"/proc/{proc.pid}/status") as f:

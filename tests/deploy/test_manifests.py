@@ -1,5 +1,6 @@
 """deploy/: a kustomize base and Components, rendered by kustomize, granting each pod what
 its collectors declare (`needs` on each collector class) and nothing more."""
+
 import json
 import os
 import subprocess
@@ -32,8 +33,9 @@ def by_kind(objs, kind):
 
 
 def workloads(objs):
-    return {obj["metadata"]["name"]: obj for obj in objs
-            if obj["kind"] in ("DaemonSet", "Deployment")}
+    return {
+        obj["metadata"]["name"]: obj for obj in objs if obj["kind"] in ("DaemonSet", "Deployment")
+    }
 
 
 def pods(objs):
@@ -50,8 +52,11 @@ def parse(container):
 def collectors_of(container):
     """The collector classes a container runs: one --collector.NAME flag each (every pod
     passes --collector.disable-defaults; test_every_collector_is_switched_on_by_name)."""
-    return [BY_NAME[f.removeprefix("--collector.")] for f in container["args"]
-            if f.startswith("--collector.") and f != "--collector.disable-defaults"]
+    return [
+        BY_NAME[f.removeprefix("--collector.")]
+        for f in container["args"]
+        if f.startswith("--collector.") and f != "--collector.disable-defaults"
+    ]
 
 
 def needs_of(pod):
@@ -75,21 +80,29 @@ def role_of(objs, account):
     """The rules bound to a ServiceAccount through ClusterRoleBindings."""
     rules = []
     for binding in by_kind(objs, "ClusterRoleBinding"):
-        if any(s["kind"] == "ServiceAccount" and s["name"] == account
-               for s in binding["subjects"]):
-            [role] = [r for r in by_kind(objs, "ClusterRole")
-                      if r["metadata"]["name"] == binding["roleRef"]["name"]]
+        if any(s["kind"] == "ServiceAccount" and s["name"] == account for s in binding["subjects"]):
+            [role] = [
+                r
+                for r in by_kind(objs, "ClusterRole")
+                if r["metadata"]["name"] == binding["roleRef"]["name"]
+            ]
             rules += role["rules"] or []
     return rules
 
 
 def declared_rules(objs, account):
     """What the collectors of every pod running as this ServiceAccount declare."""
-    return [rule for pod in pods(objs).values() if pod["serviceAccountName"] == account
-            for needs in needs_of(pod) for rule in needs.rbac_rules]
+    return [
+        rule
+        for pod in pods(objs).values()
+        if pod["serviceAccountName"] == account
+        for needs in needs_of(pod)
+        for rule in needs.rbac_rules
+    ]
 
 
 # --- layout ----------------------------------------------------------------------------
+
 
 def test_deploy_is_plain_kustomize_with_nothing_generated():
     for gone in ("generate.py", "values.yaml", "manifests", "Makefile.inc"):
@@ -120,8 +133,10 @@ def test_the_default_install_is_the_base_and_components():
 @pytest.mark.parametrize("install", INSTALLS)
 def test_every_install_renders_without_kustomize_warnings(renders, install):
     # conftest.kustomize fails on any output to stderr; each install has both workloads
-    assert set(pods(renders[install])) >= {"kube-scale-exporter-node",
-                                           "kube-scale-exporter-cluster"}
+    assert set(pods(renders[install])) >= {
+        "kube-scale-exporter-node",
+        "kube-scale-exporter-cluster",
+    }
 
 
 def test_the_rules_have_one_home(manifests):
@@ -140,8 +155,11 @@ def test_the_rules_have_one_home(manifests):
 
 
 def test_an_overlay_s_namespace_moves_every_object_and_binding(tmp_path):
-    objs = compose(tmp_path, ["etcd-node", "imagepull", "balloon", "prometheus-operator"],
-                   namespace="monitoring")
+    objs = compose(
+        tmp_path,
+        ["etcd-node", "imagepull", "balloon", "prometheus-operator"],
+        namespace="monitoring",
+    )
     [ns] = by_kind(objs, "Namespace")
     assert ns["metadata"]["name"] == "monitoring"
     for obj in objs:
@@ -152,6 +170,7 @@ def test_an_overlay_s_namespace_moves_every_object_and_binding(tmp_path):
 
 
 # --- what is granted is what the collectors declare --------------------------------------
+
 
 @pytest.mark.parametrize("install", INSTALLS)
 def test_rbac_is_what_the_collectors_declare(renders, install):
@@ -178,8 +197,10 @@ def test_host_paths_are_what_the_collectors_declare(renders, install):
         mounts = {m["name"]: m for m in c.get("volumeMounts", ())}
         for volume, h in host.items():
             # read-only, at the host's own path: the collectors' default paths hold
-            assert mounts[volume] == {"name": volume, "mountPath": h["path"],
-                                      "readOnly": True}, (install, name)
+            assert mounts[volume] == {"name": volume, "mountPath": h["path"], "readOnly": True}, (
+                install,
+                name,
+            )
         assert all(m["readOnly"] is True for m in mounts.values())
         assert not any(p.endswith(("ca.key", "peer.key", "server.key")) for _, p, _ in wanted)
 
@@ -230,15 +251,20 @@ def test_each_component_grants_what_its_collectors_declare_and_no_more(renders, 
     base, with_it = renders["base"], renders[f"base+{component}"]
 
     def running(objs):
-        return {(name, cls.name) for name, pod in pods(objs).items()
-                for cls in collectors_of(pod["containers"][0])}
+        return {
+            (name, cls.name)
+            for name, pod in pods(objs).items()
+            for cls in collectors_of(pod["containers"][0])
+        }
 
     def flat(objs, rules_of):
         """(account, group, verbs, resource) for each account's rules, merged."""
-        return {(account, group, verbs, resource)
-                for account in (sa["metadata"]["name"] for sa in by_kind(objs, "ServiceAccount"))
-                for (group, verbs), resources in merged(rules_of(objs, account)).items()
-                for resource in resources}
+        return {
+            (account, group, verbs, resource)
+            for account in (sa["metadata"]["name"] for sa in by_kind(objs, "ServiceAccount"))
+            for (group, verbs), resources in merged(rules_of(objs, account)).items()
+            for resource in resources
+        }
 
     def grants(objs):
         return flat(objs, role_of)
@@ -247,13 +273,20 @@ def test_each_component_grants_what_its_collectors_declare_and_no_more(renders, 
         return flat(objs, declared_rules)
 
     def mounted(objs):
-        return {(name, v["name"], v["hostPath"]["path"], v["hostPath"]["type"])
-                for name, pod in pods(objs).items() for v in pod.get("volumes", ())
-                if "hostPath" in v}
+        return {
+            (name, v["name"], v["hostPath"]["path"], v["hostPath"]["type"])
+            for name, pod in pods(objs).items()
+            for v in pod.get("volumes", ())
+            if "hostPath" in v
+        }
 
     def declared_paths(objs):
-        return {(name, h.volume, h.path, h.type) for name, pod in pods(objs).items()
-                for n in needs_of(pod) for h in n.host_paths}
+        return {
+            (name, h.volume, h.path, h.type)
+            for name, pod in pods(objs).items()
+            for n in needs_of(pod)
+            for h in n.host_paths
+        }
 
     added = running(with_it) - running(base)
     assert running(base) <= running(with_it), "a component never takes a collector away"
@@ -287,14 +320,14 @@ def test_every_collector_has_a_place_in_deploy(renders):
 
 # --- the pods --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("install", INSTALLS)
 def test_container_flags_are_the_cli_s_own(renders, install):
     for pod in pods(renders[install]).values():
         [c] = pod["containers"]
         args = parse(c)  # exits 2 on a flag the CLI does not have
         assert args.listen == ("", DEFAULT_PORT)
-        assert c["ports"] == [{"name": "metrics", "containerPort": DEFAULT_PORT,
-                               "protocol": "TCP"}]
+        assert c["ports"] == [{"name": "metrics", "containerPort": DEFAULT_PORT, "protocol": "TCP"}]
 
 
 @pytest.mark.parametrize("install", INSTALLS)
@@ -322,16 +355,20 @@ def test_every_pod_is_locked_down(renders, install):
 
 def test_the_default_install_runs_the_default_collectors(manifests):
     """The collectors and workloads of `kubectl apply -k deploy/`."""
-    running = {name: sorted(cls.name for cls in collectors_of(pod["containers"][0]))
-               for name, pod in pods(manifests).items()}
+    running = {
+        name: sorted(cls.name for cls in collectors_of(pod["containers"][0]))
+        for name, pod in pods(manifests).items()
+    }
     assert running == {
         "kube-scale-exporter-node": ["imagepull", "neighbor", "neighbor_gc"],
         "kube-scale-exporter-etcd-node": ["etcd", "imagepull", "neighbor", "neighbor_gc"],
         "kube-scale-exporter-cluster": ["balloon", "imagepull_events"],
     }
     [dep] = by_kind(manifests, "Deployment")
-    assert "--balloon.selector=run=overprovisioning" in dep["spec"]["template"]["spec"][
-        "containers"][0]["args"]
+    assert (
+        "--balloon.selector=run=overprovisioning"
+        in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
     for obj in manifests:
         if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
@@ -347,12 +384,14 @@ def test_the_etcd_node_daemonset_is_the_node_daemonset_plus_etcd(manifests):
     pod, c = etcd["spec"]["template"]["spec"], etcd["spec"]["template"]["spec"]["containers"][0]
     # the nodes: the plain one keeps off exactly the etcd one's extra nodeSelector label
     plain_pod = plain["spec"]["template"]["spec"]
-    [(key, _)] = [(k, v) for k, v in pod["nodeSelector"].items()
-                  if k not in plain_pod["nodeSelector"]]
+    [(key, _)] = [
+        (k, v) for k, v in pod["nodeSelector"].items() if k not in plain_pod["nodeSelector"]
+    ]
     affinity = plain_pod.pop("affinity")["nodeAffinity"]
     terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"] == [{"matchExpressions": [
-        {"key": key, "operator": "DoesNotExist"}]}]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": key, "operator": "DoesNotExist"}]}
+    ]
     del pod["nodeSelector"][key]
     # the etcd collector's declared flags, mounts and user
     c["args"] = [a for a in c["args"] if a != "--collector.etcd" and a not in needs.args]
@@ -364,8 +403,10 @@ def test_the_etcd_node_daemonset_is_the_node_daemonset_plus_etcd(manifests):
         pod["securityContext"][field] = plain_pod["securityContext"][field]
     # name and placement
     etcd["metadata"]["name"] = plain["metadata"]["name"]
-    for labels in (etcd["spec"]["selector"]["matchLabels"],
-                   etcd["spec"]["template"]["metadata"]["labels"]):
+    for labels in (
+        etcd["spec"]["selector"]["matchLabels"],
+        etcd["spec"]["template"]["metadata"]["labels"],
+    ):
         labels["kube-scale-exporter/placement"] = "all"
     plain_c = plain_pod["containers"][0]
     assert c["args"] == plain_c["args"]
@@ -381,25 +422,33 @@ def test_node_mode_runs_on_every_node_with_the_host_network(manifests):
             assert pod["priorityClassName"] == "system-node-critical"
             assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
             [c] = pod["containers"]
-            assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {
-                "fieldPath": "spec.nodeName"}}} in c["env"]
+            assert {
+                "name": "NODE_NAME",
+                "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+            } in c["env"]
     for ds in by_kind(manifests, "DaemonSet"):
-        assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate",
-                                                "rollingUpdate": {"maxUnavailable": "10%"}}
+        assert ds["spec"]["updateStrategy"] == {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxUnavailable": "10%"},
+        }
 
 
 def test_the_cluster_deployment_has_one_replica_and_its_own_service_account(manifests):
     [dep] = by_kind(manifests, "Deployment")
     assert dep["spec"]["replicas"] == 1
     assert dep["spec"]["strategy"] == {"type": "Recreate"}
-    accounts = {ds["spec"]["template"]["spec"]["serviceAccountName"]
-                for ds in by_kind(manifests, "DaemonSet")}
+    accounts = {
+        ds["spec"]["template"]["spec"]["serviceAccountName"]
+        for ds in by_kind(manifests, "DaemonSet")
+    }
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] not in accounts
-    assert {sa["metadata"]["name"] for sa in by_kind(manifests, "ServiceAccount")} == \
-        accounts | {dep["spec"]["template"]["spec"]["serviceAccountName"]}
+    assert {sa["metadata"]["name"] for sa in by_kind(manifests, "ServiceAccount")} == accounts | {
+        dep["spec"]["template"]["spec"]["serviceAccountName"]
+    }
 
 
 # --- RBAC ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("install", INSTALLS)
 def test_rbac_is_read_only_and_never_secrets_or_node_proxy(renders, install):
@@ -410,14 +459,16 @@ def test_rbac_is_read_only_and_never_secrets_or_node_proxy(renders, install):
         for rule in role["rules"] or ():
             assert set(rule["verbs"]) <= READ_VERBS
             assert "*" not in rule["resources"] and "*" not in rule["apiGroups"]
-            assert not {"secrets", "nodes/proxy", "pods/exec", "pods/log",
-                        "configmaps"} & set(rule["resources"])
+            assert not {"secrets", "nodes/proxy", "pods/exec", "pods/log", "configmaps"} & set(
+                rule["resources"]
+            )
             assert "resourceNames" not in rule and "nonResourceURLs" not in rule
 
 
 def test_node_mode_may_only_list_and_watch_pods(manifests):
     assert merged(role_of(manifests, "kube-scale-exporter-node")) == {
-        ("", ("list", "watch")): {"pods"}}
+        ("", ("list", "watch")): {"pods"}
+    }
 
 
 def test_cluster_mode_reads_what_its_collectors_watch(manifests):
@@ -432,16 +483,20 @@ def test_each_binding_binds_its_role_to_its_own_service_account(renders, install
     for binding in by_kind(renders[install], "ClusterRoleBinding"):
         name = binding["metadata"]["name"]
         assert binding["roleRef"]["name"] == name
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name,
-                                        "namespace": NAMESPACE}]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}
+        ]
 
 
 # --- web TLS ---------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def with_web_tls(tmp_path_factory):
-    return compose(tmp_path_factory.mktemp("web-tls"),
-                   ["etcd-node", "imagepull", "balloon", "prometheus-operator", "web-tls"])
+    return compose(
+        tmp_path_factory.mktemp("web-tls"),
+        ["etcd-node", "imagepull", "balloon", "prometheus-operator", "web-tls"],
+    )
 
 
 @pytest.mark.parametrize("which", ["components", "overlay"])
@@ -452,10 +507,13 @@ def test_web_tls_switches_flags_probes_and_monitors_to_https(with_web_tls, rende
         assert f"{WEB_CONFIG_FLAG}{WEB_CONFIG_DIR}/web.yml" in c["args"]
         assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
         assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
-        assert {"name": "web-config", "mountPath": WEB_CONFIG_DIR,
-                "readOnly": True} in c["volumeMounts"]
-        assert {"name": "web-config", "secret": {"secretName": "kube-scale-exporter-web-config",
-                                                 "defaultMode": 0o440}} in pod["volumes"]
+        assert {"name": "web-config", "mountPath": WEB_CONFIG_DIR, "readOnly": True} in c[
+            "volumeMounts"
+        ]
+        assert {
+            "name": "web-config",
+            "secret": {"secretName": "kube-scale-exporter-web-config", "defaultMode": 0o440},
+        } in pod["volumes"]
         user = c["securityContext"].get("runAsUser", pod["securityContext"].get("runAsUser"))
         assert user == 0 or pod["securityContext"]["fsGroup"] == 65534, name
     assert by_kind(objs, "ServiceMonitor")
@@ -473,16 +531,21 @@ def test_the_example_overlay_tunes_without_touching_the_grants(renders):
     args = parse(c)
     assert [name for name, _ in args.etcd_clusters] == ["main"]
     assert {args.etcd_ca_file, args.etcd_cert_file, args.etcd_key_file} <= {
-        f"{m['mountPath']}/{f}" for m in c["volumeMounts"] if m["name"] == "etcd-client"
-        for f in ("ca.crt", "tls.crt", "tls.key")}
+        f"{m['mountPath']}/{f}"
+        for m in c["volumeMounts"]
+        if m["name"] == "etcd-client"
+        for f in ("ca.crt", "tls.crt", "tls.key")
+    }
     assert c["resources"]["limits"]["memory"] == "1Gi"
 
 
 # --- scraping --------------------------------------------------------------------------
 
-SCRAPES = [("kube-scale-exporter-node", 86, "kube-scale-exporter-node"),
-           ("kube-scale-exporter-etcd-node", 320, "kube-scale-exporter-node"),
-           ("kube-scale-exporter-cluster", 1000, "kube-scale-exporter-cluster")]
+SCRAPES = [
+    ("kube-scale-exporter-node", 86, "kube-scale-exporter-node"),
+    ("kube-scale-exporter-etcd-node", 320, "kube-scale-exporter-node"),
+    ("kube-scale-exporter-cluster", 1000, "kube-scale-exporter-cluster"),
+]
 
 
 @pytest.mark.parametrize("name,limit,job", SCRAPES)
@@ -490,13 +553,19 @@ def test_service_monitors_add_the_node_label_and_twice_the_budget(manifests, nam
     [mon] = [m for m in by_kind(manifests, "ServiceMonitor") if m["metadata"]["name"] == name]
     assert mon["spec"]["sampleLimit"] == limit
     [endpoint] = mon["spec"]["endpoints"]
-    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node",
-            "action": "replace"} in endpoint["relabelings"]
+    assert {
+        "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+        "targetLabel": "node",
+        "action": "replace",
+    } in endpoint["relabelings"]
     assert {"regex": "pod|container|endpoint", "action": "labeldrop"} in endpoint["relabelings"]
     assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("30s", "10s")
     # the job label the mixin selects on: the Service's name, unless set explicitly
-    [svc] = [s for s in by_kind(manifests, "Service")
-             if s["metadata"]["labels"] == mon["spec"]["selector"]["matchLabels"]]
+    [svc] = [
+        s
+        for s in by_kind(manifests, "Service")
+        if s["metadata"]["labels"] == mon["spec"]["selector"]["matchLabels"]
+    ]
     assert svc["metadata"]["name"] == name
     assert (svc["spec"].get("clusterIP") == "None") == name.endswith("-node")
     set_job = [r["replacement"] for r in endpoint["relabelings"] if r.get("targetLabel") == "job"]
@@ -504,8 +573,10 @@ def test_service_monitors_add_the_node_label_and_twice_the_budget(manifests, nam
 
 
 def test_each_service_selects_the_pods_of_exactly_one_workload(manifests):
-    templates = {name: w["spec"]["template"]["metadata"]["labels"]
-                 for name, w in workloads(manifests).items()}
+    templates = {
+        name: w["spec"]["template"]["metadata"]["labels"]
+        for name, w in workloads(manifests).items()
+    }
     for svc in by_kind(manifests, "Service"):
         selector = svc["spec"]["selector"].items()
         chosen = [name for name, pod in templates.items() if selector <= pod.items()]
@@ -513,6 +584,7 @@ def test_each_service_selects_the_pods_of_exactly_one_workload(manifests):
 
 
 # --- Prometheus without the operator ---------------------------------------------------
+
 
 def plain_config():
     with open(os.path.join(DEPLOY, "prometheus", "prometheus.yml")) as f:
@@ -524,31 +596,47 @@ def test_the_plain_scrape_config_has_a_job_per_service_monitor(manifests):
     ServiceMonitors say, one job per Service."""
     jobs = {j["job_name"]: j for j in plain_config()["scrape_configs"]}
     monitors = {m["metadata"]["name"]: m for m in by_kind(manifests, "ServiceMonitor")}
-    assert set(jobs) == set(monitors) == {s["metadata"]["name"]
-                                          for s in by_kind(manifests, "Service")}
+    assert (
+        set(jobs) == set(monitors) == {s["metadata"]["name"] for s in by_kind(manifests, "Service")}
+    )
     for name, mon in monitors.items():
         job, [endpoint] = jobs[name], mon["spec"]["endpoints"]
         assert job["sample_limit"] == mon["spec"]["sampleLimit"], name
         assert (job["scheme"], job["scrape_interval"], job["scrape_timeout"]) == (
-            endpoint["scheme"], endpoint["interval"], endpoint["scrapeTimeout"]), name
-        assert job["kubernetes_sd_configs"] == [{"role": "endpoints",
-                                                 "namespaces": {"names": [NAMESPACE]}}]
+            endpoint["scheme"],
+            endpoint["interval"],
+            endpoint["scrapeTimeout"],
+        ), name
+        assert job["kubernetes_sd_configs"] == [
+            {"role": "endpoints", "namespaces": {"names": [NAMESPACE]}}
+        ]
         relabel = job["relabel_configs"]
-        assert relabel[0] == {"source_labels": ["__meta_kubernetes_service_name",
-                                                "__meta_kubernetes_endpoint_port_name"],
-                              "regex": f"{name};metrics", "action": "keep"}
-        assert {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node",
-                "action": "replace"} in relabel
+        assert relabel[0] == {
+            "source_labels": [
+                "__meta_kubernetes_service_name",
+                "__meta_kubernetes_endpoint_port_name",
+            ],
+            "regex": f"{name};metrics",
+            "action": "keep",
+        }
+        assert {
+            "source_labels": ["__meta_kubernetes_pod_node_name"],
+            "target_label": "node",
+            "action": "replace",
+        } in relabel
         set_job = [r["replacement"] for r in relabel if r.get("target_label") == "job"]
-        mon_job = [r["replacement"] for r in endpoint["relabelings"]
-                   if r.get("targetLabel") == "job"]
+        mon_job = [
+            r["replacement"] for r in endpoint["relabelings"] if r.get("targetLabel") == "job"
+        ]
         assert set_job == mon_job, name
 
 
 # Debian bookworm's Prometheus is built without Kubernetes discovery; sid's (unpacked here
 # by another setup step, when present) has it.
-PROMTOOLS_WITH_KUBERNETES_SD = [os.environ.get("PROMTOOL_K8S_SD"),
-                                "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin/promtool"]
+PROMTOOLS_WITH_KUBERNETES_SD = [
+    os.environ.get("PROMTOOL_K8S_SD"),
+    "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin/promtool",
+]
 
 
 def test_promtool_accepts_the_plain_scrape_config(tmp_path):
@@ -560,11 +648,19 @@ def test_promtool_accepts_the_plain_scrape_config(tmp_path):
         job["file_sd_configs"] = [{"files": [str(tmp_path / "targets.json")]}]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     checks = [("promtool", tmp_path / "prometheus.yml")]
-    checks += [(p, os.path.join(DEPLOY, "prometheus", "prometheus.yml"))
-               for p in PROMTOOLS_WITH_KUBERNETES_SD if p and os.access(p, os.X_OK)]
+    checks += [
+        (p, os.path.join(DEPLOY, "prometheus", "prometheus.yml"))
+        for p in PROMTOOLS_WITH_KUBERNETES_SD
+        if p and os.access(p, os.X_OK)
+    ]
     for promtool, path in checks:
-        result = subprocess.run([promtool, "check", "config", str(path)],
-                                capture_output=True, text=True, timeout=60, check=False)
+        result = subprocess.run(
+            [promtool, "check", "config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert result.returncode == 0, (promtool, result.stdout + result.stderr)
 
 
@@ -573,22 +669,43 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path):
     __meta_kubernetes_* labels endpoints discovery would; the relabelling is the file's."""
     jobs = {j["job_name"]: j for j in plain_config()["scrape_configs"]}
     assert {name: j["sample_limit"] for name, j in jobs.items()} == {
-        name: limit for name, limit, _ in SCRAPES}
+        name: limit for name, limit, _ in SCRAPES
+    }
     port = free_port()
-    exporter = Proc([sys.executable, "-m", "kube_scale_exporter", "--collector.disable-defaults",
-                     "--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "exporter.log",
-                    cwd=os.path.dirname(DEPLOY))
-    meta = {"__meta_kubernetes_namespace": NAMESPACE,
-            "__meta_kubernetes_endpoint_port_name": "metrics"}
+    exporter = Proc(
+        [
+            sys.executable,
+            "-m",
+            "kube_scale_exporter",
+            "--collector.disable-defaults",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+        ],
+        tmp_path / "exporter.log",
+        cwd=os.path.dirname(DEPLOY),
+    )
+    meta = {
+        "__meta_kubernetes_namespace": NAMESPACE,
+        "__meta_kubernetes_endpoint_port_name": "metrics",
+    }
     # What endpoints discovery would find: one pod of each node DaemonSet, and another
     # Service's endpoint on the same namespace, which the jobs must drop.
-    found = [("kube-scale-exporter-node", "gpu-node-17", "127.0.0.1"),
-             ("kube-scale-exporter-etcd-node", "control-plane-1", "127.0.0.1"),
-             ("kube-dns", "gpu-node-17", "127.0.0.2")]
-    targets = [{"targets": [f"{address}:{port}"],
-                "labels": {**meta, "__meta_kubernetes_service_name": service,
-                           "__meta_kubernetes_pod_node_name": node}}
-               for service, node, address in found]
+    found = [
+        ("kube-scale-exporter-node", "gpu-node-17", "127.0.0.1"),
+        ("kube-scale-exporter-etcd-node", "control-plane-1", "127.0.0.1"),
+        ("kube-dns", "gpu-node-17", "127.0.0.2"),
+    ]
+    targets = [
+        {
+            "targets": [f"{address}:{port}"],
+            "labels": {
+                **meta,
+                "__meta_kubernetes_service_name": service,
+                "__meta_kubernetes_pod_node_name": node,
+            },
+        }
+        for service, node, address in found
+    ]
     (tmp_path / "targets.json").write_text(json.dumps(targets))
     run = []
     for name in ("kube-scale-exporter-node", "kube-scale-exporter-etcd-node"):
@@ -608,12 +725,17 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path):
             result = prom.query("up")
         # one job label for every node, the etcd nodes' included
         assert sorted((x["metric"]["node"], x["value"][1]) for x in result) == [
-            ("control-plane-1", "1"), ("gpu-node-17", "1")], prom.proc.log_tail()
+            ("control-plane-1", "1"),
+            ("gpu-node-17", "1"),
+        ], prom.proc.log_tail()
         for x in result:
-            assert x["metric"] == {"__name__": "up", "instance": f"127.0.0.1:{port}",
-                                   "job": "kube-scale-exporter-node",
-                                   "namespace": NAMESPACE,
-                                   "node": x["metric"]["node"]}
+            assert x["metric"] == {
+                "__name__": "up",
+                "instance": f"127.0.0.1:{port}",
+                "job": "kube-scale-exporter-node",
+                "namespace": NAMESPACE,
+                "node": x["metric"]["node"],
+            }
     finally:
         prom.stop()
         exporter.stop()

@@ -5,6 +5,7 @@ Run with `make e2e` (root; KSE_E2E=1). One cluster for the whole session (`up` i
 expensive part); the scenario files run in name order and each leaves the cluster as it
 found it. test_9_host_clean.py takes the cluster down and checks the host.
 """
+
 import json
 import os
 import pathlib
@@ -24,8 +25,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 KUBECTL_120 = os.environ.get("KUBECTL_BIN", "/var/cache/kube-scale-exporter/kubectl")
 # Debian bookworm's Prometheus 2.42 is built without Kubernetes service discovery; sid's 3.x
 # (.ci/setup.d/46-e2e.sh) has it.
-PROMETHEUS = os.environ.get("PROMETHEUS3_BIN",
-                            "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin/prometheus")
+PROMETHEUS = os.environ.get(
+    "PROMETHEUS3_BIN", "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin/prometheus"
+)
 NS = "kube-scale-exporter"
 SCRAPE = "5s"
 # Every `for:` of the mixin shortened through its _config, so an alert fires within a test.
@@ -69,8 +71,12 @@ class Kube:
         return r.json()
 
     def patch(self, path, body):
-        r = self.s.patch(self.server + path, json=body, timeout=30,
-                         headers={"Content-Type": "application/merge-patch+json"})
+        r = self.s.patch(
+            self.server + path,
+            json=body,
+            timeout=30,
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
         r.raise_for_status()
         return r.json()
 
@@ -82,9 +88,18 @@ class Kube:
     def namespace(self, name):
         """A new namespace, once its default ServiceAccount has a token (pods need it)."""
         self.post("/api/v1/namespaces", {"metadata": {"name": name}})
-        wait_for(f"token of {name}/default", lambda: self.s.get(
-            f"{self.server}/api/v1/namespaces/{name}/serviceaccounts/default",
-            timeout=10).json().get("secrets"), timeout=60, interval=0.3)
+        wait_for(
+            f"token of {name}/default",
+            lambda: (
+                self.s.get(
+                    f"{self.server}/api/v1/namespaces/{name}/serviceaccounts/default", timeout=10
+                )
+                .json()
+                .get("secrets")
+            ),
+            timeout=60,
+            interval=0.3,
+        )
 
     def pods(self, ns=NS, selector=None):
         params = {"labelSelector": selector} if selector else {}
@@ -101,15 +116,26 @@ class Kube:
 
     def delete_kustomization(self, directory):
         rendered = self.kubectl("kustomize", str(directory))
-        self.cluster.kubectl("delete", "--wait=true", "--ignore-not-found", "-f", "-",
-                             input=rendered, kubectl=KUBECTL_120)
+        self.cluster.kubectl(
+            "delete",
+            "--wait=true",
+            "--ignore-not-found",
+            "-f",
+            "-",
+            input=rendered,
+            kubectl=KUBECTL_120,
+        )
 
 
 class Prom(PrometheusServer):
     def alerts(self, name=None, **labels):
         data = self.session.get(self.url + "/api/v1/alerts", timeout=5).json()["data"]["alerts"]
-        return [a for a in data if (name is None or a["labels"]["alertname"] == name)
-                and all(a["labels"].get(k) == v for k, v in labels.items())]
+        return [
+            a
+            for a in data
+            if (name is None or a["labels"]["alertname"] == name)
+            and all(a["labels"].get(k) == v for k, v in labels.items())
+        ]
 
     def firing(self, name, **labels):
         return [a for a in self.alerts(name, **labels) if a["state"] == "firing"]
@@ -119,7 +145,9 @@ class Prom(PrometheusServer):
         return float(result[0]["value"][1]) if result else None
 
     def targets(self):
-        return self.session.get(self.url + "/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
+        return self.session.get(self.url + "/api/v1/targets", timeout=5).json()["data"][
+            "activeTargets"
+        ]
 
 
 def e2e_rules() -> dict:
@@ -182,12 +210,22 @@ def deployed(kube):
     CRDs for the two prometheus-operator kinds; both workloads running."""
     t = time.monotonic()
     kube.cluster.kubectl("apply", "-f", str(HERE / "crds.yaml"), kubectl=KUBECTL_120)
-    wait_for("CRDs established", lambda: all(
-        any(c["type"] == "Established" and c["status"] == "True"
-            for c in kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
-            ["status"].get("conditions", []))
-        for n in ("servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")),
-        timeout=30)
+    wait_for(
+        "CRDs established",
+        lambda: all(
+            any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")[
+                    "status"
+                ].get("conditions", [])
+            )
+            for n in (
+                "servicemonitors.monitoring.coreos.com",
+                "prometheusrules.monitoring.coreos.com",
+            )
+        ),
+        timeout=30,
+    )
     kube.apply_kustomization(REPO / "deploy")
     wait_exporters_ready(kube)
     TIMINGS["deploy"] = time.monotonic() - t
@@ -197,10 +235,15 @@ def deployed(kube):
 def wait_exporters_ready(kube, timeout=180):
     def ready():
         pods = kube.pods(selector="app.kubernetes.io/name=kube-scale-exporter")
-        running = [p for p in pods if p["status"].get("phase") == "Running" and all(
-            c.get("ready") for c in p["status"].get("containerStatuses", []))]
+        running = [
+            p
+            for p in pods
+            if p["status"].get("phase") == "Running"
+            and all(c.get("ready") for c in p["status"].get("containerStatuses", []))
+        ]
         comps = {p["metadata"]["labels"]["app.kubernetes.io/component"] for p in running}
         return comps >= {"node", "cluster"} and len(running) == len(pods)
+
     return wait_for("exporter pods Running and ready", ready, timeout=timeout, interval=2)
 
 
@@ -208,8 +251,12 @@ def wait_exporters_ready(kube, timeout=180):
 def prom(deployed, cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("prometheus")
     (work / "rules.json").write_text(json.dumps(e2e_rules()))
-    p = Prom(work, prometheus_config(str(cluster.kubeconfig)), binary=PROMETHEUS,
-             extra_args=["--storage.tsdb.retention.time=1d"])
+    p = Prom(
+        work,
+        prometheus_config(str(cluster.kubeconfig)),
+        binary=PROMETHEUS,
+        extra_args=["--storage.tsdb.retention.time=1d"],
+    )
     p.start()
     yield p
     p.proc.stop()

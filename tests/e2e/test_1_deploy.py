@@ -1,4 +1,5 @@
 """deploy/ on a real kubelet: the image runs, both workloads serve, Prometheus finds them."""
+
 import time
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,10 +23,12 @@ def test_node_daemonset_answers_on_9867(deployed):
 def test_cluster_deployment_watches_up_without_403(deployed, cluster):
     pod = deployed.pods(selector="app.kubernetes.io/component=cluster")[0]
     url = f"http://{pod['status']['podIP']}:9867/metrics"
+
     def all_up():
         text = metrics_text(url)
         ups = {s.labels["resource"]: s.value for s in samples(text, "kubescale_kube_watch_up")}
         return ups if ups and all(v == 1.0 for v in ups.values()) else None
+
     ups = wait_for("cluster-mode watches up", all_up, timeout=60)
     assert set(ups) >= {"pods", "nodes", "priorityclasses", "events"}, ups
     logs = cluster.kubectl("-n", NS, "logs", pod["metadata"]["name"])
@@ -34,10 +37,16 @@ def test_cluster_deployment_watches_up_without_403(deployed, cluster):
 
 def test_prometheus_discovers_and_scrapes_both_jobs(prom, cluster):
     t = time.monotonic()
+
     def up():
         ups = {r["metric"]["job"]: r["value"][1] for r in prom.query("up")}
-        return ups if ups.get("kube-scale-exporter-node") == "1" and \
-            ups.get("kube-scale-exporter-cluster") == "1" else None
+        return (
+            ups
+            if ups.get("kube-scale-exporter-node") == "1"
+            and ups.get("kube-scale-exporter-cluster") == "1"
+            else None
+        )
+
     wait_for("both jobs up in Prometheus", up, timeout=90)
     TIMINGS["first_scrape"] = time.monotonic() - t
     # What the cluster itself costs (etcds, control plane, kubelet, containerd, kube-proxy).
@@ -48,5 +57,7 @@ def test_prometheus_discovers_and_scrapes_both_jobs(prom, cluster):
     assert node and node[0]["metric"].get("node") == "kse-e2e-node", node
     # No rule fails to evaluate against the real series.
     groups = prom.session.get(prom.url + "/api/v1/rules", timeout=5).json()["data"]["groups"]
-    bad = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r.get("lastError")]
+    bad = [
+        (r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r.get("lastError")
+    ]
     assert not bad, bad

@@ -9,6 +9,7 @@ default --image-pull.stall-after (2m) `stalled` = 1 and its alert fires, the pul
 progress. (containerd 1.6, the cluster's, has no image_pull_progress_timeout at all: 1.7 and
 2.x cancel a pull without progress after 5m; 1.6 and kubelet 1.20 wait for ever.)
 """
+
 import time
 
 import pytest
@@ -25,9 +26,15 @@ NODE = '{job="kube-scale-exporter-node"}'
 
 
 def pod(name, image):
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": image, "imagePullPolicy": "Always"}],
-                     "terminationGracePeriodSeconds": 0}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [{"name": "c", "image": image, "imagePullPolicy": "Always"}],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
 
 
 @pytest.fixture
@@ -49,29 +56,46 @@ def test_queued_behind_big_pull_then_stalled(prom, kube, registry):
     kube.namespace(NS)
     try:
         kube.post(f"/api/v1/namespaces/{NS}/pods", pod("big", f"{proxy.host}/big:1"))
-        wait_for("big image downloading", lambda: prom.value(
-            f"kubescale_image_pulls_in_progress{NODE}") == 1, timeout=90)
+        wait_for(
+            "big image downloading",
+            lambda: prom.value(f"kubescale_image_pulls_in_progress{NODE}") == 1,
+            timeout=90,
+        )
         kube.post(f"/api/v1/namespaces/{NS}/pods", pod("small", f"{proxy.host}/small:1"))
         # The real kubelet holds the second pull in its serial queue.
-        wait_for("queued = 1", lambda: prom.value(f"kubescale_image_pulls_queued{NODE}") == 1,
-                 timeout=60)
+        wait_for(
+            "queued = 1", lambda: prom.value(f"kubescale_image_pulls_queued{NODE}") == 1, timeout=60
+        )
         assert prom.value(f"kubescale_kubelet_serialize_image_pulls{NODE}") == 1
-        alert = wait_for("KubeScaleImagePullBacklog firing",
-                         lambda: prom.firing("KubeScaleImagePullBacklog"), timeout=60)
+        alert = wait_for(
+            "KubeScaleImagePullBacklog firing",
+            lambda: prom.firing("KubeScaleImagePullBacklog"),
+            timeout=60,
+        )
         assert alert[0]["labels"]["node"] == NODE_NAME
-        alert = wait_for("KubeScaleImagePullsSerializedWithBacklog firing",
-                         lambda: prom.firing("KubeScaleImagePullsSerializedWithBacklog"), timeout=60)
+        alert = wait_for(
+            "KubeScaleImagePullsSerializedWithBacklog firing",
+            lambda: prom.firing("KubeScaleImagePullsSerializedWithBacklog"),
+            timeout=60,
+        )
         downloaded = prom.value(f"kubescale_image_pull_downloaded_bytes{NODE}")
         assert 0 < downloaded < BIG, downloaded
         TIMINGS["scenario_imagepull_queued"] = time.monotonic() - t
         # Freeze the download: the ingest stops growing; stalled after --image-pull.stall-after.
         proxy.proc.pause()
         frozen = time.monotonic()
-        wait_for("stalled = 1", lambda: prom.value(f"kubescale_image_pull_stalled{NODE}") == 1,
-                 timeout=200, interval=2)
+        wait_for(
+            "stalled = 1",
+            lambda: prom.value(f"kubescale_image_pull_stalled{NODE}") == 1,
+            timeout=200,
+            interval=2,
+        )
         stalled_after = time.monotonic() - frozen
-        wait_for("KubeScaleImagePullStalled firing",
-                 lambda: prom.firing("KubeScaleImagePullStalled"), timeout=60)
+        wait_for(
+            "KubeScaleImagePullStalled firing",
+            lambda: prom.firing("KubeScaleImagePullStalled"),
+            timeout=60,
+        )
         # The pull is still in progress, and pod B still queued behind it.
         assert prom.value(f"kubescale_image_pulls_in_progress{NODE}") == 1
         assert prom.value(f"kubescale_image_pulls_queued{NODE}") == 1
@@ -79,6 +103,10 @@ def test_queued_behind_big_pull_then_stalled(prom, kube, registry):
     finally:
         kube.delete(f"/api/v1/namespaces/{NS}")
         proxy.proc.resume()
-    wait_for("namespace gone", lambda: kube.s.get(
-        f"{kube.server}/api/v1/namespaces/{NS}", timeout=10).status_code == 404, timeout=120, interval=2)
+    wait_for(
+        "namespace gone",
+        lambda: kube.s.get(f"{kube.server}/api/v1/namespaces/{NS}", timeout=10).status_code == 404,
+        timeout=120,
+        interval=2,
+    )
     TIMINGS["scenario_imagepull"] = time.monotonic() - t

@@ -6,6 +6,7 @@ clusters and points the etcd-node DaemonSet at this cluster's etcd PKI; the node
 control-plane label, so the etcd-node pod replaces the plain node pod on it. Real events
 with big messages then fill the events etcd until it raises NOSPACE.
 """
+
 import base64
 import time
 
@@ -38,69 +39,128 @@ def recover_events_etcd():
 
 
 def event(i, size):
-    return {"apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"e2e-fill-{i}", "namespace": "default"},
-            "involvedObject": {"kind": "Namespace", "name": "default", "apiVersion": "v1"},
-            "reason": "E2EFill", "type": "Normal", "message": "x" * size,
-            "source": {"component": "kse-e2e"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"e2e-fill-{i}", "namespace": "default"},
+        "involvedObject": {"kind": "Namespace", "name": "default", "apiVersion": "v1"},
+        "reason": "E2EFill",
+        "type": "Normal",
+        "message": "x" * size,
+        "source": {"component": "kse-e2e"},
+    }
 
 
 def test_events_etcd_nospace_alarm_names_events(prom, kube, cluster):
     t = time.monotonic()
     pki = cluster.work / "pki" / "etcd"
-    kube.kubectl("-n", NS, "create", "secret", "generic", "kse-e2e-etcd-client",
-                 f"--from-file=ca.crt={pki / 'ca.crt'}",
-                 f"--from-file=tls.crt={pki / 'healthcheck-client.crt'}",
-                 f"--from-file=tls.key={pki / 'healthcheck-client.key'}")
+    kube.kubectl(
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "generic",
+        "kse-e2e-etcd-client",
+        f"--from-file=ca.crt={pki / 'ca.crt'}",
+        f"--from-file=tls.crt={pki / 'healthcheck-client.crt'}",
+        f"--from-file=tls.key={pki / 'healthcheck-client.key'}",
+    )
     kube.apply_kustomization(HERE / "overlay")
     kube.patch(f"/api/v1/nodes/{NODE_NAME}", {"metadata": {"labels": {ROLE: ""}}})
     try:
         # The etcd-node pod replaces the node pod on the control-plane node.
-        wait_for("etcd-node pod Running", lambda: [
-            p for p in kube.pods(selector="kube-scale-exporter/placement=etcd")
-            if p["status"].get("phase") == "Running" and all(
-                c.get("ready") for c in p["status"].get("containerStatuses", []))], timeout=180, interval=2)
-        wait_for("main and events watched from the cluster Deployment", lambda: prom.value(
-            f'kubescale_etcd_up{{{CLUSTER},etcd_cluster="main"}}') == 1 and prom.value(
-            f'kubescale_etcd_up{{{CLUSTER},etcd_cluster="events"}}') == 1, timeout=120)
+        wait_for(
+            "etcd-node pod Running",
+            lambda: [
+                p
+                for p in kube.pods(selector="kube-scale-exporter/placement=etcd")
+                if p["status"].get("phase") == "Running"
+                and all(c.get("ready") for c in p["status"].get("containerStatuses", []))
+            ],
+            timeout=180,
+            interval=2,
+        )
+        wait_for(
+            "main and events watched from the cluster Deployment",
+            lambda: (
+                prom.value(f'kubescale_etcd_up{{{CLUSTER},etcd_cluster="main"}}') == 1
+                and prom.value(f'kubescale_etcd_up{{{CLUSTER},etcd_cluster="events"}}') == 1
+            ),
+            timeout=120,
+        )
         # The etcd-node pod (relabelled to the node job) sees its local member over TLS.
-        wait_for("local member from the etcd-node DaemonSet", lambda: prom.value(
-            'kubescale_etcd_up{job="kube-scale-exporter-node",etcd_cluster="main"}') == 1,
-            timeout=90)
+        wait_for(
+            "local member from the etcd-node DaemonSet",
+            lambda: (
+                prom.value('kubescale_etcd_up{job="kube-scale-exporter-node",etcd_cluster="main"}')
+                == 1
+            ),
+            timeout=90,
+        )
         quota = prom.value(f'kubescale_etcd_quota_bytes{{{CLUSTER},etcd_cluster="events"}}')
         assert quota == 8 * 1024 * 1024, quota
         assert not prom.firing("KubeScaleEtcdAlarmActive")
         # Fill the events etcd through the API server until etcd refuses writes.
         errors = ""
         for i in range(200):
-            r = kube.s.post(f"{kube.server}/api/v1/namespaces/default/events",
-                            json=event(i, 512 * 1024), timeout=30)
+            r = kube.s.post(
+                f"{kube.server}/api/v1/namespaces/default/events",
+                json=event(i, 512 * 1024),
+                timeout=30,
+            )
             if r.status_code >= 400:
                 errors = r.text
                 break
         assert "database space exceeded" in errors, errors[:500]
         # Main keeps taking writes: only events are refused.
         kube.post("/api/v1/namespaces/default/configmaps", {"metadata": {"name": "e2e-main-ok"}})
-        wait_for("NOSPACE on events", lambda: prom.value(
-            f'kubescale_etcd_alarm_active{{{CLUSTER},etcd_cluster="events",alarm="NOSPACE"}}') == 1,
-            timeout=60)
-        assert prom.value(
-            f'kubescale_etcd_alarm_active{{{CLUSTER},etcd_cluster="main",alarm="NOSPACE"}}') == 0
-        alert = wait_for("KubeScaleEtcdAlarmActive firing",
-                         lambda: prom.firing("KubeScaleEtcdAlarmActive"), timeout=90)
+        wait_for(
+            "NOSPACE on events",
+            lambda: (
+                prom.value(
+                    f'kubescale_etcd_alarm_active{{{CLUSTER},etcd_cluster="events",alarm="NOSPACE"}}'
+                )
+                == 1
+            ),
+            timeout=60,
+        )
+        assert (
+            prom.value(
+                f'kubescale_etcd_alarm_active{{{CLUSTER},etcd_cluster="main",alarm="NOSPACE"}}'
+            )
+            == 0
+        )
+        alert = wait_for(
+            "KubeScaleEtcdAlarmActive firing",
+            lambda: prom.firing("KubeScaleEtcdAlarmActive"),
+            timeout=90,
+        )
         assert {a["labels"]["etcd_cluster"] for a in alert} == {"events"}, alert
         assert alert[0]["labels"]["alarm"] == "NOSPACE"
         TIMINGS["scenario_etcd_alarm"] = time.monotonic() - t
     finally:
-        kube.s.delete(f"{kube.server}/api/v1/namespaces/default/events",
-                      params={"fieldSelector": "reason=E2EFill"}, timeout=60)
+        kube.s.delete(
+            f"{kube.server}/api/v1/namespaces/default/events",
+            params={"fieldSelector": "reason=E2EFill"},
+            timeout=60,
+        )
         kube.delete("/api/v1/namespaces/default/configmaps/e2e-main-ok")
         recover_events_etcd()
         kube.patch(f"/api/v1/nodes/{NODE_NAME}", {"metadata": {"labels": {ROLE: None}}})
-    wait_for("alarm cleared", lambda: prom.value(
-        f'kubescale_etcd_alarm_active{{{CLUSTER},etcd_cluster="events",alarm="NOSPACE"}}') == 0,
-        timeout=60)
+    wait_for(
+        "alarm cleared",
+        lambda: (
+            prom.value(
+                f'kubescale_etcd_alarm_active{{{CLUSTER},etcd_cluster="events",alarm="NOSPACE"}}'
+            )
+            == 0
+        ),
+        timeout=60,
+    )
     wait_exporters_ready(kube)
-    wait_for("node pod back", lambda: kube.pods(selector="kube-scale-exporter/placement=all"),
-             timeout=120)
+    wait_for(
+        "node pod back",
+        lambda: kube.pods(selector="kube-scale-exporter/placement=all"),
+        timeout=120,
+    )
     TIMINGS["scenario_etcd"] = time.monotonic() - t

@@ -1,5 +1,6 @@
 """`down` restores the host: no process, bridge, iptables chain, mount, cgroup, sysctl or
 file of the cluster remains (testbed.cluster.snapshot before `up` vs after `down`)."""
+
 import pathlib
 import time
 

@@ -1,4 +1,5 @@
 """Fixtures for the etcd collector tests: real etcd members, collectors built from flags."""
+
 import re
 
 import pytest
@@ -7,6 +8,7 @@ from kube_scale_exporter.cli import parse
 from kube_scale_exporter.scrape import Scraper
 from testbed.etcd_server import EtcdServer, start_cluster
 from testbed.metrics import collect
+from prometheus_client.exposition import generate_latest
 
 VERSIONS = ["3.4", "3.5"]
 
@@ -27,7 +29,9 @@ def etcd_factory(tmp_path):
         return member.start()
 
     def cluster(size=3, version="3.4", **kw):
-        members = start_cluster(tmp_path / f"cluster-{len(started)}", size=size, version=version, **kw)
+        members = start_cluster(
+            tmp_path / f"cluster-{len(started)}", size=size, version=version, **kw
+        )
         started.extend(members)
         return members
 
@@ -69,7 +73,6 @@ def value(found, name, **labels):
 
 
 def scrape_text(scraper: Scraper, timeout: float) -> str:
-    from prometheus_client.exposition import generate_latest
 
     class Families:
         def collect(self):

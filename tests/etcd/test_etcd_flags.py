@@ -1,4 +1,5 @@
 """Flag handling: bad values exit 2 with a message naming the flag; good ones reach the collector."""
+
 import subprocess
 import sys
 
@@ -13,19 +14,44 @@ BAD = [
     (["--etcd.cluster", "main=127.0.0.1:2379"], "--etcd.cluster"),
     (["--etcd.cluster", "main=http://127.0.0.1"], "--etcd.cluster"),
     (["--etcd.cluster", "main=http://127.0.0.1:2379/v3"], "--etcd.cluster"),
-    (["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.cluster", "main=http://127.0.0.1:2380"],
-     "--etcd.cluster"),
+    (
+        [
+            "--etcd.cluster",
+            "main=http://127.0.0.1:2379",
+            "--etcd.cluster",
+            "main=http://127.0.0.1:2380",
+        ],
+        "--etcd.cluster",
+    ),
     (["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.timeout", "0"], "--etcd.timeout"),
-    (["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.quota-bytes", "2GB"], "--etcd.quota-bytes"),
-    (["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.min-interval", "-1"], "--etcd.min-interval"),
-    (["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.keys-interval", "x"], "--etcd.keys-interval"),
-    (["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.keys-prefix", "registry"], "--etcd.keys-prefix"),
-    (["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.keys-max-resources", "0"],
-     "--etcd.keys-max-resources"),
-    (["--etcd.cluster", "main=https://127.0.0.1:2379", "--etcd.ca-file", "/nonexistent/ca.crt"],
-     "--etcd.ca-file"),
-    (["--etcd.cluster", "main=https://127.0.0.1:2379", "--etcd.cert-file", "/etc/hostname"],
-     "--etcd.key-file"),
+    (
+        ["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.quota-bytes", "2GB"],
+        "--etcd.quota-bytes",
+    ),
+    (
+        ["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.min-interval", "-1"],
+        "--etcd.min-interval",
+    ),
+    (
+        ["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.keys-interval", "x"],
+        "--etcd.keys-interval",
+    ),
+    (
+        ["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.keys-prefix", "registry"],
+        "--etcd.keys-prefix",
+    ),
+    (
+        ["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.keys-max-resources", "0"],
+        "--etcd.keys-max-resources",
+    ),
+    (
+        ["--etcd.cluster", "main=https://127.0.0.1:2379", "--etcd.ca-file", "/nonexistent/ca.crt"],
+        "--etcd.ca-file",
+    ),
+    (
+        ["--etcd.cluster", "main=https://127.0.0.1:2379", "--etcd.cert-file", "/etc/hostname"],
+        "--etcd.key-file",
+    ),
     (["--etcd.local"], "--etcd.local"),  # no kubeadm certificates on this machine
 ]
 
@@ -39,22 +65,53 @@ def test_bad_values_exit_2_naming_the_flag(argv, flag, capsys):
 
 
 def test_exit_status_of_the_real_command():
-    run = subprocess.run([sys.executable, "-m", "kube_scale_exporter", "--etcd.cluster", "main=nope"],
-                         capture_output=True, text=True, timeout=60, check=False)
+    run = subprocess.run(
+        [sys.executable, "-m", "kube_scale_exporter", "--etcd.cluster", "main=nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert run.returncode == 2 and "--etcd.cluster" in run.stderr
 
 
 def test_good_values_and_defaults():
-    args, classes = parse(["--mode", "node", "--etcd.cluster", "main=http://127.0.0.1:2379,http://[::1]:2379",
-                           "--etcd.cluster", "events=https://127.0.0.1:2382/", "--etcd.quota-bytes", "8Gi",
-                           "--etcd.keys-prefix", "/kube"])
+    args, classes = parse(
+        [
+            "--mode",
+            "node",
+            "--etcd.cluster",
+            "main=http://127.0.0.1:2379,http://[::1]:2379",
+            "--etcd.cluster",
+            "events=https://127.0.0.1:2382/",
+            "--etcd.quota-bytes",
+            "8Gi",
+            "--etcd.keys-prefix",
+            "/kube",
+        ]
+    )
     assert "etcd" in [c.name for c in classes]
-    assert args.etcd_clusters == [("main", ("http://127.0.0.1:2379", "http://[::1]:2379")),
-                                  ("events", ("https://127.0.0.1:2382",))]
+    assert args.etcd_clusters == [
+        ("main", ("http://127.0.0.1:2379", "http://[::1]:2379")),
+        ("events", ("https://127.0.0.1:2382",)),
+    ]
     assert args.etcd_quota_bytes == 8 * 1024**3 and args.etcd_keys_prefix == "/kube/"
-    assert (args.etcd_timeout, args.etcd_min_interval, args.etcd_keys_interval) == (2.0, 15.0, 300.0)
-    args, _ = parse(["--etcd.local", "--etcd.ca-file", "/etc/hostname", "--etcd.cert-file", "/etc/hostname",
-                     "--etcd.key-file", "/etc/hostname"])
+    assert (args.etcd_timeout, args.etcd_min_interval, args.etcd_keys_interval) == (
+        2.0,
+        15.0,
+        300.0,
+    )
+    args, _ = parse(
+        [
+            "--etcd.local",
+            "--etcd.ca-file",
+            "/etc/hostname",
+            "--etcd.cert-file",
+            "/etc/hostname",
+            "--etcd.key-file",
+            "/etc/hostname",
+        ]
+    )
     assert args.etcd_local == [("main", ("https://127.0.0.1:2379",))]
 
 

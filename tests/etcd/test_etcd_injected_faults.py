@@ -3,6 +3,7 @@
 --etcd.local sends every request to the one configured URL (no discovery), so all of
 them pass through the proxy.
 """
+
 import json
 import time
 
@@ -27,8 +28,17 @@ def proxied(etcd_factory):
 def test_quota_falls_back_to_the_flag_when_metrics_fail_then_returns(proxied, collector_factory):
     _, proxy = proxied
     proxy.inject(r"^/metrics", status=500)
-    collector = collector_factory("--etcd.local", f"main={proxy.url}", "--etcd.quota-bytes", "1Gi",
-                                  "--etcd.min-interval", "0.1", "--etcd.keys-interval", "0.5", mode="node")
+    collector = collector_factory(
+        "--etcd.local",
+        f"main={proxy.url}",
+        "--etcd.quota-bytes",
+        "1Gi",
+        "--etcd.min-interval",
+        "0.1",
+        "--etcd.keys-interval",
+        "0.5",
+        mode="node",
+    )
     found = samples(collector)
     assert value(found, "kubescale_etcd_quota_bytes", **MEMBER) == 1024**3
     assert value(found, "kubescale_etcd_quota_info", source="flag", **MEMBER) == 1
@@ -45,8 +55,12 @@ def test_quota_falls_back_to_the_flag_when_metrics_fail_then_returns(proxied, co
 
 def test_status_error_marks_the_member_down_with_etcds_answer(proxied, collector_factory):
     _, proxy = proxied
-    proxy.inject(r"^/v3/maintenance/status", status=503, body=b'{"message":"etcdserver: leader changed"}')
-    collector = collector_factory("--etcd.local", f"main={proxy.url}", "--etcd.min-interval", "0.1", mode="node")
+    proxy.inject(
+        r"^/v3/maintenance/status", status=503, body=b'{"message":"etcdserver: leader changed"}'
+    )
+    collector = collector_factory(
+        "--etcd.local", f"main={proxy.url}", "--etcd.min-interval", "0.1", mode="node"
+    )
     with pytest.raises(Exception, match="HTTP 503: etcdserver: leader changed"):
         collect(collector)
     proxy.clear()
@@ -57,7 +71,9 @@ def test_status_error_marks_the_member_down_with_etcds_answer(proxied, collector
 def test_hung_alarm_list_costs_one_timeout_and_only_the_alarm_series(proxied, collector_factory):
     _, proxy = proxied
     proxy.inject(r"^/v3/maintenance/alarm", hang=True)
-    collector = collector_factory("--etcd.local", f"main={proxy.url}", "--etcd.timeout", "0.5", mode="node")
+    collector = collector_factory(
+        "--etcd.local", f"main={proxy.url}", "--etcd.timeout", "0.5", mode="node"
+    )
     began = time.monotonic()
     found = samples(collector)
     assert time.monotonic() - began < 1.2
@@ -77,19 +93,31 @@ def test_failed_key_count_keeps_the_last_counts(proxied, collector_factory):
     found = samples(collector)
     assert value(found, "kubescale_etcd_keys", etcd_cluster="main", resource="pods") == 12
     stamp = {"name": "kubescale_etcd_keys_refresh_timestamp_seconds", "etcd_cluster": "main"}
-    assert value(found, stamp.pop("name"), **stamp) == \
-        value(first, "kubescale_etcd_keys_refresh_timestamp_seconds", etcd_cluster="main")
+    assert value(found, stamp.pop("name"), **stamp) == value(
+        first, "kubescale_etcd_keys_refresh_timestamp_seconds", etcd_cluster="main"
+    )
     proxy.clear()
     collector.count_keys()
-    assert value(samples(collector), "kubescale_etcd_keys", etcd_cluster="main", resource="pods") == 17
+    assert (
+        value(samples(collector), "kubescale_etcd_keys", etcd_cluster="main", resource="pods") == 17
+    )
 
 
 def test_corrupt_alarm_is_reported_and_not_to_be_disarmed(proxied, collector_factory):
     etcd, proxy = proxied
-    member_id = etcd.session().post(etcd.client_url + "/v3/maintenance/status", json={}).json()["header"]["member_id"]
+    member_id = (
+        etcd.session()
+        .post(etcd.client_url + "/v3/maintenance/status", json={})
+        .json()["header"]["member_id"]
+    )
     # etcd raises CORRUPT only after a failed hash check between members; answer for it.
     body = json.dumps({"alarms": [{"memberID": member_id, "alarm": "CORRUPT"}]}).encode()
-    proxy.inject(r"^/v3/maintenance/alarm", status=200, headers={"Content-Type": "application/json"}, body=body)
+    proxy.inject(
+        r"^/v3/maintenance/alarm",
+        status=200,
+        headers={"Content-Type": "application/json"},
+        body=body,
+    )
     collector = collector_factory("--etcd.local", f"main={proxy.url}", mode="node")
     found = samples(collector)
     assert value(found, "kubescale_etcd_alarm_active", alarm="CORRUPT", **MEMBER) == 1

@@ -1,4 +1,5 @@
 """Client TLS made by openssl, and faults: the etcd collector fails alone, in time, and recovers."""
+
 import socket
 import threading
 import time
@@ -44,11 +45,14 @@ def serve():
 
         def scrape(timeout=5.0):
             began = time.monotonic()
-            reply = session.get(f"http://127.0.0.1:{server.server_port}/metrics",
-                                headers={"X-Prometheus-Scrape-Timeout-Seconds": str(timeout)},
-                                timeout=timeout + 5)
+            reply = session.get(
+                f"http://127.0.0.1:{server.server_port}/metrics",
+                headers={"X-Prometheus-Scrape-Timeout-Seconds": str(timeout)},
+                timeout=timeout + 5,
+            )
             reply.raise_for_status()
             return reply.text, time.monotonic() - began
+
         scrape.scraper = scraper
         return scrape
 
@@ -60,8 +64,14 @@ def serve():
 
 
 def tls_flags(tls, ca=None):
-    return ["--etcd.ca-file", ca or tls["ca"], "--etcd.cert-file", tls["client_cert"],
-            "--etcd.key-file", tls["client_key"]]
+    return [
+        "--etcd.ca-file",
+        ca or tls["ca"],
+        "--etcd.cert-file",
+        tls["client_cert"],
+        "--etcd.key-file",
+        tls["client_key"],
+    ]
 
 
 def test_tls_with_ca_and_client_certificate(tmp_path, etcd_factory, collector_factory, version):
@@ -78,17 +88,23 @@ def test_tls_with_ca_and_client_certificate(tmp_path, etcd_factory, collector_fa
 def test_local_mode_over_tls_with_given_certificates(tmp_path, etcd_factory, collector_factory):
     tls = make_tls(tmp_path / "pki")
     etcd = etcd_factory(version="3.5", tls=tls)
-    collector = collector_factory("--etcd.local", f"main={etcd.client_url}", *tls_flags(tls), mode="node")
+    collector = collector_factory(
+        "--etcd.local", f"main={etcd.client_url}", *tls_flags(tls), mode="node"
+    )
     assert value(samples(collector), "kubescale_etcd_member_up", **MEMBER) == 1
 
 
 @pytest.mark.parametrize("flags", ["wrong CA", "no client certificate"])
-def test_bad_tls_fails_alone_within_the_timeout(tmp_path, etcd_factory, collector_factory, serve, flags):
+def test_bad_tls_fails_alone_within_the_timeout(
+    tmp_path, etcd_factory, collector_factory, serve, flags
+):
     tls = make_tls(tmp_path / "pki")
     other = make_tls(tmp_path / "other-pki", name="other")
     etcd = etcd_factory(version="3.5", tls=tls)
     extra = tls_flags(tls, ca=other["ca"]) if flags == "wrong CA" else ["--etcd.ca-file", tls["ca"]]
-    collector = collector_factory("--etcd.cluster", f"main={etcd.client_url}", "--etcd.timeout", "1", *extra)
+    collector = collector_factory(
+        "--etcd.cluster", f"main={etcd.client_url}", "--etcd.timeout", "1", *extra
+    )
     scrape = serve(collector)
     text, seconds = scrape(timeout=5)
     assert success_of(text, "etcd") == 0 and success_of(text, "steady") == 1
@@ -104,8 +120,9 @@ def test_port_that_accepts_but_never_answers(collector_factory, serve):
     silent.listen(64)  # the kernel completes handshakes; nothing ever reads or answers
     try:
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        collector = collector_factory("--etcd.cluster", f"main={url}", "--etcd.timeout", "0.5",
-                                      "--etcd.min-interval", "30")
+        collector = collector_factory(
+            "--etcd.cluster", f"main={url}", "--etcd.timeout", "0.5", "--etcd.min-interval", "30"
+        )
         scrape = serve(collector)
         text, seconds = scrape(timeout=5)
         assert success_of(text, "etcd") == 0 and success_of(text, "steady") == 1
@@ -122,8 +139,14 @@ def test_port_that_accepts_but_never_answers(collector_factory, serve):
 
 def test_etcd_stopped_mid_run_then_back(etcd_factory, collector_factory, serve, version):
     etcd = etcd_factory(version=version)
-    collector = collector_factory("--etcd.cluster", f"main={etcd.client_url}",
-                                  "--etcd.timeout", "1", "--etcd.min-interval", "0.2")
+    collector = collector_factory(
+        "--etcd.cluster",
+        f"main={etcd.client_url}",
+        "--etcd.timeout",
+        "1",
+        "--etcd.min-interval",
+        "0.2",
+    )
     scrape = serve(collector)
     text, _ = scrape()
     assert success_of(text, "etcd") == 1
@@ -142,8 +165,14 @@ def test_etcd_stopped_mid_run_then_back(etcd_factory, collector_factory, serve, 
 
 def test_etcd_frozen_then_thawed(etcd_factory, collector_factory, serve):
     etcd = etcd_factory(version="3.4")
-    collector = collector_factory("--etcd.cluster", f"main={etcd.client_url}",
-                                  "--etcd.timeout", "0.5", "--etcd.min-interval", "0.2")
+    collector = collector_factory(
+        "--etcd.cluster",
+        f"main={etcd.client_url}",
+        "--etcd.timeout",
+        "0.5",
+        "--etcd.min-interval",
+        "0.2",
+    )
     scrape = serve(collector)
     assert success_of(scrape()[0], "etcd") == 1
     etcd.proc.pause()  # SIGSTOP: connections are accepted by the kernel, never answered
@@ -161,9 +190,16 @@ def test_etcd_frozen_then_thawed(etcd_factory, collector_factory, serve):
 def test_one_cluster_down_leaves_the_other_reported(etcd_factory, collector_factory, serve):
     main = etcd_factory(version="3.4", name="main")
     events = etcd_factory(version="3.5", name="events")
-    collector = collector_factory("--etcd.cluster", f"main={main.client_url}",
-                                  "--etcd.cluster", f"events={events.client_url}",
-                                  "--etcd.timeout", "0.5", "--etcd.min-interval", "0.1")
+    collector = collector_factory(
+        "--etcd.cluster",
+        f"main={main.client_url}",
+        "--etcd.cluster",
+        f"events={events.client_url}",
+        "--etcd.timeout",
+        "0.5",
+        "--etcd.min-interval",
+        "0.1",
+    )
     scrape = serve(collector)
     assert success_of(scrape()[0], "etcd") == 1
     events.stop()
@@ -177,8 +213,14 @@ def test_one_cluster_down_leaves_the_other_reported(etcd_factory, collector_fact
 
 def test_one_frozen_member_of_three_costs_one_timeout(etcd_factory, collector_factory, serve):
     members = etcd_factory.cluster(3, version="3.5")
-    collector = collector_factory("--etcd.cluster", f"main={members[0].client_url}",
-                                  "--etcd.timeout", "0.5", "--etcd.min-interval", "0.1")
+    collector = collector_factory(
+        "--etcd.cluster",
+        f"main={members[0].client_url}",
+        "--etcd.timeout",
+        "0.5",
+        "--etcd.min-interval",
+        "0.1",
+    )
     scrape = serve(collector)
     assert success_of(scrape()[0], "etcd") == 1
     members[2].proc.pause()

@@ -5,6 +5,7 @@ random layers per test); each test gets its own containerd, so an ingest one tes
 leaves behind is never seen by another. The API server for the pod watch is the
 session's (tests/conftest.py); tests keep to their own namespace.
 """
+
 import shutil
 import tempfile
 

@@ -1,4 +1,5 @@
 """The imagepull collector against a real containerd pulling from a real registry."""
+
 import os
 import signal
 import socket
@@ -10,6 +11,9 @@ import pytest
 from kube_scale_exporter.containerd.client import ContainerdError
 from kube_scale_exporter.scrape import Scraper
 from testbed.metrics import collect, sample
+from kube_scale_exporter.containerd.client import ContainerdClient
+import tempfile
+from testbed.containerd_server import ContainerdServer
 
 MiB = 1 << 20
 
@@ -30,8 +34,10 @@ def wait_for(collector, predicate, timeout, what):
         if predicate(families):
             return families
         if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} within {timeout}s: "
-                                 f"{[(s.name, s.value) for f in families for s in f.samples]}")
+            raise AssertionError(
+                f"not {what} within {timeout}s: "
+                f"{[(s.name, s.value) for f in families for s in f.samples]}"
+            )
         time.sleep(0.2)
 
 
@@ -39,8 +45,9 @@ def fresh_repo():
     return "t" + uuid.uuid4().hex[:10]
 
 
-def test_pull_progress_moves_and_a_finished_pull_drops_out(containerd, registry, proxy,
-                                                          make_collector, workdir):
+def test_pull_progress_moves_and_a_finished_pull_drops_out(
+    containerd, registry, proxy, make_collector, workdir
+):
     repo = fresh_repo()
     image = registry.push_image(repo, "v1", [16 * MiB])
     c = make_collector(containerd.address)
@@ -48,15 +55,17 @@ def test_pull_progress_moves_and_a_finished_pull_drops_out(containerd, registry,
 
     fetch = containerd.fetch(f"{proxy.host}/{repo}:v1", f"{workdir}/{repo}.log")
     try:
-        first = wait_for(c, lambda f: sample(f, "kubescale_image_pull_downloaded_bytes") > 0,
-                         10, "downloading")
+        first = wait_for(
+            c, lambda f: sample(f, "kubescale_image_pull_downloaded_bytes") > 0, 10, "downloading"
+        )
         assert sample(first, "kubescale_image_pulls_in_progress") == 1
         # The layer is the only blob still being written: its size is what is expected.
         assert sample(first, "kubescale_image_pull_expected_bytes") == image["layer_sizes"][0]
         time.sleep(1.0)
         later = scrape(c)
-        assert (sample(later, "kubescale_image_pull_downloaded_bytes")
-                > sample(first, "kubescale_image_pull_downloaded_bytes"))
+        assert sample(later, "kubescale_image_pull_downloaded_bytes") > sample(
+            first, "kubescale_image_pull_downloaded_bytes"
+        )
         assert sample(later, "kubescale_image_pull_oldest_seconds") >= 1.0
         assert sample(later, "kubescale_image_pull_stalled") == 0
         assert fetch.popen.wait(30) == 0, fetch.log_tail()
@@ -70,8 +79,9 @@ def test_pull_progress_moves_and_a_finished_pull_drops_out(containerd, registry,
     assert image["manifest"] in containerd.ctr("content", "ls", "-q").stdout
 
 
-def test_layers_of_one_image_count_as_one_pull(containerd, registry, proxy, make_collector,
-                                               workdir):
+def test_layers_of_one_image_count_as_one_pull(
+    containerd, registry, proxy, make_collector, workdir
+):
     repos = [fresh_repo(), fresh_repo()]
     for repo in repos:
         registry.push_image(repo, "v1", [8 * MiB, 8 * MiB, 8 * MiB])
@@ -79,8 +89,12 @@ def test_layers_of_one_image_count_as_one_pull(containerd, registry, proxy, make
     fetches = [containerd.fetch(f"{proxy.host}/{r}:v1", f"{workdir}/{r}.log") for r in repos]
     try:
         # Six layers download at once (ctr fetches three per image concurrently)...
-        families = wait_for(c, lambda f: sample(f, "kubescale_image_pull_expected_bytes")
-                            >= 6 * 8 * MiB, 15, "six layers downloading")
+        families = wait_for(
+            c,
+            lambda f: sample(f, "kubescale_image_pull_expected_bytes") >= 6 * 8 * MiB,
+            15,
+            "six layers downloading",
+        )
         # ...but they are two images.
         assert sample(families, "kubescale_image_pulls_in_progress") == 2
         for f in fetches:
@@ -91,15 +105,18 @@ def test_layers_of_one_image_count_as_one_pull(containerd, registry, proxy, make
     assert value(c, "kubescale_image_pulls_in_progress") == 0
 
 
-def test_killed_client_leaves_a_stalled_pull(containerd, registry, proxy, make_collector,
-                                             workdir):
+def test_killed_client_leaves_a_stalled_pull(containerd, registry, proxy, make_collector, workdir):
     repo = fresh_repo()
     registry.push_image(repo, "v1", [32 * MiB])
     c = make_collector(containerd.address, "--image-pull.stall-after", "1.5s")
     fetch = containerd.fetch(f"{proxy.host}/{repo}:v1", f"{workdir}/{repo}.log")
     try:
-        wait_for(c, lambda f: sample(f, "kubescale_image_pull_downloaded_bytes") > 2 * MiB,
-                 10, "downloading")
+        wait_for(
+            c,
+            lambda f: sample(f, "kubescale_image_pull_downloaded_bytes") > 2 * MiB,
+            10,
+            "downloading",
+        )
     finally:
         os.kill(fetch.pid, signal.SIGKILL)
         fetch.stop()
@@ -108,16 +125,14 @@ def test_killed_client_leaves_a_stalled_pull(containerd, registry, proxy, make_c
     assert sample(killed, "kubescale_image_pull_stalled") == 0
     left = sample(killed, "kubescale_image_pull_downloaded_bytes")
     assert 0 < left < 32 * MiB
-    stalled = wait_for(c, lambda f: sample(f, "kubescale_image_pull_stalled") == 1, 5,
-                       "stalled")
+    stalled = wait_for(c, lambda f: sample(f, "kubescale_image_pull_stalled") == 1, 5, "stalled")
     assert sample(stalled, "kubescale_image_pull_downloaded_bytes") == left
     assert sample(stalled, "kubescale_image_pull_oldest_seconds") >= 1.5
     advice = c.advise(c.observe())
     assert any(f.severity == "warning" and "no progress" in f.summary for f in advice), advice
 
 
-def test_preload_missing_counts_absent_images(containerd, registry, proxy, make_collector,
-                                              workdir):
+def test_preload_missing_counts_absent_images(containerd, registry, proxy, make_collector, workdir):
     repo = fresh_repo()
     registry.push_image(repo, "v1", [1 * MiB])
     present = f"{proxy.host}/{repo}:v1"
@@ -131,7 +146,6 @@ def test_preload_missing_counts_absent_images(containerd, registry, proxy, make_
 
 
 def test_missing_socket_fails_alone_with_a_clear_error_and_recovers(make_collector):
-    from testbed.containerd_server import ContainerdServer
 
     path = tempfile_dir()
     server = ContainerdServer(path)
@@ -154,7 +168,6 @@ def test_missing_socket_fails_alone_with_a_clear_error_and_recovers(make_collect
 
 
 def tempfile_dir():
-    import tempfile
 
     return tempfile.mkdtemp(prefix="cd-", dir="/tmp")
 
@@ -192,7 +205,6 @@ def test_an_http1_server_socket_is_reported_as_not_grpc(containerd, make_collect
 
 
 def test_containerd_errors_keep_their_grpc_code(containerd):
-    from kube_scale_exporter.containerd.client import ContainerdClient
 
     client = ContainerdClient(containerd.address, "k8s.io", 2)
     with pytest.raises(ContainerdError, match=r"Content.List: INVALID_ARGUMENT: filters"):

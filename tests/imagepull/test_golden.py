@@ -1,4 +1,5 @@
 """Golden exposition of the imagepull collector from fixed containerd, pod and kubelet input."""
+
 from datetime import UTC, datetime
 
 from kube_scale_exporter.collectors.imagepull.advice import advise
@@ -44,16 +45,31 @@ MANIFESTS = [
 ]
 
 
-def pod(name, containers, statuses=None, phase="Pending", start="2027-01-15T07:20:00Z",
-        init=(), init_statuses=None):
+def pod(
+    name,
+    containers,
+    statuses=None,
+    phase="Pending",
+    start="2027-01-15T07:20:00Z",
+    init=(),
+    init_statuses=None,
+):
     return {
-        "metadata": {"name": name, "namespace": "default",
-                     "creationTimestamp": "2027-01-15T07:10:00Z"},
-        "spec": {"initContainers": [{"name": n, "image": i} for n, i in init],
-                 "containers": [{"name": n, "image": i} for n, i in containers]},
-        "status": {"phase": phase, "startTime": start,
-                   "initContainerStatuses": init_statuses or [],
-                   "containerStatuses": statuses or []},
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "creationTimestamp": "2027-01-15T07:10:00Z",
+        },
+        "spec": {
+            "initContainers": [{"name": n, "image": i} for n, i in init],
+            "containers": [{"name": n, "image": i} for n, i in containers],
+        },
+        "status": {
+            "phase": phase,
+            "startTime": start,
+            "initContainerStatuses": init_statuses or [],
+            "containerStatuses": statuses or [],
+        },
     }
 
 
@@ -64,43 +80,75 @@ def waiting(name, reason):
 PODS = [
     # Waits for the big image, which is downloading: not queued. It has waited longest
     # (since 2027-01-15T07:00:00Z = NOW - 3600), so the oldest unfinished pull is its.
-    pod("trainer", [("main", "registry.example:5000/team/big:v3")],
-        [waiting("main", "ContainerCreating")], start="2027-01-15T07:00:00Z"),
+    pod(
+        "trainer",
+        [("main", "registry.example:5000/team/big:v3")],
+        [waiting("main", "ContainerCreating")],
+        start="2027-01-15T07:00:00Z",
+    ),
     # Waits behind it for two images neither present nor downloading: queued.
-    pod("web", [("nginx", "nginx:1.25"), ("sidecar", "quay.io/org/proxy:2")],
-        [waiting("nginx", "ContainerCreating"), waiting("sidecar", "ContainerCreating")]),
+    pod(
+        "web",
+        [("nginx", "nginx:1.25"), ("sidecar", "quay.io/org/proxy:2")],
+        [waiting("nginx", "ContainerCreating"), waiting("sidecar", "ContainerCreating")],
+    ),
     # Pulls that failed or back off wait for no slot: failing, not queued. The same image
     # twice counts once; a typo'd reference counts as written.
-    pod("typo", [("a", "docker.io/library/ngnix:1.25"), ("b", "ngnix:1.25"),
-                 ("c", "Bad Name")],
-        [waiting("a", "ImagePullBackOff"), waiting("b", "ErrImagePull"),
-         waiting("c", "InvalidImageName")]),
+    pod(
+        "typo",
+        [("a", "docker.io/library/ngnix:1.25"), ("b", "ngnix:1.25"), ("c", "Bad Name")],
+        [
+            waiting("a", "ImagePullBackOff"),
+            waiting("b", "ErrImagePull"),
+            waiting("c", "InvalidImageName"),
+        ],
+    ),
     # Just bound to the node, no status yet; wants an image that is present.
     pod("fresh", [("c", "busybox")], None, start=None),
     # Its init container pulls; the main container waits for it, not for a pull.
-    pod("init", [("main", "ghcr.io/x/app:1")], [waiting("main", "PodInitializing")],
-        init=[("setup", "nginx:1.25")], init_statuses=[waiting("setup", "ContainerCreating")]),
+    pod(
+        "init",
+        [("main", "ghcr.io/x/app:1")],
+        [waiting("main", "PodInitializing")],
+        init=[("setup", "nginx:1.25")],
+        init_statuses=[waiting("setup", "ContainerCreating")],
+    ),
     # Running or finished pods need nothing.
-    pod("running", [("c", "ghcr.io/x/other:1")], [{"name": "c", "state": {"running": {}}}],
-        phase="Running"),
-    pod("done", [("c", "ghcr.io/x/done:1")], [waiting("c", "ContainerCreating")],
-        phase="Succeeded"),
+    pod(
+        "running",
+        [("c", "ghcr.io/x/other:1")],
+        [{"name": "c", "state": {"running": {}}}],
+        phase="Running",
+    ),
+    pod(
+        "done", [("c", "ghcr.io/x/done:1")], [waiting("c", "ContainerCreating")], phase="Succeeded"
+    ),
 ]
-PRESENT = {"docker.io/library/busybox:latest", "registry.k8s.io/pause:3.9",
-           "sha256:" + "9" * 64}
+PRESENT = {"docker.io/library/busybox:latest", "registry.k8s.io/pause:3.9", "sha256:" + "9" * 64}
 PRELOAD = [parse("registry.k8s.io/pause:3.9"), parse("nvcr.io/nvidia/cuda:12.4.0")]
 
 
-CONTAINERD = PullSettings(max_concurrent_downloads=3, progress_timeout=300.0,
-                          downloads_key="plugins.'io.containerd.transfer.v1.local'."
-                                        "max_concurrent_downloads")
+CONTAINERD = PullSettings(
+    max_concurrent_downloads=3,
+    progress_timeout=300.0,
+    downloads_key="plugins.'io.containerd.transfer.v1.local'.max_concurrent_downloads",
+)
 
 
 def state():
     owners = ManifestIndex(lambda: MANIFESTS).lookup({i.digest for i in INGESTS if i.digest})
-    return combine(NOW, 120.0, INGESTS, owners, PRESENT, images_wanted(PODS),
-                   KubeletPullSettings(serialize=True, max_parallel=1), PRELOAD,
-                   failing=images_failing(PODS), containerd=CONTAINERD)
+    return combine(
+        NOW,
+        120.0,
+        INGESTS,
+        owners,
+        PRESENT,
+        images_wanted(PODS),
+        KubeletPullSettings(serialize=True, max_parallel=1),
+        PRELOAD,
+        failing=images_failing(PODS),
+        containerd=CONTAINERD,
+    )
 
 
 def test_golden_exposition():
@@ -112,8 +160,7 @@ def test_golden_exposition():
 def test_golden_input_reads_as_documented():
     s = state()
     assert [p.key for p in s.pulls] == [SMALL, BIG, EARLY]  # by key
-    assert [r.name for r, _ in s.queued] == ["docker.io/library/nginx:1.25",
-                                             "quay.io/org/proxy:2"]
+    assert [r.name for r, _ in s.queued] == ["docker.io/library/nginx:1.25", "quay.io/org/proxy:2"]
     assert [p.key for p in s.stalled] == [SMALL]
     assert s.oldest_seconds == 3600
     assert s.preload_missing == ["nvcr.io/nvidia/cuda:12.4.0"]
@@ -133,8 +180,16 @@ def test_findings_advise_parallel_pulls_for_a_serialized_backlog():
 
 def test_no_serialized_backlog_warning_without_a_pull_in_progress():
     s = state()
-    idle = combine(NOW, 120.0, [], {}, PRESENT, images_wanted(PODS),
-                   KubeletPullSettings(serialize=True, max_parallel=1), [])
+    idle = combine(
+        NOW,
+        120.0,
+        [],
+        {},
+        PRESENT,
+        images_wanted(PODS),
+        KubeletPullSettings(serialize=True, max_parallel=1),
+        [],
+    )
     assert s.queued and idle.queued and not idle.pulls
     summaries = [f.summary for f in advise(idle)]
     assert not any(f.severity == "warning" for f in advise(idle)), summaries
@@ -150,9 +205,10 @@ def test_containerd_settings_advice():
     assert warnings(PullSettings(3, 300.0, key)) == []
     assert warnings(PullSettings(3, 0.0, key)) == []  # no timeout: nothing to be inside
     short = warnings(PullSettings(3, 60.0, key))
-    assert [w.split(":")[0] for w in short] == ["image_pull_progress_timeout is 1m00s",
-                                                "--image-pull.stall-after (2m00s) is not "
-                                                "well inside containerd's progress timeout (1m00s)"]
+    assert [w.split(":")[0] for w in short] == [
+        "image_pull_progress_timeout is 1m00s",
+        "--image-pull.stall-after (2m00s) is not well inside containerd's progress timeout (1m00s)",
+    ]
     assert len(warnings(PullSettings(3, 1800.0, key), stall_after=1000.0)) == 1
     ignored = warnings(PullSettings(3, 300.0, key, ignored_downloads=10))
     assert "max_concurrent_downloads = 10 in the CRI images plugin is ignored" in ignored[0]

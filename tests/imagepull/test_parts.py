@@ -1,5 +1,6 @@
 """The imagepull collector's parts: wire codec, image references, manifest index,
 kubelet config file, pods, and its flags."""
+
 import subprocess
 import sys
 
@@ -19,6 +20,8 @@ from kube_scale_exporter.containerd.client import ContentInfo
 from kube_scale_exporter.containerd.pulls import ManifestIndex
 from kube_scale_exporter.containerd.reference import parse
 from kube_scale_exporter.flagtypes import duration
+from kube_scale_exporter.cli import parse as parse_flags
+import socket
 
 # ---- wire ----------------------------------------------------------------------------
 
@@ -38,11 +41,19 @@ def test_int64_round_trip_including_negative(n):
 
 
 def test_unknown_fields_of_every_wire_type_are_skipped():
-    status = (varint(3 << 3 | wire.LENGTH) + varint(3) + b"ref"
-              + varint(9 << 3 | wire.FIXED64) + b"\x01" * 8
-              + varint(10 << 3 | wire.FIXED32) + b"\x02" * 4
-              + varint(11 << 3 | wire.VARINT) + varint(300)
-              + varint(4 << 3 | wire.VARINT) + varint(42))
+    status = (
+        varint(3 << 3 | wire.LENGTH)
+        + varint(3)
+        + b"ref"
+        + varint(9 << 3 | wire.FIXED64)
+        + b"\x01" * 8
+        + varint(10 << 3 | wire.FIXED32)
+        + b"\x02" * 4
+        + varint(11 << 3 | wire.VARINT)
+        + varint(300)
+        + varint(4 << 3 | wire.VARINT)
+        + varint(42)
+    )
     f = wire.fields(status)
     assert wire.string(f[3]) == "ref" and wire.int64(f[4]) == 42
 
@@ -63,15 +74,19 @@ def test_timestamp_and_map():
 
 # ---- references ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("image,name,source", [
-    ("nginx", "docker.io/library/nginx:latest", ("docker.io", "library/nginx")),
-    ("team/app:v2", "docker.io/team/app:v2", ("docker.io", "team/app")),
-    ("quay.io/a/b:1", "quay.io/a/b:1", ("quay.io", "a/b")),
-    ("127.0.0.1:5000/big:v1", "127.0.0.1:5000/big:v1", ("127.0.0.1", "big")),
-    ("localhost/x", "localhost/x:latest", ("localhost", "x")),
-    ("reg:5000/a/b:v1@sha256:abc", "reg:5000/a/b@sha256:abc", ("reg", "a/b")),
-    ("[::1]:5000/x:y", "[::1]:5000/x:y", ("::1", "x")),
-])
+
+@pytest.mark.parametrize(
+    "image,name,source",
+    [
+        ("nginx", "docker.io/library/nginx:latest", ("docker.io", "library/nginx")),
+        ("team/app:v2", "docker.io/team/app:v2", ("docker.io", "team/app")),
+        ("quay.io/a/b:1", "quay.io/a/b:1", ("quay.io", "a/b")),
+        ("127.0.0.1:5000/big:v1", "127.0.0.1:5000/big:v1", ("127.0.0.1", "big")),
+        ("localhost/x", "localhost/x:latest", ("localhost", "x")),
+        ("reg:5000/a/b:v1@sha256:abc", "reg:5000/a/b@sha256:abc", ("reg", "a/b")),
+        ("[::1]:5000/x:y", "[::1]:5000/x:y", ("::1", "x")),
+    ],
+)
 def test_references_normalize_like_containerd(image, name, source):
     ref = parse(image)
     assert (ref.name, ref.source) == (name, source)
@@ -85,10 +100,18 @@ def test_malformed_references_raise(bad):
 
 # ---- manifest index ------------------------------------------------------------------
 
+
 def test_manifest_index_lists_only_when_a_new_digest_appears():
     calls = []
-    m = ContentInfo("sha256:m", 1, 10.0, {"containerd.io/gc.ref.content.l.0": "sha256:a",
-                                          "containerd.io/gc.ref.content.config": "sha256:c"})
+    m = ContentInfo(
+        "sha256:m",
+        1,
+        10.0,
+        {
+            "containerd.io/gc.ref.content.l.0": "sha256:a",
+            "containerd.io/gc.ref.content.config": "sha256:c",
+        },
+    )
 
     def listing():
         calls.append(1)
@@ -107,12 +130,16 @@ def test_manifest_index_lists_only_when_a_new_digest_appears():
 
 # ---- kubelet config file -------------------------------------------------------------
 
-@pytest.mark.parametrize("text,serialize,parallel", [
-    ("kind: KubeletConfiguration\n", True, 1),
-    ("serializeImagePulls: true\n", True, 1),
-    ("serializeImagePulls: false\n", False, 0),
-    ("serializeImagePulls: false\nmaxParallelImagePulls: 5\n", False, 5),
-])
+
+@pytest.mark.parametrize(
+    "text,serialize,parallel",
+    [
+        ("kind: KubeletConfiguration\n", True, 1),
+        ("serializeImagePulls: true\n", True, 1),
+        ("serializeImagePulls: false\n", False, 0),
+        ("serializeImagePulls: false\nmaxParallelImagePulls: 5\n", False, 5),
+    ],
+)
 def test_kubelet_pull_settings(tmp_path, text, serialize, parallel):
     path = tmp_path / "config.yaml"
     path.write_text(text)
@@ -120,8 +147,10 @@ def test_kubelet_pull_settings(tmp_path, text, serialize, parallel):
     assert (s.serialize, s.max_parallel) == (serialize, parallel)
 
 
-@pytest.mark.parametrize("text", ["serializeImagePulls: maybe\n", "maxParallelImagePulls: 0\n",
-                                  "- a list\n", "a: [unclosed\n"])
+@pytest.mark.parametrize(
+    "text",
+    ["serializeImagePulls: maybe\n", "maxParallelImagePulls: 0\n", "- a list\n", "a: [unclosed\n"],
+)
 def test_bad_kubelet_config_is_reported_not_raised(tmp_path, text):
     path = tmp_path / "config.yaml"
     path.write_text(text)
@@ -142,23 +171,41 @@ def test_kubelet_config_is_read_again_when_it_changes(tmp_path):
 
 # ---- pods ----------------------------------------------------------------------------
 
+
 def test_pod_summary_keeps_what_images_wanted_reads():
     full = {
-        "metadata": {"name": "p", "namespace": "n", "uid": "u", "resourceVersion": "7",
-                     "creationTimestamp": "2027-01-01T00:00:00Z", "labels": {"a": "b"},
-                     "managedFields": [{"big": "x" * 1000}]},
-        "spec": {"containers": [{"name": "c", "image": "nginx", "env": [{"name": "X"}]}],
-                 "volumes": [{"name": "v"}]},
-        "status": {"phase": "Pending", "startTime": "2027-01-01T00:00:01Z",
-                   "conditions": [{"type": "Ready"}],
-                   "containerStatuses": [{"name": "c", "image": "nginx", "ready": False,
-                                          "state": {"waiting": {"reason": "ContainerCreating",
-                                                                "message": "long"}}}]},
+        "metadata": {
+            "name": "p",
+            "namespace": "n",
+            "uid": "u",
+            "resourceVersion": "7",
+            "creationTimestamp": "2027-01-01T00:00:00Z",
+            "labels": {"a": "b"},
+            "managedFields": [{"big": "x" * 1000}],
+        },
+        "spec": {
+            "containers": [{"name": "c", "image": "nginx", "env": [{"name": "X"}]}],
+            "volumes": [{"name": "v"}],
+        },
+        "status": {
+            "phase": "Pending",
+            "startTime": "2027-01-01T00:00:01Z",
+            "conditions": [{"type": "Ready"}],
+            "containerStatuses": [
+                {
+                    "name": "c",
+                    "image": "nginx",
+                    "ready": False,
+                    "state": {"waiting": {"reason": "ContainerCreating", "message": "long"}},
+                }
+            ],
+        },
     }
     small = pod_summary(full)
     assert "managedFields" not in small["metadata"] and "volumes" not in small["spec"]
     assert small["status"]["containerStatuses"][0]["state"] == {
-        "waiting": {"reason": "ContainerCreating"}}
+        "waiting": {"reason": "ContainerCreating"}
+    }
     assert images_wanted([small]) == images_wanted([full])
     assert list(images_wanted([small])) == ["docker.io/library/nginx:latest"]
     assert images_failing([small]) == set()
@@ -166,51 +213,71 @@ def test_pod_summary_keeps_what_images_wanted_reads():
 
 @pytest.mark.parametrize("reason", sorted(PULL_FAILED))
 def test_failed_or_backed_off_pulls_are_not_queued(reason):
-    pod = {"metadata": {"name": "p"},
-           "spec": {"containers": [{"name": "a", "image": "nginx"},
-                                   {"name": "b", "image": "registry.example/app:1"}]},
-           "status": {"phase": "Pending", "containerStatuses": [
-               {"name": "a", "state": {"waiting": {"reason": reason}}},
-               {"name": "b", "state": {"waiting": {"reason": "ContainerCreating"}}}]}}
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [
+                {"name": "a", "image": "nginx"},
+                {"name": "b", "image": "registry.example/app:1"},
+            ]
+        },
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {"name": "a", "state": {"waiting": {"reason": reason}}},
+                {"name": "b", "state": {"waiting": {"reason": "ContainerCreating"}}},
+            ],
+        },
+    }
     assert list(images_wanted([pod])) == ["registry.example/app:1"]
     assert images_failing([pod]) == {"docker.io/library/nginx:latest"}
 
 
 # ---- flags ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,seconds", [("120", 120), ("90s", 90), ("2m", 120),
-                                          ("1h30m", 5400), ("1.5s", 1.5)])
+
+@pytest.mark.parametrize(
+    "text,seconds", [("120", 120), ("90s", 90), ("2m", 120), ("1h30m", 5400), ("1.5s", 1.5)]
+)
 def test_durations(text, seconds):
     assert duration(text) == seconds
 
 
-@pytest.mark.parametrize("flags,named", [
-    (["--image-pull.stall-after", "soon"], "--image-pull.stall-after"),
-    (["--image-pull.stall-after", "0s"], "--image-pull.stall-after"),
-    (["--containerd.timeout", "-1"], "--containerd.timeout"),
-    (["--containerd.address", "run/containerd.sock"], "--containerd.address"),
-    (["--containerd.namespace", ""], "--containerd.namespace"),
-    (["--kubelet.config-file", "/nonexistent/config.yaml"], "--kubelet.config-file"),
-    (["--image-pull.preload", "ok:1,bad:"], "--image-pull.preload"),
-])
+@pytest.mark.parametrize(
+    "flags,named",
+    [
+        (["--image-pull.stall-after", "soon"], "--image-pull.stall-after"),
+        (["--image-pull.stall-after", "0s"], "--image-pull.stall-after"),
+        (["--containerd.timeout", "-1"], "--containerd.timeout"),
+        (["--containerd.address", "run/containerd.sock"], "--containerd.address"),
+        (["--containerd.namespace", ""], "--containerd.namespace"),
+        (["--kubelet.config-file", "/nonexistent/config.yaml"], "--kubelet.config-file"),
+        (["--image-pull.preload", "ok:1,bad:"], "--image-pull.preload"),
+    ],
+)
 def test_bad_flags_exit_2_naming_the_flag(flags, named):
-    run = subprocess.run([sys.executable, "-m", "kube_scale_exporter", "--collector.imagepull", *flags],
-                         check=False, capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-m", "kube_scale_exporter", "--collector.imagepull", *flags],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 2 and named in run.stderr, run.stderr
 
 
 def test_h2_is_imported_only_when_the_collector_runs():
-    code = ("import sys, kube_scale_exporter.cli as c; c.parse(['--collector.imagepull']); "
-            "print('h2' in sys.modules)")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=True)
+    code = (
+        "import sys, kube_scale_exporter.cli as c; c.parse(['--collector.imagepull']); "
+        "print('h2' in sys.modules)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert run.stdout.strip() == "False"
 
 
 def test_on_by_default_only_where_the_containerd_socket_exists(tmp_path):
-    import socket
-
-    from kube_scale_exporter.cli import parse as parse_flags
 
     path = str(tmp_path / "containerd.sock")
     names = lambda *flags: [c.name for c in parse_flags(["--containerd.address", path, *flags])[1]]  # noqa: E731

@@ -7,6 +7,7 @@ and (2.1, whose CRI has image_pull_progress_timeout) a proxy that freezes mid-la
 The kubelet's message is `Failed to pull image "IMAGE": ERR`, ERR being the gRPC status
 as grpc-go prints it: that wrapping is all the test adds to containerd's own text.
 """
+
 import asyncio
 import http.server
 import os
@@ -29,10 +30,17 @@ from testbed.procs import Proc, wait_for_port
 from .test_containerd_config import BIN2
 
 PULL_IMAGE = "/runtime.v1.ImageService/PullImage"
-GO_CODES = {"CANCELLED": "Canceled", "UNKNOWN": "Unknown", "DEADLINE_EXCEEDED":
-            "DeadlineExceeded", "NOT_FOUND": "NotFound", "UNAUTHENTICATED": "Unauthenticated",
-            "PERMISSION_DENIED": "PermissionDenied", "UNAVAILABLE": "Unavailable",
-            "RESOURCE_EXHAUSTED": "ResourceExhausted", "INTERNAL": "Internal"}
+GO_CODES = {
+    "CANCELLED": "Canceled",
+    "UNKNOWN": "Unknown",
+    "DEADLINE_EXCEEDED": "DeadlineExceeded",
+    "NOT_FOUND": "NotFound",
+    "UNAUTHENTICATED": "Unauthenticated",
+    "PERMISSION_DENIED": "PermissionDenied",
+    "UNAVAILABLE": "Unavailable",
+    "RESOURCE_EXHAUSTED": "ResourceExhausted",
+    "INTERNAL": "Internal",
+}
 MiB = 1 << 20
 
 
@@ -51,21 +59,29 @@ def cri_pull(server, image: str, timeout: float = 60.0) -> str:
     header), so its own answer to a deadline wins the race with our client's."""
     request = _bytes_field(1, _bytes_field(1, image.encode()))  # PullImageRequest{ImageSpec}
     try:
-        grpc_h2.call(server.address, PULL_IMAGE, request, timeout + 3,
-                     (("containerd-namespace", "k8s.io"),
-                      ("grpc-timeout", f"{int(timeout * 1000)}m")))
+        grpc_h2.call(
+            server.address,
+            PULL_IMAGE,
+            request,
+            timeout + 3,
+            (("containerd-namespace", "k8s.io"), ("grpc-timeout", f"{int(timeout * 1000)}m")),
+        )
     except grpc_h2.GrpcError as exc:
-        return (f'Failed to pull image "{image}": rpc error: code = '
-                f'{GO_CODES.get(exc.code, exc.code)} desc = {exc.details}')
+        return (
+            f'Failed to pull image "{image}": rpc error: code = '
+            f"{GO_CODES.get(exc.code, exc.code)} desc = {exc.details}"
+        )
     raise AssertionError(f"{image} pulled")
 
 
 class TooManyRequests(http.server.BaseHTTPRequestHandler):
     """Docker Hub's answer to an anonymous client over its limit."""
 
-    BODY = (b'{"errors":[{"code":"TOOMANYREQUESTS","message":"You have reached your pull rate '
-            b'limit. You may increase the limit by authenticating and upgrading: '
-            b'https://www.docker.com/increase-rate-limit"}]}')
+    BODY = (
+        b'{"errors":[{"code":"TOOMANYREQUESTS","message":"You have reached your pull rate '
+        b"limit. You may increase the limit by authenticating and upgrading: "
+        b'https://www.docker.com/increase-rate-limit"}]}'
+    )
 
     def do_GET(self):
         self.send_response(429)
@@ -84,11 +100,12 @@ class TooManyRequests(http.server.BaseHTTPRequestHandler):
 async def _freeze_after(listen, target, limit):
     """Forwards to target until `limit` bytes went back on a connection, then holds it
     open without a byte more: a registry path that stalls mid-layer."""
+
     async def pump(reader, writer, budget):
         sent = 0
         while chunk := await reader.read(65536):
             if budget is not None and sent + len(chunk) > budget:
-                writer.write(chunk[:max(0, budget - sent)])
+                writer.write(chunk[: max(0, budget - sent)])
                 await asyncio.sleep(3600)
             writer.write(chunk)
             sent += len(chunk)
@@ -112,9 +129,11 @@ def remotes(registry, workdir):
     with open(f"{root}/htpasswd", "w") as f:
         f.write("user:" + bcrypt.hashpw(b"secret", bcrypt.gensalt(5)).decode() + "\n")
     with open(f"{root}/config.yml", "w") as f:
-        f.write(f"version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: "
-                f"{{rootdirectory: {root}/s}}}}\nhttp: {{addr: 127.0.0.1:{auth_port}}}\n"
-                f"auth: {{htpasswd: {{realm: test, path: {root}/htpasswd}}}}\n")
+        f.write(
+            f"version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: "
+            f"{{rootdirectory: {root}/s}}}}\nhttp: {{addr: 127.0.0.1:{auth_port}}}\n"
+            f"auth: {{htpasswd: {{realm: test, path: {root}/htpasswd}}}}\n"
+        )
     auth = Proc(["/usr/bin/docker-registry", "serve", f"{root}/config.yml"], f"{root}/log")
     wait_for_port(auth_port, proc=auth)
     limited = socketserver.ThreadingTCPServer(("127.0.0.1", 0), TooManyRequests)
@@ -122,12 +141,19 @@ def remotes(registry, workdir):
     silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
     frozen_port = free_port()
     loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_until_complete, daemon=True,
-                     args=(_freeze_after(frozen_port, registry.port, 256 << 10),)).start()
+    threading.Thread(
+        target=loop.run_until_complete,
+        daemon=True,
+        args=(_freeze_after(frozen_port, registry.port, 256 << 10),),
+    ).start()
     registry.push_image("big", "v1", [8 * MiB])
-    yield {"registry": registry.host, "auth": f"127.0.0.1:{auth_port}",
-           "limited": f"127.0.0.1:{limited.server_address[1]}",
-           "silent": f"127.0.0.1:{silent.getsockname()[1]}", "frozen": f"127.0.0.1:{frozen_port}"}
+    yield {
+        "registry": registry.host,
+        "auth": f"127.0.0.1:{auth_port}",
+        "limited": f"127.0.0.1:{limited.server_address[1]}",
+        "silent": f"127.0.0.1:{silent.getsockname()[1]}",
+        "frozen": f"127.0.0.1:{frozen_port}",
+    }
     auth.stop()
     limited.shutdown()
     silent.close()
@@ -143,22 +169,30 @@ def cri_containerd(bin_dir, hosts, version, timeout="2s", local_pull=False):
     for host in hosts:
         os.makedirs(os.path.join(certs, host))
         with open(os.path.join(certs, host, "hosts.toml"), "w") as f:
-            f.write(f'server = "http://{host}"\n[host."http://{host}"]\n'
-                    f'  capabilities = ["pull", "resolve"]\n')
+            f.write(
+                f'server = "http://{host}"\n[host."http://{host}"]\n'
+                f'  capabilities = ["pull", "resolve"]\n'
+            )
     if version == 3:
-        extra = (f"[plugins.'io.containerd.cri.v1.images']\n"
-                 f"  image_pull_progress_timeout = '{timeout}'\n"
-                 f"  use_local_image_pull = {'true' if local_pull else 'false'}\n"
-                 f"[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '{certs}'\n")
+        extra = (
+            f"[plugins.'io.containerd.cri.v1.images']\n"
+            f"  image_pull_progress_timeout = '{timeout}'\n"
+            f"  use_local_image_pull = {'true' if local_pull else 'false'}\n"
+            f"[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '{certs}'\n"
+        )
     else:
-        extra = (f'[plugins."io.containerd.grpc.v1.cri".registry]\n'
-                 f'  config_path = "{certs}"\n')
-    return ContainerdServer(workdir, bin_dir=bin_dir, version=version, extra=extra,
-                            cri=True).start()
+        extra = f'[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "{certs}"\n'
+    return ContainerdServer(
+        workdir, bin_dir=bin_dir, version=version, extra=extra, cri=True
+    ).start()
 
 
-CASES = [("registry", "app:missing", "not_found"), ("auth", "app:v1", "auth"),
-         ("limited", "app:v1", "rate_limited"), ("silent", "app:v1", "timeout")]
+CASES = [
+    ("registry", "app:missing", "not_found"),
+    ("auth", "app:v1", "auth"),
+    ("limited", "app:v1", "rate_limited"),
+    ("silent", "app:v1", "timeout"),
+]
 
 
 @pytest.mark.parametrize("runtime,version", [("1.6", 2), ("2.1", 3)])
@@ -201,8 +235,12 @@ def test_ctr_pull_errors_land_in_their_class(remotes, containerd):
     """ctr's own wording (not the CRI's), for the same failures on containerd 1.6."""
     for remote, ref, reason in CASES[:3]:
         image = f"{remotes[remote]}/{ref}"
-        out = subprocess.run(containerd.ctr_argv("image", "pull", "--plain-http", image),
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            containerd.ctr_argv("image", "pull", "--plain-http", image),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode != 0
         error = out.stderr.strip().splitlines()[-1].removeprefix("ctr: ")
         assert parse_failed(f'Failed to pull image "{image}": {error}')[1] == reason, error

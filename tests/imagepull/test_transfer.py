@@ -5,6 +5,7 @@ inside containerd, not in the client, unless --local); on 1.6 the client drives 
 way the collector must see one pull in progress with its bytes moving, then none.
 `make test-containerd2` runs this suite against containerd 2.x.
 """
+
 import time
 
 from testbed.containerd_server import CONTAINERD
@@ -21,14 +22,19 @@ def test_images_pull_seen_while_downloading(containerd, registry, proxy, make_co
     ref = f"{proxy.host}/{repo}:v1"
     pull = Proc(containerd.ctr_argv("images", "pull", "--plain-http", ref), f"{workdir}/{repo}.log")
     try:
-        first = wait_for(c, lambda f: sample(f, "kubescale_image_pull_downloaded_bytes") > 0,
-                         15, f"downloading ({CONTAINERD})")
+        first = wait_for(
+            c,
+            lambda f: sample(f, "kubescale_image_pull_downloaded_bytes") > 0,
+            15,
+            f"downloading ({CONTAINERD})",
+        )
         assert sample(first, "kubescale_image_pulls_in_progress") == 1
         assert sample(first, "kubescale_image_pull_expected_bytes") == image["layer_sizes"][0]
         time.sleep(1.0)
         later = scrape(c)
-        assert (sample(later, "kubescale_image_pull_downloaded_bytes")
-                > sample(first, "kubescale_image_pull_downloaded_bytes"))
+        assert sample(later, "kubescale_image_pull_downloaded_bytes") > sample(
+            first, "kubescale_image_pull_downloaded_bytes"
+        )
         assert sample(later, "kubescale_image_pull_stalled") == 0
         assert pull.popen.wait(60) == 0, pull.log_tail()
     finally:

@@ -3,6 +3,7 @@
 Parsing and the golden exposition from fixed messages; then a real kube-apiserver,
 where the test writes the events the kubelet would.
 """
+
 import time
 import uuid
 
@@ -21,9 +22,18 @@ from testbed.golden import assert_golden
 from testbed.metrics import collect, sample
 
 
-@pytest.mark.parametrize("text,seconds", [("0", 0), ("0s", 0), ("812ms", 0.812),
-                                          ("1m2.5s", 62.5), ("1h0m0s", 3600),
-                                          ("1.5µs", 1.5e-6), ("250us", 2.5e-4)])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("0", 0),
+        ("0s", 0),
+        ("812ms", 0.812),
+        ("1m2.5s", 62.5),
+        ("1h0m0s", 3600),
+        ("1.5µs", 1.5e-6),
+        ("250us", 2.5e-4),
+    ],
+)
 def test_go_durations(text, seconds):
     assert go_duration(text) == pytest.approx(seconds)
 
@@ -34,39 +44,54 @@ def test_not_go_durations(bad):
         go_duration(bad)
 
 
-@pytest.mark.parametrize("message,parsed", [
-    ('Successfully pulled image "nginx:1.25" in 2.035s (2.035s including waiting)',
-     (2.035, 0.0)),
-    (('Successfully pulled image "big:v3" in 29m12.5s (41m0s including waiting). '
-      'Image size: 17179869184 bytes.'), (1752.5, 707.5)),
-    ('Successfully pulled image "nginx" in 812ms', (0.812, None)),  # kubelet < 1.28
-    ('Container image "nginx" already present on machine', None),
-    ('Pulling image "nginx"', None),
-])
+@pytest.mark.parametrize(
+    "message,parsed",
+    [
+        (
+            'Successfully pulled image "nginx:1.25" in 2.035s (2.035s including waiting)',
+            (2.035, 0.0),
+        ),
+        (
+            (
+                'Successfully pulled image "big:v3" in 29m12.5s (41m0s including waiting). '
+                "Image size: 17179869184 bytes."
+            ),
+            (1752.5, 707.5),
+        ),
+        ('Successfully pulled image "nginx" in 812ms', (0.812, None)),  # kubelet < 1.28
+        ('Container image "nginx" already present on machine', None),
+        ('Pulling image "nginx"', None),
+    ],
+)
 def test_pulled_messages(message, parsed):
     got = parse_pulled(message)
     assert got == (None if parsed is None else pytest.approx(parsed))
 
 
 def event(message, created="2027-01-15T08:00:00Z", count=1, name="e"):
-    return {"metadata": {"name": name, "namespace": "default", "creationTimestamp": created},
-            "message": message, "count": count}
+    return {
+        "metadata": {"name": name, "namespace": "default", "creationTimestamp": created},
+        "message": message,
+        "count": count,
+    }
 
 
 def test_golden_exposition():
     failures = FailureCounts(0, RegistryLabels(10), clock=lambda: 0.0)
     events = PulledEvents(since=0, failures=failures)
-    for i, message in enumerate((
-        'Failed to pull image "nginx:1.25": rpc error: code = Unknown desc = failed to pull '
-        'and unpack image "docker.io/library/nginx:1.25": failed to copy: httpReadSeeker: '
-        'failed open: unexpected status code https://registry-1.docker.io/v2/library/nginx/'
-        'manifests/1.25: 429 Too Many Requests - Server message: toomanyrequests: You have '
-        'reached your pull rate limit.',
-        'Failed to pull image "ghcr.io/x/app:9": rpc error: code = NotFound desc = failed to '
-        'pull and unpack image "ghcr.io/x/app:9": failed to resolve reference '
-        '"ghcr.io/x/app:9": ghcr.io/x/app:9: not found',
-        "Error: ErrImagePull",
-    )):
+    for i, message in enumerate(
+        (
+            'Failed to pull image "nginx:1.25": rpc error: code = Unknown desc = failed to pull '
+            'and unpack image "docker.io/library/nginx:1.25": failed to copy: httpReadSeeker: '
+            "failed open: unexpected status code https://registry-1.docker.io/v2/library/nginx/"
+            "manifests/1.25: 429 Too Many Requests - Server message: toomanyrequests: You have "
+            "reached your pull rate limit.",
+            'Failed to pull image "ghcr.io/x/app:9": rpc error: code = NotFound desc = failed to '
+            'pull and unpack image "ghcr.io/x/app:9": failed to resolve reference '
+            '"ghcr.io/x/app:9": ghcr.io/x/app:9: not found',
+            "Error: ErrImagePull",
+        )
+    ):
         failures.on_add(event(message, name=f"f{i}") | {"source": {"host": f"node-{i}"}})
     for message in (
         'Successfully pulled image "pause:3.9" in 412ms (412ms including waiting)',
@@ -92,46 +117,74 @@ def test_events_from_before_the_start_do_not_count():
 def post_event(api, ns, reason, message, count=1, host="node-a"):
     name = "ev-" + uuid.uuid4().hex[:10]
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    api.admin.create(f"/api/v1/namespaces/{ns}/events", {
-        "metadata": {"name": name},
-        "involvedObject": {"kind": "Pod", "name": "p", "namespace": ns},
-        "reason": reason, "message": message, "type": "Normal", "count": count,
-        "firstTimestamp": now, "lastTimestamp": now,
-        "source": {"component": "kubelet", "host": host},
-    })
+    api.admin.create(
+        f"/api/v1/namespaces/{ns}/events",
+        {
+            "metadata": {"name": name},
+            "involvedObject": {"kind": "Pod", "name": "p", "namespace": ns},
+            "reason": reason,
+            "message": message,
+            "type": "Normal",
+            "count": count,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": "kubelet", "host": host},
+        },
+    )
     return name
 
 
-def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace,
-                                                           kubeconfig_for):
-    post_event(apiserver, namespace, "Pulled",
-               'Successfully pulled image "before" in 5s (5s including waiting)')
+def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace, kubeconfig_for):
+    post_event(
+        apiserver,
+        namespace,
+        "Pulled",
+        'Successfully pulled image "before" in 5s (5s including waiting)',
+    )
     time.sleep(1.1)  # creationTimestamp has whole seconds
-    args, classes = parse(["--mode", "cluster", "--collector.disable-defaults",
-                           "--collector.imagepull_events", "--kube.kubeconfig",
-                           kubeconfig_for("imagepull-events",
-                                          ImagePullEventsCollector.needs_in("cluster").rbac_rules)])
+    args, classes = parse(
+        [
+            "--mode",
+            "cluster",
+            "--collector.disable-defaults",
+            "--collector.imagepull_events",
+            "--kube.kubeconfig",
+            kubeconfig_for(
+                "imagepull-events", ImagePullEventsCollector.needs_in("cluster").rbac_rules
+            ),
+        ]
+    )
     assert classes == [ImagePullEventsCollector]
     c = ImagePullEventsCollector(args)
     c.start()
     try:
         assert sample(collect(c), "kubescale_image_pull_duration_seconds_count") == 0
-        post_event(apiserver, namespace, "Pulled",
-                   'Successfully pulled image "a" in 45s (3m0s including waiting)')
+        post_event(
+            apiserver,
+            namespace,
+            "Pulled",
+            'Successfully pulled image "a" in 45s (3m0s including waiting)',
+        )
         post_event(apiserver, namespace, "Pulled", 'Successfully pulled image "b" in 2s')
         post_event(apiserver, namespace, "Pulled", 'Container image "c" already present on machine')
         post_event(apiserver, namespace, "Pulling", 'Pulling image "d"')
-        repeated = post_event(apiserver, namespace, "Pulled",
-                              'Successfully pulled image "e" in 1s (1s including waiting)')
-        apiserver.admin.merge_patch(f"/api/v1/namespaces/{namespace}/events/{repeated}",
-                                    {"count": 3})
+        repeated = post_event(
+            apiserver,
+            namespace,
+            "Pulled",
+            'Successfully pulled image "e" in 1s (1s including waiting)',
+        )
+        apiserver.admin.merge_patch(
+            f"/api/v1/namespaces/{namespace}/events/{repeated}", {"count": 3}
+        )
         deadline = time.monotonic() + 10
         while True:
             families = collect(c)
             if sample(families, "kubescale_image_pull_duration_seconds_count") == 5:
                 break
-            assert time.monotonic() < deadline, [(s.name, s.value) for f in families
-                                                 for s in f.samples]
+            assert time.monotonic() < deadline, [
+                (s.name, s.value) for f in families for s in f.samples
+            ]
             time.sleep(0.1)
         assert sample(families, "kubescale_image_pull_duration_seconds_sum") == 45 + 2 + 3 * 1
         assert sample(families, "kubescale_image_pull_queue_wait_seconds_count") == 4

@@ -1,5 +1,6 @@
 """Failed pulls by registry and cause: the classes of real messages, hostile messages,
 and the counters fed by Failed and Pulled events written to a real kube-apiserver."""
+
 import time
 
 import pytest
@@ -23,97 +24,157 @@ from .test_events import event, post_event
 # test_pull_errors.py reproduces them), wrapped as the kubelet wraps a CRI error.
 REAL = [
     # namespacelabs/foundation#846 (containerd, Docker Hub's anonymous limit)
-    ('Failed to pull image "index.docker.io/jaegertracing/all-in-one@sha256:8d0bff43db3ce5c528'
-     'cb6f957520511d263d7cceee012696e4afdc9087919bb9": rpc error: code = Unknown desc = failed '
-     'to pull and unpack image "docker.io/jaegertracing/all-in-one@sha256:8d0bff43db3ce5c528cb'
-     '6f957520511d263d7cceee012696e4afdc9087919bb9": failed to copy: httpReadSeeker: failed '
-     'open: unexpected status code https://registry-1.docker.io/v2/jaegertracing/all-in-one/'
-     'manifests/sha256:8d0bff43db3ce5c528cb6f957520511d263d7cceee012696e4afdc9087919bb9: 429 '
-     'Too Many Requests - Server message: toomanyrequests: You have reached your pull rate '
-     'limit. You may increase the limit by authenticating and upgrading: '
-     'https://www.docker.com/increase-rate-limit', "index.docker.io", "rate_limited"),
+    (
+        'Failed to pull image "index.docker.io/jaegertracing/all-in-one@sha256:8d0bff43db3ce5c528'
+        'cb6f957520511d263d7cceee012696e4afdc9087919bb9": rpc error: code = Unknown desc = failed '
+        'to pull and unpack image "docker.io/jaegertracing/all-in-one@sha256:8d0bff43db3ce5c528cb'
+        '6f957520511d263d7cceee012696e4afdc9087919bb9": failed to copy: httpReadSeeker: failed '
+        "open: unexpected status code https://registry-1.docker.io/v2/jaegertracing/all-in-one/"
+        "manifests/sha256:8d0bff43db3ce5c528cb6f957520511d263d7cceee012696e4afdc9087919bb9: 429 "
+        "Too Many Requests - Server message: toomanyrequests: You have reached your pull rate "
+        "limit. You may increase the limit by authenticating and upgrading: "
+        "https://www.docker.com/increase-rate-limit",
+        "index.docker.io",
+        "rate_limited",
+    ),
     # red-hat-storage/ocs-ci#4494 (CRI-O)
-    ('Failed to pull image "obsidiandynamics/kafdrop:latest": rpc error: code = Unknown desc = '
-     'Error reading manifest latest in docker.io/obsidiandynamics/kafdrop: toomanyrequests: You '
-     'have reached your pull rate limit. You may increase the limit by authenticating and '
-     'upgrading: https://www.docker.com/increase-rate-limit', "docker.io", "rate_limited"),
+    (
+        'Failed to pull image "obsidiandynamics/kafdrop:latest": rpc error: code = Unknown desc = '
+        "Error reading manifest latest in docker.io/obsidiandynamics/kafdrop: toomanyrequests: You "
+        "have reached your pull rate limit. You may increase the limit by authenticating and "
+        "upgrading: https://www.docker.com/increase-rate-limit",
+        "docker.io",
+        "rate_limited",
+    ),
     # here: containerd 1.6.20 and 2.1.9 through a proxy answering 429
-    ('Failed to pull image "127.0.0.1:39737/app:v1": rpc error: code = Unknown desc = failed to '
-     'pull and unpack image "127.0.0.1:39737/app:v1": failed to resolve reference '
-     '"127.0.0.1:39737/app:v1": pulling from host 127.0.0.1:39737 failed with status code '
-     '[manifests v1]: 429 Too Many Requests', "127.0.0.1:39737", "rate_limited"),
-    ('Failed to pull image "127.0.0.1:39737/app:v1": rpc error: code = Unknown desc = failed to '
-     'pull and unpack image "127.0.0.1:39737/app:v1": failed to resolve image: unexpected status '
-     'from HEAD request to http://127.0.0.1:39737/v2/app/manifests/v1: 429 Too Many Requests',
-     "127.0.0.1:39737", "rate_limited"),
+    (
+        'Failed to pull image "127.0.0.1:39737/app:v1": rpc error: code = Unknown desc = failed to '
+        'pull and unpack image "127.0.0.1:39737/app:v1": failed to resolve reference '
+        '"127.0.0.1:39737/app:v1": pulling from host 127.0.0.1:39737 failed with status code '
+        "[manifests v1]: 429 Too Many Requests",
+        "127.0.0.1:39737",
+        "rate_limited",
+    ),
+    (
+        'Failed to pull image "127.0.0.1:39737/app:v1": rpc error: code = Unknown desc = failed to '
+        'pull and unpack image "127.0.0.1:39737/app:v1": failed to resolve image: unexpected status '
+        "from HEAD request to http://127.0.0.1:39737/v2/app/manifests/v1: 429 Too Many Requests",
+        "127.0.0.1:39737",
+        "rate_limited",
+    ),
     # here: docker-registry with htpasswd auth, containerd 1.6.20 and 2.1.9
-    ('Failed to pull image "127.0.0.1:60685/app:v1": rpc error: code = Unknown desc = failed to '
-     'pull and unpack image "127.0.0.1:60685/app:v1": failed to resolve reference '
-     '"127.0.0.1:60685/app:v1": pulling from host 127.0.0.1:60685 failed with status code '
-     '[manifests v1]: 401 Unauthorized', "127.0.0.1:60685", "auth"),
-    ('Failed to pull image "127.0.0.1:60685/app:v1": rpc error: code = Unknown desc = failed to '
-     'pull and unpack image "127.0.0.1:60685/app:v1": failed to resolve image: pull access '
-     'denied, repository does not exist or may require authorization: authorization failed: '
-     'no basic auth credentials', "127.0.0.1:60685", "auth"),
+    (
+        'Failed to pull image "127.0.0.1:60685/app:v1": rpc error: code = Unknown desc = failed to '
+        'pull and unpack image "127.0.0.1:60685/app:v1": failed to resolve reference '
+        '"127.0.0.1:60685/app:v1": pulling from host 127.0.0.1:60685 failed with status code '
+        "[manifests v1]: 401 Unauthorized",
+        "127.0.0.1:60685",
+        "auth",
+    ),
+    (
+        'Failed to pull image "127.0.0.1:60685/app:v1": rpc error: code = Unknown desc = failed to '
+        'pull and unpack image "127.0.0.1:60685/app:v1": failed to resolve image: pull access '
+        "denied, repository does not exist or may require authorization: authorization failed: "
+        "no basic auth credentials",
+        "127.0.0.1:60685",
+        "auth",
+    ),
     # here: a missing tag, containerd 1.6.20 and 2.1.9 (the CRI answers NotFound)
-    ('Failed to pull image "127.0.0.1:51637/app:missing": rpc error: code = NotFound desc = '
-     'failed to pull and unpack image "127.0.0.1:51637/app:missing": failed to resolve '
-     'reference "127.0.0.1:51637/app:missing": 127.0.0.1:51637/app:missing: not found',
-     "127.0.0.1:51637", "not_found"),
-    ('Failed to pull image "127.0.0.1:51637/app:missing": rpc error: code = NotFound desc = '
-     'failed to pull and unpack image "127.0.0.1:51637/app:missing": failed to resolve image: '
-     '127.0.0.1:51637/app:missing: not found', "127.0.0.1:51637", "not_found"),
+    (
+        'Failed to pull image "127.0.0.1:51637/app:missing": rpc error: code = NotFound desc = '
+        'failed to pull and unpack image "127.0.0.1:51637/app:missing": failed to resolve '
+        'reference "127.0.0.1:51637/app:missing": 127.0.0.1:51637/app:missing: not found',
+        "127.0.0.1:51637",
+        "not_found",
+    ),
+    (
+        'Failed to pull image "127.0.0.1:51637/app:missing": rpc error: code = NotFound desc = '
+        'failed to pull and unpack image "127.0.0.1:51637/app:missing": failed to resolve image: '
+        "127.0.0.1:51637/app:missing: not found",
+        "127.0.0.1:51637",
+        "not_found",
+    ),
     # kubernetes/kubernetes#131521: containerd's image_pull_progress_timeout cancelled it
     # ("cancel pulling image ... because of no progress in 1m0s" in containerd's log)
-    ('Failed to pull image "private_registery.mydomain/csg/idrac_to_kafka:20250429T0012": rpc '
-     'error: code = Canceled desc = failed to pull and unpack image "private_registery.mydomain'
-     '/csg/idrac_to_kafka:20250429T0012": context canceled', "private_registery.mydomain",
-     "timeout"),
+    (
+        'Failed to pull image "private_registery.mydomain/csg/idrac_to_kafka:20250429T0012": rpc '
+        'error: code = Canceled desc = failed to pull and unpack image "private_registery.mydomain'
+        '/csg/idrac_to_kafka:20250429T0012": context canceled',
+        "private_registery.mydomain",
+        "timeout",
+    ),
     # kubernetes/kubernetes#58526: dockershim's image-pull-progress-deadline
-    ('Failed to pull image "xyz:5500/my/kibana-openshift:5.6.3": rpc error: code = 2 desc = '
-     'net/http: request canceled', "xyz:5500", "timeout"),
+    (
+        'Failed to pull image "xyz:5500/my/kibana-openshift:5.6.3": rpc error: code = 2 desc = '
+        "net/http: request canceled",
+        "xyz:5500",
+        "timeout",
+    ),
     # openabdev/openab#400
-    ('Failed to pull image "ghcr.io/openabdev/openab:0.7.7-beta.1": rpc error: code = Canceled '
-     'desc = context canceled', "ghcr.io", "timeout"),
+    (
+        'Failed to pull image "ghcr.io/openabdev/openab:0.7.7-beta.1": rpc error: code = Canceled '
+        "desc = context canceled",
+        "ghcr.io",
+        "timeout",
+    ),
     # here: a registry that accepts the connection and never answers, containerd 1.6.20
-    ('Failed to pull image "127.0.0.1:51495/app:v1": rpc error: code = DeadlineExceeded desc = '
-     'failed to pull and unpack image "127.0.0.1:51495/app:v1": failed to resolve reference '
-     '"127.0.0.1:51495/app:v1": failed to do request: context deadline exceeded',
-     "127.0.0.1:51495", "timeout"),
+    (
+        'Failed to pull image "127.0.0.1:51495/app:v1": rpc error: code = DeadlineExceeded desc = '
+        'failed to pull and unpack image "127.0.0.1:51495/app:v1": failed to resolve reference '
+        '"127.0.0.1:51495/app:v1": failed to do request: context deadline exceeded',
+        "127.0.0.1:51495",
+        "timeout",
+    ),
     # here: nothing listening, containerd 1.6.20
-    ('Failed to pull image "127.0.0.1:56067/app:v1": rpc error: code = Unknown desc = failed to '
-     'pull and unpack image "127.0.0.1:56067/app:v1": failed to resolve reference '
-     '"127.0.0.1:56067/app:v1": failed to do request: Head "http://127.0.0.1:56067/v2/app/'
-     'manifests/v1": dial tcp 127.0.0.1:56067: connect: connection refused', "127.0.0.1:56067",
-     "other"),
+    (
+        'Failed to pull image "127.0.0.1:56067/app:v1": rpc error: code = Unknown desc = failed to '
+        'pull and unpack image "127.0.0.1:56067/app:v1": failed to resolve reference '
+        '"127.0.0.1:56067/app:v1": failed to do request: Head "http://127.0.0.1:56067/v2/app/'
+        'manifests/v1": dial tcp 127.0.0.1:56067: connect: connection refused',
+        "127.0.0.1:56067",
+        "other",
+    ),
     # containerd with a registry whose certificate it does not trust (x509 from Go's tls)
-    ('Failed to pull image "registry.internal:5000/app:1": rpc error: code = Unknown desc = '
-     'failed to pull and unpack image "registry.internal:5000/app:1": failed to resolve '
-     'reference "registry.internal:5000/app:1": failed to do request: Head "https://registry.'
-     'internal:5000/v2/app/manifests/1": tls: failed to verify certificate: x509: certificate '
-     'signed by unknown authority', "registry.internal:5000", "tls"),
+    (
+        'Failed to pull image "registry.internal:5000/app:1": rpc error: code = Unknown desc = '
+        'failed to pull and unpack image "registry.internal:5000/app:1": failed to resolve '
+        'reference "registry.internal:5000/app:1": failed to do request: Head "https://registry.'
+        'internal:5000/v2/app/manifests/1": tls: failed to verify certificate: x509: certificate '
+        "signed by unknown authority",
+        "registry.internal:5000",
+        "tls",
+    ),
 ]
 
 
-@pytest.mark.parametrize("message,registry,reason", REAL, ids=[f"{r}-{i}" for i, (_, _, r)
-                                                               in enumerate(REAL)])
+@pytest.mark.parametrize(
+    "message,registry,reason", REAL, ids=[f"{r}-{i}" for i, (_, _, r) in enumerate(REAL)]
+)
 def test_real_messages_land_in_their_class(message, registry, reason):
     assert parse_failed(message) == (registry.replace(":", "_"), reason)
 
 
-@pytest.mark.parametrize("message", ["Error: ErrImagePull", "Error: ImagePullBackOff",
-                                     'Back-off pulling image "nginx"',
-                                     "Error: failed to create containerd task: oci runtime"])
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Error: ErrImagePull",
+        "Error: ImagePullBackOff",
+        'Back-off pulling image "nginx"',
+        "Error: failed to create containerd task: oci runtime",
+    ],
+)
 def test_other_failed_messages_are_not_pulls(message):
     assert parse_failed(message) is None
 
 
 def test_names_in_the_text_do_not_pick_the_class():
     # A registry or repository named after a class word, in a plain connection error.
-    message = ('Failed to pull image "quota.example/forbidden/not-found:1": rpc error: code = '
-               'Unknown desc = failed to resolve reference "quota.example/forbidden/not-found:1":'
-               ' failed to do request: Head "https://quota.example/v2/forbidden/not-found/'
-               'manifests/1": dial tcp 10.0.0.1:443: connect: connection refused')
+    message = (
+        'Failed to pull image "quota.example/forbidden/not-found:1": rpc error: code = '
+        'Unknown desc = failed to resolve reference "quota.example/forbidden/not-found:1":'
+        ' failed to do request: Head "https://quota.example/v2/forbidden/not-found/'
+        'manifests/1": dial tcp 10.0.0.1:443: connect: connection refused'
+    )
     assert parse_failed(message) == ("quota.example", "other")
     assert classify("") == "other"
 
@@ -122,8 +183,10 @@ def test_hostile_messages_cannot_grow_the_label_set():
     counts = FailureCounts(0, RegistryLabels(5))
     for i in range(2000):
         host = f"r{i}.example" if i % 2 else f"{'X' * 300}{i}\u202e\n{{}}=evil"
-        counts.on_add(event(f'Failed to pull image "{host}/a:1": x509: bad {i} "quota"',
-                            name=f"e{i}") | {"source": {"host": f"node-{i}"}})
+        counts.on_add(
+            event(f'Failed to pull image "{host}/a:1": x509: bad {i} "quota"', name=f"e{i}")
+            | {"source": {"host": f"node-{i}"}}
+        )
         counts.on_add(event(f'Failed to pull image "{i}": {"a" * 10000}', name=f"f{i}"))
     families = failure_families(counts.snapshot())
     failures = families[0].samples
@@ -160,11 +223,20 @@ def test_failing_nodes_forget_failures_older_than_the_window():
 def test_failures_from_failed_events_in_a_real_apiserver(apiserver, namespace, kubeconfig_for):
     post_event(apiserver, namespace, "Failed", REAL[0][0])  # before the start: not counted
     time.sleep(1.1)
-    args, classes = parse(["--mode", "cluster", "--collector.disable-defaults",
-                           "--collector.imagepull_events", "--image-pull.max-registries", "2",
-                           "--kube.kubeconfig",
-                           kubeconfig_for("imagepull-events",
-                                          ImagePullEventsCollector.needs_in("cluster").rbac_rules)])
+    args, classes = parse(
+        [
+            "--mode",
+            "cluster",
+            "--collector.disable-defaults",
+            "--collector.imagepull_events",
+            "--image-pull.max-registries",
+            "2",
+            "--kube.kubeconfig",
+            kubeconfig_for(
+                "imagepull-events", ImagePullEventsCollector.needs_in("cluster").rbac_rules
+            ),
+        ]
+    )
     assert classes == [ImagePullEventsCollector]
     c = ImagePullEventsCollector(args)
     c.start()
@@ -174,26 +246,54 @@ def test_failures_from_failed_events_in_a_real_apiserver(apiserver, namespace, k
             post_event(apiserver, namespace, "Failed", message, host=f"node-{i % 3}")
         post_event(apiserver, namespace, "Failed", "Error: ErrImagePull")
         post_event(apiserver, namespace, "BackOff", 'Back-off pulling image "nginx"')
-        post_event(apiserver, namespace, "Pulled",
-                   'Successfully pulled image "index.docker.io/a:1" in 1s (1s including waiting)')
+        post_event(
+            apiserver,
+            namespace,
+            "Pulled",
+            'Successfully pulled image "index.docker.io/a:1" in 1s (1s including waiting)',
+        )
         deadline = time.monotonic() + 15
         while True:
             families = collect(c)
-            total = sum(s.value for f in families for s in f.samples
-                        if s.name == "kubescale_image_pull_failures_total")
+            total = sum(
+                s.value
+                for f in families
+                for s in f.samples
+                if s.name == "kubescale_image_pull_failures_total"
+            )
             if total == len(REAL):
                 break
             assert time.monotonic() < deadline, total
             time.sleep(0.2)
         # First come: the first two registries keep their names, the rest are "other".
-        assert sample(families, "kubescale_image_pull_failures_total",
-                      registry="index.docker.io", reason="rate_limited") == 1
-        assert sample(families, "kubescale_image_pull_failures_total",
-                      registry="docker.io", reason="rate_limited") == 1
-        assert sample(families, "kubescale_image_pull_failures_total",
-                      registry="other", reason="timeout") == 4
-        assert sample(families, "kubescale_image_pulls_succeeded_total",
-                      registry="index.docker.io") == 1
+        assert (
+            sample(
+                families,
+                "kubescale_image_pull_failures_total",
+                registry="index.docker.io",
+                reason="rate_limited",
+            )
+            == 1
+        )
+        assert (
+            sample(
+                families,
+                "kubescale_image_pull_failures_total",
+                registry="docker.io",
+                reason="rate_limited",
+            )
+            == 1
+        )
+        assert (
+            sample(
+                families, "kubescale_image_pull_failures_total", registry="other", reason="timeout"
+            )
+            == 4
+        )
+        assert (
+            sample(families, "kubescale_image_pulls_succeeded_total", registry="index.docker.io")
+            == 1
+        )
         assert sample(families, "kubescale_image_pull_failing_nodes", registry="other") == 3
     finally:
         c.close()

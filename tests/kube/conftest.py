@@ -1,5 +1,6 @@
 """Fixtures of the Kubernetes API layer's tests; the API server itself (`apiserver`,
 `fresh_apiserver`, `namespace`, `uniq`) comes from tests/conftest.py."""
+
 import pytest
 
 from kube_scale_exporter import kube

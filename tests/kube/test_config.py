@@ -1,4 +1,5 @@
 """Config and client against the real API server: every credential kind, in-cluster, errors."""
+
 import os
 import shutil
 
@@ -41,7 +42,8 @@ def test_wrong_ca_is_refused(apiserver, make_client, tmp_path):
 
 
 def test_requests_ca_bundle_in_environment_does_not_replace_the_cluster_ca(
-        apiserver, make_client, monkeypatch):
+    apiserver, make_client, monkeypatch
+):
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", apiserver.client_ca[0])
     client = make_client(apiserver)
     assert _version(client).startswith("v1.20")
@@ -91,13 +93,21 @@ def test_kubeconfig_list_first_file_wins_and_missing_files_are_skipped(apiserver
 def test_relative_paths_resolve_against_the_kubeconfig_directory(apiserver, tmp_path):
     shutil.copy(apiserver.ca, tmp_path / "ca.crt")
     (tmp_path / "tok").write_text(apiserver.admin_token)
-    (tmp_path / "kc").write_text(yaml.safe_dump({
-        "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": apiserver.server,
-                                               "certificate-authority": "ca.crt"}}],
-        "users": [{"name": "u", "user": {"tokenFile": "tok"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-    }))
+    (tmp_path / "kc").write_text(
+        yaml.safe_dump(
+            {
+                "current-context": "c",
+                "clusters": [
+                    {
+                        "name": "k",
+                        "cluster": {"server": apiserver.server, "certificate-authority": "ca.crt"},
+                    }
+                ],
+                "users": [{"name": "u", "user": {"tokenFile": "tok"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            }
+        )
+    )
     client = kube.KubeClient(from_kubeconfig([str(tmp_path / "kc")]))
     try:
         assert "items" in client.get("/api/v1/namespaces")
@@ -105,19 +115,32 @@ def test_relative_paths_resolve_against_the_kubeconfig_directory(apiserver, tmp_
         client.close()
 
 
-@pytest.mark.parametrize("user, message", [
-    ({"exec": {"command": "aws"}}, "exec/auth-provider"),
-    ({"client-certificate": "/nonexistent.crt", "client-key": "/nonexistent.key"}, "does not exist"),
-    ({"client-certificate-data": "bm90IGEgY2VydA=="}, "both a client certificate and a client key"),
-    ({"token-data": "x", "client-key-data": "%%%"}, "not valid base64"),
-])
+@pytest.mark.parametrize(
+    "user, message",
+    [
+        ({"exec": {"command": "aws"}}, "exec/auth-provider"),
+        (
+            {"client-certificate": "/nonexistent.crt", "client-key": "/nonexistent.key"},
+            "does not exist",
+        ),
+        (
+            {"client-certificate-data": "bm90IGEgY2VydA=="},
+            "both a client certificate and a client key",
+        ),
+        ({"token-data": "x", "client-key-data": "%%%"}, "not valid base64"),
+    ],
+)
 def test_unusable_kubeconfigs_say_why(tmp_path, user, message):
-    (tmp_path / "kc").write_text(yaml.safe_dump({
-        "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
-        "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-    }))
+    (tmp_path / "kc").write_text(
+        yaml.safe_dump(
+            {
+                "current-context": "c",
+                "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            }
+        )
+    )
     with pytest.raises(ConfigError, match=message):
         from_kubeconfig([str(tmp_path / "kc")])
 

@@ -1,4 +1,5 @@
 """The watches' health series every scrape carries, from fixed health readings."""
+
 from kube_scale_exporter.kube import Resource, health_families
 from kube_scale_exporter.kube.informer import Health
 from testbed.golden import assert_golden
@@ -16,6 +17,9 @@ class Reading:
 
 
 def test_kube_health_golden():
-    informers = [Reading("pods", True, 12.5, 0), Reading("priorityclasses", False, 340.0, 2),
-                 Reading("events", True, None, 0)]
+    informers = [
+        Reading("pods", True, 12.5, 0),
+        Reading("priorityclasses", False, 340.0, 2),
+        Reading("events", True, None, 0),
+    ]
     assert_golden("kube", health_families(informers))

@@ -1,5 +1,6 @@
 """The informer against a real API server: list paging, events, resume, 410, restarts,
 token rotation, and node mode's request budget counted at the API server."""
+
 import os
 import random
 import shutil
@@ -9,7 +10,7 @@ import time
 import pytest
 
 from kube_scale_exporter import kube
-from kube_scale_exporter.kube.informer import Backoff
+from kube_scale_exporter.kube.backoff import Backoff
 from testbed.faultproxy import FaultProxy
 from testbed.kube_apiserver import etcd_compact, pod_manifest
 from testbed.metrics import sample, wait_until
@@ -71,8 +72,9 @@ def test_paged_list_then_events_in_order(apiserver, namespace, make_client, info
     client = make_client(apiserver)
     lists_before = apiserver.metric_sum("apiserver_request_total", resource="pods", verb="LIST")
     rec = Recorder()
-    inf = informers(kube.Informer(client, kube.PODS, namespace=namespace, page_size=3,
-                                  **rec.handlers()))
+    inf = informers(
+        kube.Informer(client, kube.PODS, namespace=namespace, page_size=3, **rec.handlers())
+    )
     assert inf.wait_synced(10)
     assert names(inf) == [f"p{i}" for i in range(7)]
     # 7 pods in pages of 3: three LIST requests, one list.
@@ -96,22 +98,25 @@ def test_paged_list_then_events_in_order(apiserver, namespace, make_client, info
 def test_label_selector_is_applied_by_the_server(apiserver, namespace, make_client, informers):
     create_pods(apiserver, namespace, 2, prefix="in", labels={"role": "balloon"})
     create_pods(apiserver, namespace, 2, prefix="out", labels={"role": "other"})
-    inf = informers(kube.Informer(make_client(apiserver), kube.PODS,
-                                  label_selector="role=balloon"))
+    inf = informers(kube.Informer(make_client(apiserver), kube.PODS, label_selector="role=balloon"))
     assert inf.wait_synced(10)
-    assert [o["metadata"]["name"] for o in inf.items()
-            if o["metadata"]["namespace"] == namespace] == ["in0", "in1"]
+    assert [
+        o["metadata"]["name"] for o in inf.items() if o["metadata"]["namespace"] == namespace
+    ] == ["in0", "in1"]
 
 
 def test_resumes_from_last_resource_version_when_the_server_ends_the_watch(
-        apiserver, namespace, make_client, informers):
+    apiserver, namespace, make_client, informers
+):
     client = make_client(apiserver)
     rec = Recorder()
-    inf = informers(kube.Informer(client, kube.PODS, namespace=namespace,
-                                  watch_timeout=(1, 1), **FAST, **rec.handlers()))
+    inf = informers(
+        kube.Informer(
+            client, kube.PODS, namespace=namespace, watch_timeout=(1, 1), **FAST, **rec.handlers()
+        )
+    )
     assert inf.wait_synced(10)
-    watches_before = apiserver.metric_sum("apiserver_request_total", resource="pods",
-                                          verb="WATCH")
+    watches_before = apiserver.metric_sum("apiserver_request_total", resource="pods", verb="WATCH")
     for i in range(4):  # changes spread over several 1-second watches
         apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod_manifest(f"r{i}"))
         time.sleep(0.7)
@@ -119,13 +124,14 @@ def test_resumes_from_last_resource_version_when_the_server_ends_the_watch(
     time.sleep(1.5)
     watches = apiserver.metric_sum("apiserver_request_total", resource="pods", verb="WATCH")
     assert watches - watches_before >= 3  # the server closed several watches ...
-    assert inf.health().relists == 0      # ... and each resumed without a list
+    assert inf.health().relists == 0  # ... and each resumed without a list
     assert sorted(rec.of("add")) == ["r0", "r1", "r2", "r3"]  # no event lost or replayed
     assert rec.of("update") == [] and rec.of("delete") == []
 
 
-def test_relists_after_410_gone_and_delivers_missed_deletions(fresh_apiserver, make_client,
-                                                                informers):
+def test_relists_after_410_gone_and_delivers_missed_deletions(
+    fresh_apiserver, make_client, informers
+):
     """The informer's API server is down while, through a second API server on the same
     etcd, a pod is deleted and etcd is compacted: resuming gives 410, and the relist
     reports the deletion it missed."""
@@ -135,8 +141,9 @@ def test_relists_after_410_gone_and_delivers_missed_deletions(fresh_apiserver, m
     api.admin.create("/api/v1/namespaces", {"metadata": {"name": ns}})
     create_pods(api, ns, 3)
     rec = Recorder()
-    inf = informers(kube.Informer(make_client(api), kube.PODS, namespace=ns, **FAST,
-                                  **rec.handlers()))
+    inf = informers(
+        kube.Informer(make_client(api), kube.PODS, namespace=ns, **FAST, **rec.handlers())
+    )
     assert inf.wait_synced(10)
     synced_rv = int(inf.resource_version)
     api.stop()
@@ -169,23 +176,45 @@ def test_recovers_after_the_api_server_restarts(fresh_apiserver, make_client, in
 def _service_account_token(api, ns, sa, secret):
     """A TokenRequest token bound to a Secret: deleting the Secret revokes the token."""
     made = api.admin.create(f"/api/v1/namespaces/{ns}/secrets", {"metadata": {"name": secret}})
-    req = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-           "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600,
-                    "boundObjectRef": {"kind": "Secret", "apiVersion": "v1", "name": secret,
-                                       "uid": made["metadata"]["uid"]}}}
+    req = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "audiences": ["https://kubernetes.default.svc"],
+            "expirationSeconds": 3600,
+            "boundObjectRef": {
+                "kind": "Secret",
+                "apiVersion": "v1",
+                "name": secret,
+                "uid": made["metadata"]["uid"],
+            },
+        },
+    }
     out = api.admin.create(f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", req)
     return out["status"]["token"]
 
 
 def _reader_sa(api, ns):
     api.admin.create(f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "reader"}})
-    api.admin.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", {
-        "metadata": {"name": "pod-reader"},
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]})
-    api.admin.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", {
-        "metadata": {"name": "pod-reader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]})
+    api.admin.create(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        {
+            "metadata": {"name": "pod-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}],
+        },
+    )
+    api.admin.create(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+        {
+            "metadata": {"name": "pod-reader"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "pod-reader",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}],
+        },
+    )
 
 
 def _status(api, token, path):
@@ -211,8 +240,9 @@ def test_rotated_token_file_is_picked_up(apiserver, namespace, tmp_path, informe
     shutil.copy(apiserver.ca, sa / "ca.crt")
     (sa / "token").write_text(old)
     client = _in_cluster_client(apiserver, sa)
-    inf = informers(kube.Informer(client, kube.PODS, namespace=namespace, watch_timeout=(1, 1),
-                                  **FAST))
+    inf = informers(
+        kube.Informer(client, kube.PODS, namespace=namespace, watch_timeout=(1, 1), **FAST)
+    )
     assert inf.wait_synced(10)
     # Rotate like the kubelet (a new file moved into place), then revoke the old token.
     (sa / "token.new").write_text(new)
@@ -249,13 +279,14 @@ def test_401_makes_the_client_read_the_token_again(apiserver, namespace, tmp_pat
     # The API server caches good token reviews for 10 s: wait until the old one is refused.
     assert wait_until(lambda: _status(apiserver, old, path) == 401, 20)
     assert client.config.token.get() == old  # the stamp did not change: still cached
-    assert client.get(path)["items"] == []   # 401, re-read, retried with the new token
+    assert client.get(path)["items"] == []  # 401, re-read, retried with the new token
     assert client.config.token.get() == new
     client.close()
 
 
-def test_node_mode_steady_state_is_one_list_and_one_watch(apiserver, namespace, make_client,
-                                                           informers):
+def test_node_mode_steady_state_is_one_list_and_one_watch(
+    apiserver, namespace, make_client, informers
+):
     """Counted at the API server: node mode costs one LIST and one open WATCH, however
     many changes flow, and the cache holds only this node's pods."""
     base = f"/api/v1/namespaces/{namespace}/pods"
@@ -264,10 +295,11 @@ def test_node_mode_steady_state_is_one_list_and_one_watch(apiserver, namespace, 
     create_pods(apiserver, namespace, 3, prefix="other", node=f"elsewhere-{namespace}")
 
     def counts():
-        return (apiserver.metric_sum("apiserver_request_total", resource="pods", verb="LIST"),
-                apiserver.metric_sum("apiserver_request_total", resource="pods", verb="WATCH"),
-                apiserver.metric_sum("apiserver_longrunning_gauge", resource="pods",
-                                     verb="WATCH"))
+        return (
+            apiserver.metric_sum("apiserver_request_total", resource="pods", verb="LIST"),
+            apiserver.metric_sum("apiserver_request_total", resource="pods", verb="WATCH"),
+            apiserver.metric_sum("apiserver_longrunning_gauge", resource="pods", verb="WATCH"),
+        )
 
     before = counts()
     rec = Recorder()
@@ -280,7 +312,7 @@ def test_node_mode_steady_state_is_one_list_and_one_watch(apiserver, namespace, 
     apiserver.admin.delete(f"{base}/mine0")
     assert wait_until(lambda: "mine0" in rec.of("delete"), 10)
     time.sleep(3)
-    lists, watches_done, watches_open = (a - b for a, b in zip(counts(), before))
+    lists, watches_done, watches_open = (a - b for a, b in zip(counts(), before, strict=True))
     assert (lists, watches_done, watches_open) == (1, 0, 1)
     assert inf.health().relists == 0
     assert sorted(o["metadata"]["name"] for o in inf.items()) == ["mine-late", "mine1", "mine2"]
@@ -315,17 +347,25 @@ def test_health_families(apiserver, namespace, make_client, informers):
 @pytest.fixture
 def proxied(apiserver, make_client):
     """A client that reaches the API server through a fault-injecting proxy."""
-    proxy = FaultProxy(apiserver.server, upstream_verify=apiserver.ca, certfile=apiserver.ca,
-                       keyfile=apiserver.serving_key).start()
+    proxy = FaultProxy(
+        apiserver.server,
+        upstream_verify=apiserver.ca,
+        certfile=apiserver.ca,
+        keyfile=apiserver.serving_key,
+    ).start()
     yield proxy, make_client(apiserver, server=proxy.url)
     proxy.stop()
 
 
-def test_a_watch_hung_before_answering_times_out_and_recovers(apiserver, namespace, proxied,
-                                                               informers):
+def test_a_watch_hung_before_answering_times_out_and_recovers(
+    apiserver, namespace, proxied, informers
+):
     proxy, client = proxied
-    inf = informers(kube.Informer(client, kube.PODS, namespace=namespace, watch_timeout=(1, 1),
-                                  read_timeout=1.0, **FAST))
+    inf = informers(
+        kube.Informer(
+            client, kube.PODS, namespace=namespace, watch_timeout=(1, 1), read_timeout=1.0, **FAST
+        )
+    )
     assert inf.wait_synced(10)
     proxy.inject(r"watch=1", hang=True)
     assert wait_until(lambda: not inf.health().up, 10)  # the read timeout fired
@@ -335,12 +375,14 @@ def test_a_watch_hung_before_answering_times_out_and_recovers(apiserver, namespa
     assert inf.health().relists == 0
 
 
-def test_watches_closed_at_once_back_off_instead_of_spinning(apiserver, namespace, proxied,
-                                                             informers):
+def test_watches_closed_at_once_back_off_instead_of_spinning(
+    apiserver, namespace, proxied, informers
+):
     proxy, client = proxied
     proxy.inject(r"watch=1", status=200, headers={"Content-Type": "application/json"})
-    inf = informers(kube.Informer(client, kube.PODS, namespace=namespace,
-                                  backoff=Backoff(initial=0.2, cap=0.4)))
+    inf = informers(
+        kube.Informer(client, kube.PODS, namespace=namespace, backoff=Backoff(initial=0.2, cap=0.4))
+    )
     assert inf.wait_synced(10)
     time.sleep(2)
     watches = proxy.count(r"watch=1")
@@ -351,11 +393,15 @@ def test_watches_closed_at_once_back_off_instead_of_spinning(apiserver, namespac
     assert wait_until(lambda: names(inf) == ["ok"], 10)
 
 
-def test_a_silent_watch_is_resumed_without_an_error(apiserver, namespace, make_client,
-                                                    informers, caplog):
+def test_a_silent_watch_is_resumed_without_an_error(
+    apiserver, namespace, make_client, informers, caplog
+):
     """No event and no bookmark within the read timeout: resume from the last RV, quietly."""
-    inf = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace,
-                                  read_timeout=1.0, **FAST))
+    inf = informers(
+        kube.Informer(
+            make_client(apiserver), kube.PODS, namespace=namespace, read_timeout=1.0, **FAST
+        )
+    )
     assert inf.wait_synced(10)
     caplog.set_level("INFO", logger="kube_scale_exporter.kube.informer")
     downs = 0
@@ -370,32 +416,37 @@ def test_a_silent_watch_is_resumed_without_an_error(apiserver, namespace, make_c
     assert inf.health().relists == 0
 
 
-def test_bookmarks_carry_a_quiet_node_watch_forward(apiserver, namespace, make_client,
-                                                    informers):
+def test_bookmarks_carry_a_quiet_node_watch_forward(apiserver, namespace, make_client, informers):
     """Nothing happens on this node while the cluster changes: BOOKMARKs move the
     informer's resourceVersion forward anyway, so resuming never falls behind into 410."""
     node = f"quiet-{namespace}"
-    inf = informers(kube.for_node(make_client(apiserver), kube.PODS, node,
-                                  watch_timeout=(10, 10), **FAST))
+    inf = informers(
+        kube.for_node(make_client(apiserver), kube.PODS, node, watch_timeout=(10, 10), **FAST)
+    )
     assert inf.wait_synced(10)
     start_rv = int(inf.resource_version)
-    made = apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods",
-                                  pod_manifest("elsewhere", node=f"busy-{namespace}"))
+    made = apiserver.admin.create(
+        f"/api/v1/namespaces/{namespace}/pods", pod_manifest("elsewhere", node=f"busy-{namespace}")
+    )
     cluster_rv = int(made["metadata"]["resourceVersion"])
     assert cluster_rv > start_rv
     # The server sends a bookmark 2 s before it ends each 10-second watch (only if it
     # registered the watch before then: a slow, loaded server can miss one cycle).
     assert wait_until(lambda: int(inf.resource_version) >= cluster_rv, 35), (
-        inf.resource_version, cluster_rv)
+        inf.resource_version,
+        cluster_rv,
+    )
     assert inf.items() == [] and inf.health().relists == 0
 
 
-def test_health_reports_informers_of_one_resource_together(apiserver, namespace, make_client,
-                                                           informers, tmp_path):
+def test_health_reports_informers_of_one_resource_together(
+    apiserver, namespace, make_client, informers, tmp_path
+):
     good = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace))
     assert good.wait_synced(10)
-    dead_config = kube.load(apiserver.write_kubeconfig(tmp_path / "dead",
-                                                       server="https://127.0.0.1:1"))
+    dead_config = kube.load(
+        apiserver.write_kubeconfig(tmp_path / "dead", server="https://127.0.0.1:1")
+    )
     dead = informers(kube.Informer(kube.KubeClient(dead_config), kube.PODS, **FAST))
     fams = kube.health_families([good, dead])
     assert sample(fams, "kubescale_kube_watch_up", resource="pods") == 0  # not all up

@@ -1,4 +1,5 @@
 """Resource quantities and a pod's effective requests (kube/quantity.py)."""
+
 from kube_scale_exporter import kube
 
 
@@ -15,9 +16,17 @@ def test_quantities():
 
 
 def test_pod_requests_takes_the_largest_init_container_and_overhead():
-    pod = {"spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}},
-                                   {"resources": {"requests": {"cpu": "500m"}}}],
-                    "initContainers": [{"resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}],
-                    "overhead": {"cpu": "100m"}}}
-    assert kube.pod_requests(pod) == {"cpu": kube.parse_quantity("2.1"),
-                                      "memory": kube.parse_quantity("1Gi")}
+    pod = {
+        "spec": {
+            "containers": [
+                {"resources": {"requests": {"cpu": "1"}}},
+                {"resources": {"requests": {"cpu": "500m"}}},
+            ],
+            "initContainers": [{"resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}],
+            "overhead": {"cpu": "100m"},
+        }
+    }
+    assert kube.pod_requests(pod) == {
+        "cpu": kube.parse_quantity("2.1"),
+        "memory": kube.parse_quantity("1Gi"),
+    }

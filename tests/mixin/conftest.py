@@ -1,8 +1,15 @@
 """Fixtures for the mixin tests; the helpers they use live in support.py."""
+
 import pytest
 
-from tests.mixin.support import CUSTOM_CONFIG, EVERYTHING, PROMETHEUS_RELEASES, build, \
-    prometheus_binary, prometheus_version
+from tests.mixin.support import (
+    CUSTOM_CONFIG,
+    EVERYTHING,
+    PROMETHEUS_RELEASES,
+    build,
+    prometheus_binary,
+    prometheus_version,
+)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
 """What the mixin tests share: the mixin rendered through tools/build_mixin.py, and walkers over it."""
+
 import os
 import pathlib
 import re
@@ -7,7 +8,6 @@ import subprocess
 
 import pytest
 
-from tools import build_mixin as build
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PROMTOOL_TESTS = sorted((REPO / "tests" / "mixin" / "promtool").glob("*_test.yaml"))
@@ -29,10 +29,14 @@ EVERYTHING = {"prometheusSelfProtection": True}
 # .ci/setup.d/15-prometheus-sid.sh (PROMETHEUS3_BIN / PROMTOOL3_BIN, the same variables).
 SID_BIN = "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin"
 PROMETHEUS_RELEASES = {
-    "2.42": {"promtool": lambda: shutil.which("promtool"),
-             "prometheus": lambda: shutil.which("prometheus")},
-    "3.5": {"promtool": lambda: os.environ.get("PROMTOOL3_BIN", f"{SID_BIN}/promtool"),
-            "prometheus": lambda: os.environ.get("PROMETHEUS3_BIN", f"{SID_BIN}/prometheus")},
+    "2.42": {
+        "promtool": lambda: shutil.which("promtool"),
+        "prometheus": lambda: shutil.which("prometheus"),
+    },
+    "3.5": {
+        "promtool": lambda: os.environ.get("PROMTOOL3_BIN", f"{SID_BIN}/promtool"),
+        "prometheus": lambda: os.environ.get("PROMETHEUS3_BIN", f"{SID_BIN}/prometheus"),
+    },
 }
 _versions = {}
 
@@ -42,8 +46,10 @@ def prometheus_binary(release: str, name: str) -> str:
     missing or another version fails the test (.ci/run installs both), never skips."""
     path = PROMETHEUS_RELEASES[release][name]()
     if not path or not os.access(path, os.X_OK):
-        pytest.fail(f"{name} {release} not found ({path}): run .ci/setup.d/10-base.sh and "
-                    ".ci/setup.d/15-prometheus-sid.sh")
+        pytest.fail(
+            f"{name} {release} not found ({path}): run .ci/setup.d/10-base.sh and "
+            ".ci/setup.d/15-prometheus-sid.sh"
+        )
     if path not in _versions:
         out = subprocess.run([path, "--version"], capture_output=True, text=True)
         match = re.search(r"version (\S+)", out.stdout + out.stderr)

@@ -1,6 +1,7 @@
 """What users switch when they vendor the mixin into a monitoring stack: the import path
 jsonnet-bundler creates, the opt-in Prometheus group, the etcd-mixin overlap, and the
 ranking of alerts that page."""
+
 import json
 import shutil
 import subprocess
@@ -9,12 +10,20 @@ import _jsonnet
 
 from testbed.kustomize import render
 from tests.mixin.support import REPO, alert_rules, binary, build
+import yaml
 
 IMPORT_PATH = "github.com/kube-scale-exporter/kube-scale-exporter/mixin"
-OVERRIDES = {"clusterLabel": "k8s_cluster", "criticalSeverity": "warning",
-             "prometheusSelfProtection": True, "etcdQuotaAlerts": False}
-ETCD_MIXIN_OVERLAP = {"KubeScaleEtcdDatabaseNearQuota", "KubeScaleEtcdDatabaseQuotaPredictedFull",
-                      "KubeScaleEtcdHighFragmentation"}
+OVERRIDES = {
+    "clusterLabel": "k8s_cluster",
+    "criticalSeverity": "warning",
+    "prometheusSelfProtection": True,
+    "etcdQuotaAlerts": False,
+}
+ETCD_MIXIN_OVERLAP = {
+    "KubeScaleEtcdDatabaseNearQuota",
+    "KubeScaleEtcdDatabaseQuotaPredictedFull",
+    "KubeScaleEtcdHighFragmentation",
+}
 
 
 def names(m):
@@ -33,7 +42,9 @@ def test_documented_import_path_is_the_one_jsonnet_bundler_creates():
     docs = (REPO / "docs" / "mixin.md").read_text()
     assert path in docs
     assert f"jb install {IMPORT_PATH}@main" in docs
-    assert "kube-scale-exporter-mixin/" not in docs + (REPO / "mixin" / "config.libsonnet").read_text()
+    assert (
+        "kube-scale-exporter-mixin/" not in docs + (REPO / "mixin" / "config.libsonnet").read_text()
+    )
 
 
 def test_vendored_mixin_evaluates_with_overrides(tmp_path):
@@ -44,14 +55,26 @@ def test_vendored_mixin_evaluates_with_overrides(tmp_path):
     (tmp_path / "stack.jsonnet").write_text(
         "local kubescale = (import '%s/mixin.libsonnet') + { _config+:: %s };\n"
         "{ alerts: kubescale.prometheusAlerts, rules: kubescale.prometheusRules,\n"
-        "  dashboards: std.objectFields(kubescale.grafanaDashboards) }\n" % (IMPORT_PATH, json.dumps(OVERRIDES)))
+        "  dashboards: std.objectFields(kubescale.grafanaDashboards) }\n"
+        % (IMPORT_PATH, json.dumps(OVERRIDES))
+    )
     expected = build.mixin_object(OVERRIDES)
-    want = {"alerts": expected["alerts"], "rules": expected["rules"], "dashboards": sorted(expected["dashboards"])}
+    want = {
+        "alerts": expected["alerts"],
+        "rules": expected["rules"],
+        "dashboards": sorted(expected["dashboards"]),
+    }
     # PyPI jsonnet and Debian's jsonnet CLI, both with only vendor/ on the import path.
-    got = json.loads(_jsonnet.evaluate_file(str(tmp_path / "stack.jsonnet"), jpathdir=[str(vendor)]))
+    got = json.loads(
+        _jsonnet.evaluate_file(str(tmp_path / "stack.jsonnet"), jpathdir=[str(vendor)])
+    )
     assert got == want
-    out = subprocess.run([binary("jsonnet"), "-J", str(vendor), str(tmp_path / "stack.jsonnet")],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [binary("jsonnet"), "-J", str(vendor), str(tmp_path / "stack.jsonnet")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(out.stdout) == want
     assert {r["labels"]["severity"] for r in alert_rules(got)} <= {"warning", "info"}
     assert "kube-scale-exporter-prometheus" in [g["name"] for g in got["alerts"]["groups"]]
@@ -63,13 +86,15 @@ def test_prometheus_self_protection_is_opt_in_with_kube_prometheus_job(mixin, ev
     assert mixin["config"]["prometheusSelector"] == 'job="prometheus-k8s"'
     assert "kube-scale-exporter-prometheus" not in [g["name"] for g in mixin["alerts"]["groups"]]
     groups = {g["name"]: g for g in everything["alerts"]["groups"]}
-    assert all('job="prometheus-k8s"' in r["expr"] or "container=" in r["expr"]
-               for r in groups["kube-scale-exporter-prometheus"]["rules"])
+    assert all(
+        'job="prometheus-k8s"' in r["expr"] or "container=" in r["expr"]
+        for r in groups["kube-scale-exporter-prometheus"]["rules"]
+    )
 
 
 def test_opt_in_group_is_rendered_on_its_own(rendered, everything):
     """Users of the rendered files opt in by adding rules/prometheus_selfprotection_alerts.yaml."""
-    import yaml
+
     alone = yaml.safe_load(rendered[build.GENERATED / "prometheus_selfprotection_alerts.yaml"])
     groups = {g["name"]: g for g in everything["alerts"]["groups"]}
     assert alone == {"groups": [groups["kube-scale-exporter-prometheus"]]}
@@ -78,7 +103,11 @@ def test_opt_in_group_is_rendered_on_its_own(rendered, everything):
 
 
 def test_query_error_alert_says_it_counts_every_422(everything):
-    (rule,) = [r for r in alert_rules(everything) if r["alert"] == "KubeScalePrometheusQueriesHitSampleLimit"]
+    (rule,) = [
+        r
+        for r in alert_rules(everything)
+        if r["alert"] == "KubeScalePrometheusQueriesHitSampleLimit"
+    ]
     assert 'code="422"' in rule["expr"]
     assert "422" in rule["annotations"]["summary"]
     assert "all execution errors" in rule["annotations"]["description"]
@@ -89,21 +118,32 @@ def test_etcd_mixin_overlap_can_be_switched_off(mixin):
     assert names(mixin) - names(off) == ETCD_MIXIN_OVERLAP
     assert {"KubeScaleEtcdAlarmActive", "KubeScaleEtcdNotObserved"} <= names(off)
     docs = (REPO / "docs" / "mixin.md").read_text()
-    for theirs in ("etcdDatabaseQuotaLowSpace", "etcdDatabaseHighFragmentationRatio", "etcdExcessiveDatabaseGrowth"):
+    for theirs in (
+        "etcdDatabaseQuotaLowSpace",
+        "etcdDatabaseHighFragmentationRatio",
+        "etcdExcessiveDatabaseGrowth",
+    ):
         assert theirs in docs
 
 
 def test_an_overflow_never_ranks_below_the_near_full_predictor(mixin):
     rules = alert_rules(mixin)
-    overflow = {r["labels"]["severity"] for r in rules if r["alert"] == "KubeScaleNeighborTableOverflow"}
-    near_full = {r["labels"]["severity"] for r in rules if r["alert"] == "KubeScaleNeighborTableNearFull"}
+    overflow = {
+        r["labels"]["severity"] for r in rules if r["alert"] == "KubeScaleNeighborTableOverflow"
+    }
+    near_full = {
+        r["labels"]["severity"] for r in rules if r["alert"] == "KubeScaleNeighborTableNearFull"
+    }
     assert overflow == {mixin["config"]["criticalSeverity"]}
     assert max(near_full, key=["info", "warning", "critical"].index) in overflow
 
 
 def test_targets_down_threshold_sits_below_the_daemonset_max_unavailable(mixin):
-    unavailable = {d["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
-                   for d in render(REPO / "deploy") if d.get("kind") == "DaemonSet"}
+    unavailable = {
+        d["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
+        for d in render(REPO / "deploy")
+        if d.get("kind") == "DaemonSet"
+    }
     assert unavailable == {"10%"}
     assert mixin["config"]["exporterDownRatio"] < 0.10
     (rule,) = [r for r in alert_rules(mixin) if r["alert"] == "KubeScaleExporterTargetsDown"]

@@ -3,6 +3,7 @@
 No Grafana server is installable here; .ci/setup.d/60-grafana-schema.sh generates a JSON schema
 from npm @grafana/schema's TypeScript Dashboard type. Unknown fields and wrong types fail.
 """
+
 import json
 import os
 
@@ -11,7 +12,9 @@ import pytest
 
 from tests.mixin.support import REPO
 
-SCHEMA = os.path.join(os.environ.get("KSE_CACHE", REPO / ".cache"), "grafana-schema", "dashboard.schema.json")
+SCHEMA = os.path.join(
+    os.environ.get("KSE_CACHE", REPO / ".cache"), "grafana-schema", "dashboard.schema.json"
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +27,10 @@ def validator():
 
 
 def errors(validator, dashboard):
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(dashboard)]
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator.iter_errors(dashboard)
+    ]
 
 
 def test_committed_dashboards_validate(validator):

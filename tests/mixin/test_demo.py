@@ -3,6 +3,7 @@
 Running the whole demo takes about two minutes (an alert's `for: 1m` included), so the
 suite checks what it hands to Prometheus; `make demo` is the end-to-end run.
 """
+
 import json
 import subprocess
 
@@ -18,7 +19,11 @@ def test_demo_prometheus_config_is_valid_and_matches_the_mixin(promtool, mixin, 
     assert out.returncode == 0, out.stdout + out.stderr
     c = mixin["config"]
     jobs = {job["job_name"] for job in config["scrape_configs"]}
-    for selector in (c["nodeExporterSelector"], c["clusterExporterSelector"], c["prometheusSelector"]):
+    for selector in (
+        c["nodeExporterSelector"],
+        c["clusterExporterSelector"],
+        c["prometheusSelector"],
+    ):
         assert any(selector == f'job="{job}"' for job in jobs), selector
     (node_job,) = [j for j in config["scrape_configs"] if j["job_name"] == demo.NODE_JOB]
     assert c["nodeLabel"] in node_job["static_configs"][0]["labels"]

@@ -1,4 +1,5 @@
 """The committed YAML/JSON match the jsonnet, and Prometheus accepts the rules."""
+
 import json
 import subprocess
 
@@ -37,9 +38,15 @@ def test_drift_check_notices_edited_missing_and_stale_files(rendered, tmp_path, 
 
 def test_promtool_accepts_the_generated_rules(promtool):
     out = subprocess.run(
-        [promtool, "check", "rules",
-         str(build.GENERATED / "prometheus_alerts.yaml"), str(build.GENERATED / "prometheus_rules.yaml")],
-        capture_output=True, text=True,
+        [
+            promtool,
+            "check",
+            "rules",
+            str(build.GENERATED / "prometheus_alerts.yaml"),
+            str(build.GENERATED / "prometheus_rules.yaml"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -59,7 +66,14 @@ def test_prometheus_rule_manifest_holds_every_group(promtool, tmp_path):
 
 def test_generated_yaml_and_json_are_what_the_jsonnet_cli_renders():
     """Users without Python render with the jsonnet CLI; both paths must give the same data."""
-    for entry, generated in [("alerts.jsonnet", "prometheus_alerts.yaml"), ("rules.jsonnet", "prometheus_rules.yaml")]:
-        out = subprocess.run([binary("jsonnet"), "-J", str(REPO / "mixin"), str(REPO / "mixin" / entry)],
-                             capture_output=True, text=True, check=True)
+    for entry, generated in [
+        ("alerts.jsonnet", "prometheus_alerts.yaml"),
+        ("rules.jsonnet", "prometheus_rules.yaml"),
+    ]:
+        out = subprocess.run(
+            [binary("jsonnet"), "-J", str(REPO / "mixin"), str(REPO / "mixin" / entry)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert json.loads(out.stdout) == yaml.safe_load((build.GENERATED / generated).read_text())

@@ -1,4 +1,5 @@
 """Every jsonnet file is formatted as `jsonnetfmt` would format it."""
+
 import subprocess
 
 from tests.mixin.support import REPO, binary
@@ -11,5 +12,7 @@ def test_there_are_sources():
 
 
 def test_jsonnetfmt():
-    out = subprocess.run([binary("jsonnetfmt"), "--test", *map(str, SOURCES)], capture_output=True, text=True)
+    out = subprocess.run(
+        [binary("jsonnetfmt"), "--test", *map(str, SOURCES)], capture_output=True, text=True
+    )
     assert out.returncode == 0, "run `jsonnetfmt -i` on:\n" + out.stdout + out.stderr

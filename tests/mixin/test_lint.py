@@ -1,4 +1,5 @@
 """Checks in the spirit of mixtool lint and Grafana's dashboard linter, for our conventions."""
+
 import re
 import subprocess
 
@@ -9,7 +10,9 @@ from tests.mixin.support import REPO, alert_rules, dashboard_queries, panels, re
 SEVERITIES = {"critical", "warning", "info"}
 RECORD_NAME = re.compile(r"^[a-z][a-z_]*:kubescale_[a-z0-9_]+:[a-z0-9_]+$")
 # A metric name used raw (not part of a level:metric:operation recording rule name).
-RAW_METRIC = re.compile(r"(?<![\w:])((?:kubescale|scrape|prometheus|container)_[a-z0-9_]*|up|ALERTS)(?![\w:])")
+RAW_METRIC = re.compile(
+    r"(?<![\w:])((?:kubescale|scrape|prometheus|container)_[a-z0-9_]*|up|ALERTS)(?![\w:])"
+)
 RECORDING_NAME = re.compile(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b")
 
 
@@ -19,9 +22,12 @@ def all_exprs(m):
 
 # --- alerts ---------------------------------------------------------------------------------
 
+
 def test_alert_names_are_camel_case_with_our_prefix(everything):
     for rule in alert_rules(everything):
-        assert re.fullmatch(r"KubeScale(?:[A-Z][a-z0-9]*|[A-Z]+(?=[A-Z]|$))+", rule["alert"]), rule["alert"]
+        assert re.fullmatch(r"KubeScale(?:[A-Z][a-z0-9]*|[A-Z]+(?=[A-Z]|$))+", rule["alert"]), rule[
+            "alert"
+        ]
 
 
 def test_alerts_have_a_known_severity_once_per_name(everything):
@@ -51,14 +57,17 @@ def test_alert_annotations(everything):
 
 def test_runbook_url_pattern_is_a_knob(customised):
     for rule in alert_rules(customised):
-        assert rule["annotations"]["runbook_url"] == "https://runbooks.example/" + rule["alert"].lower()
+        assert (
+            rule["annotations"]["runbook_url"]
+            == "https://runbooks.example/" + rule["alert"].lower()
+        )
 
 
 def runbook_sections():
     """`## Name` headings of docs/runbooks.md with the text under each."""
     text = (REPO / "docs" / "runbooks.md").read_text()
     parts = re.split(r"^## (\S+)\s*$", text, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2]))
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
 def test_every_alert_has_a_runbook_section(everything):
@@ -77,6 +86,7 @@ def test_runbooks_hold_no_section_for_an_alert_that_does_not_exist(everything):
 
 # --- rules ----------------------------------------------------------------------------------
 
+
 def test_recording_rule_names_are_level_metric_operation(mixin):
     for rule in recording_rules(mixin):
         assert RECORD_NAME.match(rule["record"]), rule["record"]
@@ -94,23 +104,33 @@ def test_groups_are_small_and_uniquely_named(everything):
 def test_every_raw_series_is_selected_by_job(everything):
     """A raw metric without our selector would pick up another job's series of that name."""
     c = everything["config"]
-    selectors = [c["nodeExporterSelector"], c["clusterExporterSelector"], c["exporterSelector"], c["etcdSelector"],
-                 c["prometheusSelector"], c["prometheusContainerSelector"]]
+    selectors = [
+        c["nodeExporterSelector"],
+        c["clusterExporterSelector"],
+        c["exporterSelector"],
+        c["etcdSelector"],
+        c["prometheusSelector"],
+        c["prometheusContainerSelector"],
+    ]
     for expr in all_exprs(everything):
         for match in RAW_METRIC.finditer(expr):
-            rest = expr[match.end():]
-            assert rest.startswith("{") and any(rest[1:].startswith(s) for s in selectors), \
+            rest = expr[match.end() :]
+            assert rest.startswith("{") and any(rest[1:].startswith(s) for s in selectors), (
                 f"{match.group(1)} without a selector in:\n{expr}"
+            )
 
 
 def test_promtool_rejects_nothing_in_the_rules(promtool, everything, tmp_path):
     path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump({"groups": everything["rules"]["groups"] + everything["alerts"]["groups"]}))
+    path.write_text(
+        yaml.safe_dump({"groups": everything["rules"]["groups"] + everything["alerts"]["groups"]})
+    )
     out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 # --- clusterLabel ---------------------------------------------------------------------------
+
 
 def without_names_and_strings(text):
     """Recording rule names ("cluster:...") and label values ("...-cluster") are not labels."""
@@ -119,11 +139,15 @@ def without_names_and_strings(text):
 
 def test_changing_cluster_label_leaves_no_hard_coded_cluster(customised):
     for rule in alert_rules(customised):
-        assert not re.search(r"\$labels\.cluster\b", rule["annotations"]["description"]), rule["alert"]
+        assert not re.search(r"\$labels\.cluster\b", rule["annotations"]["description"]), rule[
+            "alert"
+        ]
     texts = all_exprs(customised)
     for dashboard in customised["dashboards"].values():
         texts += [expr for _, expr in dashboard_queries(dashboard)]
-        texts += [t.get("legendFormat", "") for p in panels(dashboard) for t in p.get("targets", [])]
+        texts += [
+            t.get("legendFormat", "") for p in panels(dashboard) for t in p.get("targets", [])
+        ]
         texts += [v["name"] for v in dashboard["templating"]["list"]]
     for text in texts:
         assert not re.search(r"\bcluster\b", without_names_and_strings(text)), text
@@ -147,10 +171,13 @@ def test_multi_cluster_dashboards_filter_every_query_on_the_cluster(customised):
 
 def test_single_cluster_dashboards_have_no_cluster_variable(mixin):
     for dashboard in mixin["dashboards"].values():
-        assert mixin["config"]["clusterLabel"] not in [v["name"] for v in dashboard["templating"]["list"]]
+        assert mixin["config"]["clusterLabel"] not in [
+            v["name"] for v in dashboard["templating"]["list"]
+        ]
 
 
 # --- dashboards -----------------------------------------------------------------------------
+
 
 def test_dashboard_uids_are_stable_unique_and_short(mixin, customised):
     uids = {name: d["uid"] for name, d in mixin["dashboards"].items()}
@@ -161,7 +188,7 @@ def test_dashboard_uids_are_stable_unique_and_short(mixin, customised):
 
 
 def test_dashboards_use_a_datasource_variable(mixin):
-    for name, dashboard in mixin["dashboards"].items():
+    for dashboard in mixin["dashboards"].values():
         (ds,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
         assert ds["name"] == "datasource" and ds["query"] == "prometheus"
         for p in panels(dashboard):
@@ -193,7 +220,11 @@ def test_panels_have_unique_ids_and_do_not_overlap(mixin):
         for p in panels(dashboard):
             g = p["gridPos"]
             assert g["x"] >= 0 and g["x"] + g["w"] <= 24, f"{name} / {p['title']}"
-            mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+            mine = {
+                (x, y)
+                for x in range(g["x"], g["x"] + g["w"])
+                for y in range(g["y"], g["y"] + g["h"])
+            }
             assert not cells & mine, f"{name} / {p['title']} overlaps another panel"
             cells |= mine
 
@@ -228,7 +259,11 @@ def test_node_dashboard_queries_are_pinned_to_one_node(mixin):
 def test_node_label_is_a_knob(customised):
     m = customised
     node = m["dashboards"]["kubescale-node.json"]
-    assert all('kubernetes_node="$node"' in e for t, e in dashboard_queries(node) if not t.startswith("variable"))
+    assert all(
+        'kubernetes_node="$node"' in e
+        for t, e in dashboard_queries(node)
+        if not t.startswith("variable")
+    )
     descriptions = [r["annotations"]["description"] for r in alert_rules(m)]
     assert not any("$labels.node " in d for d in descriptions)
     assert any("$labels.kubernetes_node" in d for d in descriptions)
@@ -239,7 +274,7 @@ def test_dashboard_queries_are_valid_promql(promtool, mixin, customised, tmp_pat
     substitutions = {"$__rate_interval": "5m", "${datasource}": "x"}
     rules = []
     for m in (mixin, customised):
-        for name, dashboard in m["dashboards"].items():
+        for dashboard in m["dashboards"].values():
             for title, expr in dashboard_queries(dashboard):
                 if title.startswith("variable"):
                     expr = re.fullmatch(r"label_values\((.*), \w+\)", expr).group(1)
@@ -263,6 +298,7 @@ def test_dashboards_follow_the_config(mixin):
 
 
 # --- config ---------------------------------------------------------------------------------
+
 
 def test_every_knob_is_used_and_documented(mixin):
     sources = [p for p in (REPO / "mixin").rglob("*sonnet") if p.name != "config.libsonnet"]

@@ -3,6 +3,7 @@ kube-scale-exporter in node and cluster mode (and a real etcd filled past its qu
 second. The recording rules must see the series the exporter really serves. The whole stack
 runs once per Prometheus release users run: Debian's 2.42 and upstream 3.5 (Debian sid's).
 """
+
 import socket
 import time
 
@@ -13,7 +14,6 @@ from testbed.ports import free_port
 from testbed.prometheus import PrometheusServer
 from tests.mixin.support import PROMETHEUS_RELEASES, prometheus_binary, prometheus_version
 from tools import demo
-
 
 
 def working_collectors():
@@ -60,14 +60,24 @@ def live(request, tmp_path_factory):
         node_port, cluster_port = free_port(), free_port()
         prom = PrometheusServer(workdir, {}, binary=binary)
         procs.append(demo.exporter(["--mode", "node"], node_port, workdir, "exporter-node"))
-        etcd_server = EtcdServer(workdir, version="3.4", name="etcd-0", quota_bytes=demo.QUOTA).start()
+        etcd_server = EtcdServer(
+            workdir, version="3.4", name="etcd-0", quota_bytes=demo.QUOTA
+        ).start()
         procs.append(etcd_server)
         etcd_url = etcd_server.client_url
         etcd = demo.Etcd(etcd_url)
         while etcd.put_object():
             pass
-        cluster_args = ["--mode", "cluster", "--etcd.cluster", f"main={etcd_url}",
-                        "--etcd.min-interval", "1", "--etcd.keys-interval", "1"]
+        cluster_args = [
+            "--mode",
+            "cluster",
+            "--etcd.cluster",
+            f"main={etcd_url}",
+            "--etcd.min-interval",
+            "1",
+            "--etcd.keys-interval",
+            "1",
+        ]
         procs.append(demo.exporter(cluster_args, cluster_port, workdir, "exporter-cluster"))
         prom.config = demo.prometheus_config(node_port, cluster_port, prom.port, interval="1s")
         procs.append(prom)
@@ -78,7 +88,9 @@ def live(request, tmp_path_factory):
 
 
 def test_the_prometheus_release_that_ran(live, record_property):
-    info = live.prom.session.get(live.prom.url + "/api/v1/status/buildinfo", timeout=5).json()["data"]
+    info = live.prom.session.get(live.prom.url + "/api/v1/status/buildinfo", timeout=5).json()[
+        "data"
+    ]
     record_property("prometheus_version", info["version"])
     print(f"live stack on Prometheus {info['version']}")
     assert info["version"] == live.version
@@ -89,7 +101,9 @@ def test_exporter_health_rules_see_both_jobs(live):
     both = {demo.NODE_JOB: 1.0, demo.CLUSTER_JOB: 1.0}
     live.wait_for("cluster_job:kubescale_exporter_up:avg", lambda f: by("job", f) == both)
     live.wait_for("cluster_job_version:kubescale_build_info:count", lambda f: by("job", f) == both)
-    samples = live.wait_for("cluster_job:kubescale_exporter_samples_scraped:max", lambda f: len(f) == 2)
+    samples = live.wait_for(
+        "cluster_job:kubescale_exporter_samples_scraped:max", lambda f: len(f) == 2
+    )
     budgets = {demo.NODE_JOB: 43, demo.CLUSTER_JOB: 500}
     for labels, value in samples.items():
         assert 0 < value <= budgets[dict(labels)["job"]]
@@ -97,8 +111,10 @@ def test_exporter_health_rules_see_both_jobs(live):
 
 def test_collector_failures_rule_sees_the_working_collectors_succeed(live):
     expected = working_collectors()
-    live.wait_for("cluster_job_collector:kubescale_scrape_collector_failures:sum",
-                  lambda f: all(by("collector", f).get(name) == 0.0 for name in expected))
+    live.wait_for(
+        "cluster_job_collector:kubescale_scrape_collector_failures:sum",
+        lambda f: all(by("collector", f).get(name) == 0.0 for name in expected),
+    )
 
 
 def test_neighbor_rules_follow_the_kernel(live):
@@ -106,8 +122,9 @@ def test_neighbor_rules_follow_the_kernel(live):
     assert {dict(k)["family"] for k in usage} == {"ipv4", "ipv6"}
     assert {dict(k)["node"] for k in usage} == {socket.gethostname()}
     assert all(0 <= v < 1 for v in usage.values())
-    at_default = live.wait_for("cluster_family:kubescale_neighbor_nodes_at_kernel_default:sum",
-                               lambda f: len(f) == 2)
+    at_default = live.wait_for(
+        "cluster_family:kubescale_neighbor_nodes_at_kernel_default:sum", lambda f: len(f) == 2
+    )
     for labels, value in at_default.items():
         family = dict(labels)["family"]
         with open(f"/proc/sys/net/{family}/neigh/default/gc_thresh3") as f:
@@ -115,23 +132,35 @@ def test_neighbor_rules_follow_the_kernel(live):
 
 
 def test_etcd_rules_and_alert_see_a_real_nospace(live):
-    live.wait_for("etcd_cluster_member:kubescale_etcd_quota_bytes:max",
-                  lambda f: list(f.values()) == [float(demo.QUOTA)])
-    live.wait_for("etcd_cluster_member:kubescale_etcd_quota_usage:ratio",
-                  lambda f: len(f) == 1 and list(f.values())[0] >= 0.95)
-    live.wait_for('etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max{alarm="NOSPACE"}',
-                  lambda f: list(f.values()) == [1.0])
+    live.wait_for(
+        "etcd_cluster_member:kubescale_etcd_quota_bytes:max",
+        lambda f: list(f.values()) == [float(demo.QUOTA)],
+    )
+    live.wait_for(
+        "etcd_cluster_member:kubescale_etcd_quota_usage:ratio",
+        lambda f: len(f) == 1 and list(f.values())[0] >= 0.95,
+    )
+    live.wait_for(
+        'etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max{alarm="NOSPACE"}',
+        lambda f: list(f.values()) == [1.0],
+    )
     # Three events for every two pods were written.
-    live.wait_for("etcd_cluster:kubescale_etcd_events_keys:ratio",
-                  lambda f: len(f) == 1 and abs(list(f.values())[0] - 0.6) < 0.02)
-    live.wait_for('ALERTS{alertname="KubeScaleEtcdAlarmActive"}', lambda f: set(by("alarm", f)) == {"NOSPACE"})
+    live.wait_for(
+        "etcd_cluster:kubescale_etcd_events_keys:ratio",
+        lambda f: len(f) == 1 and abs(list(f.values())[0] - 0.6) < 0.02,
+    )
+    live.wait_for(
+        'ALERTS{alertname="KubeScaleEtcdAlarmActive"}', lambda f: set(by("alarm", f)) == {"NOSPACE"}
+    )
 
 
 def test_blind_spot_alerts_stay_quiet_while_everything_reports(live):
     """The "we cannot see it" companions read real series: nothing is missing here, so none
     of them may even be pending once the rules have run on scraped data."""
-    live.wait_for("cluster_job:kubescale_exporter_targets_down:sum", lambda f: by("job", f) == {
-        demo.NODE_JOB: 0.0, demo.CLUSTER_JOB: 0.0})
+    live.wait_for(
+        "cluster_job:kubescale_exporter_targets_down:sum",
+        lambda f: by("job", f) == {demo.NODE_JOB: 0.0, demo.CLUSTER_JOB: 0.0},
+    )
     live.wait_for('kubescale_etcd_up{etcd_cluster="main"}', lambda f: list(f.values()) == [1.0])
     live.wait_for("prometheus_tsdb_head_series", lambda f: len(f) == 1)
     time.sleep(3)  # a few evaluations after every series is there

@@ -3,6 +3,7 @@
 The source of truth is the collectors' golden expositions (tests/golden/*.prom); the names
 and labels the collector issues fixed (the public API) must all be in them, unchanged.
 """
+
 import re
 
 from tests.mixin.support import REPO, alert_rules, dashboard_queries, recording_rules

@@ -1,5 +1,6 @@
 """promtool unit tests: every alert fires and stays quiet, every recording rule is checked,
 on every Prometheus release users run (Debian's 2.42 and upstream 3.5)."""
+
 import pathlib
 import re
 import subprocess
@@ -9,6 +10,7 @@ import yaml
 
 from tests.mixin import fleet
 from tests.mixin.support import PROMTOOL_TESTS, alert_rules, recording_rules
+from tests.mixin.support import build
 
 
 def test_there_are_promtool_tests():
@@ -16,8 +18,9 @@ def test_there_are_promtool_tests():
 
 
 def _promtool_test(promtool, path):
-    out = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True,
-                         cwd=path.parent)
+    out = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, cwd=path.parent
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout + out.stderr
 
@@ -80,19 +83,27 @@ def test_every_recording_rule_is_checked_in_some_test(mixin):
 # the behaviour the case was written against, the same test fails.
 BENT = {
     "gaps reset an etcd member's `for`": (
-        "etcd_test.yaml", {"gapTolerance": "1m"}, "KubeScaleEtcdDatabaseNearQuota"),
+        "etcd_test.yaml",
+        {"gapTolerance": "1m"},
+        "KubeScaleEtcdDatabaseNearQuota",
+    ),
     "the head saw-tooth read as growth": (
-        "prometheus_test.yaml", {"prometheusHeadCycle": "1m", "prometheusHeadSeriesPredictWindow": "1h"},
-        "10.0.3.3:9090"),
+        "prometheus_test.yaml",
+        {"prometheusHeadCycle": "1m", "prometheusHeadSeriesPredictWindow": "1h"},
+        "10.0.3.3:9090",
+    ),
     "a threshold at the DaemonSet's maxUnavailable": (
-        "rollout_test.yaml", {"exporterDownRatio": 0.1}, "99 kube-scale-exporter-node targets"),
+        "rollout_test.yaml",
+        {"exporterDownRatio": 0.1},
+        "99 kube-scale-exporter-node targets",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BENT))
 def test_production_cases_catch_the_behaviour_they_were_written_against(promtool, case, tmp_path):
     name, config, symptom = BENT[case]
-    from tests.mixin.support import build
+
     m = build.mixin_object(dict(config, prometheusSelfProtection=True))
     rules = tmp_path / "rules"
     rules.mkdir()

@@ -1,4 +1,5 @@
 """Fixtures for the neighbor collectors: throwaway namespaces and collectors built from flags."""
+
 import pytest
 
 from kube_scale_exporter.cli import parse

@@ -6,6 +6,7 @@ A real kernel fault, not a test double: a seccomp filter installed before the ex
 starts makes socket(AF_NETLINK, ...) fail with EAFNOSUPPORT in every thread, while the
 HTTP server's AF_INET sockets work.
 """
+
 import ctypes
 import errno
 import platform
@@ -46,13 +47,15 @@ def deny_netlink() -> None:
 
     prog = SockFprog(len(PROGRAM), ctypes.addressof(filters))
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or \
-            libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+    if (
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+        or libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0
+    ):
         raise OSError(ctypes.get_errno(), "installing the seccomp filter")
 
 
 if __name__ == "__main__":
     deny_netlink()
-    from kube_scale_exporter.cli import main  # noqa: E402
+    from kube_scale_exporter.cli import main
 
     raise SystemExit(main(sys.argv[1:]))

@@ -4,6 +4,7 @@ A recording is the reply chunks exactly as the kernel sent them, each prefixed w
 length (u32, native order), so replaying exercises the same parsing as a live socket.
 `python -m tests.neighbor.recorded` re-records tests/neighbor/fixtures/ (as root).
 """
+
 from __future__ import annotations
 
 import struct
@@ -40,7 +41,7 @@ def load(path: Path) -> list[bytes]:
     data, chunks, offset = path.read_bytes(), [], 0
     while offset < len(data):
         (length,) = _LENGTH.unpack_from(data, offset)
-        chunks.append(data[offset + 4:offset + 4 + length])
+        chunks.append(data[offset + 4 : offset + 4 + length])
         offset += 4 + length
     return chunks
 

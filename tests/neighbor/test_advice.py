@@ -1,8 +1,14 @@
 """What `check` advises, for tables a test can choose (the kernel's own are the host's)."""
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kube_scale_exporter.collectors.neighbor import HEADROOM, advise, is_short, recommended_thresholds
+from kube_scale_exporter.collectors.neighbor import (
+    HEADROOM,
+    advise,
+    is_short,
+    recommended_thresholds,
+)
 from kube_scale_exporter.netlink.neighbor import NeighborCount, NeighborTable
 
 
@@ -10,8 +16,9 @@ def table(family="ipv4", t1=128, t2=512, t3=1024, entries=0, fulls=0):
     return NeighborTable(family, t1, t2, t3, entries, {"table_fulls": fulls})
 
 
-thresholds = st.tuples(st.integers(0, 1 << 20), st.integers(0, 1 << 20), st.integers(1, 1 << 20)) \
-    .map(sorted)
+thresholds = st.tuples(
+    st.integers(0, 1 << 20), st.integers(0, 1 << 20), st.integers(1, 1 << 20)
+).map(sorted)
 
 
 @given(need=st.integers(0, 1 << 22), current=thresholds)
@@ -36,9 +43,9 @@ def test_severities():
         return f.severity
 
     assert severity(entries=100) == "info"
-    assert severity(entries=400) == "warning"        # under gc_thresh2, but not HEADROOM x room
-    assert severity(entries=600) == "warning"        # past gc_thresh2: forced GC churn
-    assert severity(peers=1024) == "critical"        # cannot hold what it needs
+    assert severity(entries=400) == "warning"  # under gc_thresh2, but not HEADROOM x room
+    assert severity(entries=600) == "warning"  # past gc_thresh2: forced GC churn
+    assert severity(peers=1024) == "critical"  # cannot hold what it needs
     assert severity(entries=100, fulls=3) == "info"  # overflowed, but has room now
     assert severity(entries=600, fulls=3) == "critical"
 

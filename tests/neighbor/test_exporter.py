@@ -1,5 +1,6 @@
 """The neighbor collectors inside the real exporter process: series budget, a failing
 netlink, recovery, and `check`."""
+
 import json
 import resource
 import subprocess
@@ -20,11 +21,17 @@ from tests.neighbor.test_kernel import proc_stat
 REPO = Path(__file__).resolve().parents[2]
 SERIES_BUDGET = 40
 NEIGHBOR_METRICS = {
-    "kubescale_neighbor_entries", "kubescale_neighbor_gc_thresh1", "kubescale_neighbor_gc_thresh2",
-    "kubescale_neighbor_gc_thresh3", "kubescale_neighbor_table_overflows",
-    "kubescale_neighbor_forced_gc_runs", "kubescale_neighbor_allocations",
-    "kubescale_neighbor_destroys", "kubescale_neighbor_resolution_failures",
-    "kubescale_neighbor_unresolved_discards", "kubescale_neighbor_gc_eligible_entries",
+    "kubescale_neighbor_entries",
+    "kubescale_neighbor_gc_thresh1",
+    "kubescale_neighbor_gc_thresh2",
+    "kubescale_neighbor_gc_thresh3",
+    "kubescale_neighbor_table_overflows",
+    "kubescale_neighbor_forced_gc_runs",
+    "kubescale_neighbor_allocations",
+    "kubescale_neighbor_destroys",
+    "kubescale_neighbor_resolution_failures",
+    "kubescale_neighbor_unresolved_discards",
+    "kubescale_neighbor_gc_eligible_entries",
 }
 
 
@@ -34,9 +41,22 @@ NO_CAPABILITIES = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-ne
 
 def start(tmp_path, *argv, module="kube_scale_exporter", prefix=()):
     port = free_port()
-    proc = Proc([*prefix, sys.executable, "-m", module, "--web.listen-address", f"127.0.0.1:{port}",
-                 "--collector.disable-defaults", "--collector.neighbor", "--collector.neighbor_gc",
-                 *argv], tmp_path / "exporter.log", cwd=REPO)
+    proc = Proc(
+        [
+            *prefix,
+            sys.executable,
+            "-m",
+            module,
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--collector.disable-defaults",
+            "--collector.neighbor",
+            "--collector.neighbor_gc",
+            *argv,
+        ],
+        tmp_path / "exporter.log",
+        cwd=REPO,
+    )
     wait_for_port(port, proc=proc)
     return proc, f"http://127.0.0.1:{port}/metrics"
 
@@ -82,8 +102,10 @@ def test_netlink_refused_by_seccomp_fails_only_the_collectors(exporter):
             assert sample(families, "kubescale_scrape_collector_success", collector=name) == 0
         assert not [f for f in families if f.name.startswith("kubescale_neighbor")]
     assert proc.alive()
-    assert "cannot open a NETLINK_ROUTE socket: Address family not supported by protocol" \
+    assert (
+        "cannot open a NETLINK_ROUTE socket: Address family not supported by protocol"
         in proc.log_tail()
+    )
     assert "allow AF_NETLINK sockets in the pod's seccomp profile" in proc.log_tail()
 
 
@@ -100,8 +122,9 @@ def test_collector_recovers_when_netlink_comes_back(collectors):
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert sample(failed, "kubescale_scrape_collector_success", collector="neighbor") == 0
     error = scraper.last_error("neighbor")
-    assert error.startswith("NetlinkUnavailable: [Errno 24] cannot open a NETLINK_ROUTE socket: "
-                            "Too many open files"), error
+    assert error.startswith(
+        "NetlinkUnavailable: [Errno 24] cannot open a NETLINK_ROUTE socket: Too many open files"
+    ), error
     families = scraper.scrape(timeout=5).families
     scraper.close()
     assert sample(families, "kubescale_scrape_collector_success", collector="neighbor") == 1
@@ -110,9 +133,21 @@ def test_collector_recovers_when_netlink_comes_back(collectors):
 
 
 def run_check(*argv):
-    return subprocess.run([sys.executable, "-m", "kube_scale_exporter", "check", "--collector.disable-defaults",
-                           "--collector.neighbor", *argv], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kube_scale_exporter",
+            "check",
+            "--collector.disable-defaults",
+            "--collector.neighbor",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
 
 
 def test_check_prints_the_sysctl_lines_for_expected_peers():
@@ -142,20 +177,36 @@ def test_exporter_inside_a_namespace_subtracts_that_namespaces_exempt_entries(tm
     """The process as a pod runs it: started in a namespace, scraped over its loopback.
     Its GC-eligible bound is the host's entries less the exempt entries of its namespace,
     compared in a scrape during which the global table held still."""
-    netns.batch(neighbor_adds(12, "ipv4", "stale") + neighbor_adds(5, "ipv4", "permanent", start=50)
-                + neighbor_adds(3, "ipv6", "permanent"))
+    netns.batch(
+        neighbor_adds(12, "ipv4", "stale")
+        + neighbor_adds(5, "ipv4", "permanent", start=50)
+        + neighbor_adds(3, "ipv6", "permanent")
+    )
     port = free_port()
-    proc = Proc(["ip", "netns", "exec", netns.name, sys.executable, "-m", "kube_scale_exporter",
-                 "--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "exporter.log", cwd=REPO)
+    proc = Proc(
+        [
+            "ip",
+            "netns",
+            "exec",
+            netns.name,
+            sys.executable,
+            "-m",
+            "kube_scale_exporter",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+        ],
+        tmp_path / "exporter.log",
+        cwd=REPO,
+    )
     try:
         netns.run(wait_for_port, port, "127.0.0.1", 30.0, proc)
         for _ in range(20):
             before = host_entries()
             text = netns.run(
-                lambda: requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
+                lambda: requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            )
             families = parse_exposition(text)
-            entries = {f: sample(families, "kubescale_neighbor_entries", family=f)
-                       for f in before}
+            entries = {f: sample(families, "kubescale_neighbor_entries", family=f) for f in before}
             if before == host_entries() == entries:
                 break
         else:
@@ -165,19 +216,42 @@ def test_exporter_inside_a_namespace_subtracts_that_namespaces_exempt_entries(tm
     # Talking over loopback adds a NOARP entry on lo: GC-eligible, so not subtracted.
     listed = json.loads(netns.ip("-j", "neigh", "show", "nud", "all").stdout)
     assert [e["state"] for e in listed if e["dev"] == "lo"] == [["NOARP"]]
-    assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv4") == \
-        entries["ipv4"] - 5
-    assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv6") == \
-        entries["ipv6"] - 3
+    assert (
+        sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv4")
+        == entries["ipv4"] - 5
+    )
+    assert (
+        sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv6")
+        == entries["ipv6"] - 3
+    )
     # /proc/net/stat does not exist outside the host namespace: that series is left out.
-    assert not [s for f in families for s in f.samples
-                if s.name == "kubescale_neighbor_unresolved_discards_total"]
+    assert not [
+        s
+        for f in families
+        for s in f.samples
+        if s.name == "kubescale_neighbor_unresolved_discards_total"
+    ]
 
 
 def test_check_outside_the_host_namespace_says_so(netns):
-    result = subprocess.run(["ip", "netns", "exec", netns.name, sys.executable, "-m", "kube_scale_exporter",
-                             "check", "--collector.disable-defaults", "--collector.neighbor"],
-                            capture_output=True, text=True, cwd=REPO, timeout=60)
+    result = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            netns.name,
+            sys.executable,
+            "-m",
+            "kube_scale_exporter",
+            "check",
+            "--collector.disable-defaults",
+            "--collector.neighbor",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "the exporter is not in the host network namespace" in result.stdout
     assert "hostNetwork: true" in result.stdout

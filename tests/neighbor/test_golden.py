@@ -4,6 +4,7 @@ The recordings were taken together with /proc/net/stat, which shows the same ker
 counters through another interface: decoding the binary replies must give the same
 numbers, table_fulls (the field pyroute2 drops) included.
 """
+
 import struct
 from collections import Counter
 
@@ -58,8 +59,11 @@ def test_decoded_tables_agree_with_proc_net_stat_recorded_alongside():
 
 
 def test_decoded_counts_are_the_recorded_namespace_entries():
-    exempt = Counter(f for f, _, nud, extra in RECORDED_ENTRIES
-                     if nud == "permanent" or extra in (("extern_learn",), ("managed",)))
+    exempt = Counter(
+        f
+        for f, _, nud, extra in RECORDED_ENTRIES
+        if nud == "permanent" or extra in (("extern_learn",), ("managed",))
+    )
     total = Counter(f for f, *_ in RECORDED_ENTRIES)
     for family, count in recorded_counts().items():
         assert (count.entries, count.gc_exempt) == (total[family], exempt[family])
@@ -73,7 +77,7 @@ def test_damaged_replies_raise_and_never_hang(data):
     recorded = load(FIXTURES / data.draw(st.sampled_from(["neigh_dump.bin", "neightbl_dump.bin"])))
     chunk = bytearray(data.draw(st.sampled_from(recorded)))
     if data.draw(st.booleans()):
-        del chunk[data.draw(st.integers(0, len(chunk))):]
+        del chunk[data.draw(st.integers(0, len(chunk))) :]
     for _ in range(data.draw(st.integers(0, 4)) if chunk else 0):
         chunk[data.draw(st.integers(0, len(chunk) - 1))] = data.draw(st.integers(0, 255))
     for consumer in (EntryCounter(), TableReader()):

@@ -5,6 +5,7 @@ figures are compared with /proc read before and after (exact when /proc held sti
 deltas are taken in attempts until one ran undisturbed. The dump's namespace-local counts
 are compared with `ip neigh show nud all` of a namespace only this test touches.
 """
+
 import json
 from pathlib import Path
 
@@ -68,10 +69,17 @@ def global_entries(collector):
 def test_entries_count_what_a_namespace_adds(collectors, netns):
     """Entries in a pod-like namespace count in the host-wide entries metric."""
     (neighbor,) = collectors("--collector.neighbor")
-    adds = {"ipv4": neighbor_adds(40, "ipv4", "stale") + neighbor_adds(25, "ipv4", "permanent", start=100),
-            "ipv6": neighbor_adds(30, "ipv6", "stale") + neighbor_adds(15, "ipv6", "permanent", start=100)}
-    deletes = [line.replace("neigh add", "neigh del").split(" lladdr")[0] + " dev v0"
-               for lines in adds.values() for line in lines]
+    adds = {
+        "ipv4": neighbor_adds(40, "ipv4", "stale")
+        + neighbor_adds(25, "ipv4", "permanent", start=100),
+        "ipv6": neighbor_adds(30, "ipv6", "stale")
+        + neighbor_adds(15, "ipv6", "permanent", start=100),
+    }
+    deletes = [
+        line.replace("neigh add", "neigh del").split(" lladdr")[0] + " dev v0"
+        for lines in adds.values()
+        for line in lines
+    ]
     for _ in range(10):
         before = global_entries(neighbor)
         netns.batch(adds["ipv4"] + adds["ipv6"])
@@ -98,12 +106,17 @@ def namespace_counts():
 
 # 10 GC-eligible and 6 exempt IPv4 entries, 6 and 2 IPv6, of every kind the kernel tells apart.
 MIXED_ENTRIES = (
-    neighbor_adds(7, "ipv4", "stale") + neighbor_adds(4, "ipv4", "permanent", start=50)
+    neighbor_adds(7, "ipv4", "stale")
+    + neighbor_adds(4, "ipv4", "permanent", start=50)
     + neighbor_adds(3, "ipv4", "reachable", start=80)
-    + neighbor_adds(5, "ipv6", "stale") + neighbor_adds(2, "ipv6", "permanent", start=50)
+    + neighbor_adds(5, "ipv6", "stale")
+    + neighbor_adds(2, "ipv6", "permanent", start=50)
     + neighbor_adds(1, "ipv6", "noarp", start=80)
-    + ["neigh add 10.99.0.1 lladdr 02:00:00:00:99:01 dev v0 nud stale extern_learn",
-       "neigh add 10.99.0.2 dev v0 managed"])
+    + [
+        "neigh add 10.99.0.1 lladdr 02:00:00:00:99:01 dev v0 nud stale extern_learn",
+        "neigh add 10.99.0.2 dev v0 managed",
+    ]
+)
 MIXED_EXEMPT = {"ipv4": 6, "ipv6": 2}
 
 
@@ -116,8 +129,9 @@ def test_count_entries_in_a_namespace_matches_ip(netns):
     assert len(listed) == len(MIXED_ENTRIES)  # nothing else appeared in the namespace
     for family, is_family in (("ipv4", lambda d: ":" not in d), ("ipv6", lambda d: ":" in d)):
         mine = [e for e in listed if is_family(e["dst"])]
-        exempt = [e for e in mine
-                  if "PERMANENT" in e["state"] or "extern_learn" in e or "managed" in e]
+        exempt = [
+            e for e in mine if "PERMANENT" in e["state"] or "extern_learn" in e or "managed" in e
+        ]
         assert (counts[family].entries, counts[family].gc_exempt) == (len(mine), len(exempt))
     assert (counts["ipv4"].gc_eligible, counts["ipv4"].gc_exempt) == (10, MIXED_EXEMPT["ipv4"])
     assert (counts["ipv6"].gc_eligible, counts["ipv6"].gc_exempt) == (6, MIXED_EXEMPT["ipv6"])
@@ -139,8 +153,10 @@ def test_gc_eligible_is_the_hosts_entries_less_the_namespaces_exempt_ones(collec
     else:
         raise AssertionError(f"the global table never held still: {before} {entries} {after}")
     for family in FAMILIES:
-        assert sample(families, "kubescale_neighbor_gc_eligible_entries", family=family) == \
-            entries[family] - MIXED_EXEMPT[family], family
+        assert (
+            sample(families, "kubescale_neighbor_gc_eligible_entries", family=family)
+            == entries[family] - MIXED_EXEMPT[family]
+        ), family
 
 
 def test_a_dump_larger_than_one_reply_chunk_counts_every_entry(netns):

@@ -4,6 +4,7 @@ The ARP table is the host's: while it is full every namespace on this host fails
 neighbors, so the namespace is deleted (which flushes its entries) as soon as the
 overflow has been scraped, and the test checks that the table has room again.
 """
+
 from testbed.metrics import collect, sample, wait_until
 from testbed.netns import NetNS, neighbor_adds
 
@@ -22,7 +23,10 @@ def test_overflow_raises_table_overflows_total(collectors):
         return sample(collect(neighbor), "kubescale_neighbor_entries", family="ipv4") < thresh3
 
     assert "No buffer space available" in result.stderr
-    for name in ("kubescale_neighbor_table_overflows_total", "kubescale_neighbor_forced_gc_runs_total"):
+    for name in (
+        "kubescale_neighbor_table_overflows_total",
+        "kubescale_neighbor_forced_gc_runs_total",
+    ):
         assert sample(during, name, family="ipv4") > sample(before, name, family="ipv4"), name
     assert sample(during, "kubescale_neighbor_entries", family="ipv4") >= thresh3
     # The kernel frees a deleted namespace's entries in a background worker.

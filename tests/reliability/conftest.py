@@ -4,6 +4,7 @@ session, behind a fresh fault proxy per test), the exporter.
 Each test gets its own servers (faults stop and pause them) in a short temp dir, so
 containerd's socket path stays under the 108-byte limit.
 """
+
 import shutil
 import tempfile
 
@@ -73,8 +74,9 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture
 def proxy(cluster):
-    p = FaultProxy(cluster.server, upstream_verify=cluster.ca, certfile=cluster.ca,
-                   keyfile=cluster.serving_key).start()
+    p = FaultProxy(
+        cluster.server, upstream_verify=cluster.ca, certfile=cluster.ca, keyfile=cluster.serving_key
+    ).start()
     yield p
     p.stop()
 
@@ -82,11 +84,28 @@ def proxy(cluster):
 @pytest.fixture
 def cluster_exporter(cluster, proxy, run_exporter, workdir):
     kubeconfig = cluster.write_kubeconfig(f"{workdir}/kubeconfig", server=proxy.url)
-    exporter = run_exporter([
-        "--mode", "cluster", "--kube.kubeconfig", kubeconfig,
-        "--balloon.selector", "run=overprovisioning", "--collector.imagepull_events",
-        "--etcd.cluster", f"main={cluster.etcd.client_url}", "--etcd.timeout", "1",
-        "--etcd.min-interval", "0.5"])
-    exporter.wait_for(lambda s: all(s.success.get(n) == 1 for n in COLLECTORS)
-                      and s.value("kubescale_kube_watch_up", resource="pods") == 1, within=15)
+    exporter = run_exporter(
+        [
+            "--mode",
+            "cluster",
+            "--kube.kubeconfig",
+            kubeconfig,
+            "--balloon.selector",
+            "run=overprovisioning",
+            "--collector.imagepull_events",
+            "--etcd.cluster",
+            f"main={cluster.etcd.client_url}",
+            "--etcd.timeout",
+            "1",
+            "--etcd.min-interval",
+            "0.5",
+        ]
+    )
+    exporter.wait_for(
+        lambda s: (
+            all(s.success.get(n) == 1 for n in COLLECTORS)
+            and s.value("kubescale_kube_watch_up", resource="pods") == 1
+        ),
+        within=15,
+    )
     return exporter

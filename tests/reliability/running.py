@@ -1,10 +1,11 @@
 """A real exporter process under test, scraped over HTTP the way Prometheus does.
 
-    exporter = RunningExporter(["--mode", "node", ...], log_dir).start()
-    scrape = exporter.scrape(timeout=3)       # Scrape: status, seconds, success per collector
-    exporter.wait_for(lambda s: s.success["etcd"] == 0, within=5)
-    exporter.terminate()                      # SIGTERM; returns (exit status, seconds)
+exporter = RunningExporter(["--mode", "node", ...], log_dir).start()
+scrape = exporter.scrape(timeout=3)       # Scrape: status, seconds, success per collector
+exporter.wait_for(lambda s: s.success["etcd"] == 0, within=5)
+exporter.terminate()                      # SIGTERM; returns (exit status, seconds)
 """
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,14 @@ class RunningExporter:
     def __init__(self, flags: list[str], log_dir, module: str = "kube_scale_exporter"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.argv = [sys.executable, "-m", module, "--web.listen-address",
-                     f"127.0.0.1:{self.port}", *flags]
+        self.argv = [
+            sys.executable,
+            "-m",
+            module,
+            "--web.listen-address",
+            f"127.0.0.1:{self.port}",
+            *flags,
+        ]
         self.log_path = os.path.join(str(log_dir), f"exporter-{self.port}.log")
         self.proc: Proc | None = None
         self.session = requests.Session()
@@ -61,15 +68,21 @@ class RunningExporter:
     def scrape(self, timeout: float = 3.0) -> Scrape:
         """One scrape with Prometheus' timeout header; HTTP waits a little longer."""
         start = time.monotonic()
-        reply = self.session.get(self.url + "/metrics", timeout=timeout + 5,
-                                 headers={"X-Prometheus-Scrape-Timeout-Seconds": str(timeout)})
+        reply = self.session.get(
+            self.url + "/metrics",
+            timeout=timeout + 5,
+            headers={"X-Prometheus-Scrape-Timeout-Seconds": str(timeout)},
+        )
         took = time.monotonic() - start
         out = Scrape(reply.status_code, took, reply.text)
         if reply.status_code == 200:
             for family in parse_exposition(reply.text):
                 out.samples.extend(family.samples)
-            out.success = {s.labels["collector"]: s.value for s in out.samples
-                           if s.name == "kubescale_scrape_collector_success"}
+            out.success = {
+                s.labels["collector"]: s.value
+                for s in out.samples
+                if s.name == "kubescale_scrape_collector_success"
+            }
         return out
 
     def wait_for(self, predicate, within: float, timeout: float = 3.0) -> Scrape:
@@ -85,8 +98,9 @@ class RunningExporter:
             if predicate(seen):
                 return seen
             if time.monotonic() > deadline:
-                raise AssertionError(f"not within {within}s; last success {seen.success}\n"
-                                     f"{self.proc.log_tail()}")
+                raise AssertionError(
+                    f"not within {within}s; last success {seen.success}\n{self.proc.log_tail()}"
+                )
             time.sleep(0.2)
 
     def terminate(self, timeout: float = 30.0) -> tuple[int, float]:

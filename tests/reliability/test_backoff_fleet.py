@@ -4,6 +4,7 @@ node-mode pods losing the API server at the same moment, simulated with seeded j
 The figures asserted here are the ones docs/reliability.md gives: how hard the fleet
 knocks while the server is down and how it comes back.
 """
+
 import random
 from collections import Counter
 

@@ -7,6 +7,7 @@ kubescale_kube_watch_up 0 and a growing kubescale_kube_last_sync_age_seconds rat
 in their success; before the first sync they fail. Every scrape answers within its timeout
 throughout, the other collectors stay up, and the watches come back on their own.
 """
+
 import json
 import time
 
@@ -29,8 +30,16 @@ def watch_up(scrape, resource="pods"):
 
 
 def status_body(code, reason):
-    return json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                       "reason": reason, "code": code, "message": reason}).encode()
+    return json.dumps(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "reason": reason,
+            "code": code,
+            "message": reason,
+        }
+    ).encode()
 
 
 def test_api_server_stopped_then_restarted(cluster, cluster_exporter):
@@ -51,19 +60,32 @@ def test_410_gone_relists(proxy, cluster_exporter):
     before = cluster_exporter.scrape().value("kubescale_kube_relists_total", resource="pods")
     # The open watch is cut; the informer resumes from its resourceVersion and is told
     # that it is gone.
-    proxy.inject(WATCH, status=410, body=status_body(410, "Expired"),
-                 headers={"Content-Type": "application/json"}, times=1)
+    proxy.inject(
+        WATCH,
+        status=410,
+        body=status_body(410, "Expired"),
+        headers={"Content-Type": "application/json"},
+        times=1,
+    )
     _end_pod_watches(proxy)
     after = cluster_exporter.wait_for(
-        lambda s: s.value("kubescale_kube_relists_total", resource="pods") == before + 1
-        and watch_up(s) == 1, within=RECOVERY_SECONDS)
+        lambda s: (
+            s.value("kubescale_kube_relists_total", resource="pods") == before + 1
+            and watch_up(s) == 1
+        ),
+        within=RECOVERY_SECONDS,
+    )
     assert all_up(after)
 
 
 @pytest.mark.parametrize("status", [500, 503])
 def test_5xx_backs_off_and_recovers(proxy, cluster_exporter, status):
-    proxy.inject(WATCH, status=status, body=status_body(status, "InternalError"),
-                 headers={"Content-Type": "application/json"})
+    proxy.inject(
+        WATCH,
+        status=status,
+        body=status_body(status, "InternalError"),
+        headers={"Content-Type": "application/json"},
+    )
     _end_pod_watches(proxy)
     cluster_exporter.wait_for(lambda s: watch_up(s) == 0, within=10)
     start = time.monotonic()
@@ -79,23 +101,40 @@ def test_5xx_backs_off_and_recovers(proxy, cluster_exporter, status):
 
 
 def test_429_retry_after_then_recovers(proxy, cluster_exporter):
-    proxy.inject(WATCH, status=429, body=status_body(429, "TooManyRequests"),
-                 headers={"Content-Type": "application/json", "Retry-After": "2"}, times=3)
+    proxy.inject(
+        WATCH,
+        status=429,
+        body=status_body(429, "TooManyRequests"),
+        headers={"Content-Type": "application/json", "Retry-After": "2"},
+        times=3,
+    )
     _end_pod_watches(proxy)
-    s = cluster_exporter.wait_for(lambda s: watch_up(s) == 1 and proxy.count(WATCH, 429) == 3,
-                                  within=RECOVERY_SECONDS)
+    s = cluster_exporter.wait_for(
+        lambda s: watch_up(s) == 1 and proxy.count(WATCH, 429) == 3, within=RECOVERY_SECONDS
+    )
     assert all_up(s)
 
 
 def test_429_retry_after_is_honoured(proxy, cluster_exporter):
-    proxy.inject(WATCH, status=429, body=status_body(429, "TooManyRequests"),
-                 headers={"Content-Type": "application/json", "Retry-After": "3"}, times=2)
+    proxy.inject(
+        WATCH,
+        status=429,
+        body=status_body(429, "TooManyRequests"),
+        headers={"Content-Type": "application/json", "Retry-After": "3"},
+        times=2,
+    )
     _end_pod_watches(proxy)
     cluster_exporter.wait_for(lambda s: proxy.count(WATCH, 429) == 2, within=RECOVERY_SECONDS)
-    times = [t for _, path, got, t in proxy.requests if got == 429 and "watch=1" in path
-             and "/pods" in path]
-    retried = [t for _, path, got, t in proxy.requests if "watch=1" in path
-               and "/pods" in path and t > times[0]]
+    times = [
+        t
+        for _, path, got, t in proxy.requests
+        if got == 429 and "watch=1" in path and "/pods" in path
+    ]
+    retried = [
+        t
+        for _, path, got, t in proxy.requests
+        if "watch=1" in path and "/pods" in path and t > times[0]
+    ]
     assert retried[0] - times[0] >= 3.0, f"retried {retried[0] - times[0]:.2f}s after a 429"
 
 

@@ -7,6 +7,7 @@ the exporter's peak RSS (VmHWM) stays within a few MiB of where it was (a respon
 under its cap costs that cap at most), imagepull reports success 0 with an error naming
 the cap, and it recovers once the answers are sane again.
 """
+
 import threading
 import time
 
@@ -30,10 +31,20 @@ def server(workdir):
 
 @pytest.fixture
 def exporter(server, run_exporter, workdir):
-    running = run_exporter(["--mode", "node", "--collector.disable-defaults",
-                            "--collector.imagepull", "--containerd.address", server.path,
-                            "--containerd.timeout", "1s",
-                            "--image-pull.preload", "registry.example/app:1"])
+    running = run_exporter(
+        [
+            "--mode",
+            "node",
+            "--collector.disable-defaults",
+            "--collector.imagepull",
+            "--containerd.address",
+            server.path,
+            "--containerd.timeout",
+            "1s",
+            "--image-pull.preload",
+            "registry.example/app:1",
+        ]
+    )
     running.wait_for(lambda s: s.success.get("imagepull") == 1, within=10)
     for _ in range(5):
         running.scrape()
@@ -65,17 +76,28 @@ def recovers(exporter, server):
 
 CASES = {
     # One 63 MiB message of tiny items: refused at its length prefix.
-    "63MiB-message": (LIST_STATUSES, dict(chunks=lambda: repeat(TINY, 63 << 20),
-                                          length=(63 << 20) // 5 * 5), "STATUSES_BYTES", 0),
+    "63MiB-message": (
+        LIST_STATUSES,
+        dict(chunks=lambda: repeat(TINY, 63 << 20), length=(63 << 20) // 5 * 5),
+        "STATUSES_BYTES",
+        0,
+    ),
     # Messages of 64 KiB for ever: refused at the cap.
-    "endless": (LIST_STATUSES, dict(chunks=lambda: endless(frame(TINY * 13000))),
-                "STATUSES_BYTES", 1),
+    "endless": (
+        LIST_STATUSES,
+        dict(chunks=lambda: endless(frame(TINY * 13000))),
+        "STATUSES_BYTES",
+        1,
+    ),
     # 1 MiB of 5-byte items, under the byte cap: 200,000 items, refused at MAX_ITEMS.
     "million-items": (LIST_STATUSES, dict(messages=[TINY * 200_000]), "MAX_ITEMS", 0),
     # Images.List of 63 MiB in 64 KiB messages: refused at its (larger) cap.
-    "63MiB-images": (LIST_IMAGES, dict(chunks=lambda: repeat(frame(b"\x0a\x03\x0a\x01x" * 13000),
-                                                             63 << 20)),
-                     "IMAGES_BYTES", IMAGES_BYTES >> 20),
+    "63MiB-images": (
+        LIST_IMAGES,
+        dict(chunks=lambda: repeat(frame(b"\x0a\x03\x0a\x01x" * 13000), 63 << 20)),
+        "IMAGES_BYTES",
+        IMAGES_BYTES >> 20,
+    ),
 }
 
 
@@ -108,7 +130,6 @@ def test_hostile_server_threads_do_not_pile_up(exporter, server):
     server.answer(LIST_STATUSES, chunks=lambda: endless(frame(TINY * 13000)))
     fails_naming(exporter, "STATUSES_BYTES")
     hold(exporter)
-    threads = int(open(f"/proc/{exporter.proc.pid}/status").read()
-                  .split("Threads:")[1].split()[0])
+    threads = int(open(f"/proc/{exporter.proc.pid}/status").read().split("Threads:")[1].split()[0])
     assert threads < 30 and threading.active_count() < 60
     recovers(exporter, server)

@@ -5,6 +5,7 @@ nor stays poisoned once the answers are sane again.
 A real etcd answers behind the fault proxy; the proxy replaces one answer at a time with
 a generated document (etcd itself only ever sends well-formed ones).
 """
+
 import base64
 import json
 import math
@@ -30,34 +31,89 @@ from testbed.etcd_server import EtcdServer
 from testbed.faultproxy import FaultProxy
 from testbed.metrics import collect, sample
 
-SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70)
-    | st.floats(allow_nan=False) | st.text(max_size=30),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=12)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=30),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 # Right field names with wrong, huge, negative or missing values: what a buggy gateway,
 # another version or a hostile peer might send.
-numbers = (st.integers(-(2**70), 2**70) | st.integers(0, 2**64).map(str)
-           | st.sampled_from(["", "1e9", "0x10", "-1", "NaN", " 7", "١٢"]) | json_values)
-status_docs = st.fixed_dictionaries({}, optional={
-    "header": st.fixed_dictionaries({}, optional={"member_id": numbers}) | json_values,
-    "leader": numbers, "version": json_values, "dbSize": numbers, "dbSizeInUse": numbers,
-    "dbSizeQuota": numbers, "raftTerm": numbers, "raftAppliedIndex": numbers})
-member_docs = st.fixed_dictionaries({}, optional={"members": st.lists(
-    st.fixed_dictionaries({}, optional={"ID": numbers, "name": json_values | st.text(max_size=300),
-                                        "clientURLs": json_values | st.lists(st.text(max_size=40))})
-    | json_values, max_size=4) | json_values})
-alarm_docs = st.fixed_dictionaries({}, optional={"alarms": st.lists(
-    st.fixed_dictionaries({}, optional={"memberID": numbers, "alarm": json_values})
-    | json_values, max_size=4) | json_values})
-range_docs = st.fixed_dictionaries({}, optional={
-    "count": numbers,
-    "kvs": st.lists(st.fixed_dictionaries({}, optional={"key": st.binary(max_size=20).map(
-        lambda b: base64.b64encode(b).decode()) | json_values}) | json_values,
-        max_size=2) | json_values})
+numbers = (
+    st.integers(-(2**70), 2**70)
+    | st.integers(0, 2**64).map(str)
+    | st.sampled_from(["", "1e9", "0x10", "-1", "NaN", " 7", "١٢"])
+    | json_values
+)
+status_docs = st.fixed_dictionaries(
+    {},
+    optional={
+        "header": st.fixed_dictionaries({}, optional={"member_id": numbers}) | json_values,
+        "leader": numbers,
+        "version": json_values,
+        "dbSize": numbers,
+        "dbSizeInUse": numbers,
+        "dbSizeQuota": numbers,
+        "raftTerm": numbers,
+        "raftAppliedIndex": numbers,
+    },
+)
+member_docs = st.fixed_dictionaries(
+    {},
+    optional={
+        "members": st.lists(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "ID": numbers,
+                    "name": json_values | st.text(max_size=300),
+                    "clientURLs": json_values | st.lists(st.text(max_size=40)),
+                },
+            )
+            | json_values,
+            max_size=4,
+        )
+        | json_values
+    },
+)
+alarm_docs = st.fixed_dictionaries(
+    {},
+    optional={
+        "alarms": st.lists(
+            st.fixed_dictionaries({}, optional={"memberID": numbers, "alarm": json_values})
+            | json_values,
+            max_size=4,
+        )
+        | json_values
+    },
+)
+range_docs = st.fixed_dictionaries(
+    {},
+    optional={
+        "count": numbers,
+        "kvs": st.lists(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "key": st.binary(max_size=20).map(lambda b: base64.b64encode(b).decode())
+                    | json_values
+                },
+            )
+            | json_values,
+            max_size=2,
+        )
+        | json_values,
+    },
+)
 
 
 def bodies(docs):
@@ -86,8 +142,7 @@ def client(proxy):
 def answered(proxy, path, body, call):
     """call() while the proxy answers `path` once with body; the result or the EtcdError."""
     proxy.clear()
-    proxy.inject(path, status=200, body=body, headers={"Content-Type": "application/json"},
-                 times=1)
+    proxy.inject(path, status=200, body=body, headers={"Content-Type": "application/json"}, times=1)
     try:
         return call()
     except EtcdError as exc:
@@ -101,8 +156,13 @@ def answered(proxy, path, body, call):
 def test_status_is_well_typed_or_an_etcd_error(proxy, client, body):
     got = answered(proxy, "/v3/maintenance/status", body, client.status)
     if isinstance(got, Status):
-        for n in (got.db_size, got.db_size_in_use, got.db_size_quota, got.raft_term,
-                  got.raft_applied_index):
+        for n in (
+            got.db_size,
+            got.db_size_in_use,
+            got.db_size_quota,
+            got.raft_term,
+            got.raft_applied_index,
+        ):
             assert isinstance(n, int) and 0 <= n < 2**64
         assert got.member_id.isdigit() and got.leader_id.isdigit()
     else:
@@ -141,26 +201,67 @@ def test_range_answers_are_well_typed(proxy, client, body):
 
 
 @SETTINGS
-@given(page=st.lists(st.sampled_from([
-    f"{QUOTA_METRIC} 1e400", f"{QUOTA_METRIC} NaN", f"{QUOTA_METRIC} -5", f"{QUOTA_METRIC} +Inf",
-    f"{QUOTA_METRIC}", f"{QUOTA_METRIC} 12 34", f"{QUOTA_METRIC} ab", f"{QUOTA_METRIC}{{a=\"b\"}} 3",
-    "# HELP x", "", "\x00\xff", f"{QUOTA_METRIC} 2147483648"]) | st.text(max_size=60), max_size=8))
+@given(
+    page=st.lists(
+        st.sampled_from(
+            [
+                f"{QUOTA_METRIC} 1e400",
+                f"{QUOTA_METRIC} NaN",
+                f"{QUOTA_METRIC} -5",
+                f"{QUOTA_METRIC} +Inf",
+                f"{QUOTA_METRIC}",
+                f"{QUOTA_METRIC} 12 34",
+                f"{QUOTA_METRIC} ab",
+                f'{QUOTA_METRIC}{{a="b"}} 3',
+                "# HELP x",
+                "",
+                "\x00\xff",
+                f"{QUOTA_METRIC} 2147483648",
+            ]
+        )
+        | st.text(max_size=60),
+        max_size=8,
+    )
+)
 def test_metrics_page_gives_a_finite_sample_none_or_an_error(proxy, client, page):
-    got = answered(proxy, "/metrics", "\n".join(page).encode("utf-8", "replace"),
-                   lambda: client.metric(QUOTA_METRIC))
+    got = answered(
+        proxy,
+        "/metrics",
+        "\n".join(page).encode("utf-8", "replace"),
+        lambda: client.metric(QUOTA_METRIC),
+    )
     assert got is None or isinstance(got, EtcdError) or (math.isfinite(got) and got >= 0)
 
 
 def test_collector_outlives_hostile_answers_and_recovers(proxy):
-    args, classes = parse(["--mode", "cluster", "--etcd.cluster", f"main={proxy.url}",
-                           "--etcd.timeout", "2", "--etcd.min-interval", "0.01",
-                           "--etcd.keys-interval", "0.2"])
+    args, classes = parse(
+        [
+            "--mode",
+            "cluster",
+            "--etcd.cluster",
+            f"main={proxy.url}",
+            "--etcd.timeout",
+            "2",
+            "--etcd.min-interval",
+            "0.01",
+            "--etcd.keys-interval",
+            "0.2",
+        ]
+    )
     (collector,) = [cls(args) for cls in classes if cls is EtcdCollector]
     collector.start()
     try:
-        junk = [b"[]", b"null", b'{"members": [{"ID": "x"}]}', b'{"kvs": [{"key": 5}]}',
-                b'{"header": {"member_id": {"a": 1}}}', b'{"count": "-3"}', b"\xff\xfe",
-                b'{"kvs": [{"key": "////"}]}', b'{"dbSize": 1e999}']
+        junk = [
+            b"[]",
+            b"null",
+            b'{"members": [{"ID": "x"}]}',
+            b'{"kvs": [{"key": 5}]}',
+            b'{"header": {"member_id": {"a": 1}}}',
+            b'{"count": "-3"}',
+            b"\xff\xfe",
+            b'{"kvs": [{"key": "////"}]}',
+            b'{"dbSize": 1e999}',
+        ]
         for body in junk:
             proxy.clear()
             proxy.inject(r"/v3/", status=200, body=body)

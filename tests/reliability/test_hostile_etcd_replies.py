@@ -7,6 +7,7 @@ peak RSS (VmHWM) stays within a few MiB of where it was, the etcd collector (or 
 cluster's up series) reports 0 with an error naming the cap or the deadline, scrapes stay
 within their timeout, and the collector recovers once the answers are sane again.
 """
+
 import gzip
 import json
 import socket
@@ -49,24 +50,34 @@ def proxy(etcd):
 
 def sane(proxy):
     proxy.clear()
-    proxy.inject(MEMBERS, status=200, body=proxy.sane,
-                 headers={"Content-Type": "application/json"})
+    proxy.inject(MEMBERS, status=200, body=proxy.sane, headers={"Content-Type": "application/json"})
 
 
 def hostile(proxy, pattern, **fault):
     """Answer `pattern` with the fault, everything else as etcd (through the proxy)."""
     proxy.clear()
     proxy.inject(pattern, **fault)
-    proxy.inject(MEMBERS, status=200, body=proxy.sane,
-                 headers={"Content-Type": "application/json"})
+    proxy.inject(MEMBERS, status=200, body=proxy.sane, headers={"Content-Type": "application/json"})
 
 
 @pytest.fixture
 def exporter(proxy, run_exporter):
     # keys-interval is also how often the quota is read from /metrics.
-    running = run_exporter(["--mode", "node", "--collector.disable-defaults",
-                            "--etcd.cluster", f"main={proxy.url}", "--etcd.timeout", "1",
-                            "--etcd.min-interval", "0.2", "--etcd.keys-interval", "0.5"])
+    running = run_exporter(
+        [
+            "--mode",
+            "node",
+            "--collector.disable-defaults",
+            "--etcd.cluster",
+            f"main={proxy.url}",
+            "--etcd.timeout",
+            "1",
+            "--etcd.min-interval",
+            "0.2",
+            "--etcd.keys-interval",
+            "0.5",
+        ]
+    )
     running.wait_for(lambda s: s.success.get("etcd") == 1, within=10)
     for _ in range(5):  # warm: allocator, HTTP threads, the first key count
         running.scrape()
@@ -86,8 +97,9 @@ def fails_naming(exporter, words, within=10):
 
 def recovers(exporter, proxy):
     sane(proxy)
-    exporter.wait_for(lambda s: s.success.get("etcd") == 1
-                      and s.value("kubescale_etcd_member_up") == 1, within=10)
+    exporter.wait_for(
+        lambda s: s.success.get("etcd") == 1 and s.value("kubescale_etcd_member_up") == 1, within=10
+    )
 
 
 def hold(exporter, seconds=3.0):
@@ -103,8 +115,13 @@ def hold(exporter, seconds=3.0):
 @pytest.mark.parametrize("length", [400 << 20, None], ids=["400MiB", "400MiB-chunked"])
 def test_a_huge_member_list_costs_its_cap_not_its_size(exporter, proxy, length):
     before = peak(exporter)
-    hostile(proxy, MEMBERS, status=200, chunks=lambda: repeat(b'{"members":[' + b" " * 99,
-                                                              400 << 20), length=length)
+    hostile(
+        proxy,
+        MEMBERS,
+        status=200,
+        chunks=lambda: repeat(b'{"members":[' + b" " * 99, 400 << 20),
+        length=length,
+    )
     fails_naming(exporter, ["MEMBER_LIST_BYTES"])
     hold(exporter)
     grew = peak(exporter) - before
@@ -134,8 +151,9 @@ def test_an_endless_metrics_line_costs_its_cap(exporter, proxy):
     print(f"endless /metrics line: peak +{grew:.1f} MiB")
     assert grew < SLACK_MIB
     sane(proxy)
-    exporter.wait_for(lambda s: s.value("kubescale_etcd_quota_info", source="metrics") == 1,
-                      within=10)
+    exporter.wait_for(
+        lambda s: s.value("kubescale_etcd_quota_info", source="metrics") == 1, within=10
+    )
 
 
 def test_a_reply_dripping_a_byte_a_second_ends_at_the_timeout(exporter, proxy):
@@ -147,8 +165,12 @@ def test_a_reply_dripping_a_byte_a_second_ends_at_the_timeout(exporter, proxy):
 
 
 def member_list(n, url):
-    return json.dumps({"header": {"member_id": "1"}, "members": [
-        {"ID": str(i + 1), "name": f"m{i}", "clientURLs": [url]} for i in range(n)]}).encode()
+    return json.dumps(
+        {
+            "header": {"member_id": "1"},
+            "members": [{"ID": str(i + 1), "name": f"m{i}", "clientURLs": [url]} for i in range(n)],
+        }
+    ).encode()
 
 
 @pytest.mark.parametrize("n", [300, 2000])
@@ -190,8 +212,9 @@ def test_headers_dripping_a_byte_at_a_time_end_at_the_timeout():
                 time.sleep(0.2)
 
     threading.Thread(target=serve, daemon=True).start()
-    client = EtcdClient(new_session(TLSFiles()), f"http://127.0.0.1:{listener.getsockname()[1]}",
-                        timeout=1.0)
+    client = EtcdClient(
+        new_session(TLSFiles()), f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=1.0
+    )
     start = time.monotonic()
     try:
         with pytest.raises(EtcdError, match=r"no complete answer within 1s \(--etcd.timeout"):
@@ -204,8 +227,13 @@ def test_headers_dripping_a_byte_at_a_time_end_at_the_timeout():
 
 def test_a_gzip_bomb_costs_the_cap_of_its_decoded_bytes(proxy):
     bomb = gzip.compress(b" " * (64 << 20), compresslevel=9)  # ~64 KiB on the wire
-    hostile(proxy, r"/v3/maintenance/status", status=200, body=bomb,
-            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+    hostile(
+        proxy,
+        r"/v3/maintenance/status",
+        status=200,
+        body=bomb,
+        headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+    )
     client = EtcdClient(new_session(TLSFiles()), proxy.url, timeout=2)
     tracemalloc.start()
     try:

@@ -5,6 +5,7 @@ Each parser either accepts the input or reports it in its own way (WebConfigErro
 kubelet series absent with the error kept, a message skipped); none lets another
 exception out, and a bad input never leaves stale state that outlives it.
 """
+
 import base64
 import math
 import os
@@ -27,25 +28,43 @@ from kube_scale_exporter.files import FileRefused
 from kube_scale_exporter.web.config import WebConfig, WebConfigError, load
 from testbed.hostile_grpc import HostileGrpc
 from testbed.procs import rss_mib
+import yaml
 
-FILES = settings(max_examples=150, deadline=None,
-                 suppress_health_check=[HealthCheck.function_scoped_fixture])
+FILES = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 NESTED_TOO_DEEP = "[" * 3000
 NOT_UTF8 = b"basic_auth_users:\n  admin: \xff\xfe\n"
 
 
 # ---- web config ------------------------------------------------------------------------
 
-yaml_like = st.text(alphabet=st.sampled_from(list("abc:-[]{}&*!|>'\"#\n ?,.\t0123456789_")),
-                    max_size=80)
-web_keys = st.sampled_from(["tls_server_config", "http_server_config", "basic_auth_users",
-                            "headers", "cert_file", "key_file", "client_auth_type",
-                            "min_version", "cipher_suites", "admin", "X-Frame-Options"])
+yaml_like = st.text(
+    alphabet=st.sampled_from(list("abc:-[]{}&*!|>'\"#\n ?,.\t0123456789_")), max_size=80
+)
+web_keys = st.sampled_from(
+    [
+        "tls_server_config",
+        "http_server_config",
+        "basic_auth_users",
+        "headers",
+        "cert_file",
+        "key_file",
+        "client_auth_type",
+        "min_version",
+        "cipher_suites",
+        "admin",
+        "X-Frame-Options",
+    ]
+)
 structured = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20) | web_keys,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(web_keys | st.text(max_size=8),
-                                                                inner, max_size=3),
-    max_leaves=10)
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(web_keys | st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
 
 
 def _write(tmp_path, data: bytes) -> str:
@@ -66,7 +85,6 @@ def test_web_config_text_loads_or_names_the_problem(tmp_path, text):
 @FILES
 @given(doc=structured)
 def test_web_config_documents_load_or_name_the_problem(tmp_path, doc):
-    import yaml
 
     try:
         load(_write(tmp_path, yaml.safe_dump(doc).encode()))
@@ -84,8 +102,9 @@ def test_a_web_config_broken_by_bytes_refuses_until_fixed(tmp_path, run_exporter
     hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
     path = tmp_path / "web.yml"
     path.write_text(f"basic_auth_users:\n  admin: {hashed}\n")
-    exporter = run_exporter(["--mode", "node", "--collector.disable-defaults",
-                             "--web.config.file", str(path)])
+    exporter = run_exporter(
+        ["--mode", "node", "--collector.disable-defaults", "--web.config.file", str(path)]
+    )
     auth = {"Authorization": "Basic " + base64.b64encode(b"admin:secret").decode()}
     assert requests.get(exporter.url + "/metrics", headers=auth, timeout=5).status_code == 200
     path.write_bytes(NOT_UTF8)  # the password replaced by junk: admin must stop working
@@ -101,15 +120,22 @@ def test_a_web_config_broken_by_bytes_refuses_until_fixed(tmp_path, run_exporter
 
 # ---- the kubelet's config file ----------------------------------------------------------
 
-kubelet_docs = st.fixed_dictionaries({}, optional={
-    "serializeImagePulls": structured, "maxParallelImagePulls": structured | st.integers(),
-    "kind": st.just("KubeletConfiguration")}) | structured
+kubelet_docs = (
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "serializeImagePulls": structured,
+            "maxParallelImagePulls": structured | st.integers(),
+            "kind": st.just("KubeletConfiguration"),
+        },
+    )
+    | structured
+)
 
 
 @FILES
 @given(doc=kubelet_docs)
 def test_kubelet_config_documents_give_settings_or_an_error(tmp_path, doc):
-    import yaml
 
     path = tmp_path / "kubelet.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -150,9 +176,18 @@ durations = st.from_regex(r"\A(\d{1,400}(\.\d{0,5})?(ns|us|µs|ms|s|m|h)){1,3}\Z
 
 
 @settings(max_examples=300, deadline=None)
-@given(message=st.text(max_size=300) | st.builds(
-    lambda image, a, b: f'Successfully pulled image "{image}" in {a}' + (f" ({b} including waiting)" if b else ""),
-    st.text(max_size=60), durations, st.none() | durations))
+@given(
+    message=st.text(max_size=300)
+    | st.builds(
+        lambda image, a, b: (
+            f'Successfully pulled image "{image}" in {a}'
+            + (f" ({b} including waiting)" if b else "")
+        ),
+        st.text(max_size=60),
+        durations,
+        st.none() | durations,
+    )
+)
 def test_pulled_messages_parse_to_finite_seconds_or_are_skipped(message):
     got = parse_pulled(message)
     if got is None:
@@ -164,8 +199,11 @@ def test_pulled_messages_parse_to_finite_seconds_or_are_skipped(message):
 
 def test_one_absurd_pulled_event_cannot_poison_the_histograms():
     events = PulledEvents(since=0)
-    absurd = {"metadata": {"creationTimestamp": "2030-01-01T00:00:00Z"},
-              "message": 'Successfully pulled image "x" in ' + "9" * 400 + "h", "count": 1}
+    absurd = {
+        "metadata": {"creationTimestamp": "2030-01-01T00:00:00Z"},
+        "message": 'Successfully pulled image "x" in ' + "9" * 400 + "h",
+        "count": 1,
+    }
     fine = dict(absurd, message='Successfully pulled image "x" in 2.5s (4s including waiting)')
     events.on_add(absurd)
     events.on_add(fine)
@@ -176,11 +214,17 @@ def test_one_absurd_pulled_event_cannot_poison_the_histograms():
 
 # ---- objects the balloon collector reads ----------------------------------------------
 
+
 def balloon(name, requests_):
-    return {"metadata": {"name": name, "namespace": "b", "creationTimestamp": "2030-01-01T00:00:00Z"},
-            "spec": {"nodeName": "n1", "priority": -5,
-                     "containers": [{"name": "c", "resources": {"requests": requests_}}]},
-            "status": {"phase": "Running"}}
+    return {
+        "metadata": {"name": name, "namespace": "b", "creationTimestamp": "2030-01-01T00:00:00Z"},
+        "spec": {
+            "nodeName": "n1",
+            "priority": -5,
+            "containers": [{"name": "c", "resources": {"requests": requests_}}],
+        },
+        "status": {"phase": "Running"},
+    }
 
 
 extended = st.from_regex(r"\A[a-z]{1,12}\.example\.com/[a-z0-9-]{1,20}\Z")
@@ -188,8 +232,12 @@ quantities = st.sampled_from(["1", "100m", "1Gi", "0", "2e3", "12345678901234567
 
 
 @settings(max_examples=100, deadline=None)
-@given(pods=st.lists(st.dictionaries(extended | st.sampled_from(["cpu", "memory"]), quantities,
-                                     max_size=4), max_size=30))
+@given(
+    pods=st.lists(
+        st.dictionaries(extended | st.sampled_from(["cpu", "memory"]), quantities, max_size=4),
+        max_size=30,
+    )
+)
 def test_balloon_summaries_of_valid_pods_never_raise(pods):
     s = summarize([balloon(f"p{i}", r) for i, r in enumerate(pods)], [], [], time.time(), -10)
     for family in balloon_families(BalloonState(s, 0, "run=balloon", -10)):
@@ -206,20 +254,39 @@ def test_a_flood_of_extended_resources_stays_within_the_series_budget():
 
 # ---- pods on this node (imagepull's pod watch) -----------------------------------------
 
+
 def node_pod(i, images, reason, phase):
     containers = [{"name": f"c{j}", "image": image} for j, image in enumerate(images)]
-    return {"metadata": {"name": f"p{i}", "namespace": "n", "uid": str(i),
-                         "creationTimestamp": "2030-01-01T00:00:00Z", "unknown": {"x": [1]}},
-            "spec": {"containers": containers, "nodeName": "n1", "future": True},
-            "status": {"phase": phase, "containerStatuses": [
+    return {
+        "metadata": {
+            "name": f"p{i}",
+            "namespace": "n",
+            "uid": str(i),
+            "creationTimestamp": "2030-01-01T00:00:00Z",
+            "unknown": {"x": [1]},
+        },
+        "spec": {"containers": containers, "nodeName": "n1", "future": True},
+        "status": {
+            "phase": phase,
+            "containerStatuses": [
                 {"name": c["name"], "state": {"waiting": {"reason": reason}}}
-                for c in containers[::2]]}}
+                for c in containers[::2]
+            ],
+        },
+    }
 
 
 @settings(max_examples=200, deadline=None)
-@given(pods=st.lists(st.tuples(st.lists(st.text(max_size=300), min_size=1, max_size=3),
-                               st.text(max_size=20), st.sampled_from(["Pending", "Running", ""])),
-                     max_size=20))
+@given(
+    pods=st.lists(
+        st.tuples(
+            st.lists(st.text(max_size=300), min_size=1, max_size=3),
+            st.text(max_size=20),
+            st.sampled_from(["Pending", "Running", ""]),
+        ),
+        max_size=20,
+    )
+)
 def test_any_image_strings_on_the_node_never_fail_the_scrape(pods):
     summaries = [pod_summary(node_pod(i, *p)) for i, p in enumerate(pods)]
     wanted = images_wanted(summaries)
@@ -229,6 +296,7 @@ def test_any_image_strings_on_the_node_never_fail_the_scrape(pods):
 
 
 # ---- files that are not what they should be: a FIFO, a device, a huge file --------------
+
 
 def replace_with_fifo(path):
     os.unlink(path)
@@ -265,10 +333,20 @@ def test_kubelet_config_fifo_and_200_mib_under_a_real_exporter(tmp_path, workdir
     path.write_text(sane)
     setting = "kubescale_kubelet_max_parallel_image_pulls"
     try:
-        exporter = run_exporter(["--mode", "node", "--collector.disable-defaults",
-                                 "--collector.imagepull", "--containerd.address", server.path,
-                                 "--containerd.timeout", "1s", "--kubelet.config-file",
-                                 str(path)])
+        exporter = run_exporter(
+            [
+                "--mode",
+                "node",
+                "--collector.disable-defaults",
+                "--collector.imagepull",
+                "--containerd.address",
+                server.path,
+                "--containerd.timeout",
+                "1s",
+                "--kubelet.config-file",
+                str(path),
+            ]
+        )
         exporter.wait_for(lambda s: s.value(setting) == 5, within=10)
         before = rss_mib(exporter.proc.pid)[1]
         replace_with_fifo(path)  # open() of it blocked the scrape for good
@@ -279,8 +357,7 @@ def test_kubelet_config_fifo_and_200_mib_under_a_real_exporter(tmp_path, workdir
             line = "a: " + "b" * 1020 + "\n"
             f.write(line * (200 << 10))
         exporter.wait_for(lambda s: s.value(setting) is None and s.seconds < 1, within=5)
-        exporter.wait_for(lambda s: "KUBELET_CONFIG_BYTES" in exporter.proc.log_tail(50),
-                          within=5)
+        exporter.wait_for(lambda s: "KUBELET_CONFIG_BYTES" in exporter.proc.log_tail(50), within=5)
         grew = rss_mib(exporter.proc.pid)[1] - before
         print(f"kubelet config FIFO then 200 MiB: peak +{grew:.1f} MiB")
         assert grew < 6

@@ -9,6 +9,7 @@ the collector succeeding: a bad event may cost one re-watch, never the cache for
 Event messages: anyone allowed to create events can write a Pulled event; one with an
 absurd duration goes through the real API server to the imagepull_events histograms.
 """
+
 import json
 import math
 import socket
@@ -31,50 +32,73 @@ HUGE = "x" * 2_000_000
 def pod_event(kind, **overrides):
     """A pod event carrying no resourceVersion: the informer keeps resuming from the real
     one, so the outcome does not hang on whether the server still holds it (410)."""
-    obj = {"kind": "Pod", "apiVersion": "v1",
-           "metadata": {"name": "hostile", "namespace": "default",
-                        "labels": {"run": "overprovisioning"},
-                        "creationTimestamp": "2030-01-01T00:00:00Z"},
-           "spec": {"containers": [{"name": "c", "image": "i"}]},
-           "status": {"phase": "Pending"}}
+    obj = {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": "hostile",
+            "namespace": "default",
+            "labels": {"run": "overprovisioning"},
+            "creationTimestamp": "2030-01-01T00:00:00Z",
+        },
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+        "status": {"phase": "Pending"},
+    }
     obj.update(overrides)
     return {"type": kind, "object": obj}
 
 
 def lines(*events):
-    return b"".join((e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n"
-                    for e in events)
+    return b"".join((e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n" for e in events)
 
 
 STREAMS = {
     "not-json": lines(b"{not json", b"\xff\xfe"),
     "no-object": lines({"type": "ADDED"}, {"type": "MODIFIED", "object": None}),
     "no-name": lines(pod_event("ADDED", metadata={"namespace": "default"})),
-    "unknown-type-and-fields": lines({"type": "SURPRISE", "object": {"x": 1}},
-                                     pod_event("ADDED", future={"field": [1, 2]})),
+    "unknown-type-and-fields": lines(
+        {"type": "SURPRISE", "object": {"x": 1}}, pod_event("ADDED", future={"field": [1, 2]})
+    ),
     "error-500": lines({"type": "ERROR", "object": {"kind": "Status", "code": 500}}),
-    "huge-label": lines(pod_event("ADDED", metadata={"name": "huge", "namespace": "default",
-                                                     "labels": {"run": HUGE},
-                                                     "creationTimestamp": "2030-01-01T00:00:00Z"})),
+    "huge-label": lines(
+        pod_event(
+            "ADDED",
+            metadata={
+                "name": "huge",
+                "namespace": "default",
+                "labels": {"run": HUGE},
+                "creationTimestamp": "2030-01-01T00:00:00Z",
+            },
+        )
+    ),
     "wrong-types": lines(pod_event("ADDED", spec="junk", status=["junk"])),
-    "bad-quantity": lines(pod_event("ADDED", spec={"containers": [
-        {"name": "c", "resources": {"requests": {"cpu": "lots"}}}]})),
+    "bad-quantity": lines(
+        pod_event(
+            "ADDED",
+            spec={"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]},
+        )
+    ),
     "bookmark-with-junk-version": lines(
-        {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "junk"}}}),
+        {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "junk"}}}
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(STREAMS))
 def test_a_malformed_watch_stream_costs_at_most_a_rewatch(proxy, cluster_exporter, name):
-    proxy.inject(WATCH, status=200, body=STREAMS[name],
-                 headers={"Content-Type": "application/json"}, times=1)
+    proxy.inject(
+        WATCH, status=200, body=STREAMS[name], headers={"Content-Type": "application/json"}, times=1
+    )
     proxy.cut_streams(WATCH)
     assert proxy_answered(proxy, 10), "the informer did not watch again"
     scrape = cluster_exporter.wait_for(
-        lambda s: all(s.success.get(c) == 1 for c in COLLECTORS)
-        and s.value("kubescale_kube_watch_up", resource="pods") == 1
-        and time.monotonic() > settled_after(proxy),
-        within=RECOVERY_SECONDS)
+        lambda s: (
+            all(s.success.get(c) == 1 for c in COLLECTORS)
+            and s.value("kubescale_kube_watch_up", resource="pods") == 1
+            and time.monotonic() > settled_after(proxy)
+        ),
+        within=RECOVERY_SECONDS,
+    )
     assert len(scrape.text) < 1_000_000  # nothing of the huge value reached the exposition
 
 
@@ -97,18 +121,30 @@ def settled_after(proxy):
 
 def test_an_absurd_pulled_event_through_the_api_server(cluster, cluster_exporter):
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))
-    for i, message in enumerate([
+    for i, message in enumerate(
+        [
             'Successfully pulled image "x" in ' + "9" * 400 + "h",
-            'Successfully pulled image "y" in 2.5s (3s including waiting)']):
-        cluster.admin.create("/api/v1/namespaces/default/events", {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"pulled-{time.time_ns()}-{i}", "namespace": "default"},
-            "involvedObject": {"kind": "Pod", "namespace": "default", "name": "p"},
-            "reason": "Pulled", "message": message, "type": "Normal", "count": 1,
-            "firstTimestamp": now, "lastTimestamp": now})
+            'Successfully pulled image "y" in 2.5s (3s including waiting)',
+        ]
+    ):
+        cluster.admin.create(
+            "/api/v1/namespaces/default/events",
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"pulled-{time.time_ns()}-{i}", "namespace": "default"},
+                "involvedObject": {"kind": "Pod", "namespace": "default", "name": "p"},
+                "reason": "Pulled",
+                "message": message,
+                "type": "Normal",
+                "count": 1,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+            },
+        )
     scrape = cluster_exporter.wait_for(
-        lambda s: (s.value("kubescale_image_pull_duration_seconds_count") or 0) >= 1,
-        within=15)
+        lambda s: (s.value("kubescale_image_pull_duration_seconds_count") or 0) >= 1, within=15
+    )
     assert math.isfinite(scrape.value("kubescale_image_pull_duration_seconds_sum"))
 
 
@@ -123,25 +159,37 @@ def peak_mib(exporter):
 
 
 def watch_down_naming(exporter, cap):
-    exporter.wait_for(lambda s: s.value("kubescale_kube_watch_up", resource="pods") == 0,
-                      within=RECOVERY_SECONDS)
+    exporter.wait_for(
+        lambda s: s.value("kubescale_kube_watch_up", resource="pods") == 0, within=RECOVERY_SECONDS
+    )
     exporter.wait_for(lambda s: cap in exporter.proc.log_tail(300), within=RECOVERY_SECONDS)
 
 
 def watch_back(exporter, proxy):
     proxy.clear()
     proxy.cut_streams(WATCH)
-    exporter.wait_for(lambda s: all(s.success.get(c) == 1 for c in COLLECTORS)
-                      and s.value("kubescale_kube_watch_up", resource="pods") == 1,
-                      within=RECOVERY_SECONDS)
+    exporter.wait_for(
+        lambda s: (
+            all(s.success.get(c) == 1 for c in COLLECTORS)
+            and s.value("kubescale_kube_watch_up", resource="pods") == 1
+        ),
+        within=RECOVERY_SECONDS,
+    )
 
 
-@pytest.mark.parametrize("line", [b'{"type":"ADDED","object":{"metadata":{"name":"' + b"x" * 90,
-                                  b"x" * 100], ids=["endless-object", "endless-junk"])
+@pytest.mark.parametrize(
+    "line",
+    [b'{"type":"ADDED","object":{"metadata":{"name":"' + b"x" * 90, b"x" * 100],
+    ids=["endless-object", "endless-junk"],
+)
 def test_an_endless_watch_line_costs_its_cap(proxy, cluster_exporter, line):
     before = peak_mib(cluster_exporter)
-    proxy.inject(WATCH, status=200, chunks=lambda: endless(line),
-                 headers={"Content-Type": "application/json"})
+    proxy.inject(
+        WATCH,
+        status=200,
+        chunks=lambda: endless(line),
+        headers={"Content-Type": "application/json"},
+    )
     proxy.cut_streams(WATCH)
     watch_down_naming(cluster_exporter, "MAX_WATCH_LINE")
     time.sleep(2)  # a re-watch or two more against the same reply
@@ -156,8 +204,13 @@ def test_a_400_mib_list_costs_its_cap(proxy, cluster_exporter, length):
     before = peak_mib(cluster_exporter)
     # A 410 on the watch makes the informer list again; the list is the hostile reply.
     proxy.inject(WATCH, status=410, body=b'{"kind":"Status","code":410,"reason":"Gone"}')
-    proxy.inject(LIST, status=200, chunks=lambda: repeat(b'{"items":[' + b" " * 90, 400 << 20),
-                 length=length, headers={"Content-Type": "application/json"})
+    proxy.inject(
+        LIST,
+        status=200,
+        chunks=lambda: repeat(b'{"items":[' + b" " * 90, 400 << 20),
+        length=length,
+        headers={"Content-Type": "application/json"},
+    )
     proxy.cut_streams(WATCH)
     watch_down_naming(cluster_exporter, "MAX_REPLY_BYTES")
     time.sleep(2)
@@ -170,8 +223,12 @@ def test_a_400_mib_list_costs_its_cap(proxy, cluster_exporter, length):
 def test_a_dripping_list_ends_at_the_request_timeout(cluster, proxy, workdir):
     config = load(cluster.write_kubeconfig(f"{workdir}/kubeconfig", server=proxy.url))
     client = KubeClient(config, request_timeout=1.0)
-    proxy.inject(LIST, status=200, chunks=lambda: drip(b'{"items": []}', every=0.3),
-                 headers={"Content-Type": "application/json"})
+    proxy.inject(
+        LIST,
+        status=200,
+        chunks=lambda: drip(b'{"items": []}', every=0.3),
+        headers={"Content-Type": "application/json"},
+    )
     start = time.monotonic()
     with pytest.raises(requests.exceptions.Timeout, match="no complete answer within 1s"):
         client.get("/api/v1/pods", {"limit": "500"})

@@ -1,4 +1,5 @@
 """kube_scale_exporter/labels.py: any flood of outside names ends as a few safe label values."""
+
 from collections import Counter
 
 from hypothesis import given
@@ -17,8 +18,9 @@ def test_sanitized_values_are_short_safe_and_never_the_catch_all(raw):
     assert value != OTHER
 
 
-@given(st.dictionaries(st.text(max_size=30), st.integers(0, 10**12), max_size=300),
-       st.integers(1, 50))
+@given(
+    st.dictionaries(st.text(max_size=30), st.integers(0, 10**12), max_size=300), st.integers(1, 50)
+)
 def test_a_flood_folds_into_n_plus_one_values_keeping_every_count(counts, n):
     merged = Counter()
     for name, value in counts.items():

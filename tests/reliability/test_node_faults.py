@@ -7,6 +7,7 @@ seccomp filter. In each case the failing collector reports success 0 within the 
 timeout, every other collector keeps reporting 1, the process stays up, and the failing
 collector recovers on its own once its source is back.
 """
+
 import os
 import threading
 import time
@@ -19,17 +20,30 @@ NODE_COLLECTORS = {"neighbor", "neighbor_gc", "imagepull", "etcd"}
 
 
 def node_flags(etcd, containerd):
-    return ["--mode", "node",
-            "--containerd.address", containerd.address, "--containerd.timeout", "1s",
-            "--etcd.cluster", f"main={etcd.client_url}", "--etcd.timeout", "1",
-            "--etcd.min-interval", "0.5"]
+    return [
+        "--mode",
+        "node",
+        "--containerd.address",
+        containerd.address,
+        "--containerd.timeout",
+        "1s",
+        "--etcd.cluster",
+        f"main={etcd.client_url}",
+        "--etcd.timeout",
+        "1",
+        "--etcd.min-interval",
+        "0.5",
+    ]
 
 
 def only_failing(name):
     """A predicate: `name` failed, every other node collector succeeded."""
+
     def check(scrape):
         return scrape.success.get(name) == 0 and all(
-            scrape.success.get(other) == 1 for other in NODE_COLLECTORS - {name})
+            scrape.success.get(other) == 1 for other in NODE_COLLECTORS - {name}
+        )
+
     return check
 
 
@@ -91,7 +105,8 @@ def test_every_source_down_at_once_still_answers(node_exporter_proc, etcd, conta
     try:
         scrape = node_exporter_proc.wait_for(
             lambda s: s.success.get("etcd") == 0 and s.success.get("imagepull") == 0,
-            within=SCRAPE_TIMEOUT + 3)
+            within=SCRAPE_TIMEOUT + 3,
+        )
         assert scrape.success["neighbor"] == 1 and scrape.success["neighbor_gc"] == 1
     finally:
         etcd.proc.resume()
@@ -134,8 +149,9 @@ def test_sigterm_exits_within_seconds_while_a_source_hangs(run_exporter, etcd, c
     assert took < 3.0, f"shutdown took {took:.2f}s"
 
 
-def test_a_burst_past_max_requests_gets_503_at_once_and_the_rest_answer(run_exporter, etcd,
-                                                                         containerd):
+def test_a_burst_past_max_requests_gets_503_at_once_and_the_rest_answer(
+    run_exporter, etcd, containerd
+):
     exporter = run_exporter([*node_flags(etcd, containerd), "--web.max-requests", "5"])
     exporter.wait_for(all_up, within=10)
     # imagepull asks containerd on every scrape: each one now holds its slot for the
@@ -164,13 +180,21 @@ def test_a_burst_past_max_requests_gets_503_at_once_and_the_rest_answer(run_expo
     exporter.wait_for(all_up, within=10)
 
 
-def test_api_server_gone_leaves_imagepull_on_containerd(run_exporter, etcd, containerd,
-                                                        cluster, proxy, workdir):
+def test_api_server_gone_leaves_imagepull_on_containerd(
+    run_exporter, etcd, containerd, cluster, proxy, workdir
+):
     """Node mode with the pod watch: the API going away costs only the watch (and the
     queued count), never the containerd side or the other collectors."""
     kubeconfig = cluster.write_kubeconfig(f"{workdir}/kubeconfig", server=proxy.url)
-    exporter = run_exporter([*node_flags(etcd, containerd), "--kube.kubeconfig", kubeconfig,
-                             "--kube.node-name", "node-under-test"])
+    exporter = run_exporter(
+        [
+            *node_flags(etcd, containerd),
+            "--kube.kubeconfig",
+            kubeconfig,
+            "--kube.node-name",
+            "node-under-test",
+        ]
+    )
 
     def watching(s):
         return s.value("kubescale_kube_watch_up", resource="pods") == 1
@@ -178,8 +202,9 @@ def test_api_server_gone_leaves_imagepull_on_containerd(run_exporter, etcd, cont
     exporter.wait_for(lambda s: all_up(s) and watching(s), within=15)
     proxy.inject(r"/api/v1/pods", status=503, body=b"{}")
     proxy.cut_streams(r"watch=1")
-    down = exporter.wait_for(lambda s: s.value("kubescale_kube_watch_up", resource="pods") == 0,
-                             within=10)
+    down = exporter.wait_for(
+        lambda s: s.value("kubescale_kube_watch_up", resource="pods") == 0, within=10
+    )
     assert all_up(down)
     assert down.value("kubescale_image_pulls_in_progress") is not None
     proxy.clear()

@@ -1,8 +1,10 @@
 """One measured run shared by the scale tests: a real Prometheus on backfilled history of
 two small fleets, every mixin query evaluated at both sizes (bench/scale/measure.py)."""
+
 import pytest
 
 from bench.scale import measure, queries
+from bench.scale import budget
 
 # Two CI-sized fleets: big enough that every node role of the synthetic fleet's story
 # (hot neighbor tables, pull backlogs, stalled pulls) appears in the larger one, small
@@ -21,6 +23,6 @@ def scale_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def projections(scale_run):
-    from bench.scale import budget
+
     small, large = scale_run.segments
     return budget.project(small, large)

@@ -1,4 +1,5 @@
 """The series template the scale bench and budgets rest on is what the exporter exports."""
+
 import sys
 
 import requests
@@ -15,8 +16,17 @@ def test_real_node_mode_exporter_emits_nothing_the_template_lacks(tmp_path):
     """Run the exporter in node mode with its default collectors and scrape it: every
     series name it emits must be in the node template, or the budget would undercount."""
     port = free_port()
-    proc = Proc([sys.executable, "-m", "kube_scale_exporter", "--mode", "node",
-                 f"--web.listen-address=127.0.0.1:{port}"], tmp_path / "exporter.log")
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "kube_scale_exporter",
+            "--mode",
+            "node",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        tmp_path / "exporter.log",
+    )
     try:
         wait_for_port(port, proc=proc)
         text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
@@ -25,7 +35,9 @@ def test_real_node_mode_exporter_emits_nothing_the_template_lacks(tmp_path):
     emitted = {s.name for fam in parse_exposition(text) for s in fam.samples}
     known = {s.name for s in template.load("node").series}
     assert emitted, text
-    assert emitted <= known, f"exporter emits series the scale template lacks: {sorted(emitted - known)}"
+    assert emitted <= known, (
+        f"exporter emits series the scale template lacks: {sorted(emitted - known)}"
+    )
 
 
 def test_template_sources_cover_default_collectors():
@@ -36,8 +48,10 @@ def test_template_sources_cover_default_collectors():
         assert "unknown" not in owners
         for collector, source in t.sources.items():
             # The exporter's own series are documented by the module that makes them.
-            assert source == "builtin" or source.startswith(
-                ("golden:", "kube_scale_exporter/")), (collector, source)
+            assert source == "builtin" or source.startswith(("golden:", "kube_scale_exporter/")), (
+                collector,
+                source,
+            )
             if collector not in ("exporter",):
                 assert collector in owners, f"{t.mode}: no series for {collector}"
     # Node mode never carries node/pod/instance labels: Prometheus adds the target labels.
@@ -50,5 +64,6 @@ def test_synthetic_target_serves_lint_clean_expositions():
         promtool_check(fleet.body(path).decode())
     assert fleet.body("/node/3") is None
     node_body = fleet.body("/node/1").decode()
-    assert sum(1 for line in node_body.splitlines() if not line.startswith("#")) == len(template.load("node"))
-
+    assert sum(1 for line in node_body.splitlines() if not line.startswith("#")) == len(
+        template.load("node")
+    )

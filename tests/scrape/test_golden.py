@@ -1,4 +1,5 @@
 """The exporter's own series, as every scrape carries them."""
+
 from kube_scale_exporter.scrape import Outcome, build_info, collector_status
 from testbed.golden import assert_golden
 

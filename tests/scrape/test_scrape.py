@@ -1,4 +1,5 @@
 """One collector's failure or hang never fails the scrape or the other collectors."""
+
 import threading
 import time
 
@@ -53,8 +54,16 @@ def test_a_hung_collector_times_out_and_is_not_started_twice(scripted):
 
     hung.hang.clear()
     hung.release.set()
-    assert wait_until(lambda: sample(scraper.scrape(timeout=1).families, "kubescale_scrape_collector_success",
-                                     collector="hung") == 1.0)
+    assert wait_until(
+        lambda: (
+            sample(
+                scraper.scrape(timeout=1).families,
+                "kubescale_scrape_collector_success",
+                collector="hung",
+            )
+            == 1.0
+        )
+    )
 
 
 def test_concurrent_scrapes_share_one_run(scripted):
@@ -62,8 +71,10 @@ def test_concurrent_scrapes_share_one_run(scripted):
     slow.hang.set()
     scraper = Scraper([slow])
     results = []
-    threads = [threading.Thread(target=lambda: results.append(scraper.scrape(timeout=5).families))
-               for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: results.append(scraper.scrape(timeout=5).families))
+        for _ in range(4)
+    ]
     for t in threads:
         t.start()
     assert wait_until(lambda: slow.calls == 1)
@@ -72,4 +83,6 @@ def test_concurrent_scrapes_share_one_run(scripted):
     for t in threads:
         t.join()
     assert slow.calls == 1
-    assert [sample(r, "kubescale_scrape_collector_success", collector="slow") for r in results] == [1.0] * 4
+    assert [sample(r, "kubescale_scrape_collector_success", collector="slow") for r in results] == [
+        1.0
+    ] * 4

@@ -1,4 +1,5 @@
 """Certificates made by openssl, web config files, and the real exporter process."""
+
 import os
 import subprocess
 import sys
@@ -47,8 +48,14 @@ def password():
 
 
 def exporter_argv(port, web_config=None, *extra):
-    argv = [sys.executable, "-m", "kube_scale_exporter", "--collector.disable-defaults",
-            "--web.listen-address", f"127.0.0.1:{port}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "kube_scale_exporter",
+        "--collector.disable-defaults",
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+    ]
     if web_config:
         argv += ["--web.config.file", str(web_config)]
     return argv + list(extra)
@@ -74,8 +81,9 @@ def start_exporter(tmp_path):
         if config_text is not None:
             config.write_text(config_text)
         port = free_port()
-        argv = exporter_argv(port, config if (config_text is not None or config_path) else None,
-                             *flags)
+        argv = exporter_argv(
+            port, config if (config_text is not None or config_path) else None, *flags
+        )
         if nofile:
             argv = ["prlimit", f"--nofile={nofile[0]}:{nofile[1]}", "--", *argv]
         proc = Proc(argv, tmp_path / f"exporter-{port}.log", cwd=REPO)
@@ -91,7 +99,14 @@ def start_exporter(tmp_path):
 @pytest.fixture
 def run_exporter():
     """run_exporter(*flags): the exporter run to completion, for flags that make it exit."""
+
     def run(*argv, timeout=20):
-        return subprocess.run([sys.executable, "-m", "kube_scale_exporter", *argv], cwd=REPO,
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "kube_scale_exporter", *argv],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
     return run

@@ -1,5 +1,6 @@
 """bcrypt hashes that could hang or time the server (issue 16, medium), against the real
 exporter process; and the hash checks beside what the bcrypt library itself accepts."""
+
 import base64
 import os
 import statistics
@@ -31,10 +32,14 @@ HOSTILE = {
     "cost 31": (with_cost(HASH4, 31), "bcrypt cost 31 is outside 04-14"),
     "cost 15": (with_cost(HASH4, 15), "bcrypt cost 15 is outside 04-14"),
     "cost 03": (with_cost(HASH4, 3), "bcrypt cost 03 is outside 04-14"),
-    "invalid salt": (salt_with_last(HASH4, "/" if HASH4[28] != "/" else "P"),
-                     "the bcrypt salt is invalid"),
-    "impossible hash": (HASH4[:-1] + BCRYPT_ALPHABET[BCRYPT_ALPHABET.index(HASH4[-1]) ^ 1],
-                        "the bcrypt hash is corrupt"),
+    "invalid salt": (
+        salt_with_last(HASH4, "/" if HASH4[28] != "/" else "P"),
+        "the bcrypt salt is invalid",
+    ),
+    "impossible hash": (
+        HASH4[:-1] + BCRYPT_ALPHABET[BCRYPT_ALPHABET.index(HASH4[-1]) ^ 1],
+        "the bcrypt hash is corrupt",
+    ),
 }
 
 
@@ -72,22 +77,32 @@ def basic(user, password):
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
-def test_a_cost_31_user_added_at_runtime_is_refused_and_nothing_hangs(pki, tmp_path,
-                                                                        start_exporter):
+def test_a_cost_31_user_added_at_runtime_is_refused_and_nothing_hangs(
+    pki, tmp_path, start_exporter
+):
     users = f"basic_auth_users:\n  prometheus: '{HASH4}'\n"
     config = tmp_path / "web.yml"
     exp = start_exporter(tls_block(pki) + users, config_path=config)
-    assert session().get(exp.url + "/metrics", auth=("prometheus", "pw"), verify=pki.ca,
-                         timeout=10).ok
-    (tmp_path / "next.yml").write_text(tls_block(pki) + users +
-                                       f"  intruder: '{with_cost(HASH4, 31)}'\n")
+    assert (
+        session().get(exp.url + "/metrics", auth=("prometheus", "pw"), verify=pki.ca, timeout=10).ok
+    )
+    (tmp_path / "next.yml").write_text(
+        tls_block(pki) + users + f"  intruder: '{with_cost(HASH4, 31)}'\n"
+    )
     replace_file(config, tmp_path / "next.yml")
     # The files are looked at when connections and requests come, at most once a second.
-    assert eventually(lambda: session().get(exp.url + "/healthz", verify=pki.ca, timeout=10).ok
-                      and "not reloaded" in exp.proc.log_tail()), exp.proc.log_tail()
+    assert eventually(
+        lambda: (
+            session().get(exp.url + "/healthz", verify=pki.ca, timeout=10).ok
+            and "not reloaded" in exp.proc.log_tail()
+        )
+    ), exp.proc.log_tail()
     # The previous settings stay in force, and every request answers at once.
-    for path, auth, code in (("/healthz", None, 200), ("/metrics", ("prometheus", "pw"), 200),
-                             ("/metrics", ("intruder", "x"), 401)):
+    for path, auth, code in (
+        ("/healthz", None, 200),
+        ("/metrics", ("prometheus", "pw"), 200),
+        ("/metrics", ("intruder", "x"), 401),
+    ):
         started = time.monotonic()
         r = session().get(exp.url + path, auth=auth, verify=pki.ca, timeout=10)
         assert r.status_code == code and time.monotonic() - started < 2, path
@@ -99,8 +114,9 @@ def test_response_times_do_not_tell_which_users_exist(start_exporter):
     each (each check lasts at least as long as one at the file's highest cost)."""
     cheap = bcrypt.hashpw(b"right", bcrypt.gensalt(4)).decode()
     dear = bcrypt.hashpw(b"right", bcrypt.gensalt(10)).decode()
-    exp = start_exporter(f"basic_auth_users:\n  cheap: '{cheap}'\n  dear: '{dear}'\n",
-                         scheme="http")
+    exp = start_exporter(
+        f"basic_auth_users:\n  cheap: '{cheap}'\n  dear: '{dear}'\n", scheme="http"
+    )
     s = session()
 
     def median_ms(user):
@@ -124,8 +140,9 @@ def test_a_guessing_flood_at_cost_12_leaves_healthz_and_scrapes_answering(start_
     hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(12)).decode()
     exp = start_exporter(f"basic_auth_users:\n  prometheus: '{hashed}'\n", scheme="http")
     prometheus = session()
-    assert prometheus.get(exp.url + "/metrics", headers=basic("prometheus", "right"),
-                          timeout=20).ok  # pays bcrypt once, then cached
+    assert prometheus.get(
+        exp.url + "/metrics", headers=basic("prometheus", "right"), timeout=20
+    ).ok  # pays bcrypt once, then cached
     stop = threading.Event()
     codes = []
 
@@ -133,8 +150,11 @@ def test_a_guessing_flood_at_cost_12_leaves_healthz_and_scrapes_answering(start_
         with requests.Session() as s:
             s.trust_env = False
             while not stop.is_set():
-                codes.append(s.get(exp.url + "/metrics", headers=basic("prometheus", "guess"),
-                                   timeout=30).status_code)
+                codes.append(
+                    s.get(
+                        exp.url + "/metrics", headers=basic("prometheus", "guess"), timeout=30
+                    ).status_code
+                )
 
     guessers = [threading.Thread(target=guess) for _ in range(os.cpu_count() * 8)]
     for t in guessers:
@@ -144,8 +164,9 @@ def test_a_guessing_flood_at_cost_12_leaves_healthz_and_scrapes_answering(start_
         for _ in range(10):
             started = time.monotonic()
             assert session().get(exp.url + "/healthz", timeout=10).ok
-            assert prometheus.get(exp.url + "/metrics", headers=basic("prometheus", "right"),
-                                  timeout=10).ok
+            assert prometheus.get(
+                exp.url + "/metrics", headers=basic("prometheus", "right"), timeout=10
+            ).ok
             assert time.monotonic() - started < 0.5
     finally:
         stop.set()

@@ -1,4 +1,5 @@
 """The HTTP endpoints, the scrape-timeout header and the concurrency cap, in process."""
+
 import threading
 import time
 
@@ -66,7 +67,9 @@ def test_concurrent_scrapes_all_answer(serve, scripted):
 
     def scrape():
         r = get(base + "/metrics")
-        results.append((r.status_code, "kubescale_test_a" in r.text and "kubescale_test_b" in r.text))
+        results.append(
+            (r.status_code, "kubescale_test_a" in r.text and "kubescale_test_b" in r.text)
+        )
 
     threads = [threading.Thread(target=scrape) for _ in range(16)]
     for t in threads:
@@ -91,8 +94,13 @@ def test_scrapes_past_the_cap_get_503(serve, scripted):
 
 def test_openmetrics_and_gzip_are_negotiated(serve, scripted):
     base = serve([scripted("a")])
-    r = get(base + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0",
-                                        "Accept-Encoding": "gzip"})
+    r = get(
+        base + "/metrics",
+        headers={
+            "Accept": "application/openmetrics-text; version=1.0.0",
+            "Accept-Encoding": "gzip",
+        },
+    )
     assert r.headers["Content-Type"].startswith("application/openmetrics-text")
     assert r.headers["Content-Encoding"] == "gzip"
     assert r.text.rstrip().endswith("# EOF")

@@ -5,6 +5,7 @@ from 35 to 103 MiB, 1,024 made the accept loop spin once the files limit was rea
 and the backlog of 5 left simultaneous connects waiting on SYN retries.
 The timing thresholds here are the issue's acceptance targets, with margin.
 """
+
 import os
 import socket
 import ssl
@@ -51,7 +52,8 @@ def latency_ms(url, ca, n=20):
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_5000_idle_connections_cost_little_and_are_closed_after_the_idle_timeout(
-        scheme, pki, start_exporter):
+    scheme, pki, start_exporter
+):
     config = tls_block(pki) if scheme == "https" else None
     exp = start_exporter(config, scheme=scheme, flags=["--web.idle-timeout", "20s"])
     context = ssl.create_default_context(cafile=pki.ca) if scheme == "https" else None
@@ -176,8 +178,10 @@ def test_answers_a_client_is_slow_to_take_all_arrive_in_order(start_exporter):
     socket buffers hold, so the loop writes the rest as the client reads."""
     exp = start_exporter(scheme="http")
     n = 20000
-    pipelined = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * (n - 1) + \
-        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    pipelined = (
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * (n - 1)
+        + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
     received = bytearray()
     with socket.create_connection(("127.0.0.1", exp.port)) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -187,7 +191,7 @@ def test_answers_a_client_is_slow_to_take_all_arrive_in_order(start_exporter):
         while time.monotonic() < deadline:
             if sent < len(pipelined):
                 try:
-                    sent += s.send(pipelined[sent:sent + 65536])
+                    sent += s.send(pipelined[sent : sent + 65536])
                 except BlockingIOError:
                     pass
             if time.monotonic() < paused_until:
@@ -260,9 +264,23 @@ def test_a_flood_from_one_address_does_not_close_other_clients(pki, start_export
     exp = start_exporter(tls_block(pki))
     prometheus = session()
     assert prometheus.get(exp.url + "/metrics", verify=pki.ca, timeout=10).ok
-    flood = subprocess.Popen([sys.executable, "-m", "testbed.idle", str(exp.port), "3000", "6",
-                              "--ca", pki.ca, "--source", "127.0.0.2"],
-                             cwd=REPO, stdout=subprocess.PIPE, text=True)
+    flood = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "testbed.idle",
+            str(exp.port),
+            "3000",
+            "6",
+            "--ca",
+            pki.ca,
+            "--source",
+            "127.0.0.2",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(1.0)
         for _ in range(15):

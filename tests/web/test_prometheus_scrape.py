@@ -1,4 +1,5 @@
 """A real Prometheus (Debian's) scrapes the exporter over mutual TLS with basic auth."""
+
 import time
 
 import requests
@@ -28,7 +29,8 @@ def test_prometheus_scrapes_over_mtls_with_basic_auth(pki, password, start_expor
     exp = start_exporter(
         f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
         f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"
-        f"basic_auth_users:\n  prometheus: '{password[1]}'\n")
+        f"basic_auth_users:\n  prometheus: '{password[1]}'\n"
+    )
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
         "scrape_configs": [

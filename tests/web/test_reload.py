@@ -1,5 +1,6 @@
 """The exporter follows its web config on disk: renewed certificates and changed users
 apply to the next connection, and a broken file closes the door until it is fixed."""
+
 import os
 import shutil
 import time
@@ -46,25 +47,28 @@ def served(pki, tmp_path):
 
 
 def test_a_renewed_certificate_is_served_without_a_restart(pki, served, start_exporter):
-    exp = start_exporter(config_path=served / "web.yml",
-                         config_text="tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n")
+    exp = start_exporter(
+        config_path=served / "web.yml",
+        config_text="tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n",
+    )
     assert get(exp.url + "/healthz", verify=pki.ca).ok
     cert, key = pki.leaf("renewed", "rogue-ca", "subjectAltName=IP:127.0.0.1")
     replace_file(served / "tls.key", key)
     replace_file(served / "tls.crt", cert)
-    assert eventually(lambda: get(exp.url + "/healthz", verify=pki.rogue_ca).ok), \
+    assert eventually(lambda: get(exp.url + "/healthz", verify=pki.rogue_ca).ok), (
         exp.proc.log_tail()
+    )
     with pytest.raises(requests.exceptions.SSLError):
         get(exp.url + "/healthz", verify=pki.ca)
     assert exp.proc.alive()
 
 
-def test_a_changed_password_applies_to_the_next_request(pki, password, served,
-                                                            start_exporter):
+def test_a_changed_password_applies_to_the_next_request(pki, password, served, start_exporter):
     tls = "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"
     config = served / "web.yml"
-    exp = start_exporter(config_path=config,
-                         config_text=tls + f"basic_auth_users:\n  prometheus: '{password[1]}'\n")
+    exp = start_exporter(
+        config_path=config, config_text=tls + f"basic_auth_users:\n  prometheus: '{password[1]}'\n"
+    )
     old = ("prometheus", password[0])
     kept_alive = requests.Session()  # as Prometheus: one connection, reused
     kept_alive.trust_env = False
@@ -72,11 +76,11 @@ def test_a_changed_password_applies_to_the_next_request(pki, password, served,
     new_hash = bcrypt.hashpw(b"rotated", bcrypt.gensalt(4)).decode()
     (served / "next.yml").write_text(tls + f"basic_auth_users:\n  prometheus: '{new_hash}'\n")
     replace_file(config, served / "next.yml")
-    assert eventually(lambda: get(exp.url + "/metrics", auth=old, verify=pki.ca)
-                      .status_code == 401)
+    assert eventually(lambda: get(exp.url + "/metrics", auth=old, verify=pki.ca).status_code == 401)
     # the revoked password stops working on the kept-alive connection too
-    assert kept_alive.get(exp.url + "/metrics", auth=old, verify=pki.ca,
-                          timeout=10).status_code == 401
+    assert (
+        kept_alive.get(exp.url + "/metrics", auth=old, verify=pki.ca, timeout=10).status_code == 401
+    )
     assert get(exp.url + "/metrics", auth=("prometheus", "rotated"), verify=pki.ca).ok
 
 
@@ -94,6 +98,7 @@ def test_a_broken_file_refuses_connections_until_it_is_fixed(pki, served, start_
         except requests.ConnectionError:
             return True
         return False
+
     assert eventually(refused)
     assert f"{config}:4: unknown key 'client_ca'" in exp.proc.log_tail()
     (served / "good.yml").write_text(good)

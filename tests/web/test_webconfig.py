@@ -1,4 +1,5 @@
 """--web.config.file against the real exporter process and real HTTPS clients."""
+
 import base64
 import os
 import subprocess
@@ -28,16 +29,19 @@ def session():
 
 
 def curl(*args):
-    return subprocess.run(["curl", "-sS", "--max-time", "10", *args],
-                          capture_output=True, text=True, timeout=20)
+    return subprocess.run(
+        ["curl", "-sS", "--max-time", "10", *args], capture_output=True, text=True, timeout=20
+    )
 
 
 # --- TLS and basic auth with requests --------------------------------------------------
 
+
 def test_requests_scrapes_over_tls_with_basic_auth(pki, password, start_exporter):
     exp = start_exporter(tls_block(pki) + users_block(password))
-    r = session().get(exp.url + "/metrics", auth=("prometheus", password[0]), verify=pki.ca,
-                      timeout=10)
+    r = session().get(
+        exp.url + "/metrics", auth=("prometheus", password[0]), verify=pki.ca, timeout=10
+    )
     assert r.status_code == 200
     assert "kubescale_build_info{" in r.text
 
@@ -81,10 +85,15 @@ def test_server_certificate_is_checked_by_the_client(pki, start_exporter):
 
 
 def test_configured_headers_are_on_every_answer(pki, password, start_exporter):
-    exp = start_exporter(tls_block(pki) + users_block(password) + (
-        "http_server_config:\n  headers:\n"
-        "    Strict-Transport-Security: max-age=31536000\n"
-        "    X-Content-Type-Options: nosniff\n"))
+    exp = start_exporter(
+        tls_block(pki)
+        + users_block(password)
+        + (
+            "http_server_config:\n  headers:\n"
+            "    Strict-Transport-Security: max-age=31536000\n"
+            "    X-Content-Type-Options: nosniff\n"
+        )
+    )
     s = session()
     for auth, code in ((None, 401), (("prometheus", password[0]), 200)):
         r = s.get(exp.url + "/metrics", auth=auth, verify=pki.ca, timeout=10)
@@ -95,9 +104,11 @@ def test_configured_headers_are_on_every_answer(pki, password, start_exporter):
 
 # --- mutual TLS ------------------------------------------------------------------------
 
+
 def test_mtls_requires_a_client_certificate_from_the_ca(pki, start_exporter):
-    exp = start_exporter(tls_block(pki, client_auth_type="RequireAndVerifyClientCert",
-                                   client_ca_file=pki.ca))
+    exp = start_exporter(
+        tls_block(pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=pki.ca)
+    )
     s = session()
     assert s.get(exp.url + "/metrics", verify=pki.ca, cert=pki.client, timeout=10).ok
     for cert in (None, pki.rogue_client):
@@ -106,9 +117,14 @@ def test_mtls_requires_a_client_certificate_from_the_ca(pki, start_exporter):
 
 
 def test_client_allowed_sans_refuses_other_certificates_of_the_same_ca(pki, start_exporter):
-    exp = start_exporter(tls_block(pki, client_auth_type="RequireAndVerifyClientCert",
-                                   client_ca_file=pki.ca,
-                                   client_allowed_sans="[prometheus.test]"))
+    exp = start_exporter(
+        tls_block(
+            pki,
+            client_auth_type="RequireAndVerifyClientCert",
+            client_ca_file=pki.ca,
+            client_allowed_sans="[prometheus.test]",
+        )
+    )
     s = session()
     assert s.get(exp.url + "/metrics", verify=pki.ca, cert=pki.client, timeout=10).ok
     r = s.get(exp.url + "/metrics", verify=pki.ca, cert=pki.other_client, timeout=10)
@@ -116,8 +132,9 @@ def test_client_allowed_sans_refuses_other_certificates_of_the_same_ca(pki, star
 
 
 def test_verify_if_given_accepts_no_certificate_but_refuses_a_foreign_one(pki, start_exporter):
-    exp = start_exporter(tls_block(pki, client_auth_type="VerifyClientCertIfGiven",
-                                   client_ca_file=pki.ca))
+    exp = start_exporter(
+        tls_block(pki, client_auth_type="VerifyClientCertIfGiven", client_ca_file=pki.ca)
+    )
     s = session()
     assert s.get(exp.url + "/metrics", verify=pki.ca, timeout=10).ok
     with pytest.raises((requests.exceptions.SSLError, requests.ConnectionError)):
@@ -126,12 +143,24 @@ def test_verify_if_given_accepts_no_certificate_but_refuses_a_foreign_one(pki, s
 
 # --- curl: TLS versions, cipher suites -------------------------------------------------
 
+
 def test_curl_with_basic_auth_and_mtls(pki, password, start_exporter):
-    exp = start_exporter(tls_block(pki, client_auth_type="RequireAndVerifyClientCert",
-                                   client_ca_file=pki.ca) + users_block(password))
+    exp = start_exporter(
+        tls_block(pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=pki.ca)
+        + users_block(password)
+    )
     cert, key = pki.client
-    ok = curl("--cacert", pki.ca, "--cert", cert, "--key", key,
-              "-u", f"prometheus:{password[0]}", exp.url + "/metrics")
+    ok = curl(
+        "--cacert",
+        pki.ca,
+        "--cert",
+        cert,
+        "--key",
+        key,
+        "-u",
+        f"prometheus:{password[0]}",
+        exp.url + "/metrics",
+    )
     assert ok.returncode == 0, ok.stderr
     assert "kubescale_build_info{" in ok.stdout
     no_cert = curl("--cacert", pki.ca, "-u", f"prometheus:{password[0]}", exp.url + "/metrics")
@@ -146,13 +175,24 @@ def test_min_version_tls13_refuses_a_tls12_client(pki, start_exporter):
 
 
 def test_max_version_tls12_and_cipher_suites_are_enforced(pki, start_exporter):
-    exp = start_exporter(tls_block(pki, max_version="TLS12",
-                                   cipher_suites="[TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]"))
-    ok = curl("--cacert", pki.ca, "-w", "%{http_code}", "-o", "/dev/null",
-              "--ciphers", "ECDHE-RSA-AES128-GCM-SHA256", exp.url + "/healthz")
+    exp = start_exporter(
+        tls_block(pki, max_version="TLS12", cipher_suites="[TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]")
+    )
+    ok = curl(
+        "--cacert",
+        pki.ca,
+        "-w",
+        "%{http_code}",
+        "-o",
+        "/dev/null",
+        "--ciphers",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        exp.url + "/healthz",
+    )
     assert ok.stdout == "200", ok.stderr
-    other = curl("--cacert", pki.ca, "--ciphers", "ECDHE-RSA-AES256-GCM-SHA384",
-                 exp.url + "/healthz")
+    other = curl(
+        "--cacert", pki.ca, "--ciphers", "ECDHE-RSA-AES256-GCM-SHA384", exp.url + "/healthz"
+    )
     assert other.returncode == 35, other
     tls13 = curl("--cacert", pki.ca, "--tlsv1.3", exp.url + "/healthz")
     assert tls13.returncode == 35, tls13
@@ -161,37 +201,76 @@ def test_max_version_tls12_and_cipher_suites_are_enforced(pki, start_exporter):
 # --- bad config files: exit 2 naming the file and the line -----------------------------
 
 BAD_CONFIGS = {
-    "unknown top-level key": ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
-                              "basic_auth_user:\n  a: b\n", 4, "unknown key 'basic_auth_user'"),
-    "unknown tls key": ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
-                        "  client_ca: x\n", 4, "unknown key 'client_ca'"),
-    "bad min_version": ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
-                        "  min_version: TLS1.2\n", 4, "'TLS1.2' is not one of"),
-    "missing key_file": ("\ntls_server_config:\n  cert_file: {cert}\n", 3,
-                         "key_file is required"),
-    "missing cert file": ("tls_server_config:\n  cert_file: /nonexistent/x.crt\n"
-                          "  key_file: {key}\n", 2, "no such file"),
+    "unknown top-level key": (
+        "tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\nbasic_auth_user:\n  a: b\n",
+        4,
+        "unknown key 'basic_auth_user'",
+    ),
+    "unknown tls key": (
+        "tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  client_ca: x\n",
+        4,
+        "unknown key 'client_ca'",
+    ),
+    "bad min_version": (
+        "tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  min_version: TLS1.2\n",
+        4,
+        "'TLS1.2' is not one of",
+    ),
+    "missing key_file": ("\ntls_server_config:\n  cert_file: {cert}\n", 3, "key_file is required"),
+    "missing cert file": (
+        "tls_server_config:\n  cert_file: /nonexistent/x.crt\n  key_file: {key}\n",
+        2,
+        "no such file",
+    ),
     "plain password": ("basic_auth_users:\n  prometheus: hunter2\n", 2, "must be a bcrypt hash"),
     "bad yaml": ("basic_auth_users:\n  prometheus: 'x\n  other: y\n", 4, "invalid YAML"),
-    "ca without client auth": ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
-                               "  client_ca_file: {ca}\n", 4, "client_auth_type is NoClientCert"),
-    "client auth without ca": ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
-                               "  client_auth_type: RequireAndVerifyClientCert\n", 4,
-                               "needs client_ca_file"),
-    "unverified client auth": ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
-                               "  client_auth_type: RequireAnyClientCert\n", 4, "not supported"),
-    "insecure cipher": ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
-                        "  cipher_suites:\n    - TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\n"
-                        "    - TLS_RSA_WITH_RC4_128_SHA\n", 6, "TLS_RSA_WITH_RC4_128_SHA"),
-    "key does not match cert": ("tls_server_config:\n  cert_file: {cert}\n  key_file: {other}\n",
-                                3, "the key does not match"),
-    "ca is not a certificate": ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
-                                "  client_auth_type: VerifyClientCertIfGiven\n"
-                                "  client_ca_file: {key}\n", 5, "no usable PEM certificate"),
-    "header not allowed": ("http_server_config:\n  headers:\n    Server: x\n", 3,
-                           "unknown key 'Server'"),
-    "min above max": ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
-                      "  min_version: TLS13\n  max_version: TLS12\n", 5, "below min_version"),
+    "ca without client auth": (
+        "tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  client_ca_file: {ca}\n",
+        4,
+        "client_auth_type is NoClientCert",
+    ),
+    "client auth without ca": (
+        "tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+        "  client_auth_type: RequireAndVerifyClientCert\n",
+        4,
+        "needs client_ca_file",
+    ),
+    "unverified client auth": (
+        "tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+        "  client_auth_type: RequireAnyClientCert\n",
+        4,
+        "not supported",
+    ),
+    "insecure cipher": (
+        "tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+        "  cipher_suites:\n    - TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\n"
+        "    - TLS_RSA_WITH_RC4_128_SHA\n",
+        6,
+        "TLS_RSA_WITH_RC4_128_SHA",
+    ),
+    "key does not match cert": (
+        "tls_server_config:\n  cert_file: {cert}\n  key_file: {other}\n",
+        3,
+        "the key does not match",
+    ),
+    "ca is not a certificate": (
+        "tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+        "  client_auth_type: VerifyClientCertIfGiven\n"
+        "  client_ca_file: {key}\n",
+        5,
+        "no usable PEM certificate",
+    ),
+    "header not allowed": (
+        "http_server_config:\n  headers:\n    Server: x\n",
+        3,
+        "unknown key 'Server'",
+    ),
+    "min above max": (
+        "tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+        "  min_version: TLS13\n  max_version: TLS12\n",
+        5,
+        "below min_version",
+    ),
 }
 
 
@@ -208,8 +287,9 @@ def test_bad_config_exits_2_naming_file_and_line(case, pki, tmp_path, run_export
     assert message in result.stderr
 
 
-def test_relative_paths_are_relative_to_the_config_file(pki, tmp_path, start_exporter,
-                                                       run_exporter):
+def test_relative_paths_are_relative_to_the_config_file(
+    pki, tmp_path, start_exporter, run_exporter
+):
     relative = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
     beside_certs = os.path.join(pki.root, "web-relative.yml")
     with open(beside_certs, "w") as f:
@@ -229,6 +309,7 @@ def test_an_empty_file_means_plain_http_without_auth(start_exporter):
 
 # --- the bcrypt cache ------------------------------------------------------------------
 
+
 class CountingCheckpw:
     """Counts real bcrypt verifications (each one still runs)."""
 
@@ -239,6 +320,7 @@ class CountingCheckpw:
         def counted(password, hashed):
             self.calls += 1
             return real(password, hashed)
+
         monkeypatch.setattr(bcrypt, "checkpw", counted)
 
 
@@ -268,9 +350,17 @@ def test_the_cache_is_per_hash(password):
     assert second.check(basic("prometheus", "new password"))
 
 
-@pytest.mark.parametrize("header", [None, "", "Bearer abc", "Basic !!!", "Basic " +
-                                    base64.b64encode(b"no-colon").decode(),
-                                    basic("prometheus", "x" * 100)])
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "",
+        "Bearer abc",
+        "Basic !!!",
+        "Basic " + base64.b64encode(b"no-colon").decode(),
+        basic("prometheus", "x" * 100),
+    ],
+)
 def test_malformed_or_overlong_credentials_are_refused(password, header):
     assert not BasicAuth({"prometheus": password[1].encode()}).check(header)
 

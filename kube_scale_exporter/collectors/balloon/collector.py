@@ -2,6 +2,7 @@
 
 The exposition is in state.py's docstring, the `check` text in advice.py.
 """
+
 import time
 
 from kube_scale_exporter import kube
@@ -22,10 +23,10 @@ def _node_allocatable(node):
     thread: a 7,500-node cache stays a few MB and a scrape parses nothing."""
     meta = node.get("metadata") or {}
     alloc = (node.get("status") or {}).get("allocatable") or {}
-    return {"metadata": {"name": meta.get("name"),
-                         "resourceVersion": meta.get("resourceVersion")},
-            "allocatable": tuple(sorted((name, kube.parse_quantity(q))
-                                        for name, q in alloc.items()))}
+    return {
+        "metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion")},
+        "allocatable": tuple(sorted((name, kube.parse_quantity(q)) for name, q in alloc.items())),
+    }
 
 
 class BalloonCollector(Collector):
@@ -34,26 +35,43 @@ class BalloonCollector(Collector):
     name = "balloon"
     modes = frozenset({"cluster"})
     default_enabled = False
-    help = ("Overprovisioning headroom held by low-priority balloon pods (enabled by "
-            "--balloon.selector).")
+    help = (
+        "Overprovisioning headroom held by low-priority balloon pods (enabled by "
+        "--balloon.selector)."
+    )
     # /version, read once, is open to every user.
-    needs = {"cluster": Needs(rbac_rules=(
-        {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list", "watch"]},
-        {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"],
-         "verbs": ["list", "watch"]},
-    ))}
+    needs = {
+        "cluster": Needs(
+            rbac_rules=(
+                {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list", "watch"]},
+                {
+                    "apiGroups": ["scheduling.k8s.io"],
+                    "resources": ["priorityclasses"],
+                    "verbs": ["list", "watch"],
+                },
+            )
+        )
+    }
 
     @classmethod
     def add_arguments(cls, group):
         group.add_argument(
-            "--balloon.selector", dest="balloon_selector", default=None, metavar="SELECTOR",
+            "--balloon.selector",
+            dest="balloon_selector",
+            default=None,
+            metavar="SELECTOR",
             help="Label selector of the balloon pods, e.g. run=overprovisioning "
-                 "(cluster-autoscaler FAQ) or app.kubernetes.io/name=cluster-overprovisioner.")
+            "(cluster-autoscaler FAQ) or app.kubernetes.io/name=cluster-overprovisioner.",
+        )
         group.add_argument(
-            "--balloon.autoscaler-cutoff", dest="balloon_autoscaler_cutoff", type=int,
-            default=-10, metavar="PRIORITY",
+            "--balloon.autoscaler-cutoff",
+            dest="balloon_autoscaler_cutoff",
+            type=int,
+            default=-10,
+            metavar="PRIORITY",
             help="The cluster-autoscaler's --expendable-pods-priority-cutoff (default -10): "
-                 "balloons below it never trigger a scale-up.")
+            "balloons below it never trigger a scale-up.",
+        )
 
     @classmethod
     def enabled_by(cls, args):
@@ -64,8 +82,7 @@ class BalloonCollector(Collector):
         if args.balloon_selector is None:
             raise UsageError("--balloon.selector: the balloon collector needs a label selector")
         if not valid_selector(args.balloon_selector):
-            raise UsageError(
-                f"--balloon.selector: not a label selector: {args.balloon_selector!r}")
+            raise UsageError(f"--balloon.selector: not a label selector: {args.balloon_selector!r}")
         try:
             kube.load(args.kube_kubeconfig).close()
         except kube.ConfigError as e:
@@ -77,9 +94,13 @@ class BalloonCollector(Collector):
         self.cutoff = args.balloon_autoscaler_cutoff
         self.client = kube.client_from_args(args)
         self.preemptions = PreemptionCounter(self.client)
-        self.pods = kube.Informer(self.client, kube.PODS, label_selector=self.selector,
-                                  on_update=self.preemptions.on_update,
-                                  on_delete=self.preemptions.on_delete)
+        self.pods = kube.Informer(
+            self.client,
+            kube.PODS,
+            label_selector=self.selector,
+            on_update=self.preemptions.on_update,
+            on_delete=self.preemptions.on_delete,
+        )
         self.classes = kube.Informer(self.client, kube.PRIORITY_CLASSES)
         self.nodes = kube.Informer(self.client, kube.NODES, transform=_node_allocatable)
         self._informers = [self.pods, self.classes, self.nodes]
@@ -100,8 +121,9 @@ class BalloonCollector(Collector):
         for informer in self._informers:
             if not informer.wait_synced(max(0.0, deadline - time.monotonic())):
                 raise RuntimeError(f"no {informer.resource.plural} from the API server yet")
-        s = summarize(self.pods.items(), self.classes.items(), self._allocatables(),
-                      time.time(), self.cutoff)
+        s = summarize(
+            self.pods.items(), self.classes.items(), self._allocatables(), time.time(), self.cutoff
+        )
         return BalloonState(s, self.preemptions.count, self.selector, self.cutoff)
 
     families = staticmethod(families)

@@ -1,4 +1,5 @@
 """Balloons preempted since the exporter started, counted from the pods informer's events."""
+
 import logging
 import threading
 
@@ -16,15 +17,18 @@ def _preempted(pod) -> bool:
 
 
 def _has_disruption_target(pod) -> bool:
-    return any(c.get("type") == "DisruptionTarget"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "DisruptionTarget"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def _started(pod) -> bool:
     """It ran on a node. Kubelets since 1.22 move a deleted pod to Failed or Succeeded
     before it disappears, so a preempted balloon is not always Running at the end."""
     return (pod.get("status") or {}).get("phase") not in (None, "Pending") and bool(
-        (pod.get("spec") or {}).get("nodeName"))
+        (pod.get("spec") or {}).get("nodeName")
+    )
 
 
 class PreemptionCounter:
@@ -34,7 +38,7 @@ class PreemptionCounter:
         self.client = client
         self._lock = threading.Lock()
         self._preemptions = 0
-        self._counted = set()   # uids already counted from their DisruptionTarget condition
+        self._counted = set()  # uids already counted from their DisruptionTarget condition
         self._conditions_api = None  # does the server set DisruptionTarget (1.26+)?
 
     @property
@@ -58,8 +62,9 @@ class PreemptionCounter:
                 return
         if _preempted(pod):
             counted = True
-        elif (_started(pod) and not _has_disruption_target(pod)
-              and not self._server_sets_conditions()):
+        elif (
+            _started(pod) and not _has_disruption_target(pod) and not self._server_sets_conditions()
+        ):
             counted = True  # before 1.26 a deleted running balloon is the best sign there is
         else:
             counted = False

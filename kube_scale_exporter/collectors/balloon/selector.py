@@ -1,9 +1,11 @@
 """--balloon.selector's syntax, checked before the API server is asked."""
+
 import re
 
 _SELECTOR_TERM = re.compile(
     r"^\s*!?\s*[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?\s*"
-    r"((=|==|!=)\s*[-A-Za-z0-9_.]*|\s+(in|notin)\s*\([-A-Za-z0-9_., ]*\))?\s*$")
+    r"((=|==|!=)\s*[-A-Za-z0-9_.]*|\s+(in|notin)\s*\([-A-Za-z0-9_., ]*\))?\s*$"
+)
 
 
 def valid_selector(selector: str) -> bool:

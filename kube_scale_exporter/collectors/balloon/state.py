@@ -35,8 +35,8 @@ Its three watches' kubescale_kube_* health comes with every scrape (kube_scale_e
 Every label value comes from a fixed set, except `resource`, which is bounded by the resource names
 the cluster defines (cpu, memory, nvidia.com/gpu, ...), named as kube-state-metrics does.
 """
+
 # The exposition above is quoted as served, its HELP lines whole.
-# ruff: noqa: E501
 import re
 from dataclasses import dataclass
 
@@ -74,37 +74,41 @@ MAX_EXTENDED_RESOURCES = 8
 def reported_resources(reserved: dict) -> list[str]:
     """The resource names that get a kubescale_balloon_reserved series."""
     standard = [n for n in reserved if resource_label(n)[1] != "integer" or n == "cpu"]
-    extended = sorted((n for n in reserved if n not in standard),
-                      key=lambda n: (-reserved[n], n))
+    extended = sorted((n for n in reserved if n not in standard), key=lambda n: (-reserved[n], n))
     return standard + extended[:MAX_EXTENDED_RESOURCES]
 
 
 def families(state: BalloonState) -> list[Metric]:
     """The exposition of one state (see the module docstring)."""
     s = state.summary
-    pods = GaugeMetricFamily("kubescale_balloon_pods", "Balloon pods by phase.",
-                             labels=["phase"])
+    pods = GaugeMetricFamily("kubescale_balloon_pods", "Balloon pods by phase.", labels=["phase"])
     for phase in PHASES:
         pods.add_metric([phase], s.phases[phase])
     oldest = GaugeMetricFamily(
         "kubescale_balloon_pending_oldest_seconds",
         "How long the oldest balloon not yet placed on a node has waited (0 when none waits).",
-        value=round(s.pending_oldest, 3))
+        value=round(s.pending_oldest, 3),
+    )
     reserved = GaugeMetricFamily(
         "kubescale_balloon_reserved",
         "Resources requested by Running balloons: the headroom real pods can take at once.",
-        labels=["resource", "unit"])
+        labels=["resource", "unit"],
+    )
     for name in sorted(reported_resources(s.reserved)):
         reserved.add_metric(list(resource_label(name)), float(s.reserved[name]))
-    nodes = GaugeMetricFamily("kubescale_balloon_nodes",
-                              "Nodes holding at least one Running balloon.", value=s.nodes)
+    nodes = GaugeMetricFamily(
+        "kubescale_balloon_nodes", "Nodes holding at least one Running balloon.", value=s.nodes
+    )
     preempted = CounterMetricFamily(
         "kubescale_balloon_preemptions",
         "Balloons evicted to make room for other pods, since the exporter started.",
-        value=state.preemptions)
-    bad = GaugeMetricFamily("kubescale_balloon_misconfigured",
-                            "Balloon pods affected by each configuration problem.",
-                            labels=["reason"])
+        value=state.preemptions,
+    )
+    bad = GaugeMetricFamily(
+        "kubescale_balloon_misconfigured",
+        "Balloon pods affected by each configuration problem.",
+        labels=["reason"],
+    )
     for reason in REASONS:
         bad.add_metric([reason], s.misconfigured[reason])
     return [pods, oldest, reserved, nodes, preempted, bad]

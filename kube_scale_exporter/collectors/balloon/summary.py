@@ -1,5 +1,6 @@
 """The balloons' summary: phases, waiting, headroom held and misconfigurations, computed
 from the informers' cached objects."""
+
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -10,17 +11,12 @@ log = logging.getLogger(__name__)
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 REASONS = {
-    "priority_below_autoscaler_cutoff":
-        "priority below the autoscaler's --expendable-pods-priority-cutoff: it never adds "
-        "a node for them",
-    "priority_not_negative":
-        "priority 0 or more: pods of the default priority cannot preempt them",
-    "priority_class_missing":
-        "their priorityClassName names no PriorityClass",
-    "requests_fit_no_node":
-        "their requests exceed the allocatable resources of every node",
-    "no_requests":
-        "they request no resources, so they hold no headroom",
+    "priority_below_autoscaler_cutoff": "priority below the autoscaler's --expendable-pods-priority-cutoff: it never adds "
+    "a node for them",
+    "priority_not_negative": "priority 0 or more: pods of the default priority cannot preempt them",
+    "priority_class_missing": "their priorityClassName names no PriorityClass",
+    "requests_fit_no_node": "their requests exceed the allocatable resources of every node",
+    "no_requests": "they request no resources, so they hold no headroom",
 }
 
 
@@ -30,7 +26,8 @@ def _timestamp(text):
 
 def _running(pod) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running" and bool(
-        (pod.get("spec") or {}).get("nodeName"))
+        (pod.get("spec") or {}).get("nodeName")
+    )
 
 
 @dataclass
@@ -39,7 +36,7 @@ class Summary:
 
     phases: dict = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
     pending_oldest: float = 0.0
-    reserved: dict = field(default_factory=dict)   # resource name -> Decimal
+    reserved: dict = field(default_factory=dict)  # resource name -> Decimal
     nodes: int = 0
     misconfigured: dict = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     total: int = 0
@@ -74,8 +71,9 @@ def _add_pod(s, pod, classes, held, fits_cache, node_allocatables, now, cutoff):
         s.misconfigured["no_requests"] += 1
     key = tuple(sorted(requests.items()))
     if key not in fits_cache:
-        fits_cache[key] = any(all(v <= alloc.get(r, 0) for r, v in requests.items())
-                              for alloc in node_allocatables)
+        fits_cache[key] = any(
+            all(v <= alloc.get(r, 0) for r, v in requests.items()) for alloc in node_allocatables
+        )
     if node_allocatables and not fits_cache[key]:
         s.misconfigured["requests_fit_no_node"] += 1
 
@@ -95,7 +93,10 @@ def summarize(pods, priority_classes, node_allocatables, now, cutoff) -> Summary
         except (AttributeError, TypeError, KeyError, ValueError, ArithmeticError) as exc:
             # One malformed object in the cache must not fail every scrape until a relist.
             s.unreadable += 1
-            log.debug("balloon pod %r unreadable: %r", (pod.get("metadata") or {}).get("name")
-                      if isinstance(pod, dict) else pod, exc)
+            log.debug(
+                "balloon pod %r unreadable: %r",
+                (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else pod,
+                exc,
+            )
     s.nodes = len(held)
     return s

@@ -1,4 +1,5 @@
 """What `kube-scale-exporter check` says about etcd: quota, alarms, fragmentation, events."""
+
 from __future__ import annotations
 
 from kube_scale_exporter.collectors.etcd.state import EtcdState
@@ -10,8 +11,10 @@ NEAR_QUOTA_WARNING, NEAR_QUOTA_CRITICAL = 0.6, 0.8
 # Free pages worth a defragment: a fifth of the quota and a third of the file.
 DEFRAG_OF_QUOTA, DEFRAG_OF_SIZE = 0.2, 0.33
 
-CORRUPT_ADVICE = ("Do not disarm CORRUPT: the member's data differs from the others. Remove "
-                  "the member and add it back empty so it copies a healthy member's data.")
+CORRUPT_ADVICE = (
+    "Do not disarm CORRUPT: the member's data differs from the others. Remove "
+    "the member and add it back empty so it copies a healthy member's data."
+)
 
 
 def etcdctl(url: str | None, tls: TLSFiles) -> str:
@@ -30,9 +33,10 @@ def nospace_advice(ctl: str) -> str:
         "# runs), then disarm; the alarm stays raised until disarmed.\n"
         f"rev=$({ctl} endpoint status --write-out=json "
         f"| grep -o '\"revision\":[0-9]*' | head -1 | cut -d: -f2)\n"
-        f"{ctl} compaction --physical \"$rev\"\n"
+        f'{ctl} compaction --physical "$rev"\n'
         f"{ctl} defrag --cluster\n"
-        f"{ctl} alarm disarm")
+        f"{ctl} alarm disarm"
+    )
 
 
 def _mib(n: float) -> str:
@@ -48,15 +52,25 @@ def advise(state: EtcdState) -> list[Finding]:
     tls = state.tls
     for cluster in state.clusters:
         if not cluster.up:
-            out.append(Finding("critical", f"etcd {cluster.name}: no member answered",
-                               f"error: {cluster.error}"))
+            out.append(
+                Finding(
+                    "critical",
+                    f"etcd {cluster.name}: no member answered",
+                    f"error: {cluster.error}",
+                )
+            )
             continue
         answering = [m for m in cluster.members if m.status is not None]
         nospace = [m.name for m in answering if m.alarms and "NOSPACE" in m.alarms]
         if nospace:
-            out.append(Finding(
-                "critical", f"etcd {cluster.name}: alarm NOSPACE is raised on {', '.join(nospace)} "
-                "(writes are refused)", nospace_advice(etcdctl(answering[0].url, tls))))
+            out.append(
+                Finding(
+                    "critical",
+                    f"etcd {cluster.name}: alarm NOSPACE is raised on {', '.join(nospace)} "
+                    "(writes are refused)",
+                    nospace_advice(etcdctl(answering[0].url, tls)),
+                )
+            )
         for m in cluster.members:
             where = f"etcd {cluster.name} member {m.name}"
             if m.status is None:
@@ -68,33 +82,50 @@ def advise(state: EtcdState) -> list[Finding]:
                 out.append(Finding("critical", f"{where}: alarm CORRUPT is raised", CORRUPT_ADVICE))
             if used >= NEAR_QUOTA_WARNING:
                 severity = "critical" if used >= NEAR_QUOTA_CRITICAL else "warning"
-                out.append(Finding(
-                    severity, f"{where}: database {_mib(s.db_size)} is {used:.0%} of its "
-                    f"{_mib(m.quota_bytes)} quota ({m.quota_source})",
-                    "At the quota etcd raises NOSPACE and refuses every write. Defragment if "
-                    "much is free (see below), move events to their own etcd, or raise "
-                    "--quota-backend-bytes (etcd recommends at most 8 GiB) on every member."))
+                out.append(
+                    Finding(
+                        severity,
+                        f"{where}: database {_mib(s.db_size)} is {used:.0%} of its "
+                        f"{_mib(m.quota_bytes)} quota ({m.quota_source})",
+                        "At the quota etcd raises NOSPACE and refuses every write. Defragment if "
+                        "much is free (see below), move events to their own etcd, or raise "
+                        "--quota-backend-bytes (etcd recommends at most 8 GiB) on every member.",
+                    )
+                )
             free = s.db_size - s.db_size_in_use
             if free >= DEFRAG_OF_QUOTA * m.quota_bytes and free >= DEFRAG_OF_SIZE * s.db_size:
-                out.append(Finding(
-                    "warning", f"{where}: {_mib(free)} of the {_mib(s.db_size)} database is "
-                    "free pages; a defragment returns them",
-                    "# one member at a time: the member blocks while it defragments\n"
-                    f"{etcdctl(m.url, tls)} defrag"))
+                out.append(
+                    Finding(
+                        "warning",
+                        f"{where}: {_mib(free)} of the {_mib(s.db_size)} database is "
+                        "free pages; a defragment returns them",
+                        "# one member at a time: the member blocks while it defragments\n"
+                        f"{etcdctl(m.url, tls)} defrag",
+                    )
+                )
         counts = state.keys.get(cluster.name, ({}, 0))[0]
         events = counts.get("events", 0)
         others = sum(v for k, v in counts.items() if k != "events")
         if events and others:
-            out.append(Finding(
-                "warning", f"etcd {cluster.name}: holds {events:,} event keys "
-                f"({events / (events + others):.0%} of {events + others:,}) beside the "
-                "cluster's objects",
-                "Events churn and fill the database; give them their own etcd cluster:\n"
-                "kube-apiserver --etcd-servers-overrides=/events#https://EVENTS-ETCD:2379\n"
-                "(and watch it here with --etcd.cluster events=https://EVENTS-ETCD:2379)"))
+            out.append(
+                Finding(
+                    "warning",
+                    f"etcd {cluster.name}: holds {events:,} event keys "
+                    f"({events / (events + others):.0%} of {events + others:,}) beside the "
+                    "cluster's objects",
+                    "Events churn and fill the database; give them their own etcd cluster:\n"
+                    "kube-apiserver --etcd-servers-overrides=/events#https://EVENTS-ETCD:2379\n"
+                    "(and watch it here with --etcd.cluster events=https://EVENTS-ETCD:2379)",
+                )
+            )
         elif counts:
             total = sum(counts.values())
-            out.append(Finding("info", f"etcd {cluster.name}: {total:,} keys in "
-                               f"{len(counts)} resources, largest "
-                               f"{max(counts, key=counts.get)}"))
+            out.append(
+                Finding(
+                    "info",
+                    f"etcd {cluster.name}: {total:,} keys in "
+                    f"{len(counts)} resources, largest "
+                    f"{max(counts, key=counts.get)}",
+                )
+            )
     return out

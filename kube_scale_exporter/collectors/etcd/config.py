@@ -1,4 +1,5 @@
 """The etcd collector's flag values: cluster specs, the key prefix and the TLS files."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,8 @@ def cluster_spec(value: str) -> tuple[str, tuple[str, ...]]:
     name, sep, urls = value.partition("=")
     if not sep or not _NAME.match(name):
         raise argparse.ArgumentTypeError(
-            f"expected NAME=URL[,URL...] with NAME like main or events, got {value!r}")
+            f"expected NAME=URL[,URL...] with NAME like main or events, got {value!r}"
+        )
     endpoints = tuple(u.strip().rstrip("/") for u in urls.split(",") if u.strip())
     if not endpoints:
         raise argparse.ArgumentTypeError(f"no URL after {name}= in {value!r}")
@@ -33,8 +35,13 @@ def cluster_spec(value: str) -> tuple[str, tuple[str, ...]]:
             port = parts.port
         except ValueError:
             port = None
-        if parts.scheme not in ("http", "https") or not parts.hostname or port is None \
-                or parts.path or parts.query:
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or port is None
+            or parts.path
+            or parts.query
+        ):
             raise argparse.ArgumentTypeError(f"expected http(s)://HOST:PORT, got {url!r}")
     return name, endpoints
 

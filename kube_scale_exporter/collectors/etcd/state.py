@@ -48,8 +48,8 @@ the flag, member the etcd member's name):
 The collector fails only when no configured cluster answers; a cluster or member that
 does not answer shows kubescale_etcd_up / kubescale_etcd_member_up 0 and no other series.
 """
+
 # The exposition above is quoted as served, its HELP lines whole.
-# ruff: noqa: E501
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -78,43 +78,67 @@ def families(state: EtcdState) -> list[Metric]:
     keys, keys_interval = state.keys, state.keys_interval
     cl, mem = ["etcd_cluster"], ["etcd_cluster", "member"]
     up = GaugeMetricFamily(
-        "kubescale_etcd_up", "Whether any member of the etcd cluster answered at the last "
-        "refresh (at most one per --etcd.min-interval).", labels=cl)
+        "kubescale_etcd_up",
+        "Whether any member of the etcd cluster answered at the last "
+        "refresh (at most one per --etcd.min-interval).",
+        labels=cl,
+    )
     member_up = GaugeMetricFamily(
         "kubescale_etcd_member_up",
-        "Whether the member answered its Status request at the last refresh.", labels=mem)
+        "Whether the member answered its Status request at the last refresh.",
+        labels=mem,
+    )
     size = GaugeMetricFamily(
-        "kubescale_etcd_db_size_bytes", "Size of the member's backend database file; etcd "
-        "refuses writes when it reaches the quota.", labels=mem)
+        "kubescale_etcd_db_size_bytes",
+        "Size of the member's backend database file; etcd "
+        "refuses writes when it reaches the quota.",
+        labels=mem,
+    )
     in_use = GaugeMetricFamily(
-        "kubescale_etcd_db_size_in_use_bytes", "Bytes of the backend database in use; the "
-        "rest is free pages that a defragment returns.", labels=mem)
+        "kubescale_etcd_db_size_in_use_bytes",
+        "Bytes of the backend database in use; the rest is free pages that a defragment returns.",
+        labels=mem,
+    )
     quota = GaugeMetricFamily(
-        "kubescale_etcd_quota_bytes", "The member's backend quota (--quota-backend-bytes); "
-        "source in kubescale_etcd_quota_info.", labels=mem)
+        "kubescale_etcd_quota_bytes",
+        "The member's backend quota (--quota-backend-bytes); source in kubescale_etcd_quota_info.",
+        labels=mem,
+    )
     quota_info = GaugeMetricFamily(
-        "kubescale_etcd_quota_info", "Where kubescale_etcd_quota_bytes came from: status "
+        "kubescale_etcd_quota_info",
+        "Where kubescale_etcd_quota_bytes came from: status "
         "(etcd 3.6+ Status), metrics (the member's /metrics) or flag (--etcd.quota-bytes).",
-        labels=[*mem, "source"])
+        labels=[*mem, "source"],
+    )
     alarm = GaugeMetricFamily(
-        "kubescale_etcd_alarm_active", "Whether the alarm is raised on the member (NOSPACE: "
-        "writes refused until compact, defragment and disarm).", labels=[*mem, "alarm"])
+        "kubescale_etcd_alarm_active",
+        "Whether the alarm is raised on the member (NOSPACE: "
+        "writes refused until compact, defragment and disarm).",
+        labels=[*mem, "alarm"],
+    )
     leader = GaugeMetricFamily(
-        "kubescale_etcd_is_leader", "Whether the member is the raft leader.", labels=mem)
+        "kubescale_etcd_is_leader", "Whether the member is the raft leader.", labels=mem
+    )
     term = GaugeMetricFamily(
-        "kubescale_etcd_raft_term", "The member's raft term; a rise is a leader election.",
-        labels=mem)
+        "kubescale_etcd_raft_term",
+        "The member's raft term; a rise is a leader election.",
+        labels=mem,
+    )
     applied = GaugeMetricFamily(
-        "kubescale_etcd_raft_applied_index", "The member's last applied raft index.",
-        labels=mem)
+        "kubescale_etcd_raft_applied_index", "The member's last applied raft index.", labels=mem
+    )
     key_count = GaugeMetricFamily(
-        "kubescale_etcd_keys", f"Keys per Kubernetes resource under --etcd.keys-prefix, "
+        "kubescale_etcd_keys",
+        f"Keys per Kubernetes resource under --etcd.keys-prefix, "
         f"counted at most once per --etcd.keys-interval ({keys_interval:g}s) in the "
-        f"background; the smaller resources are summed in resource=\"other\".",
-        labels=["etcd_cluster", "resource"])
+        f'background; the smaller resources are summed in resource="other".',
+        labels=["etcd_cluster", "resource"],
+    )
     key_time = GaugeMetricFamily(
         "kubescale_etcd_keys_refresh_timestamp_seconds",
-        "When kubescale_etcd_keys was last counted for the cluster (Unix time).", labels=cl)
+        "When kubescale_etcd_keys was last counted for the cluster (Unix time).",
+        labels=cl,
+    )
     for cluster in state.clusters:
         up.add_metric([cluster.name], 1.0 if cluster.up else 0.0)
         for m in cluster.members:
@@ -137,5 +161,17 @@ def families(state: EtcdState) -> list[Metric]:
             for resource, n in sorted(counts.items()):
                 key_count.add_metric([cluster.name, resource], n)
             key_time.add_metric([cluster.name], when)
-    return [up, member_up, size, in_use, quota, quota_info, alarm, leader, term, applied,
-            key_count, key_time]
+    return [
+        up,
+        member_up,
+        size,
+        in_use,
+        quota,
+        quota_info,
+        alarm,
+        leader,
+        term,
+        applied,
+        key_count,
+        key_time,
+    ]

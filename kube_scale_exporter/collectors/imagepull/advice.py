@@ -1,4 +1,5 @@
 """What `kube-scale-exporter check` says about this node's image pulls."""
+
 from __future__ import annotations
 
 from kube_scale_exporter.collectors.imagepull.state import PullState
@@ -24,61 +25,95 @@ def advise(state: PullState) -> list[Finding]:
     waiting = len(state.queued or ())
     busy = len(state.pulls)
     if busy:
-        found.append(Finding("info", f"{busy} image pull(s) in progress: "
-                             f"{_size(sum(p.downloaded_bytes for p in state.pulls))} of "
-                             f"{_size(sum(p.expected_bytes for p in state.pulls))} downloaded; "
-                             f"oldest unfinished pull {_age(state.oldest_seconds)}"))
+        found.append(
+            Finding(
+                "info",
+                f"{busy} image pull(s) in progress: "
+                f"{_size(sum(p.downloaded_bytes for p in state.pulls))} of "
+                f"{_size(sum(p.expected_bytes for p in state.pulls))} downloaded; "
+                f"oldest unfinished pull {_age(state.oldest_seconds)}",
+            )
+        )
     kubelet = state.kubelet
     behind_serial = bool(kubelet and kubelet.serialize and waiting and busy)
     if kubelet is None:
         found.append(Finding("info", f"pull settings unknown: {state.kubelet_error}"))
     elif behind_serial:
-        found.append(Finding(
-            "warning",
-            f"serializeImagePulls is true and {waiting} image(s) wait for a pull slot "
-            f"behind {busy} pull(s): one large image blocks every pod on this node",
-            "In the kubelet config file set\n"
-            "  serializeImagePulls: false\n"
-            "  maxParallelImagePulls: 5   # kubelet >= 1.27; size it to the node's bandwidth\n"
-            "and restart the kubelet. Bake large images into the node image "
-            "(--image-pull.preload lists them)."))
+        found.append(
+            Finding(
+                "warning",
+                f"serializeImagePulls is true and {waiting} image(s) wait for a pull slot "
+                f"behind {busy} pull(s): one large image blocks every pod on this node",
+                "In the kubelet config file set\n"
+                "  serializeImagePulls: false\n"
+                "  maxParallelImagePulls: 5   # kubelet >= 1.27; size it to the node's bandwidth\n"
+                "and restart the kubelet. Bake large images into the node image "
+                "(--image-pull.preload lists them).",
+            )
+        )
     elif kubelet.serialize:
-        found.append(Finding("info", "serializeImagePulls is true (the default): pulls run one "
-                             "at a time, so one large image delays every other pull"))
+        found.append(
+            Finding(
+                "info",
+                "serializeImagePulls is true (the default): pulls run one "
+                "at a time, so one large image delays every other pull",
+            )
+        )
     elif kubelet.max_parallel == 0:
-        found.append(Finding("info", "pulls are parallel with no maxParallelImagePulls limit: "
-                             "a burst of pods pulls every image at once"))
+        found.append(
+            Finding(
+                "info",
+                "pulls are parallel with no maxParallelImagePulls limit: "
+                "a burst of pods pulls every image at once",
+            )
+        )
     if state.queued is None:
         why = state.pods_error or "pod watch not synced"
         found.append(Finding("info", f"queued pulls unknown: {why}"))
     elif waiting and not behind_serial:
-        found.append(Finding("info", f"{waiting} image(s) needed by waiting containers are "
-                             f"neither present nor downloading (pull back-off, or about to "
-                             f"start)"))
+        found.append(
+            Finding(
+                "info",
+                f"{waiting} image(s) needed by waiting containers are "
+                f"neither present nor downloading (pull back-off, or about to "
+                f"start)",
+            )
+        )
     if state.stalled:
         oldest = min(p.last_progress_at for p in state.stalled)
-        found.append(Finding(
-            "warning",
-            f"{len(state.stalled)} image pull(s) made no progress for at least "
-            f"{_age(state.stall_after)} (the longest for {_age(state.now - oldest)})",
-            "containerd's CRI cancels a pull after image_pull_progress_timeout (default 5m) "
-            "without progress and the kubelet retries with backoff. Check this node's path to "
-            "the registry (`crictl pull` the image by hand). An ingest left by a killed "
-            "client stays listed in `ctr -n k8s.io content active` until a pull of the same "
-            "blob resumes it."))
+        found.append(
+            Finding(
+                "warning",
+                f"{len(state.stalled)} image pull(s) made no progress for at least "
+                f"{_age(state.stall_after)} (the longest for {_age(state.now - oldest)})",
+                "containerd's CRI cancels a pull after image_pull_progress_timeout (default 5m) "
+                "without progress and the kubelet retries with backoff. Check this node's path to "
+                "the registry (`crictl pull` the image by hand). An ingest left by a killed "
+                "client stays listed in `ctr -n k8s.io content active` until a pull of the same "
+                "blob resumes it.",
+            )
+        )
     found += _containerd(state)
     if state.failing:
-        found.append(Finding("info", f"{state.failing} image(s) of waiting containers are in "
-                             f"pull back-off or failed; the cluster-mode "
-                             f"kubescale_image_pull_failures_total says which registry and why"))
+        found.append(
+            Finding(
+                "info",
+                f"{state.failing} image(s) of waiting containers are in "
+                f"pull back-off or failed; the cluster-mode "
+                f"kubescale_image_pull_failures_total says which registry and why",
+            )
+        )
     if state.preload_missing:
         names = "\n".join(f"  {n}" for n in state.preload_missing)
-        found.append(Finding(
-            "warning",
-            f"{len(state.preload_missing)} of {state.preload_total} images that should be "
-            f"baked into this node are missing",
-            f"Missing:\n{names}\nRebuild the node image with them, or pre-pull them with a "
-            f"DaemonSet before scheduling workloads here."))
+        found.append(
+            Finding(
+                "warning",
+                f"{len(state.preload_missing)} of {state.preload_total} images that should be "
+                f"baked into this node are missing",
+                f"Missing:\n{names}\nRebuild the node image with them, or pre-pull them with a "
+                f"DaemonSet before scheduling workloads here.",
+            )
+        )
     return found
 
 
@@ -94,35 +129,54 @@ def _containerd(state: PullState) -> list[Finding]:
         return [Finding("info", f"containerd pull settings unknown: {state.containerd_error}")]
     timeout = settings.progress_timeout
     shown = "unknown" if timeout is None else "none" if timeout == 0 else _age(timeout)
-    found = [Finding("info", f"containerd pulls {settings.max_concurrent_downloads or 'all'} "
-                     f"layer(s) at once ({settings.downloads_key}); progress timeout {shown}")]
+    found = [
+        Finding(
+            "info",
+            f"containerd pulls {settings.max_concurrent_downloads or 'all'} "
+            f"layer(s) at once ({settings.downloads_key}); progress timeout {shown}",
+        )
+    ]
     if settings.missing:
-        found.append(Finding("info", "containerd config imports not found (skipped by "
-                             "containerd 2; check they are mounted): "
-                             + ", ".join(settings.missing)))
+        found.append(
+            Finding(
+                "info",
+                "containerd config imports not found (skipped by "
+                "containerd 2; check they are mounted): " + ", ".join(settings.missing),
+            )
+        )
     if settings.ignored_downloads is not None and (
-            settings.ignored_downloads != settings.max_concurrent_downloads):
-        found.append(Finding(
-            "warning",
-            f"max_concurrent_downloads = {settings.ignored_downloads} in the CRI images "
-            f"plugin is ignored: containerd 2 pulls through the transfer service, which "
-            f"downloads {settings.max_concurrent_downloads} layer(s) at once",
-            f"Set it where it is read:\n  [plugins.'io.containerd.transfer.v1.local']\n"
-            f"    max_concurrent_downloads = {settings.ignored_downloads}\nand restart "
-            f"containerd."))
+        settings.ignored_downloads != settings.max_concurrent_downloads
+    ):
+        found.append(
+            Finding(
+                "warning",
+                f"max_concurrent_downloads = {settings.ignored_downloads} in the CRI images "
+                f"plugin is ignored: containerd 2 pulls through the transfer service, which "
+                f"downloads {settings.max_concurrent_downloads} layer(s) at once",
+                f"Set it where it is read:\n  [plugins.'io.containerd.transfer.v1.local']\n"
+                f"    max_concurrent_downloads = {settings.ignored_downloads}\nand restart "
+                f"containerd.",
+            )
+        )
     if timeout is not None and 0 < timeout < BIG_IMAGE_TIMEOUT:
-        found.append(Finding(
-            "warning",
-            f"image_pull_progress_timeout is {_age(timeout)}: a big image whose layer "
-            f"makes no progress that long is cancelled and pulled again from the start",
-            "Set image_pull_progress_timeout = \"5m\" or more in containerd's CRI config "
-            "(version 3: [plugins.'io.containerd.cri.v1.images']; version 2: "
-            "[plugins.\"io.containerd.grpc.v1.cri\"]) and restart containerd."))
+        found.append(
+            Finding(
+                "warning",
+                f"image_pull_progress_timeout is {_age(timeout)}: a big image whose layer "
+                f"makes no progress that long is cancelled and pulled again from the start",
+                'Set image_pull_progress_timeout = "5m" or more in containerd\'s CRI config '
+                "(version 3: [plugins.'io.containerd.cri.v1.images']; version 2: "
+                '[plugins."io.containerd.grpc.v1.cri"]) and restart containerd.',
+            )
+        )
     if timeout and state.stall_after > timeout / 2:
-        found.append(Finding(
-            "warning",
-            f"--image-pull.stall-after ({_age(state.stall_after)}) is not well inside "
-            f"containerd's progress timeout ({_age(timeout)}): a stalled pull is cancelled "
-            f"before, or just after, this exporter calls it stalled",
-            f"Set --image-pull.stall-after to at most {_age(timeout / 2)}."))
+        found.append(
+            Finding(
+                "warning",
+                f"--image-pull.stall-after ({_age(state.stall_after)}) is not well inside "
+                f"containerd's progress timeout ({_age(timeout)}): a stalled pull is cancelled "
+                f"before, or just after, this exporter calls it stalled",
+                f"Set --image-pull.stall-after to at most {_age(timeout / 2)}.",
+            )
+        )
     return found

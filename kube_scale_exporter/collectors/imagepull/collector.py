@@ -2,6 +2,7 @@
 
 The exposition is in state.py's docstring, the `check` text in advice.py.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,49 +45,84 @@ class ImagePullCollector(Collector):
     modes = frozenset({"node"})
     default_enabled = True
     default_condition = " where --containerd.address exists"
-    help = ("Image pulls on this node from containerd (downloading, queued, failing, "
-            "stalled), containerd's and the kubelet's pull settings and missing preloaded "
-            "images.")
+    help = (
+        "Image pulls on this node from containerd (downloading, queued, failing, "
+        "stalled), containerd's and the kubelet's pull settings and missing preloaded "
+        "images."
+    )
     # The pod watch is filtered to this node's pods, which RBAC cannot express; containerd's
     # socket is node root, so its group is all the pod joins (docs/deploy.md).
-    needs = {"node": Needs(
-        rbac_rules=({"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},),
-        host_paths=(HostPath("containerd-socket", DEFAULT_ADDRESS, "Socket"),
-                    HostPath("kubelet-config", DEFAULT_KUBELET_CONFIG, "File"),
-                    # The directory, not the file: drop-ins it imports live beside it.
-                    HostPath("containerd-config", CONTAINERD_CONFIG_DIR, "Directory")),
-        socket_group=True)}
+    needs = {
+        "node": Needs(
+            rbac_rules=({"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},),
+            host_paths=(
+                HostPath("containerd-socket", DEFAULT_ADDRESS, "Socket"),
+                HostPath("kubelet-config", DEFAULT_KUBELET_CONFIG, "File"),
+                # The directory, not the file: drop-ins it imports live beside it.
+                HostPath("containerd-config", CONTAINERD_CONFIG_DIR, "Directory"),
+            ),
+            socket_group=True,
+        )
+    }
 
     @classmethod
     def add_arguments(cls, group):
         group.add_argument(
-            "--containerd.address", dest="containerd_address", default=DEFAULT_ADDRESS,
-            metavar="PATH", help=f"containerd's gRPC socket (default {DEFAULT_ADDRESS}).")
+            "--containerd.address",
+            dest="containerd_address",
+            default=DEFAULT_ADDRESS,
+            metavar="PATH",
+            help=f"containerd's gRPC socket (default {DEFAULT_ADDRESS}).",
+        )
         group.add_argument(
-            "--containerd.namespace", dest="containerd_namespace", default="k8s.io",
+            "--containerd.namespace",
+            dest="containerd_namespace",
+            default="k8s.io",
             metavar="NAME",
-            help="containerd namespace the kubelet's images live in (default k8s.io).")
+            help="containerd namespace the kubelet's images live in (default k8s.io).",
+        )
         group.add_argument(
-            "--containerd.timeout", dest="containerd_timeout", type=duration, default=3.0,
-            metavar="DURATION", help="Longest one containerd call may take (default 3s).")
+            "--containerd.timeout",
+            dest="containerd_timeout",
+            type=duration,
+            default=3.0,
+            metavar="DURATION",
+            help="Longest one containerd call may take (default 3s).",
+        )
         group.add_argument(
-            "--containerd.config", dest="containerd_config", default=None, metavar="PATH",
+            "--containerd.config",
+            dest="containerd_config",
+            default=None,
+            metavar="PATH",
             help=f"containerd's config file, with the files it imports mounted beside it "
-                 f"(default {containerd_config.DEFAULT_CONFIG}; its series are absent "
-                 f"while it is unreadable).")
+            f"(default {containerd_config.DEFAULT_CONFIG}; its series are absent "
+            f"while it is unreadable).",
+        )
         group.add_argument(
-            "--kubelet.config-file", dest="kubelet_config_file", default=None, metavar="PATH",
+            "--kubelet.config-file",
+            dest="kubelet_config_file",
+            default=None,
+            metavar="PATH",
             help=f"The kubelet's config file, mounted read-only (default "
-                 f"{DEFAULT_KUBELET_CONFIG}; its series are absent while it is unreadable).")
+            f"{DEFAULT_KUBELET_CONFIG}; its series are absent while it is unreadable).",
+        )
         group.add_argument(
-            "--image-pull.stall-after", dest="image_pull_stall_after", type=duration,
-            default=120.0, metavar="DURATION",
+            "--image-pull.stall-after",
+            dest="image_pull_stall_after",
+            type=duration,
+            default=120.0,
+            metavar="DURATION",
             help="A download with no byte written for this long counts as stalled (default "
-                 "2m, inside containerd's 5m image_pull_progress_timeout).")
+            "2m, inside containerd's 5m image_pull_progress_timeout).",
+        )
         group.add_argument(
-            "--image-pull.preload", dest="image_pull_preload", action="append", default=[],
+            "--image-pull.preload",
+            dest="image_pull_preload",
+            action="append",
+            default=[],
             metavar="IMAGE[,IMAGE...]",
-            help="Images this node should have baked in; repeat or separate with commas.")
+            help="Images this node should have baked in; repeat or separate with commas.",
+        )
 
     @classmethod
     def enabled_by_default(cls, args):
@@ -98,8 +134,10 @@ class ImagePullCollector(Collector):
     def validate(cls, args):
         address = args.containerd_address
         if not socket_path(address).startswith("/"):
-            raise UsageError(f"--containerd.address: expected an absolute socket path or "
-                             f"unix:///PATH, got {address!r}")
+            raise UsageError(
+                f"--containerd.address: expected an absolute socket path or "
+                f"unix:///PATH, got {address!r}"
+            )
         if not args.containerd_namespace:
             raise UsageError("--containerd.namespace: must not be empty")
         path = args.kubelet_config_file
@@ -137,11 +175,12 @@ class ImagePullCollector(Collector):
     def _containerd(self):
         """The client, made on first use so h2 is imported only where this collector runs."""
         if self.client is None:
-            client = ContainerdClient(self.args.containerd_address,
-                                      self.args.containerd_namespace,
-                                      self.args.containerd_timeout)
-            self.manifests = pullmap.ManifestIndex(
-                lambda: client.content(pullmap.MANIFEST_FILTER))
+            client = ContainerdClient(
+                self.args.containerd_address,
+                self.args.containerd_namespace,
+                self.args.containerd_timeout,
+            )
+            self.manifests = pullmap.ManifestIndex(lambda: client.content(pullmap.MANIFEST_FILTER))
             self.client = client
         return self.client
 
@@ -155,10 +194,21 @@ class ImagePullCollector(Collector):
         if wanted or self.preload:
             present = set(client.image_names())
         settings, settings_error = self._containerd_settings(client)
-        return combine(time.time(), self.stall_after, ingests, owners, present, wanted,
-                       self.kubelet.read(), self.preload, kubelet_error=self.kubelet.error,
-                       pods_error=self.pods_error, failing=failing, containerd=settings,
-                       containerd_error=settings_error)
+        return combine(
+            time.time(),
+            self.stall_after,
+            ingests,
+            owners,
+            present,
+            wanted,
+            self.kubelet.read(),
+            self.preload,
+            kubelet_error=self.kubelet.error,
+            pods_error=self.pods_error,
+            failing=failing,
+            containerd=settings,
+            containerd_error=settings_error,
+        )
 
     def _containerd_settings(self, client):
         """(PullSettings or None, why not); a config that cannot be read costs its series,

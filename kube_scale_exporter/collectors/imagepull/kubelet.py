@@ -1,4 +1,5 @@
 """The kubelet's pull settings, read from its config file (mounted read-only)."""
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,9 @@ class KubeletPullSettings:
         limit = doc.get("maxParallelImagePulls")
         if not isinstance(serialize, bool):
             raise TypeError(f"serializeImagePulls is {serialize!r}, not true/false")
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
-                                  or limit < 1):
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or limit < 1
+        ):
             raise ValueError(f"maxParallelImagePulls is {limit!r}, not a whole number >= 1")
         # The kubelet requires maxParallelImagePulls unset or 1 when pulls are serialized.
         return cls(serialize, 1 if serialize else (limit or 0))

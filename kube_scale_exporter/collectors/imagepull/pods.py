@@ -2,6 +2,7 @@
 
 One watch filtered on spec.nodeName; its cache holds only what `pod_summary` keeps.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,9 +20,16 @@ NOT_PULLING_YET = frozenset({"PodInitializing"})
 # Waiting reasons the kubelet gives a container whose pull failed, is in back-off, or will
 # never happen: such an image does not wait for a pull slot, so it is not queued (the
 # serialized-backlog alerts would otherwise fire on a node that only has a typo'd image).
-PULL_FAILED = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull",
-                         "InvalidImageName", "RegistryUnavailable",
-                         "SignatureValidationFailed"})
+PULL_FAILED = frozenset(
+    {
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "RegistryUnavailable",
+        "SignatureValidationFailed",
+    }
+)
 
 
 def _rfc3339(value) -> float | None:
@@ -36,8 +44,10 @@ def _waiting_containers(pod: dict):
     if status.get("phase") in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
         return
     spec = pod.get("spec") or {}
-    for specs, statuses in (("initContainers", "initContainerStatuses"),
-                            ("containers", "containerStatuses")):
+    for specs, statuses in (
+        ("initContainers", "initContainerStatuses"),
+        ("containers", "containerStatuses"),
+    ):
         by_name = {s.get("name"): s for s in status.get(statuses) or ()}
         for container in spec.get(specs) or ():
             s = by_name.get(container.get("name"))
@@ -100,18 +110,39 @@ def pod_summary(pod: dict) -> dict:
         for s in status.get(key) or ():
             waiting = (s.get("state") or {}).get("waiting")
             # The reason only: an ErrImagePull message holds the whole registry error.
-            out.append({"name": s.get("name"), "state": {} if waiting is None else
-                        {"waiting": {"reason": waiting.get("reason")}}})
+            out.append(
+                {
+                    "name": s.get("name"),
+                    "state": {}
+                    if waiting is None
+                    else {"waiting": {"reason": waiting.get("reason")}},
+                }
+            )
         return out
 
     return {
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
-                                          "creationTimestamp", "deletionTimestamp") if k in meta},
-        "spec": {"initContainers": containers("initContainers"),
-                 "containers": containers("containers")},
-        "status": {"phase": status.get("phase"), "startTime": status.get("startTime"),
-                   "initContainerStatuses": statuses("initContainerStatuses"),
-                   "containerStatuses": statuses("containerStatuses")},
+        "metadata": {
+            k: meta[k]
+            for k in (
+                "name",
+                "namespace",
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "deletionTimestamp",
+            )
+            if k in meta
+        },
+        "spec": {
+            "initContainers": containers("initContainers"),
+            "containers": containers("containers"),
+        },
+        "status": {
+            "phase": status.get("phase"),
+            "startTime": status.get("startTime"),
+            "initContainerStatuses": statuses("initContainerStatuses"),
+            "containerStatuses": statuses("containerStatuses"),
+        },
     }
 
 
@@ -123,8 +154,9 @@ def start_pod_watch(args: argparse.Namespace):
         log.warning("imagepull: no pod watch, kubescale_image_pulls_queued is absent: %s", why)
         return None, why
     try:
-        informer = kube.for_node(kube.client_from_args(args), kube.PODS, node,
-                                 transform=pod_summary)
+        informer = kube.for_node(
+            kube.client_from_args(args), kube.PODS, node, transform=pod_summary
+        )
     except kube.ConfigError as exc:
         log.warning("imagepull: no pod watch, kubescale_image_pulls_queued is absent: %s", exc)
         return None, f"no Kubernetes API access: {exc}"

@@ -50,8 +50,8 @@ when containerd's version cannot be asked and a version 2 file could be 1.6 or 1
 is absent without --image-pull.preload. See docs/imagepull.md for how ingests are
 mapped to images and the limits of that mapping.
 """
+
 # The exposition above is quoted as served, its HELP lines whole.
-# ruff: noqa: E501
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -91,10 +91,21 @@ class PullState:
         self.oldest_seconds = max(0.0, self.now - min(starts)) if starts else 0.0
 
 
-def combine(now, stall_after, ingests: list[Ingest], owners, present: set[str] | None,
-            wanted, kubelet, preload: list[Reference], kubelet_error=None,
-            pods_error=None, failing: set[str] | None = None, containerd=None,
-            containerd_error=None) -> PullState:
+def combine(
+    now,
+    stall_after,
+    ingests: list[Ingest],
+    owners,
+    present: set[str] | None,
+    wanted,
+    kubelet,
+    preload: list[Reference],
+    kubelet_error=None,
+    pods_error=None,
+    failing: set[str] | None = None,
+    containerd=None,
+    containerd_error=None,
+) -> PullState:
     """Combine the sources into a PullState (pure: the golden test feeds it fixed input).
 
     `wanted` is images_wanted(pods) or None when pods are not known, `failing`
@@ -106,17 +117,28 @@ def combine(now, stall_after, ingests: list[Ingest], owners, present: set[str] |
     if wanted is not None:
         downloading = set().union(*(p.sources for p in in_progress))
         missing = [(ref, since) for name, (ref, since) in wanted.items() if name not in present]
-        queued = sorted(((ref, since) for ref, since in missing if ref.source not in downloading),
-                        key=lambda item: item[0].name)
+        queued = sorted(
+            ((ref, since) for ref, since in missing if ref.source not in downloading),
+            key=lambda item: item[0].name,
+        )
         # A pod's pull began when it started waiting, even if the download began later.
         waiting_since = [since for _ref, since in missing if since is not None]
     preload_missing = [r.name for r in preload if r.name not in present] if preload else None
-    return PullState(now=now, stall_after=stall_after, pulls=in_progress, queued=queued,
-                     failing=None if wanted is None else len(failing or ()),
-                     containerd=containerd, containerd_error=containerd_error,
-                     waiting_since=waiting_since, kubelet=kubelet, kubelet_error=kubelet_error,
-                     preload_missing=preload_missing, preload_total=len(preload),
-                     pods_error=pods_error)
+    return PullState(
+        now=now,
+        stall_after=stall_after,
+        pulls=in_progress,
+        queued=queued,
+        failing=None if wanted is None else len(failing or ()),
+        containerd=containerd,
+        containerd_error=containerd_error,
+        waiting_since=waiting_since,
+        kubelet=kubelet,
+        kubelet_error=kubelet_error,
+        preload_missing=preload_missing,
+        preload_total=len(preload),
+        pods_error=pods_error,
+    )
 
 
 def families(state: PullState) -> list[Metric]:
@@ -126,55 +148,90 @@ def families(state: PullState) -> list[Metric]:
         return g
 
     out = [
-        gauge("kubescale_image_pulls_in_progress",
-              "Images downloading now (containerd ingests grouped by manifest).",
-              len(state.pulls)),
+        gauge(
+            "kubescale_image_pulls_in_progress",
+            "Images downloading now (containerd ingests grouped by manifest).",
+            len(state.pulls),
+        ),
     ]
     if state.queued is not None:
-        out.append(gauge("kubescale_image_pulls_queued",
-                         "Images waiting for a pull slot on this node: needed by waiting "
-                         "containers, neither present nor downloading, not in pull back-off "
-                         "or failed.", len(state.queued)))
+        out.append(
+            gauge(
+                "kubescale_image_pulls_queued",
+                "Images waiting for a pull slot on this node: needed by waiting "
+                "containers, neither present nor downloading, not in pull back-off "
+                "or failed.",
+                len(state.queued),
+            )
+        )
     if state.failing is not None:
-        out.append(gauge("kubescale_image_pulls_failing",
-                         "Images of waiting containers on this node whose pull failed or is "
-                         "in back-off (ErrImagePull, ImagePullBackOff and the like).",
-                         state.failing))
+        out.append(
+            gauge(
+                "kubescale_image_pulls_failing",
+                "Images of waiting containers on this node whose pull failed or is "
+                "in back-off (ErrImagePull, ImagePullBackOff and the like).",
+                state.failing,
+            )
+        )
     out += [
-        gauge("kubescale_image_pull_oldest_seconds",
-              "Age of the oldest unfinished pull, queued or in progress (0 when none).",
-              state.oldest_seconds),
-        gauge("kubescale_image_pull_downloaded_bytes",
-              "Bytes written so far across the downloads in progress.",
-              sum(p.downloaded_bytes for p in state.pulls)),
-        gauge("kubescale_image_pull_expected_bytes",
-              "Bytes expected in total across the downloads in progress.",
-              sum(p.expected_bytes for p in state.pulls)),
-        gauge("kubescale_image_pull_stalled",
-              "Downloads in progress with no byte written for --image-pull.stall-after.",
-              len(state.stalled)),
+        gauge(
+            "kubescale_image_pull_oldest_seconds",
+            "Age of the oldest unfinished pull, queued or in progress (0 when none).",
+            state.oldest_seconds,
+        ),
+        gauge(
+            "kubescale_image_pull_downloaded_bytes",
+            "Bytes written so far across the downloads in progress.",
+            sum(p.downloaded_bytes for p in state.pulls),
+        ),
+        gauge(
+            "kubescale_image_pull_expected_bytes",
+            "Bytes expected in total across the downloads in progress.",
+            sum(p.expected_bytes for p in state.pulls),
+        ),
+        gauge(
+            "kubescale_image_pull_stalled",
+            "Downloads in progress with no byte written for --image-pull.stall-after.",
+            len(state.stalled),
+        ),
     ]
     if state.kubelet is not None:
         out += [
-            gauge("kubescale_kubelet_serialize_image_pulls",
-                  "1 when the kubelet pulls one image at a time (serializeImagePulls).",
-                  1.0 if state.kubelet.serialize else 0.0),
-            gauge("kubescale_kubelet_max_parallel_image_pulls",
-                  "Pulls the kubelet runs at once (maxParallelImagePulls; 0 means no limit).",
-                  state.kubelet.max_parallel),
+            gauge(
+                "kubescale_kubelet_serialize_image_pulls",
+                "1 when the kubelet pulls one image at a time (serializeImagePulls).",
+                1.0 if state.kubelet.serialize else 0.0,
+            ),
+            gauge(
+                "kubescale_kubelet_max_parallel_image_pulls",
+                "Pulls the kubelet runs at once (maxParallelImagePulls; 0 means no limit).",
+                state.kubelet.max_parallel,
+            ),
         ]
     if state.containerd is not None:
-        out.append(gauge("kubescale_containerd_max_concurrent_downloads",
-                         "Layers one containerd pull downloads at once (the setting in force: "
-                         "CRI, or the transfer service on 2.x; 0 means no limit).",
-                         state.containerd.max_concurrent_downloads))
+        out.append(
+            gauge(
+                "kubescale_containerd_max_concurrent_downloads",
+                "Layers one containerd pull downloads at once (the setting in force: "
+                "CRI, or the transfer service on 2.x; 0 means no limit).",
+                state.containerd.max_concurrent_downloads,
+            )
+        )
         if state.containerd.progress_timeout is not None:
-            out.append(gauge("kubescale_containerd_image_pull_progress_timeout_seconds",
-                             "containerd's CRI image_pull_progress_timeout: a pull with no "
-                             "progress for this long is cancelled (0: never).",
-                             state.containerd.progress_timeout))
+            out.append(
+                gauge(
+                    "kubescale_containerd_image_pull_progress_timeout_seconds",
+                    "containerd's CRI image_pull_progress_timeout: a pull with no "
+                    "progress for this long is cancelled (0: never).",
+                    state.containerd.progress_timeout,
+                )
+            )
     if state.preload_missing is not None:
-        out.append(gauge("kubescale_image_preload_missing",
-                         "Images listed in --image-pull.preload that are not present.",
-                         len(state.preload_missing)))
+        out.append(
+            gauge(
+                "kubescale_image_preload_missing",
+                "Images listed in --image-pull.preload that are not present.",
+                len(state.preload_missing),
+            )
+        )
     return out
