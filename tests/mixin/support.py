@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+from tools import build_mixin as build  # noqa: F401  (re-exported: conftest and tests use support.build)
+
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PROMTOOL_TESTS = sorted((REPO / "tests" / "mixin" / "promtool").glob("*_test.yaml"))
