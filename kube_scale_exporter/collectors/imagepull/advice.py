@@ -128,7 +128,9 @@ def _containerd(state: PullState) -> list[Finding]:
     if settings is None:
         return [Finding("info", f"containerd pull settings unknown: {state.containerd_error}")]
     timeout = settings.progress_timeout
-    shown = "unknown" if timeout is None else "none" if timeout == 0 else _age(timeout)
+    # 0 is also containerd 1.6, which has no such timeout at all.
+    never = "none: a pull that stops moving is never cancelled (the stall alert is the signal)"
+    shown = "unknown" if timeout is None else never if timeout == 0 else _age(timeout)
     found = [
         Finding(
             "info",
