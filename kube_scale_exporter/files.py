@@ -24,6 +24,9 @@ PROC_STAT_BYTES = 1 << 20
 KUBECONFIG_BYTES = 1 << 20
 # A service account token (a JWT) is 1-2 KB.
 TOKEN_BYTES = 64 << 10
+# containerd's config.toml and each drop-in it imports: a few KB; `containerd config
+# default` writes ~12 KB. Read every scrape by imagepull (containerd/config.py).
+CONTAINERD_CONFIG_BYTES = 256 << 10
 # --web.config.file: TLS file paths and ~70 bytes per basic-auth user; parsed again on
 # every change while serving.
 WEB_CONFIG_BYTES = 1 << 20

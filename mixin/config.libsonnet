@@ -72,6 +72,16 @@
     imagePullOldestFor: '5m',
     imagePullSerializedFor: '15m',
     imagePreloadMissingFor: '1h',
+    // Pull failures by registry (cluster mode, from kubelet events). A registry alerts when
+    // this share of its pull attempts failed over the window and at least this many nodes
+    // reported a failure from it in the last 10 minutes (one node's failures are that node).
+    imagePullFailureWindow: '10m',
+    imagePullRateLimitedShare: 0.1,
+    imagePullFailingShare: 0.25,
+    imagePullFailingMinNodes: 5,
+    imagePullRegistryFor: '10m',
+    // containerd pull settings that differ from the cluster's majority, for this long.
+    containerdSettingsFor: '1h',
 
     // etcd-mixin's etcdDatabaseQuotaLowSpace, etcdExcessiveDatabaseGrowth and
     // etcdDatabaseHighFragmentationRatio cover the same ground as our quota, prediction and
@@ -131,9 +141,9 @@
     collectorFailingFor: '15m',
     // Watches reconnect with backoff on their own; only a lasting outage needs a person.
     kubeWatchDownFor: '15m',
-    // Series budgets per target (node <= 40 with default collectors, cluster <= 500); above
+    // Series budgets per target (node <= 43 with default collectors, cluster <= 500); above
     // them the fleet multiplies the overrun by the node count.
-    nodeSeriesBudget: 40,
+    nodeSeriesBudget: 43,
     // Node pods on etcd nodes (--etcd.local) add ~25 series per member (10 from Status, 15
     // from its /metrics) plus, beside the leader, one per Kubernetes resource
     // (--etcd.keys-max-resources, default 100).

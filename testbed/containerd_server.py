@@ -1,9 +1,11 @@
 """A real containerd (Debian's) with its root, state and sockets under a temp dir.
 
-The CRI plugin is off (these tests play the kubelet themselves) and the opt plugin's
-path is set, so nothing is written outside the work dir. `ctr` drives pulls.
+The CRI plugin is off unless a test asks for it (most play the kubelet themselves) and
+the opt plugin's path is set, so nothing is written outside the work dir. `ctr` drives
+pulls.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,15 +19,19 @@ _DIR = os.environ.get("KSE_CONTAINERD_DIR", "/usr/bin")
 CONTAINERD = os.path.join(_DIR, "containerd")
 CTR = os.path.join(_DIR, "ctr")
 DEFAULT_STATE = "/run/containerd"
+DISABLED_CRI = (
+    '"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"'
+)
 
 CONFIG = """\
-version = 2
+version = {version}
+imports = {imports}
 root = "{root}"
 state = "{state}"
-# The CRI plugin is off: 1.6 has it as io.containerd.grpc.v1.cri; 2.x split it into
-# io.containerd.cri.v1.runtime and .images, which start (and watch /etc/cni/net.d) unless
-# named too. 1.6 ignores the names it does not know.
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"]
+# The CRI plugin is off unless asked for: 1.6 has it as io.containerd.grpc.v1.cri; 2.x
+# split it into io.containerd.cri.v1.runtime and .images, which start (and watch
+# /etc/cni/net.d) unless named too. 1.6 ignores the names it does not know.
+disabled_plugins = [{disabled}]
 [grpc]
   address = "{sock}"
 [ttrpc]
@@ -34,7 +40,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime",
   address = "{sock}.debug"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{opt}"
-"""
+{extra}"""
 
 
 def require(binary: str) -> str:
@@ -46,8 +52,18 @@ def require(binary: str) -> str:
 class ContainerdServer:
     """containerd on a unix socket in `workdir`; `ctr(...)` runs ctr against it."""
 
-    def __init__(self, workdir, namespace="k8s.io"):
+    def __init__(
+        self, workdir, namespace="k8s.io", bin_dir=None, version=2, extra="", cri=False, imports=()
+    ):
+        """bin_dir: where containerd and ctr are (default Debian's); `extra` is TOML
+        appended to the config (config `version` 2 or 3), e.g. pull settings, imports;
+        `cri` keeps the CRI plugin on (its pull settings are then in `config dump`)."""
+        self.cri, self.imports = cri, list(imports)
         self.workdir = str(workdir)
+        self.containerd = os.path.join(bin_dir, "containerd") if bin_dir else CONTAINERD
+        self.ctr_binary = os.path.join(bin_dir, "ctr") if bin_dir else CTR
+        self.version, self.extra = version, extra
+        self.config = os.path.join(self.workdir, "config.toml")
         # Unix socket paths are limited to 108 bytes: keep it short and inside workdir.
         self.address = os.path.join(self.workdir, "c.sock")
         self.namespace = namespace
@@ -57,18 +73,25 @@ class ContainerdServer:
         os.makedirs(self.workdir, exist_ok=True)
         # containerd 2.x creates an empty /run/containerd at start whatever `state` says.
         self._made_default_state = not os.path.exists(DEFAULT_STATE)
-        config = os.path.join(self.workdir, "config.toml")
-        with open(config, "w") as f:
+        with open(self.config, "w") as f:
             f.write(
                 CONFIG.format(
                     root=os.path.join(self.workdir, "root"),
                     state=os.path.join(self.workdir, "state"),
                     sock=self.address,
                     opt=os.path.join(self.workdir, "opt"),
+                    version=self.version,
+                    extra=self.extra,
+                    imports=json.dumps(self.imports),
+                    disabled="" if self.cri else DISABLED_CRI,
                 )
             )
+        # In "/", as systemd starts it: containerd 1.x resolves a relative import
+        # against its working directory.
         self.proc = Proc(
-            [require(CONTAINERD), "--config", config], os.path.join(self.workdir, "containerd.log")
+            [require(self.containerd), "--config", self.config],
+            os.path.join(self.workdir, "containerd.log"),
+            cwd="/",
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -80,7 +103,7 @@ class ContainerdServer:
         raise TimeoutError(f"containerd not ready after {timeout}s:\n{self.proc.log_tail()}")
 
     def ctr_argv(self, *args):
-        return [require(CTR), "-a", self.address, "-n", self.namespace, *args]
+        return [require(self.ctr_binary), "-a", self.address, "-n", self.namespace, *args]
 
     def ctr(self, *args, check=True, timeout=120):
         return subprocess.run(
@@ -102,6 +125,17 @@ class ContainerdServer:
             if n >= want or time.monotonic() > deadline:
                 return n
             time.sleep(0.2)
+
+    def config_dump(self) -> str:
+        """`containerd config dump` of this server's config: what containerd runs."""
+        return subprocess.run(
+            [require(self.containerd), "--config", self.config, "config", "dump"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+            cwd="/",
+        ).stdout
 
     def stop(self):
         if self.proc:

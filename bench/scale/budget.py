@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from bench.scale.measure import SegmentReport
 
 TARGET_NODES = 7500
-NODE_SERIES = 40  # exporter series per node, default collectors
+NODE_SERIES = 43  # exporter series per node, default collectors
 CLUSTER_SERIES = 500  # exporter series of the cluster Deployment
 PANEL_SAMPLES = 5_000_000  # a tenth of Prometheus' default --query.max-samples
 PANEL_SERIES = 50  # except per-node tables capped by topk

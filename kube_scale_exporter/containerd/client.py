@@ -20,6 +20,7 @@ DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
 LIST_STATUSES = "/containerd.services.content.v1.Content/ListStatuses"
 LIST_CONTENT = "/containerd.services.content.v1.Content/List"
 LIST_IMAGES = "/containerd.services.images.v1.Images/List"
+VERSION = "/containerd.services.version.v1.Version/Version"
 # containerd reads the namespace of every call from this gRPC metadata key.
 NAMESPACE_HEADER = "containerd-namespace"
 
@@ -37,6 +38,8 @@ CONTENT_BYTES = 16 << 20
 # would make 3 million of them (hundreds of bytes each once decoded). Real lists hold
 # hundreds to a few thousand.
 MAX_ITEMS = 20_000
+# Version.Version: two short strings (version, revision).
+VERSION_BYTES = 4 << 10
 
 
 class ContainerdError(Exception):
@@ -186,3 +189,14 @@ class ContainerdClient:
             "CONTENT_BYTES",
             _content_info,
         )
+
+    def version(self) -> str:
+        """Version.Version: containerd's version string ("1.6.20~ds1", "2.1.9")."""
+        self._check_socket()
+        try:
+            (reply,) = self._grpc.call(
+                self.path, VERSION, b"", self.timeout, self._metadata, max_bytes=VERSION_BYTES
+            )
+        except (self._grpc.GrpcError, ValueError) as exc:
+            raise ContainerdError(f"containerd at {self.path} Version: {exc}") from None
+        return wire.string(wire.fields(reply).get(1, []))

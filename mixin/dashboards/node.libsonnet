@@ -31,6 +31,7 @@ local common = import 'common.libsonnet';
             g.target('kubescale_image_pulls_queued' + n, 'queued'),
             g.target('kubescale_image_pulls_in_progress' + n, 'in progress'),
             g.target('kubescale_image_pull_stalled' + n, 'stalled'),
+            g.target('kubescale_image_pulls_failing' + n, 'in back-off'),
           ], width=8),
           g.timeseries('Oldest unfinished pull', [g.target('kubescale_image_pull_oldest_seconds' + n, 'oldest')], 's', thresholds=[[c.imagePullOldestSeconds, 'red']], width=8),
           g.timeseries('Download progress', [

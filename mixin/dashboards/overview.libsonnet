@@ -36,6 +36,8 @@ local common = import 'common.libsonnet';
           ], width=8),
           g.table('Nodes with most queued pulls', [g.instantTarget('node:kubescale_image_pulls_queued:topk%d%s' % [k, s])], [[c.nodeLabel, 'Node'], ['Value', 'Queued pulls']], width=12),
           g.table('Nodes with the oldest pull', [g.instantTarget('node:kubescale_image_pull_oldest_seconds:topk%d%s' % [k, s])], [[c.nodeLabel, 'Node'], ['Value', 'Oldest pull']], 's', width=12),
+          g.timeseries('Failed pulls by registry and cause', [g.target('cluster_registry_reason:kubescale_image_pull_failures:rate%s%s' % [c.rateInterval, s], '{{registry}} {{reason}}')], 'ops', "From the kubelets' Failed events (cluster mode, imagepull_events).", stack=true, width=16),
+          g.timeseries('Images in pull back-off', [g.target('cluster:kubescale_image_pulls_failing:sum' + s, 'failing')], width=8),
         ]),
         g.row('etcd', [
           g.timeseries('Backend quota used', [g.target('etcd_cluster_member:kubescale_etcd_quota_usage:ratio' + s, '{{etcd_cluster}} {{member}}')], 'percentunit', thresholds=[[c.etcdQuotaWarning, 'orange'], [c.etcdQuotaCritical, 'red']], width=12, min=0, max=1),

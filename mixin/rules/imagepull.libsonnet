@@ -52,6 +52,16 @@
             record: 'cluster:kubescale_image_preload_nodes_missing:sum',
             expr: 'sum by (%(clusterLabel)s) (kubescale_image_preload_missing{%(nodeExporterSelector)s} > bool 0)' % c,
           },
+          {
+            record: 'cluster:kubescale_image_pulls_failing:sum',
+            expr: 'sum by (%(clusterLabel)s) (kubescale_image_pulls_failing{%(nodeExporterSelector)s})' % c,
+          },
+          // Cluster mode: failed pulls by registry and cause (at most 11 registries x 6).
+          // max, not sum: two cluster-mode replicas during a rollout count the same events.
+          {
+            record: 'cluster_registry_reason:kubescale_image_pull_failures:rate%(rateInterval)s' % c,
+            expr: 'max by (%(clusterLabel)s, registry, reason) (rate(kubescale_image_pull_failures_total{%(clusterExporterSelector)s}[%(rateInterval)s]))' % c,
+          },
         ],
       },
     ],

@@ -604,7 +604,7 @@ def test_the_example_overlay_tunes_without_touching_the_grants(renders):
 # --- scraping --------------------------------------------------------------------------
 
 SCRAPES = [
-    ("kube-scale-exporter-node", 80, "kube-scale-exporter-node"),
+    ("kube-scale-exporter-node", 86, "kube-scale-exporter-node"),
     ("kube-scale-exporter-etcd-node", 360, "kube-scale-exporter-node"),
     ("kube-scale-exporter-cluster", 1000, "kube-scale-exporter-cluster"),
 ]

@@ -4,9 +4,10 @@ from datetime import UTC, datetime
 
 from kube_scale_exporter.collectors.imagepull.advice import advise
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletPullSettings
-from kube_scale_exporter.collectors.imagepull.pods import images_wanted
+from kube_scale_exporter.collectors.imagepull.pods import images_failing, images_wanted
 from kube_scale_exporter.collectors.imagepull.state import combine, families
 from kube_scale_exporter.containerd.client import ContentInfo, Ingest
+from kube_scale_exporter.containerd.config import PullSettings
 from kube_scale_exporter.containerd.pulls import ManifestIndex
 from kube_scale_exporter.containerd.reference import parse
 from testbed.golden import assert_golden, series_count
@@ -89,7 +90,18 @@ PODS = [
     pod(
         "web",
         [("nginx", "nginx:1.25"), ("sidecar", "quay.io/org/proxy:2")],
-        [waiting("nginx", "ImagePullBackOff"), waiting("sidecar", "ErrImagePull")],
+        [waiting("nginx", "ContainerCreating"), waiting("sidecar", "ContainerCreating")],
+    ),
+    # Pulls that failed or back off wait for no slot: failing, not queued. The same image
+    # twice counts once; a typo'd reference counts as written.
+    pod(
+        "typo",
+        [("a", "docker.io/library/ngnix:1.25"), ("b", "ngnix:1.25"), ("c", "Bad Name")],
+        [
+            waiting("a", "ImagePullBackOff"),
+            waiting("b", "ErrImagePull"),
+            waiting("c", "InvalidImageName"),
+        ],
     ),
     # Just bound to the node, no status yet; wants an image that is present.
     pod("fresh", [("c", "busybox")], None, start=None),
@@ -116,6 +128,13 @@ PRESENT = {"docker.io/library/busybox:latest", "registry.k8s.io/pause:3.9", "sha
 PRELOAD = [parse("registry.k8s.io/pause:3.9"), parse("nvcr.io/nvidia/cuda:12.4.0")]
 
 
+CONTAINERD = PullSettings(
+    max_concurrent_downloads=3,
+    progress_timeout=300.0,
+    downloads_key="plugins.'io.containerd.transfer.v1.local'.max_concurrent_downloads",
+)
+
+
 def state():
     owners = ManifestIndex(lambda: MANIFESTS).lookup({i.digest for i in INGESTS if i.digest})
     return combine(
@@ -127,13 +146,15 @@ def state():
         images_wanted(PODS),
         KubeletPullSettings(serialize=True, max_parallel=1),
         PRELOAD,
+        failing=images_failing(PODS),
+        containerd=CONTAINERD,
     )
 
 
 def test_golden_exposition():
     assert datetime.fromtimestamp(NOW - 3600, UTC).isoformat() == "2027-01-15T07:00:00+00:00"
     text = assert_golden("imagepull", families(state()))
-    assert series_count(text) == 9
+    assert series_count(text) == 12
 
 
 def test_golden_input_reads_as_documented():
@@ -143,6 +164,7 @@ def test_golden_input_reads_as_documented():
     assert [p.key for p in s.stalled] == [SMALL]
     assert s.oldest_seconds == 3600
     assert s.preload_missing == ["nvcr.io/nvidia/cuda:12.4.0"]
+    assert s.failing == 2
 
 
 def test_findings_advise_parallel_pulls_for_a_serialized_backlog():
@@ -172,3 +194,23 @@ def test_no_serialized_backlog_warning_without_a_pull_in_progress():
     summaries = [f.summary for f in advise(idle)]
     assert not any(f.severity == "warning" for f in advise(idle)), summaries
     assert any("neither present nor downloading" in m for m in summaries)
+
+
+def test_containerd_settings_advice():
+    def warnings(settings, stall_after=120.0):
+        s = combine(NOW, stall_after, [], {}, PRESENT, {}, None, [], containerd=settings)
+        return [f.summary for f in advise(s) if f.severity == "warning"]
+
+    key = "plugins.'io.containerd.transfer.v1.local'.max_concurrent_downloads"
+    assert warnings(PullSettings(3, 300.0, key)) == []
+    assert warnings(PullSettings(3, 0.0, key)) == []  # no timeout: nothing to be inside
+    short = warnings(PullSettings(3, 60.0, key))
+    assert [w.split(":")[0] for w in short] == [
+        "image_pull_progress_timeout is 1m00s",
+        "--image-pull.stall-after (2m00s) is not well inside containerd's progress timeout (1m00s)",
+    ]
+    assert len(warnings(PullSettings(3, 1800.0, key), stall_after=1000.0)) == 1
+    ignored = warnings(PullSettings(3, 300.0, key, ignored_downloads=10))
+    assert "max_concurrent_downloads = 10 in the CRI images plugin is ignored" in ignored[0]
+    unknown = combine(NOW, 120.0, [], {}, PRESENT, {}, None, [], containerd_error="x: nope")
+    assert any("containerd pull settings unknown: x: nope" in f.summary for f in advise(unknown))

@@ -9,7 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletConfigFile
-from kube_scale_exporter.collectors.imagepull.pods import images_wanted, pod_summary
+from kube_scale_exporter.collectors.imagepull.pods import (
+    PULL_FAILED,
+    images_failing,
+    images_wanted,
+    pod_summary,
+)
 from kube_scale_exporter.containerd import wire
 from kube_scale_exporter.containerd.client import ContentInfo
 from kube_scale_exporter.containerd.pulls import ManifestIndex
@@ -191,15 +196,41 @@ def test_pod_summary_keeps_what_images_wanted_reads():
                     "name": "c",
                     "image": "nginx",
                     "ready": False,
-                    "state": {"waiting": {"reason": "ErrImagePull", "message": "long"}},
+                    "state": {"waiting": {"reason": "ContainerCreating", "message": "long"}},
                 }
             ],
         },
     }
     small = pod_summary(full)
     assert "managedFields" not in small["metadata"] and "volumes" not in small["spec"]
+    assert small["status"]["containerStatuses"][0]["state"] == {
+        "waiting": {"reason": "ContainerCreating"}
+    }
     assert images_wanted([small]) == images_wanted([full])
     assert list(images_wanted([small])) == ["docker.io/library/nginx:latest"]
+    assert images_failing([small]) == set()
+
+
+@pytest.mark.parametrize("reason", sorted(PULL_FAILED))
+def test_failed_or_backed_off_pulls_are_not_queued(reason):
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [
+                {"name": "a", "image": "nginx"},
+                {"name": "b", "image": "registry.example/app:1"},
+            ]
+        },
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {"name": "a", "state": {"waiting": {"reason": reason}}},
+                {"name": "b", "state": {"waiting": {"reason": "ContainerCreating"}}},
+            ],
+        },
+    }
+    assert list(images_wanted([pod])) == ["registry.example/app:1"]
+    assert images_failing([pod]) == {"docker.io/library/nginx:latest"}
 
 
 # ---- flags ---------------------------------------------------------------------------

@@ -17,11 +17,13 @@ NODE = "node-a"
 MiB = 1 << 20
 
 
-def add_pod(api, ns, name, image, reason="ContainerCreating", node=NODE, init_image=None):
+def add_pod(
+    api, ns, name, image, reason="ContainerCreating", node=NODE, init_image=None, message=None
+):
     """A pod bound to `node` whose container waits with `reason` (as the kubelet reports)."""
     body = pod_manifest(name, node=node)
     body["spec"]["containers"][0]["image"] = image
-    statuses = {"containerStatuses": [waiting_status("pause", image, reason)]}
+    statuses = {"containerStatuses": [waiting_status("pause", image, reason, message)]}
     if init_image:
         body["spec"]["initContainers"] = [{"name": "init", "image": init_image}]
         statuses = {
@@ -42,14 +44,15 @@ def add_pod(api, ns, name, image, reason="ContainerCreating", node=NODE, init_im
     )
 
 
-def waiting_status(name, image, reason):
+def waiting_status(name, image, reason, message=None):
+    waiting = {"reason": reason} if message is None else {"reason": reason, "message": message}
     return {
         "name": name,
         "image": image,
         "imageID": "",
         "ready": False,
         "restartCount": 0,
-        "state": {"waiting": {"reason": reason}},
+        "state": {"waiting": waiting},
     }
 
 
@@ -101,8 +104,8 @@ def test_queued_counts_images_neither_present_nor_downloading(
 
     scrape_until(c, "kubescale_image_pulls_queued", 0)
     add_pod(apiserver, namespace, "has-image", present)
-    add_pod(apiserver, namespace, "needs-absent", absent, reason="ImagePullBackOff")
-    add_pod(apiserver, namespace, "needs-absent-too", absent, reason="ErrImagePull")
+    add_pod(apiserver, namespace, "needs-absent", absent)
+    add_pod(apiserver, namespace, "needs-absent-too", absent)
     add_pod(apiserver, namespace, "other-node", f"{registry.host}/elsewhere:v1", node="node-b")
     add_pod(apiserver, namespace, "behind-init", f"{registry.host}/later:v1", init_image=present)
     add_pod(apiserver, namespace, "needs-slow", slow)
@@ -114,7 +117,7 @@ def test_queued_counts_images_neither_present_nor_downloading(
         sample(make_scraper([c]).scrape(10).families, "kubescale_kube_watch_up", resource="pods")
         == 1
     )
-    # Nothing downloads yet: no pull to wait behind (the kubelet would be in back-off).
+    # Nothing downloads yet: no pull to wait behind.
     assert not [f for f in c.advise(c.observe()) if f.severity == "warning"]
 
     fetch = containerd.fetch(slow, f"{workdir}/slow-{tag}.log")
@@ -138,3 +141,66 @@ def test_queued_counts_images_neither_present_nor_downloading(
     kubelet.write_text("serializeImagePulls: false\nmaxParallelImagePulls: 4\n")
     families = scrape_until(c, "kubescale_kubelet_serialize_image_pulls", 0)
     assert sample(families, "kubescale_kubelet_max_parallel_image_pulls") == 4
+
+
+# Waiting states as a kubelet writes them for pulls that failed or will never happen
+# (kubelet 1.20's pkg/kubelet/images and kuberuntime messages).
+FAILED_STATES = [
+    (
+        "ErrImagePull",
+        "rpc error: code = NotFound desc = failed to pull and unpack image "
+        '"{image}": failed to resolve reference "{image}": {image}: not found',
+    ),
+    ("ImagePullBackOff", 'Back-off pulling image "{image}"'),
+    ("ErrImageNeverPull", 'Container image "{image}" is not present with pull policy of Never'),
+    (
+        "InvalidImageName",
+        'Failed to apply default image tag "{image}": couldn\'t parse image '
+        'reference "{image}": invalid reference format',
+    ),
+    ("RegistryUnavailable", None),
+    ("SignatureValidationFailed", None),
+]
+
+
+def test_pulls_in_back_off_or_failed_are_not_queued(
+    apiserver, namespace, containerd, registry, make_collector, kubeconfig_for
+):
+    tag = uuid.uuid4().hex[:8]
+    node = f"node-{tag}"  # its own node: other tests' pods wait for their own containerd
+    c = make_collector(
+        containerd.address,
+        "--kube.kubeconfig",
+        kubeconfig_for("imagepull", ImagePullCollector.needs_in("node").rbac_rules),
+        "--kube.node-name",
+        node,
+    )
+    scrape_until(c, "kubescale_image_pulls_queued", 0)
+    for i, (reason, message) in enumerate(FAILED_STATES):
+        image = f"{registry.host}/failed-{tag}-{i}:v1"
+        add_pod(
+            apiserver,
+            namespace,
+            f"failed-{i}",
+            image,
+            reason=reason,
+            node=node,
+            message=message and message.format(image=image),
+        )
+    # One container really waits for a slot, for an image another pod's pull failed on:
+    # the image is queued once (for the waiter) and failing once (for the failed one).
+    add_pod(apiserver, namespace, "waiter", f"{registry.host}/failed-{tag}-0:v1", node=node)
+    families = scrape_until(c, "kubescale_image_pulls_failing", len(FAILED_STATES))
+    assert sample(families, "kubescale_image_pulls_queued") == 1
+    apiserver.admin.delete(f"/api/v1/namespaces/{namespace}/pods/waiter")
+    families = scrape_until(c, "kubescale_image_pulls_queued", 0)
+    assert sample(families, "kubescale_image_pulls_failing") == len(FAILED_STATES)
+    # Back-off over: the kubelet pulls again and reports ContainerCreating.
+    base = f"/api/v1/namespaces/{namespace}/pods"
+    image = f"{registry.host}/failed-{tag}-1:v1"
+    apiserver.admin.merge_patch(
+        f"{base}/failed-1/status",
+        {"status": {"containerStatuses": [waiting_status("pause", image, "ContainerCreating")]}},
+    )
+    families = scrape_until(c, "kubescale_image_pulls_queued", 1)
+    assert sample(families, "kubescale_image_pulls_failing") == len(FAILED_STATES) - 1

@@ -17,6 +17,7 @@ from kube_scale_exporter.collectors.imagepull_events import (
     parse_pulled,
 )
 from kube_scale_exporter.durations import go_duration
+from kube_scale_exporter.pullfailures import FailureCounts, RegistryLabels
 from testbed.golden import assert_golden
 from testbed.metrics import collect, sample
 
@@ -76,7 +77,22 @@ def event(message, created="2027-01-15T08:00:00Z", count=1, name="e"):
 
 
 def test_golden_exposition():
-    events = PulledEvents(since=0)
+    failures = FailureCounts(0, RegistryLabels(10), clock=lambda: 0.0)
+    events = PulledEvents(since=0, failures=failures)
+    for i, message in enumerate(
+        (
+            'Failed to pull image "nginx:1.25": rpc error: code = Unknown desc = failed to pull '
+            'and unpack image "docker.io/library/nginx:1.25": failed to copy: httpReadSeeker: '
+            "failed open: unexpected status code https://registry-1.docker.io/v2/library/nginx/"
+            "manifests/1.25: 429 Too Many Requests - Server message: toomanyrequests: You have "
+            "reached your pull rate limit.",
+            'Failed to pull image "ghcr.io/x/app:9": rpc error: code = NotFound desc = failed to '
+            'pull and unpack image "ghcr.io/x/app:9": failed to resolve reference '
+            '"ghcr.io/x/app:9": ghcr.io/x/app:9: not found',
+            "Error: ErrImagePull",
+        )
+    ):
+        failures.on_add(event(message, name=f"f{i}") | {"source": {"host": f"node-{i}"}})
     for message in (
         'Successfully pulled image "pause:3.9" in 412ms (412ms including waiting)',
         'Successfully pulled image "nginx:1.25" in 3.2s (1m0.2s including waiting)',
@@ -98,7 +114,7 @@ def test_events_from_before_the_start_do_not_count():
     assert sample(families(events.snapshot()), "kubescale_image_pull_duration_seconds_count") == 1
 
 
-def post_event(api, ns, reason, message, count=1):
+def post_event(api, ns, reason, message, count=1, host="node-a"):
     name = "ev-" + uuid.uuid4().hex[:10]
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     api.admin.create(
@@ -112,7 +128,7 @@ def post_event(api, ns, reason, message, count=1):
             "count": count,
             "firstTimestamp": now,
             "lastTimestamp": now,
-            "source": {"component": "kubelet", "host": "node-a"},
+            "source": {"component": "kubelet", "host": host},
         },
     )
     return name

@@ -93,6 +93,16 @@ def advise(state: PullState) -> list[Finding]:
                 "blob resumes it.",
             )
         )
+    found += _containerd(state)
+    if state.failing:
+        found.append(
+            Finding(
+                "info",
+                f"{state.failing} image(s) of waiting containers are in "
+                f"pull back-off or failed; the cluster-mode "
+                f"kubescale_image_pull_failures_total says which registry and why",
+            )
+        )
     if state.preload_missing:
         names = "\n".join(f"  {n}" for n in state.preload_missing)
         found.append(
@@ -102,6 +112,73 @@ def advise(state: PullState) -> list[Finding]:
                 f"baked into this node are missing",
                 f"Missing:\n{names}\nRebuild the node image with them, or pre-pull them with a "
                 f"DaemonSet before scheduling workloads here.",
+            )
+        )
+    return found
+
+
+# containerd's default; it replaced dockershim's 1m progress deadline because 1m cancelled
+# pulls of big images whose layers stall while the registry or the disk catches up.
+BIG_IMAGE_TIMEOUT = 300.0
+
+
+def _containerd(state: PullState) -> list[Finding]:
+    """containerd's pull settings against what big images need and --image-pull.stall-after."""
+    settings = state.containerd
+    if settings is None:
+        return [Finding("info", f"containerd pull settings unknown: {state.containerd_error}")]
+    timeout = settings.progress_timeout
+    # 0 is also containerd 1.6, which has no such timeout at all.
+    never = "none: a pull that stops moving is never cancelled (the stall alert is the signal)"
+    shown = "unknown" if timeout is None else never if timeout == 0 else _age(timeout)
+    found = [
+        Finding(
+            "info",
+            f"containerd pulls {settings.max_concurrent_downloads or 'all'} "
+            f"layer(s) at once ({settings.downloads_key}); progress timeout {shown}",
+        )
+    ]
+    if settings.missing:
+        found.append(
+            Finding(
+                "info",
+                "containerd config imports not found (skipped by "
+                "containerd 2; check they are mounted): " + ", ".join(settings.missing),
+            )
+        )
+    if settings.ignored_downloads is not None and (
+        settings.ignored_downloads != settings.max_concurrent_downloads
+    ):
+        found.append(
+            Finding(
+                "warning",
+                f"max_concurrent_downloads = {settings.ignored_downloads} in the CRI images "
+                f"plugin is ignored: containerd 2 pulls through the transfer service, which "
+                f"downloads {settings.max_concurrent_downloads} layer(s) at once",
+                f"Set it where it is read:\n  [plugins.'io.containerd.transfer.v1.local']\n"
+                f"    max_concurrent_downloads = {settings.ignored_downloads}\nand restart "
+                f"containerd.",
+            )
+        )
+    if timeout is not None and 0 < timeout < BIG_IMAGE_TIMEOUT:
+        found.append(
+            Finding(
+                "warning",
+                f"image_pull_progress_timeout is {_age(timeout)}: a big image whose layer "
+                f"makes no progress that long is cancelled and pulled again from the start",
+                'Set image_pull_progress_timeout = "5m" or more in containerd\'s CRI config '
+                "(version 3: [plugins.'io.containerd.cri.v1.images']; version 2: "
+                '[plugins."io.containerd.grpc.v1.cri"]) and restart containerd.',
+            )
+        )
+    if timeout and state.stall_after > timeout / 2:
+        found.append(
+            Finding(
+                "warning",
+                f"--image-pull.stall-after ({_age(state.stall_after)}) is not well inside "
+                f"containerd's progress timeout ({_age(timeout)}): a stalled pull is cancelled "
+                f"before, or just after, this exporter calls it stalled",
+                f"Set --image-pull.stall-after to at most {_age(timeout / 2)}.",
             )
         )
     return found

@@ -14,13 +14,28 @@ from kube_scale_exporter.collectors.imagepull.kubelet import (
     DEFAULT_KUBELET_CONFIG,
     KubeletConfigFile,
 )
-from kube_scale_exporter.collectors.imagepull.pods import images_wanted, start_pod_watch
+from kube_scale_exporter.collectors.imagepull.pods import (
+    images_failing,
+    images_wanted,
+    start_pod_watch,
+)
 from kube_scale_exporter.collectors.imagepull.state import PullState, combine, families
 from kube_scale_exporter.containerd import pulls as pullmap
-from kube_scale_exporter.containerd.client import DEFAULT_ADDRESS, ContainerdClient, socket_path
+from kube_scale_exporter.containerd import config as containerd_config
+from kube_scale_exporter.containerd.client import (
+    DEFAULT_ADDRESS,
+    ContainerdClient,
+    ContainerdError,
+    socket_path,
+)
 from kube_scale_exporter.containerd.reference import parse
 from kube_scale_exporter.flagtypes import duration
 from kube_scale_exporter.registry import Collector, HostPath, Needs, UsageError
+
+
+CONTAINERD_CONFIG_DIR = os.path.dirname(containerd_config.DEFAULT_CONFIG)
+# containerd's version is asked again this often: it changes only with an upgrade.
+VERSION_TTL = 600.0
 
 
 class ImagePullCollector(Collector):
@@ -31,8 +46,9 @@ class ImagePullCollector(Collector):
     default_enabled = True
     default_condition = " where --containerd.address exists"
     help = (
-        "Image pulls on this node from containerd (downloading, queued, stalled), the "
-        "kubelet's pull settings and missing preloaded images."
+        "Image pulls on this node from containerd (downloading, queued, failing, "
+        "stalled), containerd's and the kubelet's pull settings and missing preloaded "
+        "images."
     )
     # The pod watch is filtered to this node's pods, which RBAC cannot express; containerd's
     # socket is node root, so its group is all the pod joins (docs/deploy.md).
@@ -42,6 +58,8 @@ class ImagePullCollector(Collector):
             host_paths=(
                 HostPath("containerd-socket", DEFAULT_ADDRESS, "Socket"),
                 HostPath("kubelet-config", DEFAULT_KUBELET_CONFIG, "File"),
+                # The directory, not the file: drop-ins it imports live beside it.
+                HostPath("containerd-config", CONTAINERD_CONFIG_DIR, "Directory"),
             ),
             socket_group=True,
         )
@@ -70,6 +88,15 @@ class ImagePullCollector(Collector):
             default=3.0,
             metavar="DURATION",
             help="Longest one containerd call may take (default 3s).",
+        )
+        group.add_argument(
+            "--containerd.config",
+            dest="containerd_config",
+            default=None,
+            metavar="PATH",
+            help=f"containerd's config file, with the files it imports mounted beside it "
+            f"(default {containerd_config.DEFAULT_CONFIG}; its series are absent "
+            f"while it is unreadable).",
         )
         group.add_argument(
             "--kubelet.config-file",
@@ -116,6 +143,9 @@ class ImagePullCollector(Collector):
         path = args.kubelet_config_file
         if path is not None and not os.path.isfile(path):
             raise UsageError(f"--kubelet.config-file: no such file: {path!r}")
+        path = args.containerd_config
+        if path is not None and not os.path.isfile(path):
+            raise UsageError(f"--containerd.config: no such file: {path!r}")
         for item in cls._preload_items(args):
             try:
                 parse(item)
@@ -131,6 +161,8 @@ class ImagePullCollector(Collector):
         self.stall_after = args.image_pull_stall_after
         self.preload = [parse(i) for i in self._preload_items(args)]
         self.kubelet = KubeletConfigFile(args.kubelet_config_file or DEFAULT_KUBELET_CONFIG)
+        self.containerd_config = args.containerd_config or containerd_config.DEFAULT_CONFIG
+        self._version: tuple = (None, float("-inf"))  # ((major, minor) or None, asked at)
         self.client = None
         self.manifests = None
         self.pods = None
@@ -157,10 +189,11 @@ class ImagePullCollector(Collector):
         ingests = client.ingests()
         digests = {i.digest for i in ingests if i.digest}
         owners = self.manifests.lookup(digests) if digests else {}
-        wanted = self._wanted()
+        wanted, failing = self._wanted()
         present = None
         if wanted or self.preload:
             present = set(client.image_names())
+        settings, settings_error = self._containerd_settings(client)
         return combine(
             time.time(),
             self.stall_after,
@@ -172,15 +205,35 @@ class ImagePullCollector(Collector):
             self.preload,
             kubelet_error=self.kubelet.error,
             pods_error=self.pods_error,
+            failing=failing,
+            containerd=settings,
+            containerd_error=settings_error,
         )
 
+    def _containerd_settings(self, client):
+        """(PullSettings or None, why not); a config that cannot be read costs its series,
+        not the scrape. The files are read every scrape: a few KB, well under 1 ms."""
+        version, asked = self._version
+        if time.monotonic() - asked > VERSION_TTL:
+            try:
+                version = containerd_config.parse_version(client.version())
+            except ContainerdError:
+                version = None  # decided by the config's version, see config.settings
+            self._version = (version, time.monotonic())
+        try:
+            return containerd_config.settings(self.containerd_config, version), None
+        except containerd_config.ConfigError as exc:
+            return None, f"containerd config {exc}"
+
     def _wanted(self):
-        """images_wanted of the cached pods, worked out again only when the cache moved."""
+        """(images_wanted, images_failing) of the cached pods, worked out again only when
+        the cache moved; (None, None) while the pods are not known."""
         if self.pods is None or not self.pods.has_synced:
-            return None
+            return None, None
         version = self.pods.resource_version
         if version is None or version != self._wanted_at[0]:
-            self._wanted_at = (version, images_wanted(self.pods.items()))
+            items = list(self.pods.items())
+            self._wanted_at = (version, (images_wanted(items), images_failing(items)))
         return self._wanted_at[1]
 
     families = staticmethod(families)

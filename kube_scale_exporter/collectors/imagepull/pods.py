@@ -17,6 +17,19 @@ log = logging.getLogger(__name__)
 # Waiting reasons that do not mean "needs its image now": the container waits for the
 # pod's init containers, and the kubelet has not asked for its image yet.
 NOT_PULLING_YET = frozenset({"PodInitializing"})
+# Waiting reasons the kubelet gives a container whose pull failed, is in back-off, or will
+# never happen: such an image does not wait for a pull slot, so it is not queued (the
+# serialized-backlog alerts would otherwise fire on a node that only has a typo'd image).
+PULL_FAILED = frozenset(
+    {
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "RegistryUnavailable",
+        "SignatureValidationFailed",
+    }
+)
 
 
 def _rfc3339(value) -> float | None:
@@ -26,7 +39,7 @@ def _rfc3339(value) -> float | None:
 
 
 def _waiting_containers(pod: dict):
-    """The specs of the pod's containers whose image is wanted now."""
+    """(spec, waiting reason or None) of the pod's containers whose image is wanted now."""
     status = pod.get("status") or {}
     if status.get("phase") in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
         return
@@ -41,20 +54,23 @@ def _waiting_containers(pod: dict):
             if s is None:
                 # Not reported by the kubelet yet: the pod was just bound to this node.
                 if status.get("phase", "Pending") == "Pending":
-                    yield container
+                    yield container, None
                 continue
             waiting = (s.get("state") or {}).get("waiting")
             if waiting is not None and waiting.get("reason") not in NOT_PULLING_YET:
-                yield container
+                yield container, waiting.get("reason")
 
 
 def images_wanted(pods) -> dict[str, tuple[Reference, float | None]]:
-    """Image name -> (reference, since when a pod on this node waits for it)."""
+    """Image name -> (reference, since when a pod on this node waits for it), for images
+    some container waits to pull; containers whose pull failed (PULL_FAILED) are left out."""
     wanted: dict[str, tuple[Reference, float | None]] = {}
     for pod in pods:
         status = pod.get("status") or {}
         since = _rfc3339(status.get("startTime") or pod["metadata"].get("creationTimestamp"))
-        for container in _waiting_containers(pod):
+        for container, reason in _waiting_containers(pod):
+            if reason in PULL_FAILED:
+                continue
             try:
                 ref = parse(container.get("image") or "")
             except ValueError:
@@ -63,6 +79,21 @@ def images_wanted(pods) -> dict[str, tuple[Reference, float | None]]:
             if known is None or (since is not None and (known[1] is None or since < known[1])):
                 wanted[ref.name] = (ref, since)
     return wanted
+
+
+def images_failing(pods) -> set[str]:
+    """Images of containers whose pull failed or backs off (by containerd name where the
+    reference parses; an InvalidImageName one as written)."""
+    failing = set()
+    for pod in pods:
+        for container, reason in _waiting_containers(pod):
+            if reason in PULL_FAILED:
+                image = container.get("image") or ""
+                try:
+                    failing.add(parse(image).name)
+                except ValueError:
+                    failing.add(image)
+    return failing
 
 
 def pod_summary(pod: dict) -> dict:
@@ -78,8 +109,14 @@ def pod_summary(pod: dict) -> dict:
         out = []
         for s in status.get(key) or ():
             waiting = (s.get("state") or {}).get("waiting")
+            # The reason only: an ErrImagePull message holds the whole registry error.
             out.append(
-                {"name": s.get("name"), "state": {} if waiting is None else {"waiting": waiting}}
+                {
+                    "name": s.get("name"),
+                    "state": {}
+                    if waiting is None
+                    else {"waiting": {"reason": waiting.get("reason")}},
+                }
             )
         return out
 

@@ -1,15 +1,19 @@
 """Image pulls on this node: what is downloading, what waits for a pull slot, what is stuck.
 
-Sources: containerd's content ingests and images (gRPC socket, namespace k8s.io), the
-pods on this node (one watch filtered on spec.nodeName) and the kubelet's config file.
-No series has a label, so a node costs at most nine series.
+Sources: containerd's content ingests, images and version (gRPC socket, namespace
+k8s.io) and its config file (containerd/config.py), the pods on this node (one watch
+filtered on spec.nodeName) and the kubelet's config file. No series has a label, so a
+node costs at most twelve series.
 
     # HELP kubescale_image_pulls_in_progress Images downloading now (containerd ingests grouped by manifest).
     # TYPE kubescale_image_pulls_in_progress gauge
     kubescale_image_pulls_in_progress 2.0
-    # HELP kubescale_image_pulls_queued Images needed by waiting containers on this node, neither present nor downloading.
+    # HELP kubescale_image_pulls_queued Images waiting for a pull slot on this node: needed by waiting containers, neither present nor downloading, not in pull back-off or failed.
     # TYPE kubescale_image_pulls_queued gauge
     kubescale_image_pulls_queued 3.0
+    # HELP kubescale_image_pulls_failing Images of waiting containers on this node whose pull failed or is in back-off (ErrImagePull, ImagePullBackOff and the like).
+    # TYPE kubescale_image_pulls_failing gauge
+    kubescale_image_pulls_failing 1.0
     # HELP kubescale_image_pull_oldest_seconds Age of the oldest unfinished pull, queued or in progress (0 when none).
     # TYPE kubescale_image_pull_oldest_seconds gauge
     kubescale_image_pull_oldest_seconds 1805.0
@@ -28,12 +32,21 @@ No series has a label, so a node costs at most nine series.
     # HELP kubescale_kubelet_max_parallel_image_pulls Pulls the kubelet runs at once (maxParallelImagePulls; 0 means no limit).
     # TYPE kubescale_kubelet_max_parallel_image_pulls gauge
     kubescale_kubelet_max_parallel_image_pulls 1.0
+    # HELP kubescale_containerd_max_concurrent_downloads Layers one containerd pull downloads at once (the setting in force: CRI, or the transfer service on 2.x; 0 means no limit).
+    # TYPE kubescale_containerd_max_concurrent_downloads gauge
+    kubescale_containerd_max_concurrent_downloads 3.0
+    # HELP kubescale_containerd_image_pull_progress_timeout_seconds containerd's CRI image_pull_progress_timeout: a pull with no progress for this long is cancelled (0: never).
+    # TYPE kubescale_containerd_image_pull_progress_timeout_seconds gauge
+    kubescale_containerd_image_pull_progress_timeout_seconds 300.0
     # HELP kubescale_image_preload_missing Images listed in --image-pull.preload that are not present.
     # TYPE kubescale_image_preload_missing gauge
     kubescale_image_preload_missing 0.0
 
-`queued` is absent until the pod watch has synced (or when the API is not configured);
-the kubelet series are absent without a readable kubelet config file; `preload_missing`
+`queued` and `failing` are absent until the pod watch has synced (or when the API is
+not configured); the kubelet series are absent without a readable kubelet config file,
+the containerd ones without a readable containerd config (the progress timeout also
+when containerd's version cannot be asked and a version 2 file could be 1.6 or 1.7;
+1.6 has none: 0); `preload_missing`
 is absent without --image-pull.preload. See docs/imagepull.md for how ingests are
 mapped to images and the limits of that mapping.
 """
@@ -48,6 +61,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletPullSettings
 from kube_scale_exporter.containerd import pulls as pullmap
 from kube_scale_exporter.containerd.client import Ingest
+from kube_scale_exporter.containerd.config import PullSettings
 from kube_scale_exporter.containerd.reference import Reference
 
 
@@ -59,12 +73,15 @@ class PullState:
     stall_after: float
     pulls: list[pullmap.Pull]
     queued: list[tuple[Reference, float | None]] | None  # None: pods not known
+    failing: int | None  # images in pull back-off or failed; None: pods not known
     waiting_since: list[float]  # when pods began waiting for each image not present
     kubelet: KubeletPullSettings | None
     kubelet_error: str | None = None
     preload_missing: list[str] | None = None  # None: no --image-pull.preload
     preload_total: int = 0
     pods_error: str | None = None
+    containerd: PullSettings | None = None
+    containerd_error: str | None = None
     stalled: list[pullmap.Pull] = field(init=False)
     oldest_seconds: float = field(init=False)
 
@@ -85,11 +102,15 @@ def combine(
     preload: list[Reference],
     kubelet_error=None,
     pods_error=None,
+    failing: set[str] | None = None,
+    containerd=None,
+    containerd_error=None,
 ) -> PullState:
     """Combine the sources into a PullState (pure: the golden test feeds it fixed input).
 
-    `wanted` is images_wanted(pods) or None when pods are not known; `present` is the
-    set of image names containerd has (None when it was not needed)."""
+    `wanted` is images_wanted(pods) or None when pods are not known, `failing`
+    images_failing(pods); `present` is the set of image names containerd has (None when
+    it was not needed); `containerd` its pull settings (config.PullSettings) or None."""
     in_progress = pullmap.group(ingests, owners)
     present = present or set()
     queued, waiting_since = None, []
@@ -108,6 +129,9 @@ def combine(
         stall_after=stall_after,
         pulls=in_progress,
         queued=queued,
+        failing=None if wanted is None else len(failing or ()),
+        containerd=containerd,
+        containerd_error=containerd_error,
         waiting_since=waiting_since,
         kubelet=kubelet,
         kubelet_error=kubelet_error,
@@ -134,9 +158,19 @@ def families(state: PullState) -> list[Metric]:
         out.append(
             gauge(
                 "kubescale_image_pulls_queued",
-                "Images needed by waiting containers on this node, neither present "
-                "nor downloading.",
+                "Images waiting for a pull slot on this node: needed by waiting "
+                "containers, neither present nor downloading, not in pull back-off "
+                "or failed.",
                 len(state.queued),
+            )
+        )
+    if state.failing is not None:
+        out.append(
+            gauge(
+                "kubescale_image_pulls_failing",
+                "Images of waiting containers on this node whose pull failed or is "
+                "in back-off (ErrImagePull, ImagePullBackOff and the like).",
+                state.failing,
             )
         )
     out += [
@@ -174,6 +208,24 @@ def families(state: PullState) -> list[Metric]:
                 state.kubelet.max_parallel,
             ),
         ]
+    if state.containerd is not None:
+        out.append(
+            gauge(
+                "kubescale_containerd_max_concurrent_downloads",
+                "Layers one containerd pull downloads at once (the setting in force: "
+                "CRI, or the transfer service on 2.x; 0 means no limit).",
+                state.containerd.max_concurrent_downloads,
+            )
+        )
+        if state.containerd.progress_timeout is not None:
+            out.append(
+                gauge(
+                    "kubescale_containerd_image_pull_progress_timeout_seconds",
+                    "containerd's CRI image_pull_progress_timeout: a pull with no "
+                    "progress for this long is cancelled (0: never).",
+                    state.containerd.progress_timeout,
+                )
+            )
     if state.preload_missing is not None:
         out.append(
             gauge(
