@@ -157,7 +157,8 @@ def remotes(registry, workdir):
     auth.stop()
     limited.shutdown()
     silent.close()
-    loop.call_soon_threadsafe(loop.stop)
+    # The freezing proxy's loop is left to its daemon thread: stopping it would destroy the
+    # frozen connections' pending tasks noisily, and it holds nothing outside this process.
 
 
 def cri_containerd(bin_dir, hosts, version, timeout="2s", local_pull=False):
