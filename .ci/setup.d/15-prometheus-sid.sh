@@ -10,6 +10,7 @@
 #
 # When both binaries run, this does nothing (~7 s and ~60 MB of download otherwise).
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 
 CACHE=/var/cache/kube-scale-exporter/prometheus-sid
 PROMETHEUS3_BIN="${PROMETHEUS3_BIN:-$CACHE/root/usr/bin/prometheus}"
@@ -21,41 +22,7 @@ if [[ -x "$PROMTOOL3_BIN" && -x "$PROMETHEUS3_BIN" ]] \
     exit 0
 fi
 
-work="$(mktemp -d /var/tmp/prometheus-sid.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
-apt_dir="$work/apt"
-mkdir -p "$apt_dir/sources.list.d" "$apt_dir/lists/partial" "$work/archives/partial"
-cat >"$apt_dir/sources.list.d/sid.sources" <<SOURCES
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: sid
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SOURCES
-apt_opts=(
-    -o "Dir::Etc::SourceList=/dev/null"
-    -o "Dir::Etc::SourceParts=$apt_dir/sources.list.d"
-    -o "Dir::State::Lists=$apt_dir/lists"
-    -o "Dir::Cache::Archives=$work/archives"
-    -o "APT::Sandbox::User=root"
-)
-apt-get "${apt_opts[@]}" update -q >/dev/null
-(cd "$work" && apt-get "${apt_opts[@]}" download -q prometheus promtool >/dev/null)
-debs=("$work"/prometheus_*.deb "$work"/promtool_*.deb)
-for deb in "${debs[@]}"; do
-    [[ -f "$deb" ]] || { echo "prometheus (sid): apt-get download gave no $deb" >&2; exit 1; }
-done
-
-# Unpack beside the cache, then swap it in: a half-written tree is never left behind.
-mkdir -p "$(dirname "$CACHE")"
-rm -rf "$CACHE.new"
-mkdir -p "$CACHE.new"
-for deb in "${debs[@]}"; do
-    dpkg-deb -x "$deb" "$CACHE.new/root"
-    cp "$deb" "$CACHE.new/"
-done
-rm -rf "$CACHE"
-mv "$CACHE.new" "$CACHE"
+sid_unpack "$CACHE" prometheus promtool
 "$CACHE/root/usr/bin/promtool" --version
 "$CACHE/root/usr/bin/prometheus" --version
-echo "prometheus (sid): unpacked ${debs[*]##*/} into $CACHE"
+echo "prometheus (sid): unpacked into $CACHE"
