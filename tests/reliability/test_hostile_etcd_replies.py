@@ -184,7 +184,10 @@ def test_a_member_list_past_the_cap_fails_the_cluster_with_bounded_series(export
     assert series == [], len(series)
     hold(exporter)
     threads = int(open(f"/proc/{exporter.proc.pid}/status").read().split("Threads:")[1].split()[0])
-    assert threads < 30, threads
+    # Threads must not follow the member count (2,000 members once started ~1,000); the
+    # rest is the process's own: HTTP workers start on demand, up to --web.max-requests + 8,
+    # so a loaded machine answering the test's scrapes slowly can add a few.
+    assert threads < 64, threads
     grew = peak(exporter) - before
     print(f"{n} members: {len(series)} etcd series, {threads} threads, peak +{grew:.1f} MiB")
     assert grew < SLACK_MIB
