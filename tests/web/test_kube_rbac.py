@@ -134,8 +134,9 @@ def test_the_cache_bounds_token_reviews(apiserver, accounts, scripted, serve_rba
 # a process of their own (in ours they would share the server's GIL); prints the count
 # of each status when stdin closes.
 FLOOD = """
-import collections, secrets, sys, threading, requests
+import collections, secrets, sys, threading, time, requests
 url, n = sys.argv[1], int(sys.argv[2])
+began = time.monotonic()
 codes, stop = collections.Counter(), threading.Event()
 def flood():
     s = requests.Session()
@@ -154,6 +155,7 @@ sys.stdin.read()
 stop.set()
 for t in threads:
     t.join(15)
+print(time.monotonic() - began)
 print(dict(codes))
 """
 
@@ -209,13 +211,14 @@ def test_a_flood_of_bad_tokens_does_not_delay_the_good_scraper(
     finally:
         flood.kill()
     reviews = token_reviews(apiserver) - before
-    codes = ast.literal_eval(out.strip().splitlines()[-1])
+    *_, elapsed, last = out.strip().splitlines()
+    codes, flood_lasted = ast.literal_eval(last), float(elapsed)
     report = (
         f"good scraper: quiet p50 {statistics.median(quiet) * 1000:.1f} ms "
         f"max {max(quiet) * 1000:.1f} ms; beside 120 bad-token clients p50 "
         f"{statistics.median(loud) * 1000:.1f} ms max {max(loud) * 1000:.1f} ms; "
         f"flood answers {codes} in {flood_seconds:.1f}s; {reviews:g} TokenReviews "
-        f"({reviews / flood_seconds:.1f}/s)"
+        f"({reviews / flood_seconds:.1f}/s; the flood process ran {flood_lasted:.1f}s)"
     )
     report += f"; good scraper answers {dict(collections.Counter(statuses))}"
     print(("kube-rbac: " if rbac else "open: ") + report)
@@ -226,8 +229,10 @@ def test_a_flood_of_bad_tokens_does_not_delay_the_good_scraper(
     # Every good scrape answered 200, none slowed past 0.5 s.
     assert set(statuses) == {200}, report
     assert max(loud) < 0.5, report
-    # Reviews of unknown tokens are rate-bounded: 20/s after a burst of 20.
-    assert reviews <= kuberbac.REVIEWS_PER_SECOND * (flood_seconds + 2) + 20, report
+    # Reviews of unknown tokens are rate-bounded: 20/s after a burst of 20, over the whole
+    # life of the flood process (on a loaded machine it takes seconds to stop its clients).
+    rate = kuberbac.REVIEWS_PER_SECOND
+    assert reviews <= rate * flood_lasted + rate + 5, report
 
 
 # --- the verdict cache, with a scripted API server -----------------------------------
