@@ -252,6 +252,7 @@ def test_failures_from_failed_events_in_a_real_apiserver(apiserver, namespace, k
             "Pulled",
             'Successfully pulled image "index.docker.io/a:1" in 1s (1s including waiting)',
         )
+        # Failed and Pulled events come through two watches: wait for both to deliver.
         deadline = time.monotonic() + 15
         while True:
             families = collect(c)
@@ -261,9 +262,15 @@ def test_failures_from_failed_events_in_a_real_apiserver(apiserver, namespace, k
                 for s in f.samples
                 if s.name == "kubescale_image_pull_failures_total"
             )
-            if total == len(REAL):
+            succeeded = sum(
+                s.value
+                for f in families
+                for s in f.samples
+                if s.name == "kubescale_image_pulls_succeeded_total"
+            )
+            if total == len(REAL) and succeeded >= 1:
                 break
-            assert time.monotonic() < deadline, total
+            assert time.monotonic() < deadline, (total, succeeded)
             time.sleep(0.2)
         # First come: the first two registries keep their names, the rest are "other".
         assert (
