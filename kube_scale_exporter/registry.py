@@ -119,6 +119,12 @@ class Collector:
     def needs_in(cls, mode: str) -> Needs:
         return cls.needs.get(mode, Needs())
 
+    @classmethod
+    def needs_for(cls, args: argparse.Namespace) -> Needs:
+        """What a pod started with these (parsed) flags needs; override where an option,
+        not the mode alone, decides (e.g. etcd's --etcd.local-access=full)."""
+        return cls.needs_in(args.mode)
+
     def __init__(self, args: argparse.Namespace):
         self.args = args
 

@@ -73,7 +73,7 @@ class Status:
     db_size: int
     db_size_in_use: int
     db_size_quota: int  # 0 when etcd does not send it (before 3.6)
-    raft_term: int
+    raft_term: int | None  # None when read from /metrics, which has no term
     raft_applied_index: int
 
     @property
@@ -276,19 +276,6 @@ class EtcdClient:
             },
             decode,
         )
-
-    def metric(self, name: str) -> float | None:
-        """One unlabelled sample from the member's /metrics, or None when it is absent."""
-        prefix = name.encode() + b" "
-        for line in self.metric_lines((prefix,)):
-            try:
-                value = float(line[len(prefix) :].split()[0])
-                if not 0 <= value < 2**63:  # also refuses NaN and Inf
-                    raise ValueError(value)
-            except (ValueError, IndexError):
-                raise EtcdError(f"{self.url}/metrics: bad sample for {name}") from None
-            return value
-        return None
 
     def metric_lines(self, prefixes: tuple[bytes, ...]) -> list[bytes]:
         """The lines of the member's /metrics that start with one of `prefixes`, in one GET.

@@ -20,13 +20,12 @@ from dataclasses import dataclass
 
 import requests
 
-from kube_scale_exporter.etcd import perf
+from kube_scale_exporter.etcd.page import WANTED, MemberMetrics, MetricsError, parse
 from kube_scale_exporter.etcd.client import EtcdClient, EtcdError, Member, Status
 from kube_scale_exporter.etcd.metrics_urls import metrics_url
 
 log = logging.getLogger(__name__)
 
-QUOTA_METRIC = perf.QUOTA
 # etcd recommends 3, 5 or 7 members and nobody runs more than a handful: a longer member
 # list is broken or hostile. Past it the cluster is down with an error naming the cap,
 # which keeps the member series (about 25 each) and the Status and /metrics fan-out bounded.
@@ -43,7 +42,7 @@ class MemberState:
     quota_source: str  # "status", "metrics" or "flag"
     alarms: frozenset[str] | None  # None when the alarm list could not be read
     # The member's own /metrics, read apart from Status: either may fail alone.
-    metrics: perf.MemberMetrics | None = None
+    metrics: MemberMetrics | None = None
     metrics_error: str | None = None
 
 
@@ -186,7 +185,7 @@ class EtcdCluster:
         except EtcdError as exc:
             return None, str(exc)
 
-    def _metrics(self, url: str | None) -> tuple[perf.MemberMetrics | None, str | None]:
+    def _metrics(self, url: str | None) -> tuple[MemberMetrics | None, str | None]:
         """The member's /metrics samples, or the error that fails only this part."""
         if url is None:
             return None, "member advertises no http(s) client URL (not started yet?)"
@@ -194,10 +193,10 @@ class EtcdCluster:
         found = None
         try:
             if where is not None:
-                found = perf.parse(self.client(where).metric_lines(perf.WANTED))
+                found = parse(self.client(where).metric_lines(WANTED))
         except EtcdError as exc:
             error = str(exc)
-        except perf.MetricsError as exc:
+        except MetricsError as exc:
             error = f"{where}/metrics: {exc}"
         # Logged when it starts or changes, not on every refresh.
         with self._lock:
@@ -211,7 +210,7 @@ class EtcdCluster:
                 self._metrics_errors.pop(url, None)
         return found, error
 
-    def _quota(self, status: Status | None, page: perf.MemberMetrics | None) -> tuple[int, str]:
+    def _quota(self, status: Status | None, page: MemberMetrics | None) -> tuple[int, str]:
         """The member's quota: from Status (etcd 3.6+), its /metrics, else --etcd.quota-bytes."""
         if status is None:
             return 0, ""

@@ -224,7 +224,9 @@ def test_local_mode_reports_only_its_member_and_counts_keys_only_beside_the_lead
     )
     per_member = {}
     for m in members:
-        collector = collector_factory("--etcd.local", f"main={m.client_url}", mode="node")
+        collector = collector_factory(
+            "--etcd.local", f"main={m.client_url}", "--etcd.local-access=full", mode="node"
+        )
         collector.count_keys()
         per_member[m.name] = samples(collector)
     for name, found in per_member.items():

@@ -6,6 +6,8 @@ import sys
 import pytest
 
 from kube_scale_exporter.cli import parse
+from kube_scale_exporter.collectors.etcd.config import local_specs, tls_files
+from kube_scale_exporter.etcd.client import TLSFiles
 
 BAD = [
     (["--etcd.cluster", "main"], "--etcd.cluster"),
@@ -52,7 +54,12 @@ BAD = [
         ["--etcd.cluster", "main=https://127.0.0.1:2379", "--etcd.cert-file", "/etc/hostname"],
         "--etcd.key-file",
     ),
-    (["--etcd.local"], "--etcd.local"),  # no kubeadm certificates on this machine
+    # no kubeadm certificates on this machine
+    (["--etcd.local", "--etcd.local-access=full"], "--etcd.local-access"),
+    (["--etcd.local-access=full"], "--etcd.local-access"),  # without --etcd.local
+    (["--etcd.local", "--etcd.local-access=root"], "--etcd.local-access"),
+    # the key-less --etcd.local already reads /metrics
+    (["--etcd.local", "--etcd.metrics-url", "main=http://127.0.0.1:2381"], "--etcd.metrics-url"),
     (
         ["--etcd.cluster", "main=http://127.0.0.1:2379", "--etcd.metrics-url", "main"],
         "--etcd.metrics-url",
@@ -147,6 +154,7 @@ def test_good_values_and_defaults():
     args, _ = parse(
         [
             "--etcd.local",
+            "--etcd.local-access=full",
             "--etcd.ca-file",
             "/etc/hostname",
             "--etcd.cert-file",
@@ -155,7 +163,11 @@ def test_good_values_and_defaults():
             "/etc/hostname",
         ]
     )
-    assert args.etcd_local == [("main", ("https://127.0.0.1:2379",))]
+    assert local_specs(args) == [("main", ("https://127.0.0.1:2379",))]
+    # Without a key by default: kubeadm's metrics listener, no TLS files, nothing to read.
+    args, _ = parse(["--etcd.local"])
+    assert local_specs(args) == [("main", ("http://127.0.0.1:2381",))]
+    assert tls_files(args) == TLSFiles()
 
 
 def test_off_unless_configured():

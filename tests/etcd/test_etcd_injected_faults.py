@@ -31,6 +31,7 @@ def test_quota_falls_back_to_the_flag_when_metrics_fail_then_returns(proxied, co
     collector = collector_factory(
         "--etcd.local",
         f"main={proxy.url}",
+        "--etcd.local-access=full",
         "--etcd.quota-bytes",
         "1Gi",
         "--etcd.min-interval",
@@ -64,7 +65,12 @@ def test_status_error_marks_the_member_down_with_etcds_answer(proxied, collector
         r"^/v3/maintenance/status", status=503, body=b'{"message":"etcdserver: leader changed"}'
     )
     collector = collector_factory(
-        "--etcd.local", f"main={proxy.url}", "--etcd.min-interval", "0.1", mode="node"
+        "--etcd.local",
+        f"main={proxy.url}",
+        "--etcd.local-access=full",
+        "--etcd.min-interval",
+        "0.1",
+        mode="node",
     )
     with pytest.raises(Exception, match="HTTP 503: etcdserver: leader changed"):
         collect(collector)
@@ -77,7 +83,12 @@ def test_hung_alarm_list_costs_one_timeout_and_only_the_alarm_series(proxied, co
     _, proxy = proxied
     proxy.inject(r"^/v3/maintenance/alarm", hang=True)
     collector = collector_factory(
-        "--etcd.local", f"main={proxy.url}", "--etcd.timeout", "0.5", mode="node"
+        "--etcd.local",
+        f"main={proxy.url}",
+        "--etcd.local-access=full",
+        "--etcd.timeout",
+        "0.5",
+        mode="node",
     )
     began = time.monotonic()
     found = samples(collector)
@@ -89,7 +100,9 @@ def test_hung_alarm_list_costs_one_timeout_and_only_the_alarm_series(proxied, co
 def test_failed_key_count_keeps_the_last_counts(proxied, collector_factory):
     etcd, proxy = proxied
     put_many(etcd.session(), etcd.client_url, ((f"/registry/pods/ns/p{i}", "x") for i in range(12)))
-    collector = collector_factory("--etcd.local", f"main={proxy.url}", mode="node")
+    collector = collector_factory(
+        "--etcd.local", f"main={proxy.url}", "--etcd.local-access=full", mode="node"
+    )
     collector.count_keys()
     first = samples(collector)
     proxy.inject(r"^/v3/kv/range", status=429, body=b'{"message":"etcdserver: too many requests"}')
@@ -123,7 +136,9 @@ def test_corrupt_alarm_is_reported_and_not_to_be_disarmed(proxied, collector_fac
         headers={"Content-Type": "application/json"},
         body=body,
     )
-    collector = collector_factory("--etcd.local", f"main={proxy.url}", mode="node")
+    collector = collector_factory(
+        "--etcd.local", f"main={proxy.url}", "--etcd.local-access=full", mode="node"
+    )
     found = samples(collector)
     assert value(found, "kubescale_etcd_alarm_active", alarm="CORRUPT", **MEMBER) == 1
     assert value(found, "kubescale_etcd_alarm_active", alarm="NOSPACE", **MEMBER) == 0

@@ -5,7 +5,7 @@ import base64
 import logging
 
 from kube_scale_exporter.collectors.etcd.advice import advise
-from kube_scale_exporter.etcd.perf import BUCKETS
+from kube_scale_exporter.etcd.page import BUCKETS
 from testbed.etcd_server import etcd_metric, put_many
 from testbed.golden import promtool_check, render, series_count
 

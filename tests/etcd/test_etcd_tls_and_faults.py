@@ -89,7 +89,11 @@ def test_local_mode_over_tls_with_given_certificates(tmp_path, etcd_factory, col
     tls = make_tls(tmp_path / "pki")
     etcd = etcd_factory(version="3.5", tls=tls)
     collector = collector_factory(
-        "--etcd.local", f"main={etcd.client_url}", *tls_flags(tls), mode="node"
+        "--etcd.local",
+        f"main={etcd.client_url}",
+        "--etcd.local-access=full",
+        *tls_flags(tls),
+        mode="node",
     )
     assert value(samples(collector), "kubescale_etcd_member_up", **MEMBER) == 1
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kube_scale_exporter.collectors.etcd.state import EtcdState
-from kube_scale_exporter.etcd.perf import Histogram
+from kube_scale_exporter.etcd.page import Histogram
 from kube_scale_exporter.etcd.client import TLSFiles
 from kube_scale_exporter.registry import Finding
 
@@ -64,6 +64,18 @@ def _slow_disk(
     )
 
 
+METRICS_ONLY_NOTE = (
+    "Read through its /metrics alone (--etcd.local-access=metrics): no alarm list, raft "
+    "term or key counts. A raised NOSPACE shows as refused writes. --etcd.local-access=full "
+    "reads them with a client key that can read, write and delete every key in etcd."
+)
+REFUSED_ADVICE = (
+    "etcd answers ResourceExhausted when its database is over the quota or NOSPACE is "
+    'raised ("database space exceeded"), and when applying lags committing ("too many '
+    "requests\"). See the alarms with etcdctl alarm list and the member's log."
+)
+
+
 def _mib(n: float) -> str:
     return f"{n / 1024**2:,.0f} MiB"
 
@@ -74,8 +86,10 @@ def advise(state: EtcdState) -> list[Finding]:
     Commands name the member URLs and TLS files the exporter uses, so they run as printed.
     """
     out = []
-    tls = state.tls
     for cluster in state.clusters:
+        # A cluster read through /metrics alone has no client URL for etcdctl to use.
+        metrics_only = cluster.name in state.metrics_only
+        tls = TLSFiles() if metrics_only else state.tls
         if not cluster.up:
             out.append(
                 Finding(
@@ -85,6 +99,10 @@ def advise(state: EtcdState) -> list[Finding]:
                 )
             )
             continue
+        if metrics_only:
+            out.append(
+                Finding("info", f"etcd {cluster.name}: watched without a key", METRICS_ONLY_NOTE)
+            )
         answering = [m for m in cluster.members if m.status is not None]
         nospace = [m.name for m in answering if m.alarms and "NOSPACE" in m.alarms]
         if nospace:
@@ -93,7 +111,7 @@ def advise(state: EtcdState) -> list[Finding]:
                     "critical",
                     f"etcd {cluster.name}: alarm NOSPACE is raised on {', '.join(nospace)} "
                     "(writes are refused)",
-                    nospace_advice(etcdctl(answering[0].url, tls)),
+                    nospace_advice(etcdctl(None if metrics_only else answering[0].url, tls)),
                 )
             )
         for m in cluster.members:
@@ -111,6 +129,15 @@ def advise(state: EtcdState) -> list[Finding]:
                     )
                 )
             else:
+                refused = m.metrics.writes_refused
+                if refused:
+                    out.append(
+                        Finding(
+                            "warning",
+                            f"{where}: refused {refused:,.0f} writes since it started",
+                            REFUSED_ADVICE,
+                        )
+                    )
                 for name, attr, bound, guide in SLOW_DISK:
                     slow = _slow_disk(where, name, getattr(m.metrics, attr), bound, guide)
                     if slow:
@@ -139,7 +166,7 @@ def advise(state: EtcdState) -> list[Finding]:
                         f"{where}: {_mib(free)} of the {_mib(s.db_size)} database is "
                         "free pages; a defragment returns them",
                         "# one member at a time: the member blocks while it defragments\n"
-                        f"{etcdctl(m.url, tls)} defrag",
+                        f"{etcdctl(None if metrics_only else m.url, tls)} defrag",
                     )
                 )
         counts = state.keys.get(cluster.name, ({}, 0))[0]

@@ -22,8 +22,11 @@ client URL or --etcd.metrics-url) with our etcd_cluster and member labels:
     # HELP kubescale_etcd_range_requests_total Range requests the member answered, any result (grpc_server_handled_total of etcdserverpb.KV Range): the apiservers' GETs and LISTs. Resets when the member restarts.
     # TYPE kubescale_etcd_range_requests_total counter
     kubescale_etcd_range_requests_total{etcd_cluster="main",member="m0"} 120000.0
+    # HELP kubescale_etcd_writes_refused_total Writes (KV Put and Txn) the member refused with ResourceExhausted: database space exceeded (over the quota, or a NOSPACE alarm raised) or too many requests (applying lags). Resets when the member restarts.
+    # TYPE kubescale_etcd_writes_refused_total counter
+    kubescale_etcd_writes_refused_total{etcd_cluster="main",member="m0"} 0.0
 
-15 series per member whose page was read (1 + 2 x 6 + 2), 1 for one whose page was not.
+16 series per member whose page was read (1 + 2 x 6 + 3), 1 for one whose page was not.
 A member whose /metrics cannot be read fails only these series: its Status series stay.
 """
 
@@ -77,6 +80,13 @@ def performance_families(clusters: list[ClusterState]) -> list[Metric]:
         "LISTs. Resets when the member restarts.",
         labels=mem,
     )
+    refused = CounterMetricFamily(
+        "kubescale_etcd_writes_refused",
+        "Writes (KV Put and Txn) the member refused with ResourceExhausted: database space "
+        "exceeded (over the quota, or a NOSPACE alarm raised) or too many requests "
+        "(applying lags). Resets when the member restarts.",
+        labels=mem,
+    )
     for cluster in clusters:
         for m in cluster.members:
             labels = [cluster.name, m.name]
@@ -93,4 +103,6 @@ def performance_families(clusters: list[ClusterState]) -> list[Metric]:
                 sent.add_metric(labels, page.sent_bytes)
             if page.range_requests is not None:
                 ranges.add_metric(labels, page.range_requests)
-    return [up, fsync, commit, sent, ranges]
+            if page.writes_refused is not None:
+                refused.add_metric(labels, page.writes_refused)
+    return [up, fsync, commit, sent, ranges, refused]

@@ -2,15 +2,15 @@
 
 Off by default; on with --etcd.cluster NAME=URL[,URL...] (cluster mode: members are
 discovered and each is asked at its own client URL) or --etcd.local (a DaemonSet pod on
-an etcd node: only the local member, kubeadm's certificates). Member status is read on
-scrape but at most once per --etcd.min-interval; key counts are refreshed in the
-background once per --etcd.keys-interval. Exposition (etcd_cluster is the name given in
-the flag, member the etcd member's name):
+an etcd node: only the local member, by default through its key-less /metrics). Member
+status is read on scrape but at most once per --etcd.min-interval; key counts are
+refreshed in the background once per --etcd.keys-interval. Exposition (etcd_cluster is
+the name given in the flag, member the etcd member's name):
 
     # HELP kubescale_etcd_up Whether any member of the etcd cluster answered at the last refresh (at most one per --etcd.min-interval).
     # TYPE kubescale_etcd_up gauge
     kubescale_etcd_up{etcd_cluster="main"} 1.0
-    # HELP kubescale_etcd_member_up Whether the member answered its Status request at the last refresh.
+    # HELP kubescale_etcd_member_up Whether the member answered at the last refresh: its Status request, or its /metrics with --etcd.local-access=metrics.
     # TYPE kubescale_etcd_member_up gauge
     kubescale_etcd_member_up{etcd_cluster="main",member="m0"} 1.0
     # HELP kubescale_etcd_db_size_bytes Size of the member's backend database file; etcd refuses writes when it reaches the quota.
@@ -45,7 +45,14 @@ the flag, member the etcd member's name):
     # TYPE kubescale_etcd_keys_refresh_timestamp_seconds gauge
     kubescale_etcd_keys_refresh_timestamp_seconds{etcd_cluster="main"} 1.7e+09
 
-Then each member's disk latency and read load, from its own /metrics: performance.py.
+Then each member's disk latency, read load and refused writes, from its own /metrics:
+performance.py.
+
+With --etcd.local-access=metrics (the default of --etcd.local) the member's /metrics stands
+in for Status (etcd/page.py): the same series but kubescale_etcd_alarm_active,
+kubescale_etcd_raft_term and the key counts, and member is the member's id in hex (its
+name is in the member list, which needs a client certificate). A raised NOSPACE shows
+there as kubescale_etcd_writes_refused_total rising.
 
 The collector fails only when no configured cluster answers; a cluster or member that
 does not answer shows kubescale_etcd_up / kubescale_etcd_member_up 0 and no other Status
@@ -75,6 +82,9 @@ class EtcdState:
     keys: dict[str, tuple[dict[str, int], float]]
     keys_interval: float
     tls: TLSFiles = NO_TLS  # what advice's etcdctl commands pass
+    # Clusters read through /metrics alone (--etcd.local-access=metrics): no alarm list,
+    # raft term or key counts, and no client URL for etcdctl.
+    metrics_only: frozenset[str] = frozenset()
 
 
 def families(state: EtcdState) -> list[Metric]:
@@ -89,7 +99,8 @@ def families(state: EtcdState) -> list[Metric]:
     )
     member_up = GaugeMetricFamily(
         "kubescale_etcd_member_up",
-        "Whether the member answered its Status request at the last refresh.",
+        "Whether the member answered at the last refresh: its Status request, or its "
+        "/metrics with --etcd.local-access=metrics.",
         labels=mem,
     )
     size = GaugeMetricFamily(
@@ -158,7 +169,8 @@ def families(state: EtcdState) -> list[Metric]:
                 for name in ALARMS:
                     alarm.add_metric([*labels, name], 1.0 if name in m.alarms else 0.0)
             leader.add_metric(labels, 1.0 if m.status.is_leader else 0.0)
-            term.add_metric(labels, m.status.raft_term)
+            if m.status.raft_term is not None:
+                term.add_metric(labels, m.status.raft_term)
             applied.add_metric(labels, m.status.raft_applied_index)
         if cluster.name in keys:
             counts, when = keys[cluster.name]

@@ -1,8 +1,8 @@
-"""perf.parse on hand-made sample lines: what is kept of a page, and what makes it an error."""
+"""page.parse on hand-made sample lines: what is kept of a page, and what makes it an error."""
 
 import pytest
 
-from kube_scale_exporter.etcd.perf import MetricsError, parse
+from kube_scale_exporter.etcd.page import MetricsError, parse
 
 FSYNC = "etcd_disk_wal_fsync_duration_seconds_bucket"
 BOUNDS = [

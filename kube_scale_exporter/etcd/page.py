@@ -1,6 +1,20 @@
-"""A member's disk latency and read load, from the sample lines of its own /metrics.
+"""What the collector keeps of a member's own /metrics page.
 
-etcd's page is ~150 KB and ~1,600 lines; the collector keeps only these (and the quota):
+etcd's page is ~150 KB and ~1,600 lines; the collector keeps only these samples.
+
+What Maintenance.Status also tells, so that a member can be watched without a client
+certificate (--etcd.local-access=metrics; each equal to Status's field on etcd 3.4.23,
+3.5.1 and 3.5.30, checked in tests/etcd):
+
+- etcd_mvcc_db_total_size_in_bytes and etcd_mvcc_db_total_size_in_use_in_bytes: dbSize
+  and dbSizeInUse.
+- etcd_server_quota_backend_bytes: the quota (Status has it only from 3.6).
+- etcd_server_is_leader, and etcd_server_id{server_id="<hex>"}: the member's id.
+- etcd_server_proposals_applied_total: raftAppliedIndex (a gauge despite its name).
+- etcd_server_version{server_version="3.5.30"}.
+Status's raftTerm has no sample: it is left out without a client certificate.
+
+Disk latency and read load:
 
 - etcd_disk_wal_fsync_duration_seconds and etcd_disk_backend_commit_duration_seconds:
   histograms with 14 exponential buckets (1 ms to 8.192 s, doubling; the same in 3.4.23,
@@ -12,6 +26,12 @@ etcd's page is ~150 KB and ~1,600 lines; the collector keeps only these (and the
 - grpc_server_handled_total{grpc_service="etcdserverpb.KV",grpc_method="Range"}, summed over
   its grpc_code: the Range RPCs the member answered (the apiservers' GETs and LISTs).
   etcd_mvcc_range_total would also count the ranges inside transactions, which are writes.
+
+Writes refused: grpc_server_handled_total{grpc_code="ResourceExhausted"} of etcdserverpb.KV
+Put and Txn, summed. etcd answers ResourceExhausted to a write when its database is over
+the quota or a NOSPACE alarm is raised ("mvcc: database space exceeded"), and when it is
+overloaded ("too many requests": applying lags committing by over 5,000 entries). Both
+mean the API servers' writes fail. Read-only transactions are never refused this way.
 
 Counters keep etcd's values: monotonic, reset when the member restarts (rate() handles it).
 """
@@ -27,6 +47,12 @@ COMMIT = "etcd_disk_backend_commit_duration_seconds"
 SENT = "etcd_network_client_grpc_sent_bytes_total"
 HANDLED = "grpc_server_handled_total"
 QUOTA = "etcd_server_quota_backend_bytes"
+DB_SIZE = "etcd_mvcc_db_total_size_in_bytes"
+DB_IN_USE = "etcd_mvcc_db_total_size_in_use_in_bytes"
+IS_LEADER = "etcd_server_is_leader"
+APPLIED = "etcd_server_proposals_applied_total"
+SERVER_ID = "etcd_server_id"
+VERSION = "etcd_server_version"
 # The upper bounds re-exported (seconds), each one of etcd's own: 2 ms resolves a healthy
 # disk's p99, (8, 16] and (16, 32] hold the 10 ms and 25 ms thresholds, 256 ms shows a
 # network disk's hundreds of milliseconds. +Inf is added. Five bounds keep a member within
@@ -40,8 +66,22 @@ WANTED = (
     f"{HANDLED}{{".encode(),
     f"{QUOTA} ".encode(),
 )
+# The samples standing in for Status: (name, the MemberMetrics field) of unlabelled gauges.
+_GAUGES = {
+    f"{DB_SIZE} ".encode(): "db_size",
+    f"{DB_IN_USE} ".encode(): "db_size_in_use",
+    f"{IS_LEADER} ".encode(): "is_leader",
+    f"{APPLIED} ".encode(): "applied_index",
+}
+_ID = f'{SERVER_ID}{{server_id="'.encode()
+_VERSION = f'{VERSION}{{server_version="'.encode()
+WANTED_WITHOUT_STATUS = (*WANTED, *_GAUGES, _ID, _VERSION)
 _LE = re.compile(rb'le="([^"]*)"')
-_RANGE = (b'grpc_method="Range"', b'grpc_service="etcdserverpb.KV"')
+_HEX_ID = re.compile(rb'server_id="([0-9a-f]{1,16})"')
+_SERVER_VERSION = re.compile(rb'server_version="([0-9A-Za-z.+-]{1,40})"')
+_KV = b'grpc_service="etcdserverpb.KV"'
+_REFUSED = b'grpc_code="ResourceExhausted"'
+_WRITES = (b'grpc_method="Put"', b'grpc_method="Txn"')
 
 
 class MetricsError(ValueError):
@@ -70,9 +110,17 @@ class MemberMetrics:
 
     fsync: Histogram | None
     commit: Histogram | None
-    sent_bytes: float | None
-    range_requests: float | None
-    quota_bytes: float | None
+    sent_bytes: float | None = None
+    range_requests: float | None = None
+    quota_bytes: float | None = None
+    writes_refused: float | None = None
+    # Read only for --etcd.local-access=metrics (WANTED_WITHOUT_STATUS):
+    db_size: float | None = None
+    db_size_in_use: float | None = None
+    is_leader: float | None = None
+    applied_index: float | None = None
+    member_id: str | None = None  # hex, as etcdctl prints it
+    version: str = ""
 
 
 def _value(line: bytes) -> float:
@@ -106,10 +154,10 @@ def _rebucket(source: dict[float, float]) -> Histogram | None:
 
 
 def parse(lines: list[bytes]) -> MemberMetrics:
-    """The kept samples of a page's lines (those starting with one of WANTED)."""
+    """The kept samples of a page's lines (those starting with one of WANTED, or of
+    WANTED_WITHOUT_STATUS)."""
     hist: dict[str, dict[float, float]] = {FSYNC: {}, COMMIT: {}}
-    sent = quota = None
-    ranges: float | None = None
+    found: dict[str, float | str | None] = {}
     for line in lines:
         if line.startswith(WANTED[:2]):
             name = FSYNC if line.startswith(WANTED[0]) else COMMIT
@@ -122,10 +170,26 @@ def parse(lines: list[bytes]) -> MemberMetrics:
                 raise MetricsError(f"bucket without a valid le in {line[:80]!r}")
             hist[name][bound] = _value(line)
         elif line.startswith(WANTED[2]):
-            sent = _value(line)
+            found["sent_bytes"] = _value(line)
         elif line.startswith(WANTED[3]):
-            if all(part in line for part in _RANGE):
-                ranges = (ranges or 0.0) + _value(line)
+            if _KV not in line:
+                continue
+            if b'grpc_method="Range"' in line:
+                found["range_requests"] = (found.get("range_requests") or 0.0) + _value(line)
+            elif _REFUSED in line and any(w in line for w in _WRITES):
+                found["writes_refused"] = (found.get("writes_refused") or 0.0) + _value(line)
         elif line.startswith(WANTED[4]):
-            quota = _value(line)
-    return MemberMetrics(_rebucket(hist[FSYNC]), _rebucket(hist[COMMIT]), sent, ranges, quota)
+            found["quota_bytes"] = _value(line)
+        elif line.startswith(tuple(_GAUGES)):
+            found[_GAUGES[line.split(b" ", 1)[0] + b" "]] = _value(line)
+        elif line.startswith(_ID) and _value(line) == 1:
+            match = _HEX_ID.search(line)
+            if match is None:
+                raise MetricsError(f"bad member id in {line[:80]!r}")
+            found["member_id"] = match.group(1).decode()
+        elif line.startswith(_VERSION):
+            match = _SERVER_VERSION.search(line)
+            found["version"] = match.group(1).decode() if match else ""
+    if found.get("is_leader") not in (None, 0.0, 1.0):
+        raise MetricsError(f"{IS_LEADER} is {found['is_leader']:g}, not 0 or 1")
+    return MemberMetrics(_rebucket(hist[FSYNC]), _rebucket(hist[COMMIT]), **found)

@@ -1,0 +1,97 @@
+"""The local etcd member seen through its /metrics alone (--etcd.local-access=metrics).
+
+kubeadm serves each member's metrics on plain http://127.0.0.1:2381 (--listen-metrics-urls)
+where no client certificate is asked for. The page tells what Status does but the raft
+term (page.py), so a pod beside the member needs no key: the healthcheck client key of
+the full mode can read, write and delete every key in etcd, Secrets included.
+
+What is lost without the key: the alarm list (kubescale_etcd_alarm_active), the raft term
+and the key counts per resource; the member is labelled with its id in hex (the member
+list, which has its name, needs the key). A raised NOSPACE still shows as writes refused
+(kubescale_etcd_writes_refused_total) and as the database size at the quota.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import requests
+
+from kube_scale_exporter.etcd.client import EtcdClient, EtcdError, Status
+from kube_scale_exporter.etcd.cluster import ClusterState, MemberState
+from kube_scale_exporter.etcd.page import (
+    DB_SIZE,
+    WANTED_WITHOUT_STATUS,
+    MemberMetrics,
+    MetricsError,
+    parse,
+)
+
+log = logging.getLogger(__name__)
+
+
+def status_of(page: MemberMetrics) -> Status:
+    """The Status the page stands for; MetricsError when it lacks what Status must have."""
+    if page.db_size is None or page.member_id is None:
+        missing = DB_SIZE if page.db_size is None else "etcd_server_id"
+        raise MetricsError(f"no {missing} sample: not an etcd member's /metrics")
+    member = str(int(page.member_id, 16))
+    return Status(
+        member_id=member,
+        leader_id=member if page.is_leader == 1 else "0",
+        version=page.version,
+        db_size=int(page.db_size),
+        db_size_in_use=int(page.db_size_in_use or 0),
+        db_size_quota=0,
+        raft_term=None,
+        raft_applied_index=int(page.applied_index or 0),
+    )
+
+
+class MetricsOnlyCluster:
+    """A cluster of the members at the configured metrics URLs, asked nothing else."""
+
+    def __init__(
+        self,
+        name: str,
+        endpoints: list[str],
+        session: requests.Session,
+        timeout: float,
+        default_quota: int,
+    ):
+        self.name = name
+        self.clients = [EtcdClient(session, url, timeout) for url in endpoints]
+        self.default_quota = default_quota
+        self._labels: dict[str, str] = {}  # url -> member id in hex, once read
+        self._errors: dict[str, str] = {}  # url -> last error, logged once
+
+    def requests_sent(self) -> int:
+        return sum(c.requests_sent for c in self.clients)
+
+    def refresh(self) -> ClusterState:
+        now = time.monotonic()
+        members = tuple(sorted((self._member(c) for c in self.clients), key=lambda m: m.name))
+        answered = any(m.status is not None for m in members)
+        error = None if answered else "; ".join(m.error or "" for m in members)
+        return ClusterState(self.name, members, error, now)
+
+    def _member(self, client: EtcdClient) -> MemberState:
+        url = client.url
+        try:
+            page = parse(client.metric_lines(WANTED_WITHOUT_STATUS))
+            status = status_of(page)
+        except (EtcdError, MetricsError) as exc:
+            error = str(exc) if isinstance(exc, EtcdError) else f"{url}/metrics: {exc}"
+            if self._errors.get(url) != error:
+                log.warning("etcd %s: member %s: /metrics not read: %s", self.name, url, error)
+                self._errors[url] = error
+            label = self._labels.get(url, url)
+            return MemberState(label, url, None, error, 0, "", None, None, error)
+        if self._errors.pop(url, None) is not None:
+            log.info("etcd %s: member %s: /metrics read again", self.name, url)
+        label = self._labels[url] = page.member_id
+        quota, source = (
+            (int(page.quota_bytes), "metrics") if page.quota_bytes else (self.default_quota, "flag")
+        )
+        return MemberState(label, url, status, None, quota, source, None, page, None)
