@@ -98,6 +98,12 @@
     etcdPredictHours: 4,
     etcdPredictFor: '30m',
     etcdAlarmFor: '1m',
+    // Writes an etcd cluster refuses (ResourceExhausted: database space exceeded or too many
+    // requests), per second over rateInterval, above which the control plane is failing
+    // writes. A raised NOSPACE refuses every write: node leases alone renew once per 10 s per
+    // node, far above this; a lone refusal during a burst stays under it (1/300 per second).
+    etcdWritesRefusedPerSecond: 0.05,
+    etcdWritesRefusedFor: '3m',
     // Fragmentation (1 - in_use/size) worth a defrag, ignored below a size where it is harmless.
     etcdFragmentationRatio: 0.5,
     etcdFragmentationMinBytes: 100 * 1024 * 1024,

@@ -77,6 +77,25 @@ local text = import '../lib/alerts.libsonnet';
             },
           },
           {
+            // What a raised NOSPACE looks like where the alarm list is not read (the key-less
+            // etcd-node pods): writes refused. Also "too many requests", which refuses writes
+            // as surely. Silent where KubeScaleEtcdAlarmActive already names NOSPACE.
+            alert: 'KubeScaleEtcdWritesRefused',
+            expr: |||
+              sum by (%(clusterLabel)s, etcd_cluster) (etcd_cluster_member:kubescale_etcd_writes_refused:rate%(rateInterval)s) > %(etcdWritesRefusedPerSecond)g
+              unless on (%(clusterLabel)s, etcd_cluster)
+              etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max{alarm="NOSPACE"} > 0
+            ||| % c,
+            'for': c.etcdWritesRefusedFor,
+            labels: { severity: c.criticalSeverity },
+            annotations: {
+              summary: 'An etcd cluster refuses writes: its database is full (NOSPACE) or it is overloaded.',
+              description: 'etcd cluster {{ $labels.etcd_cluster }} refuses {{ $value | humanize }} writes per second ('
+                           + text.examples('etcd_cluster_member:kubescale_etcd_writes_refused:rate%(rateInterval)s > 0' % c, etcdCluster, 'member', c.alertExamples)
+                           + '): the control plane cannot write to it. "database space exceeded" is NOSPACE; "too many requests" is a member whose applying lags.',
+            },
+          },
+          {
             alert: 'KubeScaleEtcdEventsInMainEtcd',
             expr: 'etcd_cluster:kubescale_etcd_events_keys:ratio{etcd_cluster!="%(etcdEventsClusterName)s"} > %(etcdEventsShare)g' % c,
             'for': c.etcdEventsFor,

@@ -43,8 +43,9 @@ local common = import 'common.libsonnet';
           g.timeseries('Fragmentation', [g.target('etcd_cluster_member:kubescale_etcd_fragmentation:ratio' + e, byMember)], 'percentunit', 'Free pages a defragmentation would give back.', [[c.etcdFragmentationRatio, 'orange']], width=8, min=0, max=1),
         ]),
         g.row('Health', [
-          g.table('Active alarms', [g.instantTarget('etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max%s > 0' % e)], [['etcd_cluster', 'etcd cluster'], ['member', 'Member'], ['alarm', 'Alarm']], width=12),
-          g.stat('Leaders', [g.target('etcd_cluster:kubescale_etcd_leaders:sum' + e, '{{etcd_cluster}}')], 'short', 'Exactly one per etcd cluster.', width=12),
+          g.table('Active alarms', [g.instantTarget('etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max%s > 0' % e)], [['etcd_cluster', 'etcd cluster'], ['member', 'Member'], ['alarm', 'Alarm']], width=8),
+          g.timeseries('Writes refused', [g.target('etcd_cluster_member:kubescale_etcd_writes_refused:rate' + r + e, byMember)], 'reqps', 'Database space exceeded (NOSPACE) or too many requests. Where the alarm list is not read (pods without the key), the sign of NOSPACE.', [[c.etcdWritesRefusedPerSecond, 'red']], width=8, min=0),
+          g.stat('Leaders', [g.target('etcd_cluster:kubescale_etcd_leaders:sum' + e, '{{etcd_cluster}}')], 'short', 'Exactly one per etcd cluster.', width=8),
         ], height=6),
         g.row('Disk latency', (
           pair('WAL fsync p99', 'etcd_cluster_member:kubescale_etcd_wal_fsync_duration_seconds:p99_rate' + r, 's', "Every write waits for it; etcd wants it below 10 ms. Shown up to 256 ms (the histogram's last bound).", [[c.etcdFsyncP99Seconds, 'red']])

@@ -103,6 +103,12 @@
             record: 'etcd_cluster_member:kubescale_etcd_range_requests:rate%(rateInterval)s' % c,
             expr: 'max by (%s) (%s)' % [member, rate('kubescale_etcd_range_requests_total')],
           },
+          {
+            // Writes refused for space (NOSPACE) or overload: what a pod without etcd's key
+            // sees of a raised alarm.
+            record: 'etcd_cluster_member:kubescale_etcd_writes_refused:rate%(rateInterval)s' % c,
+            expr: 'max by (%s) (%s)' % [member, rate('kubescale_etcd_writes_refused_total')],
+          },
         ],
       },
     ],

@@ -81,3 +81,58 @@ def test_samples_that_are_not_etcds_are_an_error(lines):
 
 def test_a_histogram_without_inf_is_left_out():
     assert parse(page(f'{FSYNC}{{le="0.002"}} 5')).fsync is None
+
+
+def handled(code, method, service="etcdserverpb.KV", n=1):
+    return (
+        f'grpc_server_handled_total{{grpc_code="{code}",grpc_method="{method}",'
+        f'grpc_service="{service}",grpc_type="unary"}} {n}'
+    )
+
+
+def test_writes_refused_sum_put_and_txn_resource_exhausted_only():
+    got = parse(
+        page(
+            handled("ResourceExhausted", "Put", n=2),
+            handled("ResourceExhausted", "Txn", n=3),
+            handled("ResourceExhausted", "Range", n=50),  # reads are never refused for space
+            handled("ResourceExhausted", "LeaseGrant", "etcdserverpb.Lease", n=7),
+            handled("InvalidArgument", "Put", n=11),  # request too large: the client's fault
+            handled("OK", "Txn", n=99),
+        )
+    )
+    assert (got.writes_refused, got.range_requests) == (5, 50)
+
+
+def test_the_samples_standing_for_status():
+    got = parse(
+        page(
+            "etcd_mvcc_db_total_size_in_bytes 1.7375232e+07",
+            "etcd_mvcc_db_total_size_in_use_in_bytes 1.2648448e+07",
+            "etcd_server_is_leader 1",
+            "etcd_server_proposals_applied_total 40",
+            'etcd_server_id{server_id="2e1d73757f4e501b"} 1',
+            'etcd_server_version{server_version="3.4.23"} 1',
+        )
+    )
+    assert (got.db_size, got.db_size_in_use, got.is_leader, got.applied_index) == (
+        17375232,
+        12648448,
+        1,
+        40,
+    )
+    assert (got.member_id, got.version) == ("2e1d73757f4e501b", "3.4.23")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "etcd_server_is_leader 7",
+        'etcd_server_id{server_id="not-hex"} 1',
+        'etcd_server_id{server_id="12345678901234567"} 1',  # 17 hex digits: over 64 bits
+        "etcd_mvcc_db_total_size_in_bytes -1",
+    ],
+)
+def test_status_samples_that_are_not_etcds_are_an_error(line):
+    with pytest.raises(MetricsError):
+        parse(page(line))
