@@ -150,9 +150,10 @@
     // Series budgets per target (node <= 43 with default collectors, cluster <= 500); above
     // them the fleet multiplies the overrun by the node count.
     nodeSeriesBudget: 43,
-    // Node pods on etcd nodes (--etcd.local) add ~25 series per member (10 from Status, 15
-    // from its /metrics) plus, beside the leader, one per Kubernetes resource
-    // (--etcd.keys-max-resources, default 100).
+    // Node pods on etcd nodes (--etcd.local) add 24 series for their member without the key
+    // (7 from its /metrics standing for Status, 16 performance, 1 up); with
+    // --etcd.local-access=full 27 plus, beside the leader, one per Kubernetes resource
+    // (--etcd.keys-max-resources, default 100, + other + timestamp): 173 at most.
     etcdNodeSeriesBudget: 180,
     clusterSeriesBudget: 500,
     seriesBudgetFor: '30m',

@@ -66,7 +66,9 @@ SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
 API_PORT = 6443
 ETCD_PORT, ETCD_PEER_PORT = 2379, 2380
-EVENTS_PORT, EVENTS_PEER_PORT = 2381, 2382
+# kubeadm's plain metrics listener of the main member, which the key-less etcd-node reads.
+ETCD_METRICS_PORT = 2381
+EVENTS_PORT, EVENTS_PEER_PORT, EVENTS_METRICS_PORT = 2383, 2384, 2385
 EVENTS_QUOTA = 8 * 1024 * 1024
 PAUSE_IMAGE = "k8s.gcr.io/pause:3.2"
 
@@ -348,7 +350,15 @@ class Cluster:
         if self.load() or pathlib.Path(f"/sys/class/net/{BRIDGE}").exists() or KUBELET_DIR.exists():
             print("cluster: leftovers of an earlier run; cleaning them first", file=sys.stderr)
             self.down(verify=False)
-        for port in (API_PORT, ETCD_PORT, ETCD_PEER_PORT, EVENTS_PORT, EVENTS_PEER_PORT):
+        for port in (
+            API_PORT,
+            ETCD_PORT,
+            ETCD_PEER_PORT,
+            ETCD_METRICS_PORT,
+            EVENTS_PORT,
+            EVENTS_PEER_PORT,
+            EVENTS_METRICS_PORT,
+        ):
             if not _listenable(port):
                 raise RuntimeError(f"port {port} is taken; the e2e cluster needs it")
         for name in (
@@ -475,7 +485,7 @@ class Cluster:
         (self.pki / "tokens.csv").write_text(f'{token},admin,uid-admin,"system:masters"\n')
         kubeconfig(self.kubeconfig, self.server, self.pki / "ca.crt", token)
 
-    def _etcd(self, name, port, peer, quota=None, tls=True):
+    def _etcd(self, name, port, peer, metrics, quota=None, tls=True):
         data = self.work / f"etcd-{name}"
         scheme = "https" if tls else "http"
         listen = f"{scheme}://127.0.0.1:{port},{scheme}://{NODE_IP}:{port}"
@@ -498,7 +508,7 @@ class Cluster:
             "--initial-cluster-token",
             f"kse-e2e-{name}",
             "--listen-metrics-urls",
-            f"http://127.0.0.1:{port + 10000}",
+            f"http://127.0.0.1:{metrics}",
         ]
         if quota:
             argv += ["--quota-backend-bytes", str(quota)]
@@ -518,8 +528,15 @@ class Cluster:
         return proc
 
     def _etcds(self):
-        self._etcd("main", ETCD_PORT, ETCD_PEER_PORT)
-        self._etcd("events", EVENTS_PORT, EVENTS_PEER_PORT, quota=EVENTS_QUOTA, tls=False)
+        self._etcd("main", ETCD_PORT, ETCD_PEER_PORT, ETCD_METRICS_PORT)
+        self._etcd(
+            "events",
+            EVENTS_PORT,
+            EVENTS_PEER_PORT,
+            EVENTS_METRICS_PORT,
+            quota=EVENTS_QUOTA,
+            tls=False,
+        )
 
     def _apiserver(self):
         p, e = self.pki, self.pki / "etcd"

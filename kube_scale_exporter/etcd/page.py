@@ -28,7 +28,8 @@ Disk latency and read load:
   etcd_mvcc_range_total would also count the ranges inside transactions, which are writes.
 
 Writes refused: grpc_server_handled_total{grpc_code="ResourceExhausted"} of etcdserverpb.KV
-Put and Txn, summed. etcd answers ResourceExhausted to a write when its database is over
+Put and Txn and etcdserverpb.Lease LeaseGrant, summed (the API server grants a lease before
+it writes an Event, so a refused grant is a refused write). etcd answers ResourceExhausted to a write when its database is over
 the quota or a NOSPACE alarm is raised ("mvcc: database space exceeded"), and when it is
 overloaded ("too many requests": applying lags committing by over 5,000 entries). Both
 mean the API servers' writes fail. Read-only transactions are never refused this way.
@@ -81,7 +82,11 @@ _HEX_ID = re.compile(rb'server_id="([0-9a-f]{1,16})"')
 _SERVER_VERSION = re.compile(rb'server_version="([0-9A-Za-z.+-]{1,40})"')
 _KV = b'grpc_service="etcdserverpb.KV"'
 _REFUSED = b'grpc_code="ResourceExhausted"'
-_WRITES = (b'grpc_method="Put"', b'grpc_method="Txn"')
+_WRITES = (
+    (_KV, b'grpc_method="Put"'),
+    (_KV, b'grpc_method="Txn"'),
+    (b'grpc_service="etcdserverpb.Lease"', b'grpc_method="LeaseGrant"'),
+)
 
 
 class MetricsError(ValueError):
@@ -172,11 +177,9 @@ def parse(lines: list[bytes]) -> MemberMetrics:
         elif line.startswith(WANTED[2]):
             found["sent_bytes"] = _value(line)
         elif line.startswith(WANTED[3]):
-            if _KV not in line:
-                continue
-            if b'grpc_method="Range"' in line:
+            if _KV in line and b'grpc_method="Range"' in line:
                 found["range_requests"] = (found.get("range_requests") or 0.0) + _value(line)
-            elif _REFUSED in line and any(w in line for w in _WRITES):
+            elif _REFUSED in line and any(a in line and b in line for a, b in _WRITES):
                 found["writes_refused"] = (found.get("writes_refused") or 0.0) + _value(line)
         elif line.startswith(WANTED[4]):
             found["quota_bytes"] = _value(line)

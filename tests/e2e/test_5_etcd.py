@@ -2,9 +2,11 @@
 
 The API server keeps events in a second etcd (`--etcd-servers-overrides=/events#...`) with
 an 8 MiB quota. The e2e overlay (tests/e2e/overlay) makes the cluster Deployment watch both
-clusters and points the etcd-node DaemonSet at this cluster's etcd PKI; the node gets the
-control-plane label, so the etcd-node pod replaces the plain node pod on it. Real events
-with big messages then fill the events etcd until it raises NOSPACE.
+clusters with their alarm lists, and the key-less etcd-node DaemonSet (deploy's default)
+read both members' metrics listeners, main's on kubeadm's 127.0.0.1:2381; the node gets
+the control-plane label, so the etcd-node pod replaces the plain node pod on it. Real
+events with big messages then fill the events etcd until it raises NOSPACE: the Deployment
+sees the alarm, the key-less pod the writes etcd refuses.
 """
 
 import base64
@@ -17,6 +19,7 @@ from testbed.cluster import EVENTS_PORT, NODE_IP
 from .conftest import HERE, NODE_NAME, NS, TIMINGS, wait_exporters_ready, wait_for
 
 CLUSTER = 'job="kube-scale-exporter-cluster"'
+NODE = 'job="kube-scale-exporter-node"'
 ROLE = "node-role.kubernetes.io/control-plane"
 EVENTS = f"http://{NODE_IP}:{EVENTS_PORT}"
 
@@ -88,15 +91,26 @@ def test_events_etcd_nospace_alarm_names_events(prom, kube, cluster):
             ),
             timeout=120,
         )
-        # The etcd-node pod (relabelled to the node job) sees its local member over TLS.
+        # The etcd-node pod (relabelled to the node job) sees its local member without a key,
+        # as nobody, with no host file mounted.
+        [pod] = kube.pods(selector="kube-scale-exporter/placement=etcd")
+        spec = pod["spec"]
+        assert not [v for v in spec.get("volumes", ()) if "hostPath" in v and "etcd" in v["name"]]
+        assert spec["securityContext"]["runAsUser"] == 65534
+        assert "runAsUser" not in spec["containers"][0]["securityContext"]
         wait_for(
-            "local member from the etcd-node DaemonSet",
+            "local members from the key-less etcd-node DaemonSet",
             lambda: (
-                prom.value('kubescale_etcd_up{job="kube-scale-exporter-node",etcd_cluster="main"}')
-                == 1
+                prom.value(f'kubescale_etcd_up{{{NODE},etcd_cluster="main"}}') == 1
+                and prom.value(f'kubescale_etcd_up{{{NODE},etcd_cluster="events"}}') == 1
             ),
             timeout=90,
         )
+        # Its size and quota are the Deployment's, which reads Status with a key.
+        assert prom.value(f'kubescale_etcd_quota_bytes{{{NODE},etcd_cluster="events"}}') == (
+            8 * 1024 * 1024
+        )
+        assert not prom.query(f"kubescale_etcd_alarm_active{{{NODE}}}")
         quota = prom.value(f'kubescale_etcd_quota_bytes{{{CLUSTER},etcd_cluster="events"}}')
         assert quota == 8 * 1024 * 1024, quota
         assert not prom.firing("KubeScaleEtcdAlarmActive")
@@ -112,6 +126,15 @@ def test_events_etcd_nospace_alarm_names_events(prom, kube, cluster):
                 errors = r.text
                 break
         assert "database space exceeded" in errors, errors[:500]
+        # Writes go on being refused while the alarm is raised: 30 more, a tenth a second over
+        # the 5-minute window, above KubeScaleEtcdWritesRefused's threshold of 0.05.
+        for i in range(30):
+            r = kube.s.post(
+                f"{kube.server}/api/v1/namespaces/default/events",
+                json=event(1000 + i, 1024),
+                timeout=30,
+            )
+            assert r.status_code >= 400 and "database space exceeded" in r.text, r.text[:300]
         # Main keeps taking writes: only events are refused.
         kube.post("/api/v1/namespaces/default/configmaps", {"metadata": {"name": "e2e-main-ok"}})
         wait_for(
@@ -137,6 +160,32 @@ def test_events_etcd_nospace_alarm_names_events(prom, kube, cluster):
         )
         assert {a["labels"]["etcd_cluster"] for a in alert} == {"events"}, alert
         assert alert[0]["labels"]["alarm"] == "NOSPACE"
+        # The key-less pod saw the same NOSPACE as refused writes (the API server's Txns),
+        # on events only; its alert stays silent because AlarmActive already says NOSPACE.
+        refused = wait_for(
+            "refused writes seen without a key",
+            lambda: (
+                (
+                    prom.value(
+                        f'sum(kubescale_etcd_writes_refused_total{{{NODE},etcd_cluster="events"}})'
+                    )
+                    or 0
+                )
+                >= 31
+                and prom.value(
+                    "sum(etcd_cluster_member:kubescale_etcd_writes_refused:rate5m"
+                    '{etcd_cluster="events"})'
+                )
+            ),
+            timeout=60,
+        )
+        assert refused > 0.05, refused
+        assert (
+            prom.value(f'sum(kubescale_etcd_writes_refused_total{{{NODE},etcd_cluster="main"}})')
+            == 0
+        )
+        time.sleep(20)  # past the alert's `for` (15 s here): it would be firing by now
+        assert not prom.alerts("KubeScaleEtcdWritesRefused")
         TIMINGS["scenario_etcd_alarm"] = time.monotonic() - t
     finally:
         kube.s.delete(

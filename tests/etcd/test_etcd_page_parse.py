@@ -90,18 +90,19 @@ def handled(code, method, service="etcdserverpb.KV", n=1):
     )
 
 
-def test_writes_refused_sum_put_and_txn_resource_exhausted_only():
+def test_writes_refused_sum_put_txn_and_lease_grants_resource_exhausted_only():
     got = parse(
         page(
             handled("ResourceExhausted", "Put", n=2),
             handled("ResourceExhausted", "Txn", n=3),
             handled("ResourceExhausted", "Range", n=50),  # reads are never refused for space
             handled("ResourceExhausted", "LeaseGrant", "etcdserverpb.Lease", n=7),
+            handled("ResourceExhausted", "LeaseRevoke", "etcdserverpb.Lease", n=13),
             handled("InvalidArgument", "Put", n=11),  # request too large: the client's fault
             handled("OK", "Txn", n=99),
         )
     )
-    assert (got.writes_refused, got.range_requests) == (5, 50)
+    assert (got.writes_refused, got.range_requests) == (12, 50)
 
 
 def test_the_samples_standing_for_status():

@@ -9,13 +9,14 @@ from kube_scale_exporter.etcd.page import BUCKETS
 from testbed.etcd_server import etcd_metric, put_many
 from testbed.golden import promtool_check, render, series_count
 
-PER_MEMBER = 15  # docs/etcd.md, "Performance series"
+PER_MEMBER = 16  # docs/etcd.md, "Performance series"
 PERF = (
     "kubescale_etcd_member_metrics_up",
     "kubescale_etcd_wal_fsync_duration_seconds",
     "kubescale_etcd_backend_commit_duration_seconds",
     "kubescale_etcd_client_sent_bytes",
     "kubescale_etcd_range_requests",
+    "kubescale_etcd_writes_refused",
 )
 
 
@@ -78,6 +79,7 @@ def test_every_member_gets_its_latency_and_read_series(etcd_factory, collector_f
     first = perf_samples(families, "m0")
     assert first[("kubescale_etcd_client_sent_bytes_total", None)] > 20 * 300 * 1000
     assert first[("kubescale_etcd_range_requests_total", None)] >= 20
+    assert first[("kubescale_etcd_writes_refused_total", None)] == 0  # no quota was reached
     per_member = series_count(render([f for f in families if f.name in PERF])) / 3
     print(f"etcd {version}: {per_member:g} performance series per member")
     assert per_member == PER_MEMBER

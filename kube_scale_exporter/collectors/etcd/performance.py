@@ -22,7 +22,7 @@ client URL or --etcd.metrics-url) with our etcd_cluster and member labels:
     # HELP kubescale_etcd_range_requests_total Range requests the member answered, any result (grpc_server_handled_total of etcdserverpb.KV Range): the apiservers' GETs and LISTs. Resets when the member restarts.
     # TYPE kubescale_etcd_range_requests_total counter
     kubescale_etcd_range_requests_total{etcd_cluster="main",member="m0"} 120000.0
-    # HELP kubescale_etcd_writes_refused_total Writes (KV Put and Txn) the member refused with ResourceExhausted: database space exceeded (over the quota, or a NOSPACE alarm raised) or too many requests (applying lags). Resets when the member restarts.
+    # HELP kubescale_etcd_writes_refused_total Writes (KV Put and Txn, lease grants) the member refused with ResourceExhausted: database space exceeded (over the quota, or a NOSPACE alarm raised) or too many requests (applying lags). Resets when the member restarts.
     # TYPE kubescale_etcd_writes_refused_total counter
     kubescale_etcd_writes_refused_total{etcd_cluster="main",member="m0"} 0.0
 
@@ -82,7 +82,8 @@ def performance_families(clusters: list[ClusterState]) -> list[Metric]:
     )
     refused = CounterMetricFamily(
         "kubescale_etcd_writes_refused",
-        "Writes (KV Put and Txn) the member refused with ResourceExhausted: database space "
+        "Writes (KV Put and Txn, lease grants) the member refused with ResourceExhausted: "
+        "database space "
         "exceeded (over the quota, or a NOSPACE alarm raised) or too many requests "
         "(applying lags). Resets when the member restarts.",
         labels=mem,
