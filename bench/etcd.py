@@ -24,7 +24,8 @@ from collections import Counter
 from pathlib import Path
 
 from kube_scale_exporter.cli import parse
-from kube_scale_exporter.etcd.client import encode_key, prefix_end
+from kube_scale_exporter.etcd.answers import encode_key
+from kube_scale_exporter.etcd.client import prefix_end
 from testbed.etcd_server import etcd_binary, put_many, start_cluster
 from testbed.metrics import collect
 

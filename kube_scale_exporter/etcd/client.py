@@ -8,20 +8,24 @@ to zero. Why not a gRPC client: see docs/etcd.md, "Design notes".
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from dataclasses import dataclass
 
 import requests
 
 from kube_scale_exporter import limits
-from kube_scale_exporter.labels import sanitize
-
-# An answer's fields are decoded by these; anything else in their place (a proxy's
-# error page, a truncated or hostile document) is an EtcdError, like no answer at all.
-_MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, binascii.Error)
-MAX_UINT64 = (1 << 64) - 1
+from kube_scale_exporter.etcd.answers import (
+    MALFORMED,
+    Alarm,
+    Member,
+    Status,
+    decode_key,
+    encode_key,
+    mapping,
+    member_id,
+    text,
+    uint,
+)
 
 # Reply caps (bytes), each far above what etcd sends: past one the answer is hostile or
 # broken, and reading on would only cost memory. docs/reliability.md has the table.
@@ -63,43 +67,6 @@ class TLSFiles:
     key: str | None = None
 
 
-@dataclass(frozen=True)
-class Status:
-    """The fields of Maintenance.Status that the collector uses."""
-
-    member_id: str
-    leader_id: str
-    version: str
-    db_size: int
-    db_size_in_use: int
-    db_size_quota: int  # 0 when etcd does not send it (before 3.6)
-    raft_term: int | None  # None when read from /metrics, which has no term
-    raft_applied_index: int
-
-    @property
-    def is_leader(self) -> bool:
-        return self.member_id == self.leader_id and self.member_id != "0"
-
-
-@dataclass(frozen=True)
-class Member:
-    id: str
-    name: str
-    client_urls: tuple[str, ...]
-
-    @property
-    def label(self) -> str:
-        """The member's name (sanitized: etcd accepts any), or its id in hex (how etcdctl
-        prints it) before it started."""
-        return sanitize(self.name, 63) if self.name else format(int(self.id), "x")
-
-
-@dataclass(frozen=True)
-class Alarm:
-    member_id: str
-    alarm: str  # "NOSPACE" or "CORRUPT"
-
-
 def new_session(tls: TLSFiles) -> requests.Session:
     # Bounded: each request finishes within its timeout in all (limits.deadline).
     session = limits.bounded_session()
@@ -107,41 +74,6 @@ def new_session(tls: TLSFiles) -> requests.Session:
     if tls.cert:
         session.cert = (tls.cert, tls.key)
     return session
-
-
-def uint(value) -> int:
-    """An unsigned 64-bit field: a JSON number or (int64 over the gateway) a decimal string."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise TypeError(f"expected an unsigned integer, got {value!r:.40}")
-    n = int(value)
-    if not 0 <= n <= MAX_UINT64:
-        raise ValueError(f"out of range: {value!r:.40}")
-    return n
-
-
-def member_id(value) -> str:
-    """Member ids as the gateway sends them: decimal strings."""
-    return str(uint(value))
-
-
-def text(value, limit: int = 256) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {value!r:.40}")
-    return value[:limit]
-
-
-def mapping(value) -> dict:
-    if not isinstance(value, dict):
-        raise TypeError(f"expected an object, got {value!r:.40}")
-    return value
-
-
-def encode_key(key: bytes) -> str:
-    return base64.b64encode(key).decode("ascii")
-
-
-def decode_key(encoded: str) -> bytes:
-    return base64.b64decode(text(encoded, 1 << 20), validate=True)
 
 
 class EtcdClient:
@@ -197,7 +129,7 @@ class EtcdClient:
         doc = self._post(path, body)
         try:
             return decode(doc)
-        except _MALFORMED as exc:
+        except MALFORMED as exc:
             raise EtcdError(
                 f"{self.url}{path}: malformed answer: {type(exc).__name__}: {str(exc)[:120]}"
             ) from None

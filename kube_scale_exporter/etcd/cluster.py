@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import requests
 
 from kube_scale_exporter.etcd.page import WANTED, MemberMetrics, MetricsError, parse
-from kube_scale_exporter.etcd.client import EtcdClient, EtcdError, Member, Status
+from kube_scale_exporter.etcd.answers import Member, Status
+from kube_scale_exporter.etcd.client import EtcdClient, EtcdError
 from kube_scale_exporter.etcd.metrics_urls import metrics_url
 
 log = logging.getLogger(__name__)

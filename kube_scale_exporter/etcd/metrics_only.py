@@ -18,7 +18,8 @@ import time
 
 import requests
 
-from kube_scale_exporter.etcd.client import EtcdClient, EtcdError, Status
+from kube_scale_exporter.etcd.answers import Status
+from kube_scale_exporter.etcd.client import EtcdClient, EtcdError
 from kube_scale_exporter.etcd.cluster import ClusterState, MemberState
 from kube_scale_exporter.etcd.page import (
     DB_SIZE,

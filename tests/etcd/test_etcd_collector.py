@@ -8,7 +8,7 @@ from tests.etcd.conftest import samples, value
 from testbed.etcd_server import etcd_metric, etcdctl_binary, put_many
 from testbed.metrics import collect
 from kube_scale_exporter.etcd.cluster import client_url
-from kube_scale_exporter.etcd.client import Member
+from kube_scale_exporter.etcd.answers import Member
 import base64
 
 MiB = 1024 * 1024

@@ -2,7 +2,8 @@
 
 from kube_scale_exporter.collectors.etcd.advice import advise
 from kube_scale_exporter.collectors.etcd.state import EtcdState, families
-from kube_scale_exporter.etcd.client import Status, TLSFiles
+from kube_scale_exporter.etcd.answers import Status
+from kube_scale_exporter.etcd.client import TLSFiles
 from kube_scale_exporter.etcd.cluster import ClusterState, MemberState
 from kube_scale_exporter.etcd.metrics_only import status_of
 from kube_scale_exporter.etcd.page import Histogram, MemberMetrics

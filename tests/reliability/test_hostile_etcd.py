@@ -18,14 +18,8 @@ from hypothesis import strategies as st
 
 from kube_scale_exporter.cli import parse
 from kube_scale_exporter.collectors.etcd import EtcdCollector
-from kube_scale_exporter.etcd.client import (
-    EtcdClient,
-    EtcdError,
-    Member,
-    Status,
-    TLSFiles,
-    new_session,
-)
+from kube_scale_exporter.etcd.answers import Member, Status
+from kube_scale_exporter.etcd.client import EtcdClient, EtcdError, TLSFiles, new_session
 from kube_scale_exporter.etcd import page as etcd_page
 from kube_scale_exporter.etcd.metrics_only import status_of
 from kube_scale_exporter.etcd.page import QUOTA as QUOTA_METRIC

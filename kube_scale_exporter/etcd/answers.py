@@ -1,0 +1,87 @@
+"""What etcd answers over its JSON gateway: the dataclasses the collector uses, and the
+decoding of the gateway's fields (int64 as decimal strings, bytes as base64)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+from kube_scale_exporter.labels import sanitize
+
+# An answer's fields are decoded by these; anything else in their place (a proxy's
+# error page, a truncated or hostile document) is an EtcdError, like no answer at all.
+MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, binascii.Error)
+MAX_UINT64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class Status:
+    """The fields of Maintenance.Status that the collector uses."""
+
+    member_id: str
+    leader_id: str
+    version: str
+    db_size: int
+    db_size_in_use: int
+    db_size_quota: int  # 0 when etcd does not send it (before 3.6)
+    raft_term: int | None  # None when read from /metrics, which has no term
+    raft_applied_index: int
+
+    @property
+    def is_leader(self) -> bool:
+        return self.member_id == self.leader_id and self.member_id != "0"
+
+
+@dataclass(frozen=True)
+class Member:
+    id: str
+    name: str
+    client_urls: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        """The member's name (sanitized: etcd accepts any), or its id in hex (how etcdctl
+        prints it) before it started."""
+        return sanitize(self.name, 63) if self.name else format(int(self.id), "x")
+
+
+@dataclass(frozen=True)
+class Alarm:
+    member_id: str
+    alarm: str  # "NOSPACE" or "CORRUPT"
+
+
+def uint(value) -> int:
+    """An unsigned 64-bit field: a JSON number or (int64 over the gateway) a decimal string."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"expected an unsigned integer, got {value!r:.40}")
+    n = int(value)
+    if not 0 <= n <= MAX_UINT64:
+        raise ValueError(f"out of range: {value!r:.40}")
+    return n
+
+
+def member_id(value) -> str:
+    """Member ids as the gateway sends them: decimal strings."""
+    return str(uint(value))
+
+
+def text(value, limit: int = 256) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r:.40}")
+    return value[:limit]
+
+
+def mapping(value) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {value!r:.40}")
+    return value
+
+
+def encode_key(key: bytes) -> str:
+    return base64.b64encode(key).decode("ascii")
+
+
+def decode_key(encoded: str) -> bytes:
+    return base64.b64decode(text(encoded, 1 << 20), validate=True)
