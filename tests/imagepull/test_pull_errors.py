@@ -2,7 +2,8 @@
 kubelet's Failed events: the CRI's PullImage (the call the kubelet makes) on Debian's
 1.6.20 and sid's 2.1.9, against a real docker-registry (a missing tag: 404; htpasswd auth:
 401), a server answering 429 as Docker Hub does, a server that accepts and never answers,
-and (2.1, whose CRI has image_pull_progress_timeout) a proxy that freezes mid-layer.
+a registry over HTTPS whose certificate containerd does not trust, and (2.1, whose CRI has
+image_pull_progress_timeout) a proxy that freezes mid-layer.
 
 The kubelet's message is `Failed to pull image "IMAGE": ERR`, ERR being the gRPC status
 as grpc-go prints it: that wrapping is all the test adds to containerd's own text.
@@ -24,6 +25,7 @@ import pytest
 from kube_scale_exporter.containerd import grpc_h2
 from kube_scale_exporter.pullfailures import parse_failed
 from testbed.containerd_server import ContainerdServer
+from testbed.pki import TestCA
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
 
@@ -122,7 +124,8 @@ async def _freeze_after(listen, target, limit):
 
 @pytest.fixture(scope="module")
 def remotes(registry, workdir):
-    """Hosts to pull from: the module's registry, an htpasswd one, 429, silent, freezing."""
+    """Hosts to pull from: the module's registry, an htpasswd one, 429, silent, freezing,
+    and one over HTTPS with a certificate from a CA containerd is not given."""
     auth_port = free_port()
     root = f"{workdir}/auth-registry"
     os.makedirs(root, exist_ok=True)
@@ -136,6 +139,21 @@ def remotes(registry, workdir):
         )
     auth = Proc(["/usr/bin/docker-registry", "serve", f"{root}/config.yml"], f"{root}/log")
     wait_for_port(auth_port, proc=auth)
+    tls_port = free_port()
+    tls_root = f"{workdir}/tls-registry"
+    cert, key = TestCA(tls_root, "untrusted-ca").issue(
+        "registry", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"
+    )
+    with open(f"{tls_root}/config.yml", "w") as f:
+        f.write(
+            f"version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: "
+            f"{{rootdirectory: {tls_root}/s}}}}\nhttp: {{addr: 127.0.0.1:{tls_port}, "
+            f"tls: {{certificate: {cert}, key: {key}}}}}\n"
+        )
+    untrusted = Proc(
+        ["/usr/bin/docker-registry", "serve", f"{tls_root}/config.yml"], f"{tls_root}/log"
+    )
+    wait_for_port(tls_port, proc=untrusted)
     limited = socketserver.ThreadingTCPServer(("127.0.0.1", 0), TooManyRequests)
     threading.Thread(target=limited.serve_forever, daemon=True).start()
     silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
@@ -153,25 +171,29 @@ def remotes(registry, workdir):
         "limited": f"127.0.0.1:{limited.server_address[1]}",
         "silent": f"127.0.0.1:{silent.getsockname()[1]}",
         "frozen": f"127.0.0.1:{frozen_port}",
+        "untrusted": f"127.0.0.1:{tls_port}",
     }
     auth.stop()
+    untrusted.stop()
     limited.shutdown()
     silent.close()
     # The freezing proxy's loop is left to its daemon thread: stopping it would destroy the
     # frozen connections' pending tasks noisily, and it holds nothing outside this process.
 
 
-def cri_containerd(bin_dir, hosts, version, timeout="2s", local_pull=False):
-    """containerd with its CRI plugin on, pulling over plain HTTP from `hosts`."""
+def cri_containerd(bin_dir, hosts, version, timeout="2s", local_pull=False, https=()):
+    """containerd with its CRI plugin on, pulling over plain HTTP from `hosts`, over HTTPS
+    (with the system's CAs only) from those also in `https`."""
     if not os.path.exists(os.path.join(bin_dir, "containerd")):
         pytest.skip(f"no containerd in {bin_dir} (.ci/setup.d/51-containerd-sid.sh)")
     workdir = tempfile.mkdtemp(prefix="pe-", dir="/tmp")
     certs = os.path.join(workdir, "certs.d")
     for host in hosts:
         os.makedirs(os.path.join(certs, host))
+        scheme = "https" if host in https else "http"
         with open(os.path.join(certs, host, "hosts.toml"), "w") as f:
             f.write(
-                f'server = "http://{host}"\n[host."http://{host}"]\n'
+                f'server = "{scheme}://{host}"\n[host."{scheme}://{host}"]\n'
                 f'  capabilities = ["pull", "resolve"]\n'
             )
     if version == 3:
@@ -193,13 +215,14 @@ CASES = [
     ("auth", "app:v1", "auth"),
     ("limited", "app:v1", "rate_limited"),
     ("silent", "app:v1", "timeout"),
+    ("untrusted", "app:v1", "tls"),
 ]
 
 
 @pytest.mark.parametrize("runtime,version", [("1.6", 2), ("2.1", 3)])
 def test_real_cri_pull_errors_land_in_their_class(runtime, version, remotes):
     bin_dir = "/usr/bin" if runtime == "1.6" else BIN2
-    server = cri_containerd(bin_dir, list(remotes.values()), version)
+    server = cri_containerd(bin_dir, list(remotes.values()), version, https=(remotes["untrusted"],))
     try:
         for remote, ref, reason in CASES:
             if remote == "silent" and runtime == "2.1":

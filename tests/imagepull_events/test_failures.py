@@ -134,14 +134,22 @@ REAL = [
         "127.0.0.1:56067",
         "other",
     ),
-    # containerd with a registry whose certificate it does not trust (x509 from Go's tls)
+    # here: containerd 1.6.20 and 2.1.9 over HTTPS to a registry whose certificate's CA it
+    # was not given (x509 from Go's tls)
     (
-        'Failed to pull image "registry.internal:5000/app:1": rpc error: code = Unknown desc = '
-        'failed to pull and unpack image "registry.internal:5000/app:1": failed to resolve '
-        'reference "registry.internal:5000/app:1": failed to do request: Head "https://registry.'
-        'internal:5000/v2/app/manifests/1": tls: failed to verify certificate: x509: certificate '
-        "signed by unknown authority",
-        "registry.internal:5000",
+        'Failed to pull image "127.0.0.1:36793/app:v1": rpc error: code = Unknown desc = failed to '
+        'pull and unpack image "127.0.0.1:36793/app:v1": failed to resolve reference '
+        '"127.0.0.1:36793/app:v1": failed to do request: Head "https://127.0.0.1:36793/v2/app/'
+        'manifests/v1": x509: certificate signed by unknown authority',
+        "127.0.0.1:36793",
+        "tls",
+    ),
+    (
+        'Failed to pull image "127.0.0.1:36793/app:v1": rpc error: code = Unknown desc = failed to '
+        'pull and unpack image "127.0.0.1:36793/app:v1": failed to resolve image: failed to do '
+        'request: Head "https://127.0.0.1:36793/v2/app/manifests/v1": tls: failed to verify '
+        "certificate: x509: certificate signed by unknown authority",
+        "127.0.0.1:36793",
         "tls",
     ),
 ]
