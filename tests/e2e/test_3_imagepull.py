@@ -1,5 +1,5 @@
 """Scenario 2: image pulls queued behind a big one on the real kubelet (serializeImagePulls:
-true), then the big one frozen mid-download.
+true), then the big one frozen mid-download; and a failed pull as the kubelet reports it.
 
 A local registry (Debian's docker-registry) behind a throttling proxy serves a big image of
 fresh random bytes. Pod A needs it; pod B needs a small image and waits in the kubelet's
@@ -14,12 +14,15 @@ import time
 
 import pytest
 
+from kube_scale_exporter.labels import sanitize
+from kube_scale_exporter.pullfailures import parse_failed
 from testbed.registry_server import RegistryServer
 from testbed.throttle_proxy import ThrottleProxy
 
 from .conftest import NODE_NAME, TIMINGS, wait_for
 
 NS = "e2e-pull"
+NS_FAILED = "e2e-pull-failed"
 BIG = 300 * 1024 * 1024
 RATE = 2 * 1024 * 1024
 NODE = '{job="kube-scale-exporter-node"}'
@@ -110,3 +113,52 @@ def test_queued_behind_big_pull_then_stalled(prom, kube, registry):
         interval=2,
     )
     TIMINGS["scenario_imagepull"] = time.monotonic() - t
+
+
+def test_a_missing_tag_is_counted_from_the_real_kubelets_failed_events(prom, kube, registry):
+    """The kubelet's own wording of a failed pull (its Failed event), classified by the
+    cluster Deployment: a tag the local registry does not have is not_found, by registry."""
+    _, proxy = registry
+    kube.namespace(NS_FAILED)
+    try:
+        kube.post(f"/api/v1/namespaces/{NS_FAILED}/pods", pod("missing", f"{proxy.host}/app:nope"))
+        failed = wait_for(
+            "the kubelet's Failed event",
+            lambda: [
+                e["message"]
+                for e in kube.get(f"/api/v1/namespaces/{NS_FAILED}/events")["items"]
+                if e["reason"] == "Failed" and e["message"].startswith("Failed to pull image")
+            ],
+            timeout=90,
+            interval=2,
+        )
+        registry_label = sanitize(proxy.host)
+        assert parse_failed(failed[0]) == (registry_label, "not_found"), failed[0]
+        labels = f'job="kube-scale-exporter-cluster",registry="{registry_label}"'
+        wait_for(
+            "the failure counted by registry and reason",
+            lambda: (
+                (
+                    prom.value(
+                        f'sum(kubescale_image_pull_failures_total{{{labels},reason="not_found"}})'
+                    )
+                    or 0
+                )
+                >= 1
+            ),
+            timeout=90,
+        )
+        assert not prom.query(
+            f'kubescale_image_pull_failures_total{{{labels},reason!="not_found"}} > 0'
+        )
+    finally:
+        kube.delete(f"/api/v1/namespaces/{NS_FAILED}")
+    wait_for(
+        "namespace gone",
+        lambda: (
+            kube.s.get(f"{kube.server}/api/v1/namespaces/{NS_FAILED}", timeout=10).status_code
+            == 404
+        ),
+        timeout=120,
+        interval=2,
+    )
