@@ -6,7 +6,8 @@ a registry over HTTPS whose certificate containerd does not trust, and (2.1, who
 image_pull_progress_timeout) a proxy that freezes mid-layer.
 
 The kubelet's message is `Failed to pull image "IMAGE": ERR`, ERR being the gRPC status
-as grpc-go prints it: that wrapping is all the test adds to containerd's own text.
+as grpc-go prints it: that wrapping is all the test adds to containerd's own text (the real
+kubelet 1.20's Failed event parses the same: tests/e2e/test_3_imagepull.py).
 """
 
 import asyncio

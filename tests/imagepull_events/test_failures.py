@@ -21,7 +21,8 @@ from .test_events import event, post_event
 
 # Real messages, whole as the kubelet wrote them (event `Failed`), with where they come
 # from. "here": produced on this machine by a real containerd (tests/imagepull/
-# test_pull_errors.py reproduces them), wrapped as the kubelet wraps a CRI error.
+# test_pull_errors.py reproduces them), wrapped as the kubelet wraps a CRI error (checked
+# against a real kubelet's Failed event in tests/e2e/test_3_imagepull.py).
 REAL = [
     # namespacelabs/foundation#846 (containerd, Docker Hub's anonymous limit)
     (
