@@ -1,5 +1,5 @@
 """`down` restores the host: no process, bridge, iptables chain, mount, cgroup, sysctl or
-file of the cluster remains (testbed.cluster.snapshot before `up` vs after `down`)."""
+file of the cluster remains (testbed.host.snapshot before `up` vs after `down`)."""
 
 import pathlib
 import time
