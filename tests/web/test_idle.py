@@ -27,7 +27,7 @@ from testbed.idle import (
 )
 from testbed.procs import cpu_seconds, rss_mib
 
-from .conftest import REPO
+from testbed.exporter import REPO
 from .test_webconfig import session, tls_block
 
 ATTACK = 5000
