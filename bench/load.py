@@ -24,12 +24,12 @@ import os
 import re
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from testbed.exporter import exporter_argv
 from testbed.netns import NetNS, neighbor_adds
 from testbed.ports import free_port
 from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
@@ -142,17 +142,6 @@ class ActivePulls:
     def stop(self) -> None:
         for thing in reversed(self._started):
             thing.stop()
-
-
-def exporter_argv(port: int, extra: list[str]) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "kube_scale_exporter",
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
-        *extra,
-    ]
 
 
 def node_exporter_argv(port: int) -> list[str]:

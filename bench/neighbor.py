@@ -16,12 +16,12 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import requests
 
+from testbed.exporter import exporter_argv
 from testbed.metrics import parse_exposition, sample
 from testbed.netns import NetNS, neighbor_adds
 from testbed.ports import free_port
@@ -71,7 +71,6 @@ def main() -> None:
         ns.batch(neighbor_adds(ENTRIES, "ipv4", "permanent"))
         fill_s = time.perf_counter() - start
         try:
-            exporter = [sys.executable, "-m", "kube_scale_exporter", "--collector.disable-defaults"]
             runs = {}
             for flags, collector in (
                 (["--collector.neighbor"], "neighbor"),
@@ -80,7 +79,7 @@ def main() -> None:
                 port = free_port()
                 proc = start_in(
                     ns,
-                    exporter + flags + ["--web.listen-address", f"127.0.0.1:{port}"],
+                    exporter_argv(port, ["--collector.disable-defaults", *flags]),
                     port,
                     logdir / f"exporter-{collector}.log",
                 )

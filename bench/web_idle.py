@@ -30,6 +30,7 @@ from pathlib import Path
 
 import requests
 
+from testbed.exporter import exporter_argv
 from testbed.idle import close_all, open_idle, raise_own_nofile, server_sockets, threads
 from testbed.pki import TestCA
 from testbed.ports import free_port
@@ -54,29 +55,21 @@ def checkout(ref: str, into: Path) -> Path:
 def argv_for(
     server: str, port: int, web: str | None, cert: str, key: str, connections: int
 ) -> list[str]:
-    listen = f"127.0.0.1:{port}"
     if server == "node_exporter":
         argv = [
             "prometheus-node-exporter",
             "--collector.disable-defaults",
-            f"--web.listen-address={listen}",
+            f"--web.listen-address=127.0.0.1:{port}",
         ]
         return argv + ([f"--web.config.file={web}"] if web else [])
     if server == "asyncio prototype":
         return [sys.executable, "-m", "bench.web_idle_asyncio", str(port)] + (
             [cert, key] if web else []
         )
-    argv = [
-        sys.executable,
-        "-m",
-        "kube_scale_exporter",
-        "--collector.disable-defaults",
-        "--web.listen-address",
-        listen,
-    ]
+    flags = ["--collector.disable-defaults"]
     if server == "this tree, cap raised":
-        argv += ["--web.max-connections", str(connections + 100)]
-    return argv + (["--web.config.file", web] if web else [])
+        flags += ["--web.max-connections", str(connections + 100)]
+    return exporter_argv(port, flags + (["--web.config.file", web] if web else []))
 
 
 def latencies(url: str, ca: str | None, n: int = 40) -> list[float]:

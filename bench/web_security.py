@@ -15,7 +15,6 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import bcrypt
 import requests
 
+from testbed.exporter import exporter_argv
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
 
@@ -113,16 +113,9 @@ def configs(root: Path, cert: str, key: str) -> dict[str, str | None]:
     return out
 
 
-def exporter_argv(which: str, port: int, web: str | None) -> list[str]:
+def argv_for(which: str, port: int, web: str | None) -> list[str]:
     if which == "kube-scale-exporter":
-        argv = [
-            sys.executable,
-            "-m",
-            "kube_scale_exporter",
-            "--collector.disable-defaults",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-        ]
+        argv = exporter_argv(port, ["--collector.disable-defaults"])
     else:
         argv = [
             "prometheus-node-exporter",
@@ -144,7 +137,7 @@ def measure(
     workdir: Path,
 ) -> dict:
     port = free_port()
-    proc = Proc(exporter_argv(which, port, web), workdir / f"{which}-{port}.log", cwd=ROOT)
+    proc = Proc(argv_for(which, port, web), workdir / f"{which}-{port}.log", cwd=ROOT)
     try:
         wait_for_port(port, proc=proc)
         scheme = "https" if web else "http"

@@ -9,7 +9,6 @@ DaemonSet mounts it, so the kubelet series are in the count; so is containerd's 
 """
 
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -17,13 +16,11 @@ import pytest
 import requests
 
 from testbed.containerd_server import ContainerdServer
+from testbed.exporter import start_exporter
 from testbed.golden import promtool_check, series_count
 from testbed.kube_apiserver import apiserver_on_new_etcd
 from testbed.metrics import parse_exposition, sample, wait_until
-from testbed.ports import free_port
-from testbed.procs import Proc, wait_for_port
 
-REPO = Path(__file__).resolve().parents[1]
 NODE_SERIES_BUDGET = 43
 DEFAULT_NODE_COLLECTORS = {"neighbor", "neighbor_gc", "imagepull"}
 
@@ -55,16 +52,10 @@ def test_node_mode_default_collectors_stay_within_the_series_budget(workdir, api
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
         "serializeImagePulls: false\nmaxParallelImagePulls: 4\n"
     )
-    port = free_port()
-    proc = Proc(
+    exporter = start_exporter(
         [
-            sys.executable,
-            "-m",
-            "kube_scale_exporter",
             "--mode",
             "node",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
             "--collector.imagepull",
             "--containerd.address",
             containerd.address,
@@ -77,15 +68,13 @@ def test_node_mode_default_collectors_stay_within_the_series_budget(workdir, api
             "--kube.node-name",
             "node-a",
         ],
-        workdir / "exporter.log",
-        cwd=REPO,
+        workdir,
     )
     try:
-        wait_for_port(port, proc=proc)
         scraped = {}
 
         def watch_synced():
-            scraped["text"] = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            scraped["text"] = requests.get(exporter.url + "/metrics", timeout=10).text
             families = parse_exposition(scraped["text"])
             try:
                 sample(families, "kubescale_image_pulls_queued")  # present once synced
@@ -95,7 +84,7 @@ def test_node_mode_default_collectors_stay_within_the_series_budget(workdir, api
 
         assert wait_until(watch_synced, timeout=30), scraped.get("text")
     finally:
-        proc.stop()
+        exporter.proc.stop()
     text = scraped["text"]
     families = parse_exposition(text)
     promtool_check(text)

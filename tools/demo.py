@@ -30,6 +30,7 @@ import time
 import requests
 
 from testbed.etcd_server import EtcdServer
+from testbed.exporter import exporter_argv
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
 from testbed.prometheus import PrometheusServer
@@ -127,15 +128,7 @@ def firing_or_pending(prom):
 
 
 def exporter(args, port, workdir, name):
-    argv = [
-        sys.executable,
-        "-m",
-        "kube_scale_exporter",
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
-        *args,
-    ]
-    proc = Proc(argv, workdir / f"{name}.log", cwd=str(REPO))
+    proc = Proc(exporter_argv(port, args), workdir / f"{name}.log", cwd=str(REPO))
     wait_for_port(port, proc=proc, timeout=30)
     return proc
 

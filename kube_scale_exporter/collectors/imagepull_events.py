@@ -53,6 +53,7 @@ from prometheus_client.core import HistogramMetricFamily
 from kube_scale_exporter import kube
 from kube_scale_exporter.durations import go_duration
 from kube_scale_exporter.flagtypes import positive_int
+from kube_scale_exporter.kube.flags import kubeconfig_problem
 from kube_scale_exporter.pullfailures import (
     FailureCounts,
     FailureState,
@@ -230,10 +231,8 @@ class ImagePullEventsCollector(Collector):
 
     @classmethod
     def validate(cls, args):
-        try:
-            kube.load(args.kube_kubeconfig).close()
-        except kube.ConfigError as exc:
-            raise UsageError(f"--kube.kubeconfig: {exc}") from None
+        if (problem := kubeconfig_problem(args)) is not None:
+            raise UsageError(problem)
 
     def __init__(self, args):
         super().__init__(args)

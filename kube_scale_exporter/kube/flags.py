@@ -6,7 +6,7 @@ import os
 from kube_scale_exporter.flagtypes import existing_file
 
 from .client import KubeClient
-from .config import load
+from .config import ConfigError, load
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,3 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def client_from_args(args) -> KubeClient:
     """A client for the configured API server; ConfigError says what is missing."""
     return KubeClient(load(getattr(args, "kube_kubeconfig", None)))
+
+
+def kubeconfig_problem(args) -> str | None:
+    """Why the API server configuration the flags give cannot be loaded, as a usage message
+    naming the flag; None when it loads. A collector's validate() raises it as a
+    UsageError (exit 2), so a broken kubeconfig fails at start, not at the first scrape."""
+    try:
+        load(getattr(args, "kube_kubeconfig", None)).close()
+    except ConfigError as exc:
+        return f"--kube.kubeconfig: {exc}"
+    return None

@@ -12,9 +12,9 @@ import requests
 from kube_scale_exporter.cli import make_scraper, parse
 from kube_scale_exporter.collectors.balloon import BalloonCollector
 from kube_scale_exporter.collectors.imagepull_events import ImagePullEventsCollector
+from testbed.exporter import start_exporter
 from testbed.kube_apiserver import LIMITED_USER, pod_manifest
 from testbed.metrics import parse_exposition, sample, wait_until
-from testbed.ports import free_port
 
 NODE_SIZE = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "8", "pods": "110"}
 
@@ -388,24 +388,10 @@ def test_served_scrape_fails_while_the_api_is_down_and_recovers(fresh_apiserver,
     api = fresh_apiserver()
     kc = api.write_kubeconfig(tmp_path / "kc")
     api.stop()
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kube_scale_exporter",
-            "--mode",
-            "cluster",
-            "--balloon.selector",
-            "x=y",
-            "--kube.kubeconfig",
-            kc,
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    exporter = start_exporter(
+        ["--mode", "cluster", "--balloon.selector", "x=y", "--kube.kubeconfig", kc], tmp_path
     )
+    port = exporter.port
     try:
 
         def scrape_success():
@@ -424,8 +410,7 @@ def test_served_scrape_fails_while_the_api_is_down_and_recovers(fresh_apiserver,
         assert 'kubescale_kube_watch_up{resource="pods"} 1.0' in text
         assert 'kubescale_balloon_pods{phase="Running"} 0.0' in text
     finally:
-        proc.terminate()
-        proc.wait(10)
+        exporter.proc.stop()
 
 
 def _answers(port):

@@ -9,15 +9,16 @@ import pytest
 import requests
 
 from kube_scale_exporter.collectors import COLLECTORS
+from testbed.exporter import MODULE, REPO, start_exporter
 from testbed.metrics import parse_exposition
-from testbed.ports import free_port
-from testbed.procs import Proc, wait_for_port
 
-EXPORTER = [sys.executable, "-m", "kube_scale_exporter"]
+EXPORTER = [sys.executable, "-m", MODULE]
 
 
 def run(*flags):
-    return subprocess.run(EXPORTER + list(flags), capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        EXPORTER + list(flags), cwd=REPO, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.parametrize(
@@ -59,33 +60,20 @@ def test_help_lists_every_collector_flag():
 
 
 def test_port_in_use_exits_2_naming_the_flag(tmp_path):
-    port = free_port()
-    first = Proc(EXPORTER + ["--web.listen-address", f"127.0.0.1:{port}"], tmp_path / "1.log")
+    first = start_exporter([], tmp_path)
     try:
-        wait_for_port(port, proc=first)
-        second = run("--web.listen-address", f"127.0.0.1:{port}")
+        second = run("--web.listen-address", f"127.0.0.1:{first.port}")
         assert second.returncode == 2
         assert "--web.listen-address" in second.stderr
     finally:
-        first.stop()
+        first.proc.stop()
 
 
 def test_serves_then_stops_gracefully_on_sigterm(tmp_path):
-    port = free_port()
-    proc = Proc(
-        EXPORTER
-        + [
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            "--web.telemetry-path",
-            "/m",
-            "--web.process-metrics",
-        ],
-        tmp_path / "exporter.log",
-    )
+    exporter = start_exporter(["--web.telemetry-path", "/m", "--web.process-metrics"], tmp_path)
+    proc = exporter.proc
     try:
-        wait_for_port(port, proc=proc)
-        families = parse_exposition(requests.get(f"http://127.0.0.1:{port}/m", timeout=10).text)
+        families = parse_exposition(requests.get(exporter.url + "/m", timeout=10).text)
         names = {f.name for f in families}
         assert "kubescale_build_info" in names
         assert "process_resident_memory_bytes" in names, "--web.process-metrics adds them"

@@ -7,16 +7,13 @@ kubectl renders (conftest.kustomize) and 1.20 applies what it rendered; the exam
 overlay goes through the same dry-run."""
 
 import json
-import os
-import sys
 import time
 
 import pytest
 import requests
 import yaml
 
-from testbed.ports import free_port
-from testbed.procs import Proc, wait_for_port
+from testbed.exporter import start_exporter
 from testbed.kustomize import kustomize, kustomize_kubectl
 from tests.deploy.conftest import DEPLOY, OVERLAY, Kubectl
 
@@ -252,25 +249,11 @@ def test_the_cluster_deployment_runs_on_its_role_and_not_on_less(
     token is not."""
     [dep] = [obj for obj in manifests if obj["kind"] == "Deployment"]
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    port = free_port()
     kubeconfig = service_account_kubeconfig(apiserver, account, tmp_path / "kubeconfig")
-    proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "kube_scale_exporter",
-            *args,
-            "--kube.kubeconfig",
-            kubeconfig,
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-        ],
-        tmp_path / "exporter.log",
-        cwd=os.path.dirname(DEPLOY),
-    )
+    exporter = start_exporter([*args, "--kube.kubeconfig", kubeconfig], tmp_path)
+    proc = exporter.proc
     try:
-        wait_for_port(port, proc=proc)
-        url = f"http://127.0.0.1:{port}/metrics"
+        url = exporter.url + "/metrics"
         collectors = ("balloon", "imagepull_events")
         success = [f'kubescale_scrape_collector_success{{collector="{c}"}} 1.0' for c in collectors]
         assert requests.get(url, timeout=10).status_code == 401

@@ -4,7 +4,6 @@ its collectors declare (`needs` on each collector class) and nothing more."""
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
@@ -16,8 +15,7 @@ from kube_scale_exporter.collectors import COLLECTORS
 from kube_scale_exporter.collectors.etcd.collector import FULL_ACCESS_NEEDS
 from kube_scale_exporter.registry import Needs
 from kube_scale_exporter.web import kuberbac
-from testbed.ports import free_port
-from testbed.procs import Proc, wait_for_port
+from testbed.exporter import start_exporter
 from testbed.prometheus import PrometheusServer
 from tests.deploy.conftest import COMPONENTS, DEPLOY, component_names, compose
 
@@ -782,22 +780,16 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path, kubecon
     with open(kubeconfig_for("prometheus", reader["rules"])) as f:
         token = yaml.safe_load(f)["users"][0]["user"]["token"]
     (tmp_path / "token").write_text(token)
-    port = free_port()
-    exporter = Proc(
+    exporter = start_exporter(
         [
-            sys.executable,
-            "-m",
-            "kube_scale_exporter",
             "--collector.disable-defaults",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
             "--web.kube-rbac",
             "--kube.kubeconfig",
             kubeconfig_for("exporter", list(kuberbac.RBAC_RULES)),
         ],
-        tmp_path / "exporter.log",
-        cwd=os.path.dirname(DEPLOY),
+        tmp_path,
     )
+    port = exporter.port
     meta = {
         "__meta_kubernetes_namespace": NAMESPACE,
         "__meta_kubernetes_endpoint_port_name": "metrics",
@@ -832,7 +824,6 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path, kubecon
         run.append(job)
     prom = PrometheusServer(tmp_path, {"scrape_configs": run})
     try:
-        wait_for_port(port, proc=exporter)
         prom.start()
         result = []
         deadline = time.monotonic() + 30
@@ -858,4 +849,4 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path, kubecon
             }
     finally:
         prom.stop()
-        exporter.stop()
+        exporter.proc.stop()

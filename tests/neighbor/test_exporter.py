@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from kube_scale_exporter.scrape import Scraper
+from testbed.exporter import MODULE, REPO, exporter_argv, start_exporter
 from testbed.golden import promtool_check, series_count
 from testbed.metrics import parse_exposition, sample
 from testbed.netns import neighbor_adds
@@ -18,7 +19,6 @@ from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
 from tests.neighbor.test_kernel import proc_stat
 
-REPO = Path(__file__).resolve().parents[2]
 SERIES_BUDGET = 40
 NEIGHBOR_METRICS = {
     "kubescale_neighbor_entries",
@@ -39,33 +39,21 @@ NEIGHBOR_METRICS = {
 NO_CAPABILITIES = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs"]
 
 
-def start(tmp_path, *argv, module="kube_scale_exporter", prefix=()):
-    port = free_port()
-    proc = Proc(
-        [
-            *prefix,
-            sys.executable,
-            "-m",
-            module,
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            "--collector.disable-defaults",
-            "--collector.neighbor",
-            "--collector.neighbor_gc",
-            *argv,
-        ],
-        tmp_path / "exporter.log",
-        cwd=REPO,
+def start(tmp_path, *argv, module=MODULE, prefix=()):
+    exporter = start_exporter(
+        ["--collector.disable-defaults", "--collector.neighbor", "--collector.neighbor_gc", *argv],
+        tmp_path,
+        module=module,
+        prefix=prefix,
     )
-    wait_for_port(port, proc=proc)
-    return proc, f"http://127.0.0.1:{port}/metrics"
+    return exporter.proc, exporter.url + "/metrics"
 
 
 @pytest.fixture
 def exporter(tmp_path):
     procs = []
 
-    def run(*argv, module="kube_scale_exporter", prefix=()):
+    def run(*argv, module=MODULE, prefix=()):
         proc, url = start(tmp_path, *argv, module=module, prefix=prefix)
         procs.append(proc)
         return proc, url
@@ -182,19 +170,10 @@ def test_exporter_inside_a_namespace_subtracts_that_namespaces_exempt_entries(tm
         + neighbor_adds(5, "ipv4", "permanent", start=50)
         + neighbor_adds(3, "ipv6", "permanent")
     )
+    # Not start_exporter: the port is in the namespace, so it is waited on from there.
     port = free_port()
     proc = Proc(
-        [
-            "ip",
-            "netns",
-            "exec",
-            netns.name,
-            sys.executable,
-            "-m",
-            "kube_scale_exporter",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-        ],
+        ["ip", "netns", "exec", netns.name, *exporter_argv(port)],
         tmp_path / "exporter.log",
         cwd=REPO,
     )

@@ -11,18 +11,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import requests
 
+from testbed.exporter import MODULE, REPO, exporter_argv
 from testbed.metrics import parse_exposition
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -41,24 +38,17 @@ class Scrape:
 
 
 class RunningExporter:
-    def __init__(self, flags: list[str], log_dir, module: str = "kube_scale_exporter"):
+    def __init__(self, flags: list[str], log_dir, module: str = MODULE):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.argv = [
-            sys.executable,
-            "-m",
-            module,
-            "--web.listen-address",
-            f"127.0.0.1:{self.port}",
-            *flags,
-        ]
+        self.argv = exporter_argv(self.port, flags, module)
         self.log_path = os.path.join(str(log_dir), f"exporter-{self.port}.log")
         self.proc: Proc | None = None
         self.session = requests.Session()
         self.session.trust_env = False
 
     def start(self) -> RunningExporter:
-        self.proc = Proc(self.argv, self.log_path, cwd=str(ROOT))
+        self.proc = Proc(self.argv, self.log_path, cwd=str(REPO))
         wait_for_port(self.port, proc=self.proc)
         return self
 

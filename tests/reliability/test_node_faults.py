@@ -8,6 +8,7 @@ timeout, every other collector keeps reporting 1, the process stays up, and the 
 collector recovers on its own once its source is back.
 """
 
+import math
 import os
 import threading
 import time
@@ -149,21 +150,26 @@ def test_sigterm_exits_within_seconds_while_a_source_hangs(run_exporter, etcd, c
     assert took < 3.0, f"shutdown took {took:.2f}s"
 
 
+# node_flags' --containerd.timeout: with containerd frozen, an imagepull run lasts at least
+# this long (imagepull asks containerd on every run).
+HOLD_SECONDS = 1.0
+
+
 def test_a_burst_past_max_requests_gets_503_at_once_and_the_rest_answer(
     run_exporter, etcd, containerd
 ):
     exporter = run_exporter([*node_flags(etcd, containerd), "--web.max-requests", "5"])
     exporter.wait_for(all_up, within=10)
-    # imagepull asks containerd on every scrape: each one now holds its slot for the
-    # 1 s containerd timeout.
     containerd.proc.pause()
     try:
         results = []
+        go = threading.Barrier(20)
 
         def one():
+            go.wait(timeout=30)
             start = time.monotonic()
             status = exporter.scrape(SCRAPE_TIMEOUT).status
-            results.append((status, time.monotonic() - start))
+            results.append((status, start, time.monotonic()))
 
         threads = [threading.Thread(target=one) for _ in range(20)]
         for t in threads:
@@ -172,11 +178,24 @@ def test_a_burst_past_max_requests_gets_503_at_once_and_the_rest_answer(
             t.join()
     finally:
         containerd.proc.resume()
-    ok = [took for status, took in results if status == 200]
-    refused = [took for status, took in results if status == 503]
+    ok = [(start, end) for status, start, end in results if status == 200]
+    refused = [end - start for status, start, end in results if status == 503]
     assert len(ok) + len(refused) == 20
-    assert 1 <= len(ok) <= 5 and len(refused) >= 15
-    assert max(refused) < 0.5  # refused at once, not queued behind the slow ones
+    assert ok, "no scrape answered"
+    # How many can be answered: concurrent scrapes share the imagepull run in flight
+    # (scrape.py), so slots come free together when a run ends, at most 5 scrapes per run,
+    # and runs end at least HOLD_SECONDS apart. The first ends at least HOLD_SECONDS after
+    # the first request was sent; each answered scrape's run ended before its answer came
+    # back. So at most 1 + (last answer - first request - HOLD_SECONDS) / HOLD_SECONDS
+    # runs served the burst: one, 5 answers, when all 20 requests reach the server within
+    # the first run. A loaded machine can spread them past it (7 answered once against a
+    # fixed 5): the bound follows the spread measured, and still catches a broken cap.
+    window = max(end for _, end in ok) - HOLD_SECONDS - min(start for _, start, _ in results)
+    cap = 5 * (1 + max(0, math.floor(window / HOLD_SECONDS)))
+    report = f"{len(ok)} answered (at most {cap}), {len(refused)} refused; window {window:.2f} s"
+    print(report)
+    assert 1 <= len(ok) <= cap, report
+    assert max(refused, default=0.0) < 0.5, report  # refused at once, not queued
     exporter.wait_for(all_up, within=10)
 
 

@@ -1,37 +1,22 @@
 """The series template the scale bench and budgets rest on is what the exporter exports."""
 
-import sys
-
 import requests
 
 from bench.scale import template
 from bench.scale.target import Fleet
+from testbed.exporter import start_exporter
 from testbed.golden import promtool_check
 from testbed.metrics import parse_exposition
-from testbed.ports import free_port
-from testbed.procs import Proc, wait_for_port
 
 
 def test_real_node_mode_exporter_emits_nothing_the_template_lacks(tmp_path):
     """Run the exporter in node mode with its default collectors and scrape it: every
     series name it emits must be in the node template, or the budget would undercount."""
-    port = free_port()
-    proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "kube_scale_exporter",
-            "--mode",
-            "node",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        tmp_path / "exporter.log",
-    )
+    exporter = start_exporter(["--mode", "node"], tmp_path)
     try:
-        wait_for_port(port, proc=proc)
-        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+        text = requests.get(exporter.url + "/metrics", timeout=30).text
     finally:
-        proc.stop()
+        exporter.proc.stop()
     emitted = {s.name for fam in parse_exposition(text) for s in fam.samples}
     known = {s.name for s in template.load("node").series}
     assert emitted, text

@@ -1,17 +1,15 @@
 """Certificates made by openssl, web config files, and the real exporter process."""
 
-import os
 import subprocess
 import sys
 
 import bcrypt
 import pytest
 
+import testbed.exporter
+from testbed.exporter import MODULE, REPO
 from testbed.pki import TestCA
-from testbed.ports import free_port
-from testbed.procs import Proc, wait_for_port
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PASSWORD = "s3cret-scrape"
 # The CAs use EC keys, the leaves RSA: both kinds of key are exercised.
 EC_P256 = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256")
@@ -47,27 +45,6 @@ def password():
     return PASSWORD, bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()
 
 
-def exporter_argv(port, web_config=None, *extra):
-    argv = [
-        sys.executable,
-        "-m",
-        "kube_scale_exporter",
-        "--collector.disable-defaults",
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
-    ]
-    if web_config:
-        argv += ["--web.config.file", str(web_config)]
-    return argv + list(extra)
-
-
-class Exporter:
-    def __init__(self, proc, port, scheme):
-        self.proc = proc
-        self.port = port
-        self.url = f"{scheme}://127.0.0.1:{port}"
-
-
 @pytest.fixture
 def start_exporter(tmp_path):
     """start_exporter(config_text) runs `python -m kube_scale_exporter` with that web config.
@@ -80,16 +57,15 @@ def start_exporter(tmp_path):
         config = config_path or tmp_path / f"web-{len(started)}.yml"
         if config_text is not None:
             config.write_text(config_text)
-        port = free_port()
-        argv = exporter_argv(
-            port, config if (config_text is not None or config_path) else None, *flags
+        argv = ["--collector.disable-defaults"]
+        if config_text is not None or config_path:
+            argv += ["--web.config.file", str(config)]
+        prefix = ["prlimit", f"--nofile={nofile[0]}:{nofile[1]}", "--"] if nofile else ()
+        exporter = testbed.exporter.start_exporter(
+            [*argv, *flags], tmp_path, scheme=scheme, prefix=prefix, timeout=15
         )
-        if nofile:
-            argv = ["prlimit", f"--nofile={nofile[0]}:{nofile[1]}", "--", *argv]
-        proc = Proc(argv, tmp_path / f"exporter-{port}.log", cwd=REPO)
-        started.append(proc)
-        wait_for_port(port, proc=proc, timeout=15)
-        return Exporter(proc, port, scheme)
+        started.append(exporter.proc)
+        return exporter
 
     yield start
     for proc in started:
@@ -102,7 +78,7 @@ def run_exporter():
 
     def run(*argv, timeout=20):
         return subprocess.run(
-            [sys.executable, "-m", "kube_scale_exporter", *argv],
+            [sys.executable, "-m", MODULE, *argv],
             cwd=REPO,
             capture_output=True,
             text=True,

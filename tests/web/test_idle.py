@@ -7,6 +7,7 @@ The timing thresholds here are the issue's acceptance targets, with margin.
 """
 
 import os
+import selectors
 import socket
 import ssl
 import statistics
@@ -17,6 +18,8 @@ import time
 import pytest
 import requests
 
+from kube_scale_exporter.web.conn import Limits
+from testbed.exporter import REPO
 from testbed.idle import (
     close_all,
     closed_by_server,
@@ -27,7 +30,6 @@ from testbed.idle import (
 )
 from testbed.procs import cpu_seconds, rss_mib
 
-from .conftest import REPO
 from .test_webconfig import session, tls_block
 
 ATTACK = 5000
@@ -173,9 +175,22 @@ def test_sigterm_with_thousands_of_idle_connections_exits_at_once(pki, start_exp
         close_all(socks)
 
 
+# Without a byte for this long, the exchange is stuck: the server closes a connection
+# whose answer waits Limits.write_timeout (10 s) to be taken, so a live server sends or
+# closes well within it.
+STALL_SECONDS = 3 * Limits.write_timeout
+
+
 def test_answers_a_client_is_slow_to_take_all_arrive_in_order(start_exporter):
     """20,000 pipelined requests, read only after a pause: ~9 MB of answers, more than the
-    socket buffers hold, so the loop writes the rest as the client reads."""
+    socket buffers hold, so the loop writes the rest as the client reads.
+
+    After the pause the client reads as Prometheus would: a normal receive buffer, woken
+    by data, no bound on the whole read (it would time the machine, not the server). It
+    used to go on reading through its 4 KiB pause buffer, polling every 1 ms, for at most
+    60 s: on a loaded machine that drained the server's send buffer (up to tcp_wmem's
+    4 MiB) so slowly that an answer queued behind it waited past the 10 s write deadline,
+    and the server closed the connection, as it should with a client that slow."""
     exp = start_exporter(scheme="http")
     n = 20000
     pipelined = (
@@ -184,27 +199,42 @@ def test_answers_a_client_is_slow_to_take_all_arrive_in_order(start_exporter):
     )
     received = bytearray()
     with socket.create_connection(("127.0.0.1", exp.port)) as s:
+        rcvbuf = s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.setblocking(False)
-        sent, paused_until = 0, time.monotonic() + 2.0
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if sent < len(pipelined):
-                try:
-                    sent += s.send(pipelined[sent : sent + 65536])
-                except BlockingIOError:
-                    pass
-            if time.monotonic() < paused_until:
-                time.sleep(0.01)  # not reading: the server's writes must wait, not fail
-                continue
+        sent = 0
+
+        def send_more():
+            nonlocal sent
             try:
-                chunk = s.recv(1 << 20)
+                sent += s.send(pipelined[sent : sent + 65536])
             except BlockingIOError:
-                time.sleep(0.001)
-                continue
-            if not chunk:
-                break
-            received += chunk
+                pass
+
+        paused_until = time.monotonic() + 2.0
+        while time.monotonic() < paused_until:
+            send_more()
+            time.sleep(0.01)  # not reading: the server's writes must wait, not fail
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sel = selectors.DefaultSelector()
+        sel.register(s, selectors.EVENT_READ | selectors.EVENT_WRITE)
+        last_byte, closed = time.monotonic(), False
+        while not closed and time.monotonic() - last_byte < STALL_SECONDS:
+            for _, mask in sel.select(1.0):
+                if mask & selectors.EVENT_WRITE:
+                    send_more()
+                    if sent == len(pipelined):
+                        sel.modify(s, selectors.EVENT_READ)
+                if mask & selectors.EVENT_READ:
+                    try:
+                        chunk = s.recv(1 << 20)
+                    except BlockingIOError:
+                        continue
+                    closed = not chunk
+                    received += chunk
+                    last_byte = time.monotonic()
+        sel.close()
+    assert closed, f"no byte for {STALL_SECONDS:.0f} s after {len(received)} bytes"
     assert received.count(b"HTTP/1.1 200 OK\r\n") == n
     assert received.endswith(b"\r\n\r\nok\n")
     assert session().get(exp.url + "/healthz", timeout=10).ok

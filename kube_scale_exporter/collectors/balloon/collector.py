@@ -11,6 +11,7 @@ from kube_scale_exporter.collectors.balloon.preemptions import PreemptionCounter
 from kube_scale_exporter.collectors.balloon.selector import valid_selector
 from kube_scale_exporter.collectors.balloon.state import BalloonState, families
 from kube_scale_exporter.collectors.balloon.summary import summarize
+from kube_scale_exporter.kube.flags import kubeconfig_problem
 from kube_scale_exporter.registry import Collector, Needs, UsageError
 
 # The first sync is awaited this long inside a scrape (well within the default 10 s
@@ -83,10 +84,8 @@ class BalloonCollector(Collector):
             raise UsageError("--balloon.selector: the balloon collector needs a label selector")
         if not valid_selector(args.balloon_selector):
             raise UsageError(f"--balloon.selector: not a label selector: {args.balloon_selector!r}")
-        try:
-            kube.load(args.kube_kubeconfig).close()
-        except kube.ConfigError as e:
-            raise UsageError(f"--kube.kubeconfig: {e}") from None
+        if (problem := kubeconfig_problem(args)) is not None:
+            raise UsageError(problem)
 
     def __init__(self, args):
         super().__init__(args)
