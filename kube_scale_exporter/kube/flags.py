@@ -42,5 +42,7 @@ def kubeconfig_problem(args) -> str | None:
     try:
         load(getattr(args, "kube_kubeconfig", None)).close()
     except ConfigError as exc:
-        return f"--kube.kubeconfig: {exc}"
+        # Errors about the flag's own file already start with its name.
+        text = str(exc)
+        return text if text.startswith("--kube.kubeconfig:") else f"--kube.kubeconfig: {text}"
     return None

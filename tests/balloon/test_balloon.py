@@ -12,7 +12,7 @@ import requests
 from kube_scale_exporter.cli import make_scraper, parse
 from kube_scale_exporter.collectors.balloon import BalloonCollector
 from kube_scale_exporter.collectors.imagepull_events import ImagePullEventsCollector
-from testbed.exporter import start_exporter
+from testbed.exporter import REPO, start_exporter
 from testbed.kube_apiserver import LIMITED_USER, pod_manifest
 from testbed.metrics import parse_exposition, sample, wait_until
 
@@ -330,12 +330,14 @@ def test_selector_matching_nothing_is_a_finding(balloons, collector):
 
 
 def run_exporter(*argv, **kw):
+    """The exporter run to its exit, from the repository (no PYTHONPATH needed)."""
     return subprocess.run(
         [sys.executable, "-m", "kube_scale_exporter", *argv],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        cwd=REPO,
         **kw,
     )
 
@@ -354,6 +356,7 @@ def run_exporter(*argv, **kw):
 def test_bad_flags_exit_2_naming_the_flag(argv, flag):
     result = run_exporter("--mode", "cluster", *argv)
     assert result.returncode == 2 and flag in result.stderr, result.stderr
+    assert result.stderr.count(f"{flag}:") == 1, result.stderr  # named once, not twice
 
 
 def test_no_api_configuration_exits_2(monkeypatch):
