@@ -197,99 +197,78 @@ def test_range_answers_are_well_typed(proxy, client, body):
     assert isinstance(key, EtcdError) or key is None or b"/a/" <= key < b"/a0"
 
 
-def quota(client):
-    """The quota sample of the member's page as the collector reads it; a page that is not
-    etcd's is a MetricsError, returned like an EtcdError."""
-    try:
-        return etcd_page.parse(client.metric_lines(etcd_page.WANTED)).quota_bytes
-    except MetricsError as exc:
-        return exc
+def pages(lines, max_size):
+    """Pages of sample lines: hostile variants of etcd's own among random text."""
+    return st.lists(st.sampled_from(lines) | st.text(max_size=60), max_size=max_size)
+
+
+def read_page(proxy, client, page, wanted):
+    """What the collector keeps of `page` served as the member's /metrics; a page that is
+    not etcd's is a MetricsError, returned like an EtcdError."""
+
+    def parse_page():
+        try:
+            return etcd_page.parse(client.metric_lines(wanted))
+        except MetricsError as exc:
+            return exc
+
+    return answered(proxy, "/metrics", "\n".join(page).encode("utf-8", "replace"), parse_page)
+
+
+QUOTA_LINES = [
+    f"{QUOTA_METRIC} 1e400",
+    f"{QUOTA_METRIC} NaN",
+    f"{QUOTA_METRIC} -5",
+    f"{QUOTA_METRIC} +Inf",
+    f"{QUOTA_METRIC}",
+    f"{QUOTA_METRIC} 12 34",
+    f"{QUOTA_METRIC} ab",
+    f'{QUOTA_METRIC}{{a="b"}} 3',
+    "# HELP x",
+    "",
+    "\x00\xff",
+    f"{QUOTA_METRIC} 2147483648",
+]
+# What --etcd.local-access=metrics reads in Status's place.
+STATUS_LINES = [
+    'etcd_server_id{server_id="2e1d73757f4e501b"} 1',
+    'etcd_server_id{server_id="zz"} 1',
+    'etcd_server_id{server_id="12345678901234567890"} 1',
+    'etcd_server_id{server_id="2e1d73757f4e501b"} NaN',
+    "etcd_mvcc_db_total_size_in_bytes 1.7e+07",
+    "etcd_mvcc_db_total_size_in_bytes 1e400",
+    "etcd_mvcc_db_total_size_in_use_in_bytes -1",
+    "etcd_server_is_leader 1",
+    "etcd_server_is_leader 7",
+    "etcd_server_proposals_applied_total 40",
+    'etcd_server_version{server_version="3.5.30\x00"} 1',
+    'grpc_server_handled_total{grpc_code="ResourceExhausted",grpc_method="Txn",'
+    'grpc_service="etcdserverpb.KV",grpc_type="unary"} 3',
+]
 
 
 @SETTINGS
-@given(
-    page=st.lists(
-        st.sampled_from(
-            [
-                f"{QUOTA_METRIC} 1e400",
-                f"{QUOTA_METRIC} NaN",
-                f"{QUOTA_METRIC} -5",
-                f"{QUOTA_METRIC} +Inf",
-                f"{QUOTA_METRIC}",
-                f"{QUOTA_METRIC} 12 34",
-                f"{QUOTA_METRIC} ab",
-                f'{QUOTA_METRIC}{{a="b"}} 3',
-                "# HELP x",
-                "",
-                "\x00\xff",
-                f"{QUOTA_METRIC} 2147483648",
-            ]
-        )
-        | st.text(max_size=60),
-        max_size=8,
-    )
-)
+@given(page=pages(QUOTA_LINES, 8))
 def test_metrics_page_gives_a_finite_sample_none_or_an_error(proxy, client, page):
-    got = answered(
-        proxy,
-        "/metrics",
-        "\n".join(page).encode("utf-8", "replace"),
-        lambda: quota(client),
-    )
-    assert (
-        got is None
-        or isinstance(got, (EtcdError, MetricsError))
-        or (math.isfinite(got) and got >= 0)
-    )
-
-
-def keyless_status(client):
-    """What --etcd.local-access=metrics makes of the page: a Status, or the error."""
-    try:
-        return status_of(etcd_page.parse(client.metric_lines(etcd_page.WANTED_WITHOUT_STATUS)))
-    except MetricsError as exc:
-        return exc
+    got = read_page(proxy, client, page, etcd_page.WANTED)
+    if not isinstance(got, (EtcdError, MetricsError)):
+        assert got.quota_bytes is None or (math.isfinite(got.quota_bytes) and got.quota_bytes >= 0)
 
 
 @SETTINGS
-@given(
-    page=st.lists(
-        st.sampled_from(
-            [
-                'etcd_server_id{server_id="2e1d73757f4e501b"} 1',
-                'etcd_server_id{server_id="zz"} 1',
-                'etcd_server_id{server_id="12345678901234567890"} 1',
-                'etcd_server_id{server_id="2e1d73757f4e501b"} NaN',
-                "etcd_mvcc_db_total_size_in_bytes 1.7e+07",
-                "etcd_mvcc_db_total_size_in_bytes 1e400",
-                "etcd_mvcc_db_total_size_in_use_in_bytes -1",
-                "etcd_server_is_leader 1",
-                "etcd_server_is_leader 7",
-                "etcd_server_proposals_applied_total 40",
-                'etcd_server_version{server_version="3.5.30\x00"} 1',
-                'grpc_server_handled_total{grpc_code="ResourceExhausted",grpc_method="Txn",'
-                'grpc_service="etcdserverpb.KV",grpc_type="unary"} 3',
-            ]
-        )
-        | st.text(max_size=60),
-        max_size=10,
-    )
-)
+@given(page=pages(STATUS_LINES, 10))
 def test_metrics_only_page_gives_a_well_typed_status_or_an_error(proxy, client, page):
-    got = answered(
-        proxy,
-        "/metrics",
-        "\n".join(page).encode("utf-8", "replace"),
-        lambda: keyless_status(client),
-    )
-    if isinstance(got, Status):
+    got = read_page(proxy, client, page, etcd_page.WANTED_WITHOUT_STATUS)
+    if not isinstance(got, (EtcdError, MetricsError)):
+        try:
+            got = status_of(got)
+        except MetricsError:
+            return
         assert got.raft_term is None
         for n in (got.db_size, got.db_size_in_use, got.raft_applied_index):
             assert isinstance(n, int) and 0 <= n < 2**63
         assert got.member_id.isdigit() and int(got.member_id) < 2**64
         assert got.leader_id in (got.member_id, "0")
-    else:
-        assert isinstance(got, (EtcdError, MetricsError)), got
 
 
 def test_collector_outlives_hostile_answers_and_recovers(proxy):
