@@ -43,17 +43,25 @@ class ReplyTooLarge(limits.LimitExceeded):
     """A reply or a watch event went past its cap (the message names it)."""
 
 
+def count_values(text, start=0) -> int:
+    """Brackets and commas in the JSON text (str or bytes) from `start`, those inside
+    strings too: at least as many as the values there."""
+    marks = b"{[," if isinstance(text, (bytes, bytearray)) else "{[,"
+    return sum(text.count(marks[i : i + 1], start) for i in range(3))
+
+
+def too_many_values(what) -> ReplyTooLarge:
+    return ReplyTooLarge(
+        f"{what}: more than {MAX_OBJECT_VALUES} values in one object "
+        "(MAX_OBJECT_VALUES in kube_scale_exporter/kube/client.py)"
+    )
+
+
 def check_values(text, start, what):
-    """ReplyTooLarge if the JSON text from `start` (str or bytes) may hold more than
-    MAX_OBJECT_VALUES values: decoding it could cost far more than its size."""
-    if len(text) - start <= VALUES_CHECKED_FROM:
-        return
-    brackets = b"{[," if isinstance(text, (bytes, bytearray)) else "{[,"
-    if sum(text.count(brackets[i : i + 1], start) for i in range(3)) > MAX_OBJECT_VALUES:
-        raise ReplyTooLarge(
-            f"{what}: more than {MAX_OBJECT_VALUES} values in one object "
-            "(MAX_OBJECT_VALUES in kube_scale_exporter/kube/client.py)"
-        )
+    """ReplyTooLarge if the JSON text from `start` may hold more than MAX_OBJECT_VALUES
+    values: decoding it could cost far more than its size."""
+    if len(text) - start > VALUES_CHECKED_FROM and count_values(text, start) > MAX_OBJECT_VALUES:
+        raise too_many_values(what)
 
 
 class ApiError(Exception):

@@ -3,31 +3,21 @@ server's watch cache), each decoded item by item as it streams in.
 
 A page read whole before json.loads sees it costs its size in RSS: a page of 500 pods is
 tens of MB, and a hostile or broken server's endless page cost its 32 MiB cap. Here each
-item of `items` is decoded on its own from a sliding buffer and handed on at once
+item of `items` is decoded on its own (jsonstream.Reader) and handed on at once
 (transformed: the cache keeps only what its collector reads), so a page costs about one
-object however large the page: at most MAX_ITEM_BYTES of text buffered, and no more items
-than the page's limit (docs/reliability.md has the measurements).
+object however large the page: at most jsonstream.MAX_ITEM_BYTES of text buffered, and no
+more items than the page's limit (docs/reliability.md has the measurements).
 """
 
 from __future__ import annotations
 
-import json
-import re
+from .client import KubeClient, ReplyTooLarge
+from .jsonstream import Reader
 
-from .client import KubeClient, ReplyTooLarge, check_values
-
-# One item as JSON: an object is at most etcd's --max-request-bytes (1.5 MiB by default)
-# as stored; JSON escaping adds a little. The same bound as one watch event
-# (MAX_WATCH_LINE), and the bound on whitespace between two values.
-MAX_ITEM_BYTES = 4 << 20
 # Items in one page from the watch cache, which ignores limit (node mode: this node's
 # pods, 110 by default and a few hundred where kubelets are tuned for more).
 MAX_UNPAGED_ITEMS = 5_000
 HERE = "kube_scale_exporter/kube/listing.py"
-
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
-_NUMBER_GOES_ON = frozenset(".eE+-0123456789")
 
 
 def object_key(obj) -> str:
@@ -74,7 +64,7 @@ def decode(chunks, on_item, cap: tuple[int, str], what: str) -> dict:
     each of its `items` as soon as it is complete; returns the list's metadata. Raises
     ValueError for a reply that is not a list object, ReplyTooLarge past MAX_ITEM_BYTES or
     past cap = (items, why that many)."""
-    reader = _Reader(chunks, what)
+    reader = Reader(chunks, what)
     try:
         return _list_object(reader, on_item, cap)
     except BaseException:
@@ -121,109 +111,3 @@ def _items(reader, on_item, cap, count) -> int:
         on_item(reader.value())
         more = reader.either(",]") == ","
     return count
-
-
-class _Reader:
-    """JSON values one at a time from a stream of bytes, holding only the value being read
-    (and the rest of the last piece)."""
-
-    def __init__(self, chunks, what):
-        self._chunks = iter(chunks)
-        self.what = what
-        self.buf, self.pos, self.ended = "", 0, False
-
-    def _too_large(self) -> ReplyTooLarge:
-        return ReplyTooLarge(
-            f"{self.what}: a value over the {MAX_ITEM_BYTES >> 20} MiB cap "
-            f"(MAX_ITEM_BYTES in {HERE})"
-        )
-
-    def _fill(self) -> bool:
-        """Drop what is read, add the next piece; False at the end of the stream."""
-        if self.ended:
-            return False
-        if len(self.buf) - self.pos > MAX_ITEM_BYTES:
-            raise self._too_large()
-        chunk = next(self._chunks, None)
-        self.ended = chunk is None
-        # Latin-1: one character a byte, so the caps count bytes and a buffer never takes
-        # 4 bytes a character. UTF-8's multibyte sequences are all >= 0x80, never a quote,
-        # backslash or bracket: values end where they end in UTF-8 (see value()).
-        self.buf, self.pos = self.buf[self.pos :] + (chunk or b"").decode("latin-1"), 0
-        return True
-
-    def error(self, wanted: str) -> ValueError:
-        return ValueError(f"{self.what}: expected {wanted} at {self.buf[self.pos :][:40]!r}")
-
-    def peek(self) -> str:
-        """The next character that is not whitespace; ValueError at the end."""
-        skipped = 0
-        while True:
-            start = self.pos
-            self.pos = _WHITESPACE.match(self.buf, start).end()
-            skipped += self.pos - start
-            if skipped > MAX_ITEM_BYTES:  # read and dropped, but not for ever
-                raise self._too_large()
-            if self.pos < len(self.buf):
-                return self.buf[self.pos]
-            if not self._fill():
-                raise ValueError(f"{self.what}: the list reply ends early")
-
-    def expect(self, char: str) -> None:
-        if self.peek() != char:
-            raise self.error(repr(char))
-        self.pos += 1
-
-    def either(self, chars: str) -> str:
-        """The next character, one of `chars` (a separator or a closing bracket)."""
-        got = self.peek()
-        if got not in chars:
-            raise self.error(" or ".join(map(repr, chars)))
-        self.pos += 1
-        return got
-
-    def expect_end(self) -> None:
-        try:
-            self.peek()
-        except ValueError:
-            return
-        raise ValueError(f"{self.what}: data after the list reply")
-
-    def value(self):
-        """The next JSON value, read until complete (parsed again only when the buffered
-        text has doubled, so a large value costs a few parses, not one per piece)."""
-        self.peek()
-        while True:
-            tried = len(self.buf) - self.pos
-            check_values(self.buf, self.pos, self.what)  # before decoding, even in part
-            try:
-                value, end = _DECODER.raw_decode(self.buf, self.pos)
-                if self.ended or not _may_go_on(value, self.buf, end):
-                    start, self.pos = self.pos, end
-                    # Only ASCII reads the same in Latin-1 and UTF-8; isascii() is a flag
-                    # of the string, so the slice is made only when the buffer is not.
-                    if self.buf.isascii() or (text := self.buf[start:end]).isascii():
-                        return value
-                    return json.loads(text.encode("latin-1"))
-            except json.JSONDecodeError as exc:
-                if self.ended or not _incomplete(exc, len(self.buf)):
-                    raise ValueError(f"{self.what}: not JSON: {exc}") from None
-            except (ValueError, RecursionError) as exc:  # nested too deep, 5,000 digits
-                raise ValueError(f"{self.what}: JSON we cannot read: {exc}") from None
-            while len(self.buf) - self.pos < 2 * tried and self._fill():
-                pass
-
-
-def _may_go_on(value, text: str, end: int) -> bool:
-    """Whether a decoded number may be cut short ("12" of "12.5e3" in the next piece);
-    strings, arrays, objects and literals end with their last character."""
-    if type(value) not in (int, float):
-        return False
-    return end == len(text) or text[end] in _NUMBER_GOES_ON
-
-
-def _incomplete(exc: json.JSONDecodeError, length: int) -> bool:
-    """Whether the text may only be cut short: the decoder stopped near its end (the
-    longest token it reports from its start is a surrogate pair escape, 12 characters)
-    or in a string still open."""
-    return exc.pos >= length - 16 or exc.msg.startswith("Unterminated string")
