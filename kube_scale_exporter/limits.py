@@ -196,6 +196,13 @@ def _read1(reply: requests.Response) -> bytes:
         raise requests.exceptions.SSLError(exc) from None
 
 
+def iter_chunks(reply: requests.Response):
+    """The reply's decoded bytes as they arrive, for callers that decode as they read
+    (kube/listing.py) and so bound what they keep themselves."""
+    while chunk := _read1(reply):
+        yield chunk
+
+
 def read_body(reply: requests.Response, cap: int, what: str, truncate: bool = False) -> bytearray:
     """The reply's decoded body, read as it arrives; LimitExceeded past `cap` bytes
     (or the first `cap` bytes when `truncate`, for error messages)."""

@@ -157,6 +157,13 @@ class FaultProxy:
                 pass
         return len(chosen)
 
+    def open_streams(self, pattern: str = "") -> int:
+        """How many proxied answers whose path matches are streaming now (what
+        cut_streams would cut): a watch counts once its upstream has answered."""
+        rx = re.compile(pattern)
+        with self._lock:
+            return sum(1 for path, _ in self._streams.values() if rx.search(path))
+
     def count(self, pattern: str = "", outcome=None) -> int:
         rx = re.compile(pattern)
         with self._lock:

@@ -9,7 +9,6 @@ imagepull collector runs. docs/imagepull.md has the measurements behind this cho
 
 from __future__ import annotations
 
-import itertools
 import os
 import stat
 from dataclasses import dataclass, field
@@ -21,11 +20,13 @@ LIST_STATUSES = "/containerd.services.content.v1.Content/ListStatuses"
 LIST_CONTENT = "/containerd.services.content.v1.Content/List"
 LIST_IMAGES = "/containerd.services.images.v1.Images/List"
 VERSION = "/containerd.services.version.v1.Version/Version"
+HERE = "kube_scale_exporter/containerd/client.py"
 # containerd reads the namespace of every call from this gRPC metadata key.
 NAMESPACE_HEADER = "containerd-namespace"
 
-# Response caps per call (bytes, all messages together), far above what a node holds; a
-# response is held whole until decoded, so a cap is what a call can cost.
+# Response caps per call (bytes, all messages together), far above what a node holds.
+# The list calls read items one at a time as they arrive (wire.RepeatedReader), keeping
+# only the fields used, so these bound time and bytes read, not memory.
 # ListStatuses: ~150 bytes an ingest (ref, sizes, times); a node has tens in flight.
 STATUSES_BYTES = 1 << 20
 # Images.List: ~0.5-1 KB an image (name, target descriptor, labels, times); a node with
@@ -34,6 +35,9 @@ IMAGES_BYTES = 16 << 20
 # Content.List of manifests and indexes: 1-3 KB each with their gc.ref labels, ~2 per
 # image present.
 CONTENT_BYTES = 16 << 20
+# One item, the most a list call holds undecoded: an image or an ingest is under 1 KB, a
+# multi-platform index's info with a gc.ref label per platform a few KB.
+MAX_ITEM_BYTES = 256 << 10
 # Items decoded per call. Bytes alone do not bound the objects: 16 MiB of 5-byte items
 # would make 3 million of them (hundreds of bytes each once decoded). Real lists hold
 # hundreds to a few thousand.
@@ -100,12 +104,6 @@ def _content_info(buf: bytes) -> ContentInfo:
     )
 
 
-def _count_items(replies: list, limit: int) -> int:
-    """The items (field 1) in the replies, counting no further than `limit`."""
-    items = (item for reply in replies for item in wire.repeated(reply, 1))
-    return sum(1 for _ in itertools.islice(items, limit))
-
-
 def socket_path(address: str) -> str:
     """The filesystem path of a containerd address given as PATH or unix://PATH."""
     return address.removeprefix("unix://")
@@ -138,29 +136,45 @@ class ContainerdClient:
             raise ContainerdError(f"{self.path} is not a socket (--containerd.address)")
 
     def _list(self, what: str, method: str, request: bytes, max_bytes: int, cap: str, decode):
-        """decode(item) for the items (field 1) of every response message, at most
-        MAX_ITEMS of them and max_bytes of response."""
+        """decode(item) for the items (field 1) of every response message, read as they
+        arrive, those that are not None kept: at most MAX_ITEMS items, MAX_ITEM_BYTES an
+        item and max_bytes of response."""
         self._check_socket()
         where = f"containerd at {self.path} {what}"
+        kept, seen = [], 0
+
+        def keep(item):
+            nonlocal seen
+            seen += 1
+            if seen > MAX_ITEMS:
+                raise ContainerdError(f"{where}: more than {MAX_ITEMS} items (MAX_ITEMS in {HERE})")
+            value = decode(item)
+            if value is not None:
+                kept.append(value)
+
         try:
-            replies = self._grpc.call(
-                self.path, method, request, self.timeout, self._metadata, max_bytes=max_bytes
+            self._grpc.call(
+                self.path,
+                method,
+                request,
+                self.timeout,
+                self._metadata,
+                max_bytes=max_bytes,
+                stream=lambda: wire.RepeatedReader(1, keep, MAX_ITEM_BYTES),
             )
-        except self._grpc.GrpcError as exc:
-            named = (
-                f" ({cap} in kube_scale_exporter/containerd/client.py)"
-                if exc.code == "RESOURCE_EXHAUSTED"
-                else ""
-            )
-            raise ContainerdError(f"{where}: {exc}{named}") from None
-        # Counted before any is decoded: past the cap, no item costs an object.
-        if _count_items(replies, MAX_ITEMS + 1) > MAX_ITEMS:
-            replies.clear()  # not kept alive by the traceback's reference cycle
-            raise ContainerdError(
-                f"{where}: more than {MAX_ITEMS} items (MAX_ITEMS "
-                "in kube_scale_exporter/containerd/client.py)"
-            )
-        return [decode(item) for reply in replies for item in wire.repeated(reply, 1)]
+        except BaseException as exc:
+            # The traceback keeps `keep` in a reference cycle until a full collection: it
+            # must not keep the items decoded too, on every failing call.
+            kept.clear()
+            if isinstance(exc, self._grpc.GrpcError):
+                named = f" ({cap} in {HERE})" if exc.code == "RESOURCE_EXHAUSTED" else ""
+                raise ContainerdError(f"{where}: {exc}{named}") from None
+            if isinstance(exc, wire.ItemTooLarge):
+                raise ContainerdError(f"{where}: {exc} (MAX_ITEM_BYTES in {HERE})") from None
+            if isinstance(exc, wire.WireError):
+                raise ContainerdError(f"{where}: not a protobuf reply: {exc}") from None
+            raise
+        return kept
 
     def ingests(self) -> list[Ingest]:
         """Content.ListStatuses: every unfinished write in the namespace."""
@@ -168,16 +182,16 @@ class ContainerdClient:
             "ListStatuses", LIST_STATUSES, b"", STATUSES_BYTES, "STATUSES_BYTES", _ingest
         )
 
-    def image_names(self) -> list[str]:
-        """Images.List: the names of the images present (tags, digests, CRI image ids)."""
-        return self._list(
-            "Images.List",
-            LIST_IMAGES,
-            b"",
-            IMAGES_BYTES,
-            "IMAGES_BYTES",
-            lambda image: wire.string(wire.fields(image)[1]),
-        )
+    def image_names(self, among) -> set[str]:
+        """Images.List: which of the names `among` are images present (tags, digests, CRI
+        image ids); only those are kept, however many images the node has."""
+        among = frozenset(among)
+
+        def name(image):
+            found = wire.string(wire.fields(image)[1])
+            return found if found in among else None
+
+        return set(self._list("Images.List", LIST_IMAGES, b"", IMAGES_BYTES, "IMAGES_BYTES", name))
 
     def content(self, *filters: str) -> list[ContentInfo]:
         """Content.List with containerd filters (any may match): committed blobs' info."""

@@ -38,8 +38,8 @@ STATUS_NAMES = (
     "UNAUTHENTICATED",
 )
 # The default cap on one call's response bytes (all its messages); callers pass their
-# own, sized to what containerd sends (containerd/client.py). The body is held until the
-# call ends, so the cap is what a response can cost.
+# own, sized to what containerd sends (containerd/client.py). A body kept whole is held
+# until the call ends, so the cap is what it can cost; a streamed one costs its reader.
 MAX_RESPONSE = 16 << 20
 
 
@@ -54,34 +54,42 @@ class GrpcError(Exception):
 
 
 class _Call:
-    """A response's messages, each in a buffer of exactly its announced size: no regrowth
-    copies, and a length past the cap is refused when announced, not after receiving."""
+    """A response's messages, each in a buffer of exactly its announced size (no regrowth
+    copies), or each fed as it arrives to a reader from `stream()` and not kept at all.
+    A length past the cap is refused when announced, not after receiving."""
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int, stream=None):
         self.messages: list[bytearray] = []
         self.headers: dict[bytes, bytes] = {}
         self.done = False
         self.max_bytes = max_bytes
         self.announced = 0  # bytes of every message begun, prefixes included
+        self._stream = stream
         self._prefix = bytearray()  # the current message's 5-byte prefix, as it arrives
-        self._message: memoryview | None = None  # the unfilled part of the current one
+        self._left = 0  # bytes of the current message still to come
+        self._message: memoryview | None = None  # its unfilled part, when kept whole
+        self._reader = None  # what reads it, when streamed
 
     def add(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            if self._message is None:
+            if not self._left:
                 take = 5 - len(self._prefix)
                 self._prefix += view[:take]
                 view = view[take:]
-                if len(self._prefix) < 5:
-                    return
-                self._begin()
+                if len(self._prefix) == 5:
+                    self._begin()
                 continue
-            take = min(len(self._message), len(view))
-            self._message[:take] = view[:take]
-            self._message, view = self._message[take:], view[take:]
-            if not self._message:
-                self._message = None
+            take = min(self._left, len(view))
+            if self._reader is not None:
+                self._reader.feed(view[:take])
+            else:
+                self._message[:take] = view[:take]
+                self._message = self._message[take:]
+            self._left -= take
+            view = view[take:]
+            if not self._left:
+                self._end()
 
     def _begin(self) -> None:
         if self._prefix[0]:
@@ -93,15 +101,26 @@ class _Call:
             raise GrpcError(
                 "RESOURCE_EXHAUSTED", f"response over the {self.max_bytes >> 10} KiB cap"
             )
-        self.messages.append(bytearray(size))
-        self._message = memoryview(self.messages[-1]) if size else None
+        if self._stream is not None:
+            self._reader = self._stream()
+        else:
+            self.messages.append(bytearray(size))
+            self._message = memoryview(self.messages[-1])
+        self._left = size
+        if not size:
+            self._end()
+
+    def _end(self) -> None:
+        if self._reader is not None:
+            self._reader.end()
+        self._reader = self._message = None
 
     def discard(self) -> None:
         self.messages.clear()
-        self._message = None
+        self._reader = self._message = None
 
     def result(self) -> list[memoryview]:
-        if self._prefix or self._message is not None:
+        if self._prefix or self._left:
             raise GrpcError("INTERNAL", "truncated gRPC message")
         # Views: decoding slices them without copying.
         return [memoryview(m) for m in self.messages]
@@ -114,12 +133,15 @@ def call(
     timeout: float,
     metadata: tuple[tuple[str, str], ...] = (),
     max_bytes: int = MAX_RESPONSE,
+    stream=None,
 ) -> list[memoryview]:
     """Every response message of one unary or server-streaming call, within `timeout` in
-    all and `max_bytes` in all."""
+    all and `max_bytes` in all. With `stream`, a function making a reader per message
+    (wire.RepeatedReader: feed(piece), end()), messages are read as they arrive and
+    none is returned."""
     deadline = time.monotonic() + timeout
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    result = _Call(max_bytes)
+    result = _Call(max_bytes, stream)
     try:
         sock.settimeout(timeout)
         try:

@@ -52,6 +52,14 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+def _complete_varint(buf, pos: int):
+    """(value, next position), or None while `buf` ends inside the varint."""
+    end = pos
+    while end < len(buf) and buf[end] & 0x80:
+        end += 1
+    return None if end >= len(buf) else _read_varint(buf, pos)
+
+
 def fields(buf) -> dict[int, list]:
     """Field number -> values in order: ints for varint/fixed, bytes (or views of a
     memoryview) for length-delimited."""
@@ -91,6 +99,90 @@ def iter_fields(buf):
         if pos > end:
             raise WireError(f"field {number} runs past the end of the message")
         yield number, value
+
+
+class ItemTooLarge(WireError):
+    """A value announced longer than the reader's max_item."""
+
+
+class RepeatedReader:
+    """The values of one length-delimited field of a message that arrives in pieces:
+    feed(piece) calls on_item(bytes) as each value is complete, skipping other fields as
+    they pass, so a message costs one value at a time, never its whole size. A value
+    announced longer than `max_item` raises ItemTooLarge before any of it is kept."""
+
+    def __init__(self, number: int, on_item, max_item: int):
+        self.number, self.on_item, self.max_item = number, on_item, max_item
+        self._head = bytearray()  # a key and a length being read (at most 20 bytes)
+        self._item: bytearray | None = None  # the value being collected
+        self._need = 0  # bytes of the value still to come
+        self._skip = 0  # bytes of another field still to pass over
+
+    def feed(self, data) -> None:
+        view = memoryview(data)
+        while view:
+            if self._skip:
+                take = min(self._skip, len(view))
+                self._skip -= take
+                view = view[take:]
+            elif self._item is not None:
+                take = min(len(view), self._need)
+                self._need -= take
+                if self._need or self._item:
+                    self._item += view[:take]
+                    item = None if self._need else bytes(self._item)
+                else:
+                    item = bytes(view[:take])  # all in this piece: one copy
+                view = view[take:]
+                if item is not None:
+                    self._item = None
+                    self.on_item(item)
+            elif not self._head and len(view) >= 20:  # a whole key and length at hand
+                pos = self._start(view)
+                if pos is None:
+                    raise WireError("overlong varint")
+                view = view[pos:]
+            else:
+                self._head.append(view[0])
+                view = view[1:]
+                if len(self._head) > 20:
+                    raise WireError("overlong varint")
+                if self._start(self._head) is not None:
+                    self._head.clear()
+
+    def _start(self, buf) -> int | None:
+        """Begin the field whose key (and length) start `buf`: the bytes they took, or
+        None while `buf` ends inside them."""
+        got = _complete_varint(buf, 0)
+        if got is None:
+            return None
+        key, pos = got
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise WireError("field number 0")
+        if wire_type in (VARINT, LENGTH):
+            got = _complete_varint(buf, pos)
+            if got is None:
+                return None
+            size, pos = (got[0] if wire_type == LENGTH else 0), got[1]
+        elif wire_type in (FIXED64, FIXED32):
+            size = 8 if wire_type == FIXED64 else 4
+        else:
+            raise WireError(f"field {number} has unsupported wire type {wire_type}")
+        if number != self.number or wire_type != LENGTH:
+            self._skip = size
+        elif size > self.max_item:
+            raise ItemTooLarge(f"an item of {size} bytes, over the {self.max_item >> 10} KiB cap")
+        elif size:
+            self._item, self._need = bytearray(), size
+        else:
+            self.on_item(b"")
+        return pos
+
+    def end(self) -> None:
+        """The message is over: it must not stop inside a field."""
+        if self._head or self._item is not None or self._skip:
+            raise WireError("message ends inside a field")
 
 
 def int64(values: list, default: int = 0) -> int:

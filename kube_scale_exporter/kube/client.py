@@ -17,16 +17,20 @@ from .config import KubeConfig
 CONNECT_TIMEOUT = 5.0
 # A GET (a list page, /version) must finish within this in all, not per read.
 REQUEST_TIMEOUT = 30.0
-# One GET reply, read as it arrives. The largest real ones are list pages of 500 objects
-# (informers page with limit=500): pods are 5-20 KB of JSON with managedFields, nodes up
-# to ~40 KB (the kubelet reports at most 50 images), so ~20 MB at worst; a node-mode list
-# from the watch cache holds only the node's pods (110 by default). Objects near etcd's
-# 1.5 MiB limit could make a page larger: docs/reliability.md says so.
-MAX_REPLY_BYTES = 32 << 20
+# One GET reply held whole (/version, a one-off read of one object). List pages are not
+# held whole: kube/listing.py decodes them item by item as they stream (stream()).
+MAX_REPLY_BYTES = 4 << 20
 # One watch event (one line): an object is at most etcd's --max-request-bytes (1.5 MiB
 # by default) as stored; its JSON and the event around it add a little. A longer line
 # is hostile and would only grow the buffer.
 MAX_WATCH_LINE = 4 << 20
+# Values in one object (a watch event's, a list item's): json decodes a byte of "[{},{}"
+# into ~20 bytes of objects, so bytes alone do not bound what an object costs. A real
+# object has one value a 10-20 bytes, and decodes to ~6x its JSON: the largest (etcd's
+# 1.5 MiB) has ~150,000 and costs ~10 MiB. Counted with the brackets and commas inside
+# strings, an overestimate, and only in text over VALUES_CHECKED_FROM bytes.
+MAX_OBJECT_VALUES = 200_000
+VALUES_CHECKED_FROM = 256 << 10
 # A created review (TokenReview, SubjectAccessReview) echoes its spec with a status: a few
 # KiB; 1 MiB leaves room for many groups and extra values and still bounds a hostile one.
 MAX_CREATE_REPLY_BYTES = 1 << 20
@@ -37,6 +41,27 @@ ERROR_BYTES = 4096
 
 class ReplyTooLarge(limits.LimitExceeded):
     """A reply or a watch event went past its cap (the message names it)."""
+
+
+def count_values(text, start=0) -> int:
+    """Brackets and commas in the JSON text (str or bytes) from `start`, those inside
+    strings too: at least as many as the values there."""
+    marks = b"{[," if isinstance(text, (bytes, bytearray)) else "{[,"
+    return sum(text.count(marks[i : i + 1], start) for i in range(3))
+
+
+def too_many_values(what) -> ReplyTooLarge:
+    return ReplyTooLarge(
+        f"{what}: more than {MAX_OBJECT_VALUES} values in one object "
+        "(MAX_OBJECT_VALUES in kube_scale_exporter/kube/client.py)"
+    )
+
+
+def check_values(text, start, what):
+    """ReplyTooLarge if the JSON text from `start` may hold more than MAX_OBJECT_VALUES
+    values: decoding it could cost far more than its size."""
+    if len(text) - start > VALUES_CHECKED_FROM and count_values(text, start) > MAX_OBJECT_VALUES:
+        raise too_many_values(what)
 
 
 class ApiError(Exception):
@@ -73,6 +98,26 @@ def _error(status, body, retry_after=None):
     return (Gone if status == 410 else ApiError)(status, reason, message, _retry_after(retry_after))
 
 
+def _whole(cap):
+    """A reader of a reply held whole, at most the bytes of `cap` (a name in _CAPS)."""
+
+    def read(resp, what):
+        try:
+            return json.loads(limits.read_body(resp, _CAPS[cap], what))
+        except limits.LimitExceeded as exc:
+            raise ReplyTooLarge(f"{exc} ({cap} in kube_scale_exporter/kube/client.py)") from None
+
+    return read
+
+
+def status_error(status: dict) -> ApiError:
+    """The error a Status object (a watch ERROR event's object) stands for."""
+    code = status.get("code") or 0
+    return (Gone if code == 410 else ApiError)(
+        code, status.get("reason", ""), status.get("message", "")
+    )
+
+
 class Watch:
     """An open watch stream; iterate for event dicts, `close()` from any thread to end it."""
 
@@ -87,6 +132,7 @@ class Watch:
             try:
                 for line in limits.iter_lines(self._response, MAX_WATCH_LINE, "watch event"):
                     if line:
+                        check_values(line, 0, "watch event")
                         yield json.loads(line)
             except limits.LimitExceeded as exc:
                 raise ReplyTooLarge(
@@ -155,7 +201,22 @@ class KubeClient:
 
     def get(self, path, params=None) -> dict:
         """One GET returning the decoded JSON body; raises ApiError / requests exceptions."""
-        return self._call("GET", path, params, None, "MAX_REPLY_BYTES", self.request_timeout)
+        return self._call(
+            "GET", path, params, None, self.request_timeout, _whole("MAX_REPLY_BYTES")
+        )
+
+    def stream(self, path, params, consume):
+        """One GET whose body is consume(chunks): its bytes handed over as they arrive,
+        under the same deadline as get(), so that a reply too large to hold whole (a list
+        page: kube/listing.py) is decoded as it comes. Returns what consume returns."""
+        return self._call(
+            "GET",
+            path,
+            params,
+            None,
+            self.request_timeout,
+            lambda resp, what: consume(limits.iter_chunks(resp)),
+        )
 
     def create(self, path, obj, timeout=None) -> dict:
         """One POST of `obj` (a TokenReview, a SubjectAccessReview) returning the decoded
@@ -163,29 +224,27 @@ class KubeClient:
         (default the client's), at most MAX_CREATE_REPLY_BYTES of reply."""
         body = json.dumps(obj).encode()
         timeout = timeout or self.request_timeout
-        return self._call("POST", path, None, body, "MAX_CREATE_REPLY_BYTES", timeout)
+        return self._call("POST", path, None, body, timeout, _whole("MAX_CREATE_REPLY_BYTES"))
 
-    def _call(self, method, path, params, body, cap, timeout) -> dict:
+    def _call(self, method, path, params, body, timeout, read):
+        """read(reply, what) under a deadline of `timeout` for the whole request."""
         with limits.deadline(timeout) as deadline:
             try:
                 with self._send(path, params, timeout, body) as resp:
-                    reply = limits.read_body(resp, _CAPS[cap], f"{method} {path}")
+                    result = read(resp, f"{method} {path}")
                 if deadline.expired():
                     # The watchdog's shutdown reads as the end of a reply without a
                     # length: what came is cut short, not complete.
                     raise requests.exceptions.ConnectionError("cut at the deadline")
-            except limits.LimitExceeded as exc:
-                raise ReplyTooLarge(
-                    f"{exc} ({cap} in kube_scale_exporter/kube/client.py)"
-                ) from None
-            except limits.TRANSPORT_ERRORS as exc:
+            except (*limits.TRANSPORT_ERRORS, ValueError) as exc:
+                # ValueError too: a reply cut at the deadline is also a short document.
                 if deadline.expired():
                     raise requests.exceptions.Timeout(
                         f"{method} {path}: no complete answer within {timeout:g}s "
                         f"(the whole request): {type(exc).__name__}"
                     ) from None
                 raise
-        return json.loads(reply)
+        return result
 
     def watch(self, path, params, read_timeout) -> Watch:
         """Open a watch (`params` should carry watch, resourceVersion and timeoutSeconds).

@@ -17,7 +17,19 @@ every scrape, not with the collector that reads the watch, so they are there eve
 that collector fails.
 """
 
+from dataclasses import dataclass
+
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+
+@dataclass(frozen=True)
+class Health:
+    """What one informer reports (Informer.health())."""
+
+    resource: str
+    up: bool
+    last_sync_age: float | None  # seconds; None before the first sync
+    relists: int
 
 
 def watch_health(collectors):

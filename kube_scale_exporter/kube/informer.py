@@ -11,13 +11,14 @@ import logging
 import random
 import threading
 import time
-from dataclasses import dataclass
 
 import requests
 from urllib3.exceptions import ReadTimeoutError
 
 from .backoff import Backoff
-from .client import ApiError, Gone, KubeClient, ReplyTooLarge
+from .client import ApiError, Gone, KubeClient, ReplyTooLarge, status_error
+from .health import Health
+from .listing import list_all, object_key, strip_managed_fields
 from .resource import Resource
 
 log = logging.getLogger(__name__)
@@ -36,28 +37,6 @@ QUICK_CLOSE_SECONDS = 0.5
 # API errors in a row (no watch opened between them) after which the informer stops
 # resuming from its resourceVersion and relists.
 REFUSALS_BEFORE_RELIST = 3
-
-
-def object_key(obj) -> str:
-    meta = obj.get("metadata", {})
-    ns = meta.get("namespace")
-    return f"{ns}/{meta['name']}" if ns else meta["name"]
-
-
-def _strip_managed_fields(obj):
-    # Server-side-apply bookkeeping: often half an object's size and never read here.
-    obj.get("metadata", {}).pop("managedFields", None)
-    return obj
-
-
-@dataclass(frozen=True)
-class Health:
-    """What `kube.health` exports for one informer."""
-
-    resource: str
-    up: bool
-    last_sync_age: float | None  # seconds; None before the first sync
-    relists: int
 
 
 class Informer:
@@ -105,7 +84,7 @@ class Informer:
         self.watch_timeout = watch_timeout
         self.read_timeout = read_timeout
         self._on_add, self._on_update, self._on_delete = on_add, on_update, on_delete
-        self._transform = transform or _strip_managed_fields
+        self._transform = transform or strip_managed_fields
 
         self._lock = threading.Lock()
         self._items = {}
@@ -193,23 +172,14 @@ class Informer:
                 self._stop.wait(delay)
 
     def _list(self):
-        params = dict(self.selectors)
-        if self.list_from_cache:
-            # Relists too: 7,500 nodes relisting after a 410 must not each read etcd.
-            params["resourceVersion"] = "0"
-        else:
-            params["limit"] = str(self.page_size)
-        fresh = {}
-        while True:
-            doc = self.client.get(self.path, params)
-            for obj in doc.get("items") or []:
-                obj = self._transform(obj)
-                fresh[object_key(obj)] = obj
-            meta = doc.get("metadata") or {}
-            if not meta.get("continue"):
-                break
-            params = dict(params, **{"continue": meta["continue"]})
-        rv = meta.get("resourceVersion")
+        fresh, rv = list_all(
+            self.client,
+            self.path,
+            self.selectors,
+            self._transform,
+            from_cache=self.list_from_cache,
+            page_size=self.page_size,
+        )
         with self._lock:
             old, self._items = self._items, fresh
             self._rv = rv
@@ -272,7 +242,7 @@ class Informer:
     def _apply(self, event):
         kind, obj = event.get("type"), event.get("object") or {}
         if kind == "ERROR":
-            raise _watch_error(obj)
+            raise status_error(obj)
         rv = obj.get("metadata", {}).get("resourceVersion")
         if kind == "BOOKMARK":
             with self._lock:
@@ -315,14 +285,6 @@ class Informer:
 
 def _rv_of(obj):
     return obj.get("metadata", {}).get("resourceVersion")
-
-
-def _watch_error(status):
-    code = status.get("code") or 0
-    err = (Gone if code == 410 else ApiError)(
-        code, status.get("reason", ""), status.get("message", "")
-    )
-    return err
 
 
 def for_node(client, resource, node_name, **kw) -> Informer:

@@ -64,6 +64,51 @@ def test_malformed_messages_raise(bad):
         wire.fields(bad)
 
 
+def _other_field(kind, n):
+    """A field other than 1, of each wire type: the incremental reader skips it."""
+    return [
+        varint(3 << 3 | wire.LENGTH) + varint(n) + b"z" * n,
+        varint(9 << 3 | wire.FIXED64) + b"\x01" * 8,
+        varint(10 << 3 | wire.FIXED32) + b"\x02" * 4,
+        varint(11 << 3 | wire.VARINT) + varint(n << 40),
+    ][kind]
+
+
+@given(
+    st.lists(
+        st.one_of(st.binary(max_size=300), st.tuples(st.integers(0, 3), st.integers(0, 200))),
+        max_size=20,
+    ),
+    st.integers(min_value=1, max_value=400),
+)
+def test_the_incremental_reader_gives_field_1_as_fields_does_in_any_pieces(parts, size):
+    message = b"".join(
+        varint(1 << 3 | wire.LENGTH) + varint(len(p)) + p
+        if isinstance(p, bytes)
+        else _other_field(*p)
+        for p in parts
+    )
+    got = []
+    reader = wire.RepeatedReader(1, got.append, 300)
+    for start in range(0, len(message), size):
+        reader.feed(message[start : start + size])
+    reader.end()
+    assert got == [bytes(v) for v in wire.fields(message)[1]]
+
+
+def test_the_incremental_reader_refuses_a_long_item_when_announced_and_a_cut_message():
+    reader = wire.RepeatedReader(1, list().append, 1024)
+    with pytest.raises(wire.ItemTooLarge, match="an item of 8388608 bytes, over the 1 KiB cap"):
+        reader.feed(varint(1 << 3 | wire.LENGTH) + varint(8 << 20) + b"x")
+    for bad in [b"\x0a\x05abc", b"\x0a", b"\x20\xff"]:
+        reader = wire.RepeatedReader(1, list().append, 1024)
+        reader.feed(bad)
+        with pytest.raises(wire.WireError):
+            reader.end()
+    with pytest.raises(wire.WireError):
+        wire.RepeatedReader(1, list().append, 1024).feed(b"\x00\x01")  # field number 0
+
+
 def test_timestamp_and_map():
     ts = varint(1 << 3) + varint(1_700_000_000) + varint(2 << 3) + varint(500_000_000)
     assert wire.timestamp([ts]) == 1_700_000_000.5

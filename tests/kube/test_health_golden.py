@@ -1,7 +1,7 @@
 """The watches' health series every scrape carries, from fixed health readings."""
 
 from kube_scale_exporter.kube import Resource, health_families
-from kube_scale_exporter.kube.informer import Health
+from kube_scale_exporter.kube.health import Health
 from testbed.golden import assert_golden
 
 

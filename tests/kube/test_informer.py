@@ -160,6 +160,38 @@ def test_relists_after_410_gone_and_delivers_missed_deletions(
     assert inf.health().up and inf.health().relists == 1
 
 
+def test_a_continue_token_expired_mid_list_lists_again_from_the_start(
+    fresh_apiserver, make_client, informers
+):
+    """Pages of 2, decoded as they stream: while the first page is read, a pod is created
+    and etcd compacted past the list's resourceVersion, so the second page's continue
+    token gets the real server's 410 Expired; the informer lists again from the start and
+    ends with every pod, the late one too."""
+    api = fresh_apiserver()
+    ns = "expired"
+    api.admin.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+    create_pods(api, ns, 5)
+    compacted = []
+
+    def compact_once(pod):
+        if not compacted:
+            api.admin.create(f"/api/v1/namespaces/{ns}/pods", pod_manifest("late"))
+            compacted.append(etcd_compact(api.etcd.client_url))
+        return pod
+
+    expired_before = api.metric_sum("apiserver_request_total", resource="pods", code="410")
+    inf = informers(
+        kube.Informer(
+            make_client(api), kube.PODS, namespace=ns, page_size=2, transform=compact_once, **FAST
+        )
+    )
+    assert inf.wait_synced(15)
+    assert names(inf) == ["late", "p0", "p1", "p2", "p3", "p4"]
+    expired = api.metric_sum("apiserver_request_total", resource="pods", code="410")
+    assert expired - expired_before == 1  # the continue, refused once
+    assert inf.health().up
+
+
 def test_recovers_after_the_api_server_restarts(fresh_apiserver, make_client, informers):
     api = fresh_apiserver()
     client = make_client(api)

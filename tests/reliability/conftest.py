@@ -13,6 +13,7 @@ import pytest
 from testbed.containerd_server import ContainerdServer
 from testbed.etcd_server import EtcdServer
 from testbed.faultproxy import FaultProxy
+from testbed.metrics import wait_until
 from testbed.kube_apiserver import KubeApiServer
 from tests.reliability.running import RunningExporter
 
@@ -108,4 +109,10 @@ def cluster_exporter(cluster, proxy, run_exporter, workdir):
         ),
         within=15,
     )
+    # watch_up is 1 from the list on, before the watch request has an answer: the tests
+    # cut the pods watch to make the informer meet a fault, so it must be open at the
+    # proxy first. It opened 16-130 ms after the list and 37-204 ms before the wait above
+    # ended on an idle machine; a loaded API server answering later left nothing to cut
+    # (test_hostile_kube's "the informer did not watch again").
+    assert wait_until(lambda: proxy.open_streams(WATCH) >= 1, 15), "no pods watch at the proxy"
     return exporter

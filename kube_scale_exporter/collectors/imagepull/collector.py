@@ -192,7 +192,7 @@ class ImagePullCollector(Collector):
         wanted, failing = self._wanted()
         present = None
         if wanted or self.preload:
-            present = set(client.image_names())
+            present = client.image_names([*(wanted or ()), *(r.name for r in self.preload)])
         settings, settings_error = self._containerd_settings(client)
         return combine(
             time.time(),
