@@ -30,8 +30,6 @@ import os
 import pathlib
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,22 +40,11 @@ from . import control_plane, host, node
 from .control_plane import API_PORT, PORTS, kubeconfig
 from .host import BRIDGE, KUBELET_DIR, WORK, run
 from .node import NODE_IP, PAUSE_IMAGE
-from .procs import Proc, wait_for_port
+from .ports import port_is_free
+from .procs import Proc, stop_pid, wait_for_port
 
 CACHE = pathlib.Path(os.environ.get("KSE_CACHE", "/var/cache/kube-scale-exporter"))
 BIN = pathlib.Path(os.environ.get("KUBE_NODE_DIR", str(CACHE)))
-
-
-def _listenable(port: int) -> bool:
-    """Nothing listens on the port (with SO_REUSEADDR, as Go's listeners bind: connections
-    of the previous run in TIME_WAIT do not count)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("0.0.0.0", port))
-            return True
-        except OSError:
-            return False
 
 
 def current_kubectl() -> str:
@@ -142,7 +129,7 @@ class Cluster:
             print("cluster: leftovers of an earlier run; cleaning them first", file=sys.stderr)
             self.down(verify=False)
         for port in PORTS:
-            if not _listenable(port):
+            if not port_is_free(port, "0.0.0.0"):
                 raise RuntimeError(f"port {port} is taken; the e2e cluster needs it")
         for name in (
             "kube-apiserver",
@@ -252,34 +239,10 @@ class Cluster:
         node.wait_ready(self.session(), self.server, self.procs)
 
     # ------------------------------------------------------------ down
-    def _stop_pid(self, name, pid, timeout=15):
-        if not pid:
-            return
-        try:
-            cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-        except OSError:
-            return
-        if os.path.basename(cmd) != os.path.basename(self._expected_binary(name)):
-            return  # the PID was reused by something else: not ours
-        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5)):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                return
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline:
-                if (
-                    not pathlib.Path(f"/proc/{pid}").exists()
-                    or pathlib.Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z"
-                ):
-                    if name in self.procs:
-                        self.procs[name].popen.poll()
-                    return
-                time.sleep(0.1)
-
-    @staticmethod
-    def _expected_binary(name):
-        return {"etcd-main": "etcd", "etcd-events": "etcd"}.get(name, name)
+    def _stop_pid(self, name, pid):
+        binary = {"etcd-main": "etcd", "etcd-events": "etcd"}.get(name, name)
+        if pid and stop_pid(pid, binary) and name in self.procs:
+            self.procs[name].popen.poll()  # reap it, if this process started it
 
     def down(self, verify=True):
         """Stop every process we started and restore the host. Returns what remains."""
