@@ -231,13 +231,6 @@ class Cluster:
     def _kube_proxy(self):
         self._start("kube-proxy", node.kube_proxy_argv(binary("kube-proxy"), self.kubeconfig))
 
-    def restart_kubelet(self, **overrides):
-        """Stop the kubelet, rewrite its config with `overrides`, start it again."""
-        self._stop_pid("kubelet", self.load()["pids"].get("kubelet"))
-        node.write_kubelet_config(node.kubelet_config(self.pki / "ca.crt", **overrides))
-        self._kubelet()
-        node.wait_ready(self.session(), self.server, self.procs)
-
     # ------------------------------------------------------------ down
     def _stop_pid(self, name, pid):
         binary = {"etcd-main": "etcd", "etcd-events": "etcd"}.get(name, name)

@@ -171,9 +171,9 @@ def remove_containers():
 # ---------------------------------------------------------------- kubelet, kube-proxy
 
 
-def kubelet_config(ca, **overrides):
+def kubelet_config(ca):
     """The KubeletConfiguration; `ca` verifies the API server's client certificates."""
-    cfg = {
+    return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "address": NODE_IP,
@@ -204,8 +204,6 @@ def kubelet_config(ca, **overrides):
         "fileCheckFrequency": "10s",
         "nodeStatusUpdateFrequency": "5s",
     }
-    cfg.update(overrides)
-    return cfg
 
 
 def write_kubelet_config(config):
