@@ -101,9 +101,6 @@ class Cluster:
         s.headers["Authorization"] = f"Bearer {self.admin_token}"
         return s
 
-    def env(self):
-        return dict(os.environ, KUBECONFIG=str(self.kubeconfig))
-
     def kubectl(self, *args, input=None, check=True, kubectl=None):
         """kubectl (default: a current one, kustomize v5) against this cluster."""
         res = subprocess.run(
@@ -168,8 +165,8 @@ class Cluster:
         self.save()
         return self
 
-    def _start(self, name, argv, env=None):
-        proc = Proc(argv, self.logs / f"{name}.log", env=env)
+    def _start(self, name, argv):
+        proc = Proc(argv, self.logs / f"{name}.log")
         self.procs[name] = proc
         self.state["pids"][name] = proc.pid
         self.save()
