@@ -1,4 +1,4 @@
-"""Free loopback ports for test servers."""
+"""Free ports for test servers."""
 
 import socket
 
@@ -11,7 +11,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Nothing listens on host:port (bound with SO_REUSEADDR, as Go's listeners bind:
+    connections of an earlier run in TIME_WAIT do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

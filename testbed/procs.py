@@ -1,6 +1,7 @@
 """Start test servers as child processes, stop them by PID, read their memory and CPU."""
 
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -50,6 +51,32 @@ class Proc:
                 os.kill(self.pid, signal.SIGKILL)
                 self.popen.wait(timeout)
         self._log.close()
+
+
+def stop_pid(pid: int, binary: str, timeout: float = 15.0) -> bool:
+    """SIGTERM, then SIGKILL after `timeout`, a process started elsewhere (by an earlier
+    run, another process) if it still runs `binary`: a PID can have been reused since.
+    True once it has exited, as a zombie its parent has to reap or gone."""
+    try:
+        cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return False
+    if os.path.basename(cmd) != binary:
+        return False  # the PID was reused by something else: not ours
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if (
+                not pathlib.Path(f"/proc/{pid}").exists()
+                or pathlib.Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z"
+            ):
+                return True
+            time.sleep(0.1)
+    return False
 
 
 def wait_for_port(

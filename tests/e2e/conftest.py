@@ -16,7 +16,8 @@ import requests
 import yaml
 
 from testbed import image
-from testbed.cluster import NODE_IP, NODE_NAME, Cluster
+from testbed.cluster import Cluster
+from testbed.node import NODE_IP, NODE_NAME
 from testbed.prometheus import PrometheusServer
 from tools.build_mixin import mixin_object
 

@@ -14,7 +14,8 @@ import time
 
 import requests
 
-from testbed.cluster import EVENTS_PORT, NODE_IP
+from testbed.control_plane import EVENTS_PORT
+from testbed.node import NODE_IP
 
 from .conftest import HERE, NODE_NAME, NS, TIMINGS, wait_exporters_ready, wait_for
 
