@@ -71,8 +71,12 @@ class ContainerdServer:
 
     def start(self, timeout=30.0):
         os.makedirs(self.workdir, exist_ok=True)
-        # containerd 2.x creates an empty /run/containerd at start whatever `state` says.
-        self._made_default_state = not os.path.exists(DEFAULT_STATE)
+        # containerd 2.x creates /run/containerd at start whatever `state` says, and with its
+        # CRI plugins on fills it (io.containerd.grpc.v1.cri, runc, ...): what was there
+        # before is kept, what this server added is removed at stop.
+        self._default_state_before = (
+            set(os.listdir(DEFAULT_STATE)) if os.path.isdir(DEFAULT_STATE) else None
+        )
         with open(self.config, "w") as f:
             f.write(
                 CONFIG.format(
@@ -140,11 +144,18 @@ class ContainerdServer:
     def stop(self):
         if self.proc:
             self.proc.stop()
-        if getattr(self, "_made_default_state", False):
-            try:
-                os.rmdir(DEFAULT_STATE)  # only while empty: never another containerd's
-            except OSError:
-                pass
+        if self.proc is None or not os.path.isdir(DEFAULT_STATE):
+            return
+        before = self._default_state_before
+        if before is None:
+            shutil.rmtree(DEFAULT_STATE, ignore_errors=True)
+            return
+        for name in set(os.listdir(DEFAULT_STATE)) - before:
+            path = os.path.join(DEFAULT_STATE, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
 
     def wipe(self):
         self.stop()
