@@ -235,7 +235,9 @@ def wait_apiserver(session, server, proc, timeout=60):
     raise TimeoutError(f"kube-apiserver not ready:\n{proc.log_tail()}")
 
 
-def controller_manager_argv(binary, kubeconfig, pki):
+def _component_argv(binary, kubeconfig):
+    """What the controller-manager and the scheduler share: the admin kubeconfig for
+    everything, no leader election, no serving ports, no profiling."""
     kc = str(kubeconfig)
     return [
         binary,
@@ -245,6 +247,16 @@ def controller_manager_argv(binary, kubeconfig, pki):
         kc,
         "--authorization-kubeconfig",
         kc,
+        "--leader-elect=false",
+        "--port=0",
+        "--secure-port=0",
+        "--profiling=false",
+    ]
+
+
+def controller_manager_argv(binary, kubeconfig, pki):
+    return [
+        *_component_argv(binary, kubeconfig),
         "--service-account-private-key-file",
         str(pki / "sa.key"),
         "--root-ca-file",
@@ -253,30 +265,13 @@ def controller_manager_argv(binary, kubeconfig, pki):
         str(pki / "ca.crt"),
         "--cluster-signing-key-file",
         str(pki / "ca.key"),
-        "--leader-elect=false",
-        "--port=0",
-        "--secure-port=0",
         "--use-service-account-credentials=false",
-        "--profiling=false",
         "--node-monitor-grace-period=40s",
     ]
 
 
 def scheduler_argv(binary, kubeconfig):
-    kc = str(kubeconfig)
-    return [
-        binary,
-        "--kubeconfig",
-        kc,
-        "--authentication-kubeconfig",
-        kc,
-        "--authorization-kubeconfig",
-        kc,
-        "--leader-elect=false",
-        "--port=0",
-        "--secure-port=0",
-        "--profiling=false",
-    ]
+    return _component_argv(binary, kubeconfig)
 
 
 def wait_service_accounts(session, server, timeout=60):
