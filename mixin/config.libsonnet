@@ -151,9 +151,9 @@
     // them the fleet multiplies the overrun by the node count.
     nodeSeriesBudget: 43,
     // Node pods on etcd nodes (--etcd.local) add 24 series for their member without the key
-    // (7 from its /metrics standing for Status, 16 performance, 1 up); with
+    // (7 from its /metrics standing for Status, 16 performance, 1 up): 67 a pod; with
     // --etcd.local-access=full 27 plus, beside the leader, one per Kubernetes resource
-    // (--etcd.keys-max-resources, default 100, + other + timestamp): 173 at most.
+    // (--etcd.keys-max-resources, default 100, + other + timestamp): 43 + 129 = 172 at most.
     etcdNodeSeriesBudget: 180,
     clusterSeriesBudget: 500,
     seriesBudgetFor: '30m',

@@ -87,7 +87,7 @@ class EtcdCluster:
         self._lock = threading.Lock()
         self._known: list[str] = []  # member labels at the last refresh
         self._labels: dict[str, str] = {}  # local mode: endpoint -> member label
-        self._metrics_errors: dict[str, str] = {}  # url -> last error, logged once
+        self._page_errors = PageErrors(name)
 
     def client(self, url: str) -> EtcdClient:
         with self._lock:
@@ -161,7 +161,7 @@ class EtcdCluster:
             for (label, url), job, page_job in zip(targets, jobs, page_jobs, strict=True):
                 status, error = job.result()
                 page, page_error = page_job.result()
-                quota, source = self._quota(status, page)
+                quota, source = quota_of(status, page, self.default_quota)
                 if status is not None:
                     label = names.get(status.member_id) or format(int(status.member_id), "x")
                     self._labels[url] = label
@@ -199,24 +199,38 @@ class EtcdCluster:
             error = str(exc)
         except MetricsError as exc:
             error = f"{where}/metrics: {exc}"
-        # Logged when it starts or changes, not on every refresh.
-        with self._lock:
-            if error and self._metrics_errors.get(url) != error:
-                log.warning("etcd %s: member %s: /metrics not read: %s", self.name, url, error)
-            elif not error and url in self._metrics_errors:
-                log.info("etcd %s: member %s: /metrics read again", self.name, url)
-            if error:
-                self._metrics_errors[url] = error
-            else:
-                self._metrics_errors.pop(url, None)
+        self._page_errors.note(url, error)
         return found, error
 
-    def _quota(self, status: Status | None, page: MemberMetrics | None) -> tuple[int, str]:
-        """The member's quota: from Status (etcd 3.6+), its /metrics, else --etcd.quota-bytes."""
-        if status is None:
-            return 0, ""
-        if status.db_size_quota > 0:
-            return status.db_size_quota, "status"
-        if page is not None and page.quota_bytes:
-            return int(page.quota_bytes), "metrics"
-        return self.default_quota, "flag"
+
+def quota_of(status: Status | None, page: MemberMetrics | None, default: int) -> tuple[int, str]:
+    """A member's quota and where it came from: Status (etcd 3.6+), its /metrics, else
+    --etcd.quota-bytes; (0, "") for a member that did not answer."""
+    if status is None:
+        return 0, ""
+    if status.db_size_quota > 0:
+        return status.db_size_quota, "status"
+    if page is not None and page.quota_bytes:
+        return int(page.quota_bytes), "metrics"
+    return default, "flag"
+
+
+class PageErrors:
+    """Each member's last /metrics error, logged when it starts or changes and when the page
+    is read again, not on every refresh."""
+
+    def __init__(self, cluster: str):
+        self.cluster = cluster
+        self._last: dict[str, str] = {}  # member URL -> its last error
+        self._lock = threading.Lock()  # members are read in parallel
+
+    def note(self, url: str, error: str | None) -> None:
+        with self._lock:
+            if error and self._last.get(url) != error:
+                log.warning("etcd %s: member %s: /metrics not read: %s", self.cluster, url, error)
+            elif not error and url in self._last:
+                log.info("etcd %s: member %s: /metrics read again", self.cluster, url)
+            if error:
+                self._last[url] = error
+            else:
+                self._last.pop(url, None)

@@ -13,14 +13,13 @@ list, which has its name, needs the key). A raised NOSPACE still shows as writes
 
 from __future__ import annotations
 
-import logging
 import time
 
 import requests
 
 from kube_scale_exporter.etcd.answers import Status
 from kube_scale_exporter.etcd.client import EtcdClient, EtcdError
-from kube_scale_exporter.etcd.cluster import ClusterState, MemberState
+from kube_scale_exporter.etcd.cluster import ClusterState, MemberState, PageErrors, quota_of
 from kube_scale_exporter.etcd.page import (
     DB_SIZE,
     WANTED_WITHOUT_STATUS,
@@ -28,8 +27,6 @@ from kube_scale_exporter.etcd.page import (
     MetricsError,
     parse,
 )
-
-log = logging.getLogger(__name__)
 
 
 def status_of(page: MemberMetrics) -> Status:
@@ -65,7 +62,7 @@ class MetricsOnlyCluster:
         self.clients = [EtcdClient(session, url, timeout) for url in endpoints]
         self.default_quota = default_quota
         self._labels: dict[str, str] = {}  # url -> member id in hex, once read
-        self._errors: dict[str, str] = {}  # url -> last error, logged once
+        self._page_errors = PageErrors(name)
 
     def requests_sent(self) -> int:
         return sum(c.requests_sent for c in self.clients)
@@ -84,15 +81,10 @@ class MetricsOnlyCluster:
             status = status_of(page)
         except (EtcdError, MetricsError) as exc:
             error = str(exc) if isinstance(exc, EtcdError) else f"{url}/metrics: {exc}"
-            if self._errors.get(url) != error:
-                log.warning("etcd %s: member %s: /metrics not read: %s", self.name, url, error)
-                self._errors[url] = error
+            self._page_errors.note(url, error)
             label = self._labels.get(url, url)
             return MemberState(label, url, None, error, 0, "", None, None, error)
-        if self._errors.pop(url, None) is not None:
-            log.info("etcd %s: member %s: /metrics read again", self.name, url)
+        self._page_errors.note(url, None)
         label = self._labels[url] = page.member_id
-        quota, source = (
-            (int(page.quota_bytes), "metrics") if page.quota_bytes else (self.default_quota, "flag")
-        )
+        quota, source = quota_of(status, page, self.default_quota)
         return MemberState(label, url, status, None, quota, source, None, page, None)

@@ -39,10 +39,10 @@ def kubeconfig_problem(args) -> str | None:
     """Why the API server configuration the flags give cannot be loaded, as a usage message
     naming the flag; None when it loads. A collector's validate() raises it as a
     UsageError (exit 2), so a broken kubeconfig fails at start, not at the first scrape."""
+    given = getattr(args, "kube_kubeconfig", None)
     try:
-        load(getattr(args, "kube_kubeconfig", None)).close()
+        load(given).close()
     except ConfigError as exc:
-        # Errors about the flag's own file already start with its name.
-        text = str(exc)
-        return text if text.startswith("--kube.kubeconfig:") else f"--kube.kubeconfig: {text}"
+        # load() names its source, the flag included, in every error about a given file.
+        return str(exc) if given else f"--kube.kubeconfig: {exc}"
     return None

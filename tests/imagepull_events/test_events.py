@@ -9,9 +9,7 @@ import uuid
 
 import pytest
 
-from kube_scale_exporter.cli import parse
 from kube_scale_exporter.collectors.imagepull_events import (
-    ImagePullEventsCollector,
     PulledEvents,
     families,
     parse_pulled,
@@ -134,7 +132,7 @@ def post_event(api, ns, reason, message, count=1, host="node-a"):
     return name
 
 
-def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace, kubeconfig_for):
+def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace, events_collector):
     post_event(
         apiserver,
         namespace,
@@ -142,53 +140,32 @@ def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace,
         'Successfully pulled image "before" in 5s (5s including waiting)',
     )
     time.sleep(1.1)  # creationTimestamp has whole seconds
-    args, classes = parse(
-        [
-            "--mode",
-            "cluster",
-            "--collector.disable-defaults",
-            "--collector.imagepull_events",
-            "--kube.kubeconfig",
-            kubeconfig_for(
-                "imagepull-events", ImagePullEventsCollector.needs_in("cluster").rbac_rules
-            ),
-        ]
+    c = events_collector()
+    assert sample(collect(c), "kubescale_image_pull_duration_seconds_count") == 0
+    post_event(
+        apiserver,
+        namespace,
+        "Pulled",
+        'Successfully pulled image "a" in 45s (3m0s including waiting)',
     )
-    assert classes == [ImagePullEventsCollector]
-    c = ImagePullEventsCollector(args)
-    c.start()
-    try:
-        assert sample(collect(c), "kubescale_image_pull_duration_seconds_count") == 0
-        post_event(
-            apiserver,
-            namespace,
-            "Pulled",
-            'Successfully pulled image "a" in 45s (3m0s including waiting)',
-        )
-        post_event(apiserver, namespace, "Pulled", 'Successfully pulled image "b" in 2s')
-        post_event(apiserver, namespace, "Pulled", 'Container image "c" already present on machine')
-        post_event(apiserver, namespace, "Pulling", 'Pulling image "d"')
-        repeated = post_event(
-            apiserver,
-            namespace,
-            "Pulled",
-            'Successfully pulled image "e" in 1s (1s including waiting)',
-        )
-        apiserver.admin.merge_patch(
-            f"/api/v1/namespaces/{namespace}/events/{repeated}", {"count": 3}
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            families = collect(c)
-            if sample(families, "kubescale_image_pull_duration_seconds_count") == 5:
-                break
-            assert time.monotonic() < deadline, [
-                (s.name, s.value) for f in families for s in f.samples
-            ]
-            time.sleep(0.1)
-        assert sample(families, "kubescale_image_pull_duration_seconds_sum") == 45 + 2 + 3 * 1
-        assert sample(families, "kubescale_image_pull_queue_wait_seconds_count") == 4
-        assert sample(families, "kubescale_image_pull_queue_wait_seconds_sum") == 135
-        assert sample(families, "kubescale_image_pull_queue_wait_seconds_bucket", le="120.0") == 3
-    finally:
-        c.close()
+    post_event(apiserver, namespace, "Pulled", 'Successfully pulled image "b" in 2s')
+    post_event(apiserver, namespace, "Pulled", 'Container image "c" already present on machine')
+    post_event(apiserver, namespace, "Pulling", 'Pulling image "d"')
+    repeated = post_event(
+        apiserver,
+        namespace,
+        "Pulled",
+        'Successfully pulled image "e" in 1s (1s including waiting)',
+    )
+    apiserver.admin.merge_patch(f"/api/v1/namespaces/{namespace}/events/{repeated}", {"count": 3})
+    deadline = time.monotonic() + 10
+    while True:
+        families = collect(c)
+        if sample(families, "kubescale_image_pull_duration_seconds_count") == 5:
+            break
+        assert time.monotonic() < deadline, [(s.name, s.value) for f in families for s in f.samples]
+        time.sleep(0.1)
+    assert sample(families, "kubescale_image_pull_duration_seconds_sum") == 45 + 2 + 3 * 1
+    assert sample(families, "kubescale_image_pull_queue_wait_seconds_count") == 4
+    assert sample(families, "kubescale_image_pull_queue_wait_seconds_sum") == 135
+    assert sample(families, "kubescale_image_pull_queue_wait_seconds_bucket", le="120.0") == 3

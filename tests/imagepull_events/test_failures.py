@@ -5,8 +5,7 @@ import time
 
 import pytest
 
-from kube_scale_exporter.cli import parse
-from kube_scale_exporter.collectors.imagepull_events import ImagePullEventsCollector, PulledEvents
+from kube_scale_exporter.collectors.imagepull_events import PulledEvents
 from kube_scale_exporter.pullfailures import (
     FailureCounts,
     RegistryLabels,
@@ -229,87 +228,65 @@ def test_failing_nodes_forget_failures_older_than_the_window():
     assert counts.snapshot().failing_nodes == {"index.docker.io": 0}
 
 
-def test_failures_from_failed_events_in_a_real_apiserver(apiserver, namespace, kubeconfig_for):
+def test_failures_from_failed_events_in_a_real_apiserver(apiserver, namespace, events_collector):
     post_event(apiserver, namespace, "Failed", REAL[0][0])  # before the start: not counted
     time.sleep(1.1)
-    args, classes = parse(
-        [
-            "--mode",
-            "cluster",
-            "--collector.disable-defaults",
-            "--collector.imagepull_events",
-            "--image-pull.max-registries",
-            "2",
-            "--kube.kubeconfig",
-            kubeconfig_for(
-                "imagepull-events", ImagePullEventsCollector.needs_in("cluster").rbac_rules
-            ),
-        ]
+    c = events_collector("--image-pull.max-registries", "2")
+    collect(c)  # both watches synced
+    for i, (message, _, _) in enumerate(REAL):
+        post_event(apiserver, namespace, "Failed", message, host=f"node-{i % 3}")
+    post_event(apiserver, namespace, "Failed", "Error: ErrImagePull")
+    post_event(apiserver, namespace, "BackOff", 'Back-off pulling image "nginx"')
+    post_event(
+        apiserver,
+        namespace,
+        "Pulled",
+        'Successfully pulled image "index.docker.io/a:1" in 1s (1s including waiting)',
     )
-    assert classes == [ImagePullEventsCollector]
-    c = ImagePullEventsCollector(args)
-    c.start()
-    try:
-        collect(c)  # both watches synced
-        for i, (message, _, _) in enumerate(REAL):
-            post_event(apiserver, namespace, "Failed", message, host=f"node-{i % 3}")
-        post_event(apiserver, namespace, "Failed", "Error: ErrImagePull")
-        post_event(apiserver, namespace, "BackOff", 'Back-off pulling image "nginx"')
-        post_event(
-            apiserver,
-            namespace,
-            "Pulled",
-            'Successfully pulled image "index.docker.io/a:1" in 1s (1s including waiting)',
+    # Failed and Pulled events come through two watches: wait for both to deliver.
+    deadline = time.monotonic() + 15
+    while True:
+        families = collect(c)
+        total = sum(
+            s.value
+            for f in families
+            for s in f.samples
+            if s.name == "kubescale_image_pull_failures_total"
         )
-        # Failed and Pulled events come through two watches: wait for both to deliver.
-        deadline = time.monotonic() + 15
-        while True:
-            families = collect(c)
-            total = sum(
-                s.value
-                for f in families
-                for s in f.samples
-                if s.name == "kubescale_image_pull_failures_total"
-            )
-            succeeded = sum(
-                s.value
-                for f in families
-                for s in f.samples
-                if s.name == "kubescale_image_pulls_succeeded_total"
-            )
-            if total == len(REAL) and succeeded >= 1:
-                break
-            assert time.monotonic() < deadline, (total, succeeded)
-            time.sleep(0.2)
-        # First come: the first two registries keep their names, the rest are "other".
-        assert (
-            sample(
-                families,
-                "kubescale_image_pull_failures_total",
-                registry="index.docker.io",
-                reason="rate_limited",
-            )
-            == 1
+        succeeded = sum(
+            s.value
+            for f in families
+            for s in f.samples
+            if s.name == "kubescale_image_pulls_succeeded_total"
         )
-        assert (
-            sample(
-                families,
-                "kubescale_image_pull_failures_total",
-                registry="docker.io",
-                reason="rate_limited",
-            )
-            == 1
+        if total == len(REAL) and succeeded >= 1:
+            break
+        assert time.monotonic() < deadline, (total, succeeded)
+        time.sleep(0.2)
+    # First come: the first two registries keep their names, the rest are "other".
+    assert (
+        sample(
+            families,
+            "kubescale_image_pull_failures_total",
+            registry="index.docker.io",
+            reason="rate_limited",
         )
-        assert (
-            sample(
-                families, "kubescale_image_pull_failures_total", registry="other", reason="timeout"
-            )
-            == 4
+        == 1
+    )
+    assert (
+        sample(
+            families,
+            "kubescale_image_pull_failures_total",
+            registry="docker.io",
+            reason="rate_limited",
         )
-        assert (
-            sample(families, "kubescale_image_pulls_succeeded_total", registry="index.docker.io")
-            == 1
-        )
-        assert sample(families, "kubescale_image_pull_failing_nodes", registry="other") == 3
-    finally:
-        c.close()
+        == 1
+    )
+    assert (
+        sample(families, "kubescale_image_pull_failures_total", registry="other", reason="timeout")
+        == 4
+    )
+    assert (
+        sample(families, "kubescale_image_pulls_succeeded_total", registry="index.docker.io") == 1
+    )
+    assert sample(families, "kubescale_image_pull_failing_nodes", registry="other") == 3

@@ -120,9 +120,12 @@ def test_collector_recovers_when_netlink_comes_back(collectors):
     assert sample(families, "kubescale_neighbor_gc_thresh3", family="ipv4") > 0
 
 
-def run_check(*argv):
+def run_check(*argv, within=()):
+    """`check` of the neighbor collector, run from the repository; `within` prefixes the
+    command (e.g. `ip netns exec NAME`)."""
     return subprocess.run(
         [
+            *within,
             sys.executable,
             "-m",
             "kube_scale_exporter",
@@ -213,24 +216,7 @@ def test_exporter_inside_a_namespace_subtracts_that_namespaces_exempt_entries(tm
 
 
 def test_check_outside_the_host_namespace_says_so(netns):
-    result = subprocess.run(
-        [
-            "ip",
-            "netns",
-            "exec",
-            netns.name,
-            sys.executable,
-            "-m",
-            "kube_scale_exporter",
-            "check",
-            "--collector.disable-defaults",
-            "--collector.neighbor",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
+    result = run_check(within=("ip", "netns", "exec", netns.name))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "the exporter is not in the host network namespace" in result.stdout
     assert "hostNetwork: true" in result.stdout

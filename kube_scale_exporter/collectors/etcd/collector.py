@@ -87,8 +87,6 @@ class EtcdCollector(Collector):
         super().__init__(args)
         self.tls = tls_files(args)
         session = new_session(self.tls)
-        self.local = bool(args.etcd_local)
-        self.metrics_only = self.local and args.etcd_local_access == "metrics"
         metrics_urls = dict(args.etcd_metrics_urls)
         self.clusters = [
             EtcdCluster(
@@ -107,7 +105,7 @@ class EtcdCollector(Collector):
                 MetricsOnlyCluster(
                     name, list(urls), session, args.etcd_timeout, args.etcd_quota_bytes
                 )
-                if self.metrics_only
+                if args.etcd_local_access == "metrics"
                 else EtcdCluster(
                     name,
                     list(urls),
@@ -118,6 +116,10 @@ class EtcdCollector(Collector):
                     metrics_urls.get(name, ()),
                 )
             )
+        # Read through /metrics alone: what EtcdState tells `check`.
+        self.metrics_only = frozenset(
+            c.name for c in self.clusters if isinstance(c, MetricsOnlyCluster)
+        )
         self.min_interval = args.etcd_min_interval
         self.keys_interval = args.etcd_keys_interval
         self.keys_prefix = args.etcd_keys_prefix.encode()
@@ -170,7 +172,7 @@ class EtcdCollector(Collector):
     def count_keys(self):
         """Count keys per resource in every cluster; keep the last counts on failure."""
         leading = set()
-        if self.local and not self.metrics_only:
+        if any(isinstance(c, EtcdCluster) and not c.discover for c in self.clusters):
             # Every etcd node runs a pod; only the leader's counts, so they are taken once.
             leading = {
                 s.name
@@ -198,8 +200,7 @@ class EtcdCollector(Collector):
         states = self.states()
         if not any(s.up for s in states):
             raise EtcdError("; ".join(f"{s.name}: {s.error}" for s in states))
-        metrics_only = frozenset(c.name for c in self.clusters if isinstance(c, MetricsOnlyCluster))
-        return EtcdState(states, self.keys(), self.keys_interval, self.tls, metrics_only)
+        return EtcdState(states, self.keys(), self.keys_interval, self.tls, self.metrics_only)
 
     families = staticmethod(families)
     advise = staticmethod(advise)
