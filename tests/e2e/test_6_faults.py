@@ -226,6 +226,8 @@ def test_main_etcd_leader_stopped(steady, cluster):
     wait_healthy(prom, "before", 90)
     leader = wait_for("main's leader", lambda: main_leader(cluster), timeout=30)
     members = f'kubescale_etcd_up{{{CLUSTER_JOB},etcd_cluster="main"}}'
+    # test_5_etcd.py left the e2e overlay applied: the Deployment watches main's members.
+    assert prom.value(members) == 1, "the cluster Deployment does not watch main"
     with AlertWatch(prom) as watch:
         t = time.monotonic()
         cluster.stop_process(f"etcd-{leader}")
