@@ -16,6 +16,13 @@ Limits, by construction:
   imports) are not pulls and are ignored.
 - The source label names a repository, not a tag: two tags of one repository being
   pulled at once are told apart only by count.
+
+Without the manifests (the ingest directory read with no socket, containerd/ingestdir.py)
+`by_download_slots` estimates the pulls instead: a pull downloads at most
+max_concurrent_downloads blobs at once, so the moving ingests make at least that many
+fewer pulls, and so do the stalled ones. Exact while each pull has as many blobs left as
+it may download at once; pulls near their end, or of images with fewer layers, that run
+at the same time count as fewer.
 """
 
 from __future__ import annotations
@@ -117,6 +124,26 @@ class ManifestIndex:
         live = {m.digest for d, m in self._owner.items() if d in digests}
         self._owner = {d: m for d, m in self._owner.items() if m.digest in live}
         return {d: m for d, m in self._owner.items() if d in digests}
+
+
+def by_download_slots(
+    ingests: list[Ingest], per_pull: int, now: float, stall_after: float
+) -> list[Pull]:
+    """Pulls in progress estimated from the ingests alone: the moving ones, then the
+    stalled ones, in the order they started, `per_pull` to a pull (0: no limit, one pull).
+    Such a pull has no sources: its image is not known."""
+    pulls = []
+    blobs = [i for i in ingests if i.digest is not None]
+    stalled = [i for i in blobs if Pull(i.ref, ingests=[i]).stalled(now, stall_after)]
+    stuck = set(stalled)
+    moving = [i for i in blobs if i not in stuck]
+    for part in (moving, stalled):
+        part.sort(key=lambda i: (i.started_at or 0.0, i.ref))
+        size = per_pull or len(part) or 1
+        for first in range(0, len(part), size):
+            chunk = part[first : first + size]
+            pulls.append(Pull(key=chunk[0].digest, ingests=chunk))
+    return sorted(pulls, key=lambda p: p.key)
 
 
 def group(ingests: list[Ingest], owners: dict[str, Manifest]) -> list[Pull]:
