@@ -1,0 +1,260 @@
+"""The ingest directory against the socket, on the same live pulls, on containerd 1.6, 1.7
+and 2.1 (through a throttling proxy; a client killed mid-pull makes a stalled one).
+
+No API server: the pods' part of the ingest source (presence, queued) is in
+test_parts.py; here the containerd side of both sources is held to the same figures.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from kube_scale_exporter.containerd.client import ContainerdClient
+from kube_scale_exporter.containerd.ingestdir import IngestDir
+from testbed.containerd_server import VERSIONS, ContainerdServer
+from testbed.metrics import sample
+from testbed.procs import Proc
+
+from .test_containerd import MiB, fresh_repo, scrape, wait_for
+
+# Debian's interpreter: one under /root (0700) cannot be run as uid 65534.
+SYSTEM_PYTHON = "/usr/bin/python3"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIGURES = (
+    "kubescale_image_pulls_in_progress",
+    "kubescale_image_pull_stalled",
+    "kubescale_image_pull_downloaded_bytes",
+    "kubescale_image_pull_expected_bytes",
+)
+# The client drives a pull in 1.x; in 2.x `ctr images pull` goes through the daemon's
+# transfer service and `content fetch` stays in the client.
+CLIENTS = {"fetch": ("content", "fetch"), "pull": ("images", "pull")}
+
+
+@pytest.fixture(params=sorted(VERSIONS))
+def versioned(request):
+    path = tempfile.mkdtemp(prefix="cv-", dir="/tmp")
+    server = ContainerdServer(path, bin_dir=VERSIONS[request.param]).start()
+    server.label = request.param
+    yield server
+    server.wipe()
+
+
+def ingest_dir(server):
+    return os.path.join(server.workdir, "root", "io.containerd.content.v1.content", "ingest")
+
+
+def both(make_collector, server, *flags):
+    """(socket collector, ingest collector) of one containerd."""
+    socket = make_collector(server.address, *flags)
+    ingest = make_collector(
+        server.address,
+        "--image-pull.source=ingest",
+        "--containerd.ingest-dir",
+        ingest_dir(server),
+        *flags,
+    )
+    return socket, ingest
+
+
+def start(server, ref, log, client="fetch"):
+    return Proc(server.ctr_argv(*CLIENTS[client], "--plain-http", ref), log)
+
+
+def kill(proc):
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.stop()
+
+
+def frozen(server, timeout=10.0):
+    """The ingests once no byte moved for a second (the 2.x transfer service writes on
+    briefly after its client died)."""
+    client = ContainerdClient(server.address, server.namespace, 5)
+    deadline = time.monotonic() + timeout
+    last = client.ingests()
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = client.ingests()
+        if [(i.ref, i.offset) for i in now] == [(i.ref, i.offset) for i in last]:
+            return now
+        last = now
+    raise AssertionError(f"ingests still moving after {timeout}s: {last}")
+
+
+def moving(server, layers, timeout=20.0):
+    """Wait until `layers` layer ingests each hold a MiB or more."""
+    client = ContainerdClient(server.address, server.namespace, 5)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sum(1 for i in client.ingests() if i.kind == "layer" and i.offset >= MiB) >= layers:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not {layers} layers downloading within {timeout}s")
+
+
+def figures(collector):
+    families = scrape(collector)
+    return {name: sample(families, name) for name in FIGURES}
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_the_directory_holds_what_list_statuses_answers(
+    versioned, registry, proxy, workdir, client
+):
+    repo = fresh_repo()
+    registry.push_image(repo, "v1", [24 * MiB, 24 * MiB])
+    pull = start(versioned, f"{proxy.host}/{repo}:v1", f"{workdir}/{repo}.log", client)
+    try:
+        moving(versioned, 2)
+    finally:
+        kill(pull)
+    listed = frozen(versioned)
+    read = IngestDir(ingest_dir(versioned), versioned.namespace).ingests()
+    assert [(i.ref, i.offset, i.total) for i in read] == [
+        (i.ref, i.offset, i.total) for i in listed
+    ]
+    layers = [i for i in read if i.kind == "layer"]
+    assert len(layers) == 2 and all(0 < i.offset < i.total for i in layers)
+    for mine, theirs in zip(read, listed, strict=True):
+        # containerd's answer is the later of updatedat and data's mtime, as ours.
+        assert mine.started_at == pytest.approx(theirs.started_at, abs=1e-6)
+        assert mine.updated_at == pytest.approx(theirs.updated_at, abs=1e-6)
+    # Another namespace's ingests are not this one's.
+    assert IngestDir(ingest_dir(versioned), "default").ingests() == []
+
+
+def test_a_reader_without_root_and_without_groups_reads_a_read_only_mount(
+    versioned, registry, proxy, workdir
+):
+    """As the kubelet mounts a hostPath: the directory bind-mounted read-only (its parents,
+    containerd's 0700 root among them, are not on the path), read as uid 65534 with no
+    supplementary group."""
+    repo = fresh_repo()
+    registry.push_image(repo, "v1", [24 * MiB])
+    pull = start(versioned, f"{proxy.host}/{repo}:v1", f"{workdir}/{repo}.log")
+    try:
+        moving(versioned, 1)
+    finally:
+        kill(pull)
+    listed = frozen(versioned)
+    root = os.path.join(versioned.workdir, "root")
+    assert os.stat(root).st_mode & 0o777 == 0o700
+    mount = tempfile.mkdtemp(prefix="mnt-", dir="/tmp")
+    os.chmod(mount, 0o755)
+    program = (
+        "import json, os, sys\n"
+        "from kube_scale_exporter.containerd.ingestdir import IngestDir\n"
+        "found = IngestDir(sys.argv[1], 'k8s.io').ingests()\n"
+        "try:\n"
+        "    open(os.path.join(sys.argv[1], 'x'), 'w')\n"
+        "    wrote = True\n"
+        "except OSError:\n"
+        "    wrote = False\n"
+        "print(json.dumps({'id': [os.getuid(), os.getgid(), os.getgroups()], 'wrote': wrote,"
+        " 'ingests': [[i.ref, i.offset, i.total] for i in found]}))\n"
+    )
+    script = (
+        f'mount --bind -o ro "$1" "$2" && exec setpriv --reuid=65534 --regid=65534 '
+        f'--clear-groups env PYTHONPATH={REPO} {SYSTEM_PYTHON} -c "$3" "$2"'
+    )
+    try:
+        done = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
+            + [ingest_dir(versioned), mount, program],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    finally:
+        os.rmdir(mount)
+    seen = json.loads(done.stdout)
+    assert seen["id"] == [65534, 65534, []]
+    assert seen["wrote"] is False
+    assert seen["ingests"] == [[i.ref, i.offset, i.total] for i in listed]
+
+
+def test_same_figures_for_two_images_then_a_stalled_pull(
+    versioned, registry, proxy, make_collector, workdir
+):
+    socket, ingest = both(make_collector, versioned, "--image-pull.stall-after", "2s")
+    repos = [fresh_repo(), fresh_repo()]
+    layers = [
+        size for r in repos for size in registry.push_image(r, "v1", [8 * MiB] * 3)["layer_sizes"]
+    ]
+    pulls = [start(versioned, f"{proxy.host}/{r}:v1", f"{workdir}/{r}.log") for r in repos]
+    try:
+        # Three layers of each image at once: both sources see two images.
+        seen = wait_for(
+            socket,
+            lambda f: sample(f, "kubescale_image_pull_expected_bytes") == sum(layers),
+            20,
+            f"six layers downloading ({versioned.label})",
+        )
+        from_dir = figures(ingest)
+        assert sample(seen, "kubescale_image_pulls_in_progress") == 2
+        assert from_dir["kubescale_image_pulls_in_progress"] == 2
+        assert from_dir["kubescale_image_pull_stalled"] == 0
+        assert from_dir["kubescale_image_pull_expected_bytes"] == sum(layers)
+        for p in pulls:
+            assert p.popen.wait(60) == 0, p.log_tail()
+    finally:
+        for p in pulls:
+            p.stop()
+    assert figures(socket) == figures(ingest) == dict.fromkeys(FIGURES, 0)
+
+    repo = fresh_repo()
+    registry.push_image(repo, "v1", [32 * MiB])
+    pull = start(versioned, f"{proxy.host}/{repo}:v1", f"{workdir}/{repo}.log")
+    try:
+        wait_for(
+            ingest,
+            lambda f: sample(f, "kubescale_image_pull_downloaded_bytes") > 2 * MiB,
+            20,
+            "downloading",
+        )
+    finally:
+        kill(pull)
+    frozen(versioned)
+    stalled = wait_for(
+        ingest, lambda f: sample(f, "kubescale_image_pull_stalled") == 1, 10, "stalled"
+    )
+    assert figures(socket) == {name: sample(stalled, name) for name in FIGURES}
+    assert sample(stalled, "kubescale_image_pulls_in_progress") == 1
+    assert 0 < sample(stalled, "kubescale_image_pull_downloaded_bytes") < 32 * MiB
+    # The socket's pull began when its manifest was committed, just before the layer.
+    oldest = "kubescale_image_pull_oldest_seconds"
+    assert sample(scrape(ingest), oldest) == pytest.approx(sample(scrape(socket), oldest), abs=1.0)
+
+
+def test_two_small_images_at_once_count_as_one_without_the_manifests(
+    versioned, registry, proxy, make_collector, workdir
+):
+    """The documented difference: one layer each, fewer than the 3 download slots of a
+    pull, so the ingest source cannot tell them from one image's layers."""
+    socket, ingest = both(make_collector, versioned)
+    repos = [fresh_repo(), fresh_repo()]
+    for repo in repos:
+        registry.push_image(repo, "v1", [16 * MiB])
+    pulls = [start(versioned, f"{proxy.host}/{r}:v1", f"{workdir}/{r}.log") for r in repos]
+    try:
+        seen = wait_for(
+            socket,
+            lambda f: sample(f, "kubescale_image_pull_expected_bytes") >= 2 * 16 * MiB,
+            20,
+            "two layers downloading",
+        )
+        from_dir = figures(ingest)
+        assert sample(seen, "kubescale_image_pulls_in_progress") == 2
+        assert from_dir["kubescale_image_pulls_in_progress"] == 1
+        assert from_dir["kubescale_image_pull_expected_bytes"] == sample(
+            seen, "kubescale_image_pull_expected_bytes"
+        )
+    finally:
+        for p in pulls:
+            p.stop()
