@@ -72,8 +72,8 @@ out["times_ms"] = [x * 1e3 for x in times[1:]]
 calls = []
 for i in range(50):
     t = time.perf_counter()
-    collector.client.ingests()
-    collector.client.image_names([r.name for r in collector.preload])
+    collector.source.client.ingests()
+    collector.source.client.image_names([r.name for r in collector.preload])
     calls.append(time.perf_counter() - t)
 out["calls_ms"] = sorted(calls)[len(calls) // 2] * 1e3
 out["rss_end"] = rss()

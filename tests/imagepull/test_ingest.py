@@ -10,10 +10,12 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
 
+from kube_scale_exporter.containerd import grpc_h2
 from kube_scale_exporter.containerd.client import ContainerdClient
 from kube_scale_exporter.containerd.ingestdir import IngestDir
 from testbed.containerd_server import VERSIONS, ContainerdServer
@@ -21,6 +23,7 @@ from testbed.metrics import sample
 from testbed.procs import Proc
 
 from .test_containerd import MiB, fresh_repo, scrape, wait_for
+from .test_pull_errors import PULL_IMAGE, _bytes_field, cri_containerd
 
 # Debian's interpreter: one under /root (0700) cannot be run as uid 65534.
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -239,22 +242,81 @@ def test_two_small_images_at_once_count_as_one_without_the_manifests(
     pull, so the ingest source cannot tell them from one image's layers."""
     socket, ingest = both(make_collector, versioned)
     repos = [fresh_repo(), fresh_repo()]
-    for repo in repos:
-        registry.push_image(repo, "v1", [16 * MiB])
+    layers = [registry.push_image(r, "v1", [16 * MiB])["layer_sizes"][0] for r in repos]
     pulls = [start(versioned, f"{proxy.host}/{r}:v1", f"{workdir}/{r}.log") for r in repos]
     try:
         seen = wait_for(
             socket,
-            lambda f: sample(f, "kubescale_image_pull_expected_bytes") >= 2 * 16 * MiB,
+            lambda f: sample(f, "kubescale_image_pull_expected_bytes") == sum(layers),
             20,
             "two layers downloading",
         )
         from_dir = figures(ingest)
         assert sample(seen, "kubescale_image_pulls_in_progress") == 2
         assert from_dir["kubescale_image_pulls_in_progress"] == 1
-        assert from_dir["kubescale_image_pull_expected_bytes"] == sample(
-            seen, "kubescale_image_pull_expected_bytes"
-        )
+        assert from_dir["kubescale_image_pull_expected_bytes"] == sum(layers)
     finally:
         for p in pulls:
             p.stop()
+
+
+# The CRI's own PullImage, the kubelet's call: containerd's config version per line.
+CRI_CONFIG_VERSION = {"1.6": 2, "1.7": 2, "2.1": 3}
+
+
+@pytest.mark.parametrize("label", sorted(VERSIONS))
+def test_a_cri_pull_is_one_pull_under_a_kubelet_that_serializes(
+    label, registry, proxy, make_collector, workdir, tmp_path
+):
+    """The CRI pulls 3 layers of an image at once on 1.6 and 1.7 (max_concurrent_downloads);
+    2.1's transfer service opens all 6 ingests at once and writes 3: without the kubelet's
+    config the ingest source counts 2.1's as two pulls; the kubelet's serialized pulls
+    bound it. The 3 waiting at offset 0 are not stalled."""
+    server = cri_containerd(VERSIONS[label], [proxy.host], CRI_CONFIG_VERSION[label], "5m")
+    kubelet = tmp_path / "kubelet.yaml"
+    kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
+    repo = fresh_repo()
+    # 32 MiB at the proxy's 4 MiB/s: the first three layers take 8 s.
+    registry.push_image(repo, "v1", [32 * MiB] * 6)
+    image = f"{proxy.host}/{repo}:v1"
+    pull = threading.Thread(target=cri_pull_quietly, args=(server, image), daemon=True)
+    try:
+        socket, bare = both(make_collector, server, "--image-pull.stall-after", "3s")
+        serial = make_collector(
+            server.address,
+            "--image-pull.source=ingest",
+            "--containerd.ingest-dir",
+            ingest_dir(server),
+            "--kubelet.config-file",
+            str(kubelet),
+            "--image-pull.stall-after",
+            "3s",
+        )
+        pull.start()
+        moving(server, 3)
+        opened = len(ContainerdClient(server.address, "k8s.io", 5).ingests())
+        assert opened == (6 if label == "2.1" else 3)
+        assert figures(socket)["kubescale_image_pulls_in_progress"] == 1
+        assert figures(serial)["kubescale_image_pulls_in_progress"] == 1
+        assert figures(bare)["kubescale_image_pulls_in_progress"] == opened // 3
+        assert sample(scrape(serial), "kubescale_kubelet_serialize_image_pulls") == 1
+        time.sleep(3.5)  # past --image-pull.stall-after, the last 3 layers not begun yet
+        assert [figures(c)["kubescale_image_pull_stalled"] for c in (socket, bare, serial)] == [
+            0,
+            0,
+            0,
+        ]
+    finally:
+        server.wipe()
+        pull.join(30)
+
+
+def cri_pull_quietly(server, image):
+    """PullImage until it ends; the test stops containerd under it."""
+    request = _bytes_field(1, _bytes_field(1, image.encode()))
+    try:
+        grpc_h2.call(
+            server.address, PULL_IMAGE, request, 120, (("containerd-namespace", "k8s.io"),)
+        )
+    except grpc_h2.GrpcError:
+        pass

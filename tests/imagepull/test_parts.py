@@ -19,7 +19,8 @@ from kube_scale_exporter.collectors.imagepull.pods import (
 )
 from kube_scale_exporter.containerd import wire
 from kube_scale_exporter.containerd.client import ContentInfo
-from kube_scale_exporter.collectors.imagepull.state import combine
+from kube_scale_exporter.collectors.imagepull.kubelet import KubeletPullSettings
+from kube_scale_exporter.collectors.imagepull.state import combine, most_pulls
 from kube_scale_exporter.containerd.client import Ingest
 from kube_scale_exporter.containerd.ingestdir import IngestDir, IngestDirError
 from kube_scale_exporter.containerd.pulls import ManifestIndex, by_download_slots
@@ -414,18 +415,39 @@ def _ingest(digest_char, offset, started, updated, kind="layer"):
 
 def test_pulls_are_estimated_from_download_slots():
     moving = [_ingest(c, 10, NOW - 60 + i, NOW - 1) for i, c in enumerate("1234")]
-    stuck = [_ingest(c, 10, NOW - 900, NOW - 600) for c in "56"]
+    idle = [_ingest(c, 10, NOW - 900, NOW - 600) for c in "56"]
     other = Ingest("my-upload", 5, 10, NOW - 5, NOW - 5)
-    pulls = by_download_slots([*moving, *stuck, other], 3, NOW, 120.0)
-    # four moving blobs are at least two pulls of three slots; two stalled ones one more
-    assert sorted(len(p.ingests) for p in pulls) == [1, 2, 3]
-    assert sum(p.stalled(NOW, 120.0) for p in pulls) == 1
-    assert sum(p.downloaded_bytes for p in pulls) == 60
-    # the earliest started share a pull
-    [first] = [p for p in pulls if len(p.ingests) == 3]
-    assert {i.ref[-1] for i in first.ingests} == {"1", "2", "3"}
-    assert len(by_download_slots([*moving, *stuck], 0, NOW, 120.0)) == 2  # 0: no limit
+    pulls = by_download_slots([*moving, other], 3, NOW, 120.0)
+    # four moving blobs are at least two pulls of three slots
+    assert sorted(len(p.ingests) for p in pulls) == [2, 2]
+    assert sum(p.downloaded_bytes for p in pulls) == 40
+    # idle blobs beside moving ones wait for a slot: none stalled
+    beside = by_download_slots([*moving, *idle], 3, NOW, 120.0)
+    assert len(beside) == 2 and not any(p.stalled(NOW, 120.0) for p in beside)
+    # no more pulls than blobs that move, each with one of them
+    one = by_download_slots([*moving[:1], *idle], 3, NOW, 120.0)
+    assert [len(p.ingests) for p in one] == [3]
+    # alone they are a stalled pull
+    assert [p.stalled(NOW, 120.0) for p in by_download_slots(idle, 3, NOW, 120.0)] == [True]
+    assert len(by_download_slots([*moving, *idle], 0, NOW, 120.0)) == 1  # 0: no limit
     assert by_download_slots([], 3, NOW, 120.0) == []
+    # at most one moving pull under a kubelet that serializes
+    capped = by_download_slots([*moving, *idle], 3, NOW, 120.0, most_moving=1)
+    assert [len(p.ingests) for p in capped] == [6]
+
+
+def test_the_kubelet_bounds_the_pulls_downloading():
+    serial = KubeletPullSettings(serialize=True, max_parallel=1)
+    parallel = KubeletPullSettings(serialize=False, max_parallel=5)
+    unlimited = KubeletPullSettings(serialize=False, max_parallel=0)
+    wanted = {"a:1": None, "b:1": None, "c:1": None}
+    assert most_pulls(None, None, None) is None
+    assert most_pulls(unlimited, None, None) is None
+    assert most_pulls(serial, None, None) == 1
+    assert most_pulls(parallel, None, None) == 5
+    assert most_pulls(parallel, wanted, {"a:1"}) == 2
+    assert most_pulls(unlimited, wanted, set()) == 3
+    assert most_pulls(parallel, {}, set()) == 1  # something moves: at least one pull
 
 
 def test_pulls_of_unknown_images_take_the_longest_waiting_missing_images():

@@ -21,7 +21,12 @@ from kube_scale_exporter.collectors.imagepull.pods import (
     start_pod_watch,
 )
 from kube_scale_exporter.collectors.imagepull.sources import SOURCES
-from kube_scale_exporter.collectors.imagepull.state import PullState, combine, families
+from kube_scale_exporter.collectors.imagepull.state import (
+    PullState,
+    combine,
+    families,
+    most_pulls,
+)
 from kube_scale_exporter.containerd import config as containerd_config
 from kube_scale_exporter.containerd.client import DEFAULT_ADDRESS, socket_path
 from kube_scale_exporter.containerd.ingestdir import DEFAULT_INGEST_DIR
@@ -213,19 +218,21 @@ class ImagePullCollector(Collector):
         now = time.time()
         ingests = self.source.ingests()  # first: an unreachable source fails the scrape
         settings, settings_error = self._containerd_settings()
-        pulls = self.source.pulls(ingests, now, self.stall_after, settings)
         wanted, failing, in_use = self._wanted()
         present = None
         if wanted or self.preload:
             names = [*(wanted or ()), *(r.name for r in self.preload)]
             present = self.source.present(names, in_use)
+        kubelet = self.kubelet.read()
+        most = most_pulls(kubelet, wanted, present) if self.source.by_count else None
+        pulls = self.source.pulls(ingests, now, self.stall_after, settings, most)
         return combine(
             now,
             self.stall_after,
             pulls,
             present,
             wanted,
-            self.kubelet.read(),
+            kubelet,
             self.preload,
             kubelet_error=self.kubelet.error,
             pods_error=self.pods_error,

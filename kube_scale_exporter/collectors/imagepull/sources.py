@@ -46,7 +46,7 @@ class SocketSource:
     def ingests(self) -> list[Ingest]:
         return self._containerd().ingests()
 
-    def pulls(self, ingests, now, stall_after, settings) -> list[pullmap.Pull]:
+    def pulls(self, ingests, now, stall_after, settings, most=None) -> list[pullmap.Pull]:
         digests = {i.digest for i in ingests if i.digest}
         owners = self.manifests.lookup(digests) if digests else {}
         return pullmap.group(ingests, owners)
@@ -76,12 +76,13 @@ class IngestSource:
     def ingests(self) -> list[Ingest]:
         return self.dir.ingests()
 
-    def pulls(self, ingests, now, stall_after, settings) -> list[pullmap.Pull]:
+    def pulls(self, ingests, now, stall_after, settings, most=None) -> list[pullmap.Pull]:
+        """`most`: state.most_pulls(...), the kubelet's bound on moving pulls."""
         # containerd's own default when its config cannot be read.
         per_pull = (
             settings.max_concurrent_downloads if settings else containerd_config.DEFAULT_DOWNLOADS
         )
-        return pullmap.by_download_slots(ingests, per_pull, now, stall_after)
+        return pullmap.by_download_slots(ingests, per_pull, now, stall_after, most)
 
     def present(self, names, in_use) -> set[str]:
         return set(names) & in_use

@@ -91,6 +91,18 @@ class PullState:
         self.oldest_seconds = max(0.0, self.now - min(starts)) if starts else 0.0
 
 
+def most_pulls(kubelet, wanted, present) -> int | None:
+    """The most pulls that can be downloading for the kubelet: its pull slots (1 when it
+    serializes them) and the images its pods wait for that are not present; None when
+    neither is known."""
+    bounds = []
+    if kubelet is not None and (kubelet.serialize or kubelet.max_parallel):
+        bounds.append(1 if kubelet.serialize else kubelet.max_parallel)
+    if wanted is not None:
+        bounds.append(sum(1 for name in wanted if name not in (present or ())))
+    return max(1, min(bounds)) if bounds else None
+
+
 def combine(
     now,
     stall_after,
