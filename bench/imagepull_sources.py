@@ -8,7 +8,8 @@ random layers, three layers at a time as the CRI pulls, so about `--ingests` lay
 download at once and stay active. Then, in
 a separate Python process per source (so neither pays for the other's imports), builds
 the collector as `kube-scale-exporter --mode node --image-pull.source=S` would and times
-`--scrapes` collects, with its RSS. No pods (the API server is not part of what differs:
+`--scrapes` collects, with its RSS; both read a kubelet config of parallel pulls with as
+many slots as images pulled. No pods (the API server is not part of what differs:
 both read the same pod watch). The figures both report on the same downloads, read back
 to back, are in the table too. Results go to bench/results/imagepull_sources.md.
 """
@@ -25,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.imagepull import LAYER_SIZE, LAYERS_PER_IMAGE, pct
+from bench.imagepull import CHILD_PRELUDE, LAYER_SIZE, LAYERS_PER_IMAGE, pct
 from testbed.containerd_server import VERSIONS, ContainerdServer
 from testbed.procs import Proc
 from testbed.registry_server import RegistryServer
@@ -42,16 +43,9 @@ FIGURES = (
 )
 
 # The measured side: its own interpreter, one JSON line.
-CHILD = r"""
-import json, sys, time
-def rss():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-argv, scrapes = json.loads(sys.argv[1]), int(sys.argv[2])
-from kube_scale_exporter.cli import parse
-args, classes = parse(argv)
+CHILD = (
+    CHILD_PRELUDE
+    + r"""
 (collector,) = [cls(args) for cls in classes]
 collector.start()
 times = []
@@ -65,6 +59,7 @@ out = {"first_ms": times[0], "times_ms": times[1:], "rss_end": rss(),
 collector.close()
 print(json.dumps(out))
 """
+)
 
 
 def pull_as_the_cri_does(containerd, registry, proxy, ingests, logdir):
@@ -87,9 +82,18 @@ def ingest_dir(containerd):
     return os.path.join(containerd.workdir, "root", "io.containerd.content.v1.content", "ingest")
 
 
+# The kubelet the bench plays: parallel pulls, as many slots as images it pulls at once.
+KUBELET = (
+    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+    "serializeImagePulls: false\nmaxParallelImagePulls: {slots}\n"
+)
+
+
 def flags(containerd, source):
     out = [
         "--mode=node",
+        "--kubelet.config-file",
+        os.path.join(containerd.workdir, "kubelet.yaml"),
         "--collector.disable-defaults",
         "--collector.imagepull",
         f"--image-pull.source={source}",
@@ -120,6 +124,8 @@ def measure(containerd, source, scrapes):
 def one_version(label, opts, workdir, registry, proxy):
     containerd = ContainerdServer(f"{workdir}/cd-{label}", bin_dir=VERSIONS[label]).start()
     fetches = pull_as_the_cri_does(containerd, registry, proxy, opts.ingests, workdir)
+    with open(os.path.join(containerd.workdir, "kubelet.yaml"), "w") as f:
+        f.write(KUBELET.format(slots=len(fetches)))
     try:
         active = containerd.layers_downloading(want=3 * (opts.ingests // 3))
         # Alternate the two so that load on the shared machine falls on both alike.
@@ -203,7 +209,8 @@ def main():
         f"(load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: "
         f"other jobs share the machine), Python {sys.version.split()[0]}. {opts.ingests} layers "
         f"of {opts.ingests // 3} images (3 of 5 layers at once, as the CRI pulls) download at {RATE >> 10} KiB/s each; each source "
-        "in its own process, alternated twice.\n\n" + text + "\n"
+        "in its own process, alternated twice; the kubelet config both read allows as many "
+        "parallel pulls as there are images.\n\n" + text + "\n"
     )
     print(f"\nwritten to {RESULTS.relative_to(ROOT)}")
 

@@ -100,6 +100,23 @@ def moving(server, layers, timeout=20.0):
     raise AssertionError(f"not {layers} layers downloading within {timeout}s")
 
 
+def two_images(server, registry, proxy, workdir, sizes):
+    """Two fresh images of layers of `sizes`, fetched at once: (their layer sizes, pulls)."""
+    repos = [fresh_repo(), fresh_repo()]
+    layers = [n for r in repos for n in registry.push_image(r, "v1", sizes)["layer_sizes"]]
+    return layers, [start(server, f"{proxy.host}/{r}:v1", f"{workdir}/{r}.log") for r in repos]
+
+
+def every_layer_downloading(collector, layers):
+    """The families once every one of `layers`, and nothing else, is being written."""
+    return wait_for(
+        collector,
+        lambda f: sample(f, "kubescale_image_pull_expected_bytes") == sum(layers),
+        20,
+        f"{len(layers)} layers downloading",
+    )
+
+
 def figures(collector):
     families = scrape(collector)
     return {name: sample(families, name) for name in FIGURES}
@@ -186,19 +203,10 @@ def test_same_figures_for_two_images_then_a_stalled_pull(
     versioned, registry, proxy, make_collector, workdir
 ):
     socket, ingest = both(make_collector, versioned, "--image-pull.stall-after", "2s")
-    repos = [fresh_repo(), fresh_repo()]
-    layers = [
-        size for r in repos for size in registry.push_image(r, "v1", [8 * MiB] * 3)["layer_sizes"]
-    ]
-    pulls = [start(versioned, f"{proxy.host}/{r}:v1", f"{workdir}/{r}.log") for r in repos]
+    layers, pulls = two_images(versioned, registry, proxy, workdir, [8 * MiB] * 3)
     try:
         # Three layers of each image at once: both sources see two images.
-        seen = wait_for(
-            socket,
-            lambda f: sample(f, "kubescale_image_pull_expected_bytes") == sum(layers),
-            20,
-            f"six layers downloading ({versioned.label})",
-        )
+        seen = every_layer_downloading(socket, layers)
         from_dir = figures(ingest)
         assert sample(seen, "kubescale_image_pulls_in_progress") == 2
         assert from_dir["kubescale_image_pulls_in_progress"] == 2
@@ -241,16 +249,9 @@ def test_two_small_images_at_once_count_as_one_without_the_manifests(
     """The documented difference: one layer each, fewer than the 3 download slots of a
     pull, so the ingest source cannot tell them from one image's layers."""
     socket, ingest = both(make_collector, versioned)
-    repos = [fresh_repo(), fresh_repo()]
-    layers = [registry.push_image(r, "v1", [16 * MiB])["layer_sizes"][0] for r in repos]
-    pulls = [start(versioned, f"{proxy.host}/{r}:v1", f"{workdir}/{r}.log") for r in repos]
+    layers, pulls = two_images(versioned, registry, proxy, workdir, [16 * MiB])
     try:
-        seen = wait_for(
-            socket,
-            lambda f: sample(f, "kubescale_image_pull_expected_bytes") == sum(layers),
-            20,
-            "two layers downloading",
-        )
+        seen = every_layer_downloading(socket, layers)
         from_dir = figures(ingest)
         assert sample(seen, "kubescale_image_pulls_in_progress") == 2
         assert from_dir["kubescale_image_pulls_in_progress"] == 1
