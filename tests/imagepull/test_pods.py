@@ -56,6 +56,17 @@ def waiting_status(name, image, reason, message=None):
     }
 
 
+def three_images(containerd, registry, proxy):
+    """(tag, present, slow, absent): an image containerd has, one pushed behind the
+    throttling proxy (24 MiB: seconds to pull) and one never pushed."""
+    tag = uuid.uuid4().hex[:8]
+    present = f"{registry.host}/present-{tag}:v1"
+    registry.push_image(f"present-{tag}", "v1", [MiB])
+    containerd.ctr("content", "fetch", "--plain-http", present)
+    registry.push_image(f"slow-{tag}", "v1", [24 * MiB])
+    return tag, present, f"{proxy.host}/slow-{tag}:v1", f"{registry.host}/absent-{tag}:v1"
+
+
 def scrape_until(c, name, want, timeout=10.0):
     deadline = time.monotonic() + timeout
     while True:
@@ -82,13 +93,7 @@ def test_queued_counts_images_neither_present_nor_downloading(
     tmp_path,
     kubeconfig_for,
 ):
-    tag = uuid.uuid4().hex[:8]
-    present = f"{registry.host}/present-{tag}:v1"
-    registry.push_image(f"present-{tag}", "v1", [MiB])
-    containerd.ctr("content", "fetch", "--plain-http", present)
-    registry.push_image(f"slow-{tag}", "v1", [24 * MiB])
-    slow = f"{proxy.host}/slow-{tag}:v1"
-    absent = f"{registry.host}/absent-{tag}:v1"
+    tag, present, slow, absent = three_images(containerd, registry, proxy)
 
     kubelet = tmp_path / "kubelet.yaml"
     kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
@@ -223,14 +228,8 @@ def test_both_sources_queue_the_same_images(
     """The same pods and pulls seen from the socket and from the ingest directory. The
     ingest source knows an image is present from a container created from it, as the
     kubelet reports it: so the pod using the present image runs here, with its imageID."""
-    tag = uuid.uuid4().hex[:8]
+    tag, present, slow, absent = three_images(containerd, registry, proxy)
     node = f"node-{tag}"
-    present = f"{registry.host}/present-{tag}:v1"
-    registry.push_image(f"present-{tag}", "v1", [MiB])
-    containerd.ctr("content", "fetch", "--plain-http", present)
-    registry.push_image(f"slow-{tag}", "v1", [24 * MiB])
-    slow = f"{proxy.host}/slow-{tag}:v1"
-    absent = f"{registry.host}/absent-{tag}:v1"
     api = kubeconfig_for("imagepull", ImagePullCollector.needs_in("node").rbac_rules)
     common = ("--kube.kubeconfig", api, "--kube.node-name", node)
     socket = make_collector(containerd.address, *common)
