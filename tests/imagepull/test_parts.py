@@ -1,6 +1,7 @@
 """The imagepull collector's parts: wire codec, image references, manifest index,
 kubelet config file, pods, and its flags."""
 
+import os
 import subprocess
 import sys
 
@@ -12,13 +13,18 @@ from hypothesis import strategies as st
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletConfigFile
 from kube_scale_exporter.collectors.imagepull.pods import (
     PULL_FAILED,
+    images_in_use,
     images_failing,
     images_wanted,
     pod_summary,
 )
 from kube_scale_exporter.containerd import wire
 from kube_scale_exporter.containerd.client import ContentInfo
-from kube_scale_exporter.containerd.pulls import ManifestIndex
+from kube_scale_exporter.collectors.imagepull.kubelet import KubeletPullSettings
+from kube_scale_exporter.collectors.imagepull.state import combine, most_pulls
+from kube_scale_exporter.containerd.client import Ingest
+from kube_scale_exporter.containerd.ingestdir import IngestDir, IngestDirError
+from kube_scale_exporter.containerd.pulls import ManifestIndex, by_download_slots
 from kube_scale_exporter.containerd.reference import parse
 from kube_scale_exporter.flagtypes import duration
 from kube_scale_exporter.cli import parse as parse_flags
@@ -324,6 +330,9 @@ def test_durations(text, seconds):
         (["--containerd.namespace", ""], "--containerd.namespace"),
         (["--kubelet.config-file", "/nonexistent/config.yaml"], "--kubelet.config-file"),
         (["--image-pull.preload", "ok:1,bad:"], "--image-pull.preload"),
+        (["--image-pull.source", "kubelet"], "--image-pull.source"),
+        (["--image-pull.source=ingest", "--image-pull.preload", "ok:1"], "--image-pull.preload"),
+        (["--containerd.ingest-dir", "var/lib/containerd"], "--containerd.ingest-dir"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(flags, named):
@@ -358,3 +367,176 @@ def test_on_by_default_only_where_the_containerd_socket_exists(tmp_path):
         s.bind(path)
         assert "imagepull" in names()
         assert "imagepull" not in names("--collector.disable-defaults")
+
+
+def test_the_ingest_source_imports_no_h2_and_runs_where_its_directory_exists(tmp_path):
+    code = (
+        "import sys, kube_scale_exporter.cli as c\n"
+        "args, cs = c.parse(['--image-pull.source=ingest', '--containerd.ingest-dir', sys.argv[1]])\n"
+        "print([x.name for x in cs], 'h2' in sys.modules)"
+    )
+
+    def run(path):
+        done = subprocess.run(
+            [sys.executable, "-c", code, path], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert "imagepull" not in run(str(tmp_path / "missing"))
+    assert run(str(tmp_path)).endswith("False") and "imagepull" in run(str(tmp_path))
+
+
+def _status(name, reason=None, image_id=""):
+    state = {"waiting": {"reason": reason}} if reason else {"running": {}}
+    return {"name": name, "imageID": image_id, "state": state}
+
+
+def test_the_pods_statuses_tell_which_images_are_present():
+    pods = [
+        {
+            "metadata": {"name": "a"},
+            "spec": {
+                "containers": [
+                    {"name": "web", "image": "nginx:1.25"},
+                    {"name": "crash", "image": "registry.example/crash:1"},
+                    {"name": "config", "image": "registry.example/cfg:1"},
+                    {"name": "new", "image": "registry.example/new:1"},
+                    {"name": "bad", "image": "Bad Name"},
+                ]
+            },
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    _status("web", image_id="docker.io/library/nginx@sha256:" + "a" * 64),
+                    _status(
+                        "crash", "CrashLoopBackOff", "registry.example/crash@sha256:" + "b" * 64
+                    ),
+                    # pulled, but the container could not be made: no imageID yet
+                    _status("config", "CreateContainerConfigError"),
+                    _status("new", "ContainerCreating"),
+                    _status("bad", "InvalidImageName"),
+                ],
+            },
+        }
+    ]
+    small = [pod_summary(p) for p in pods]
+    assert (
+        images_in_use(small)
+        == images_in_use(pods)
+        == {
+            "docker.io/library/nginx:1.25",
+            "registry.example/crash:1",
+            "registry.example/cfg:1",
+        }
+    )
+
+
+NOW = 1_800_000_000.0
+
+
+def _ingest(digest_char, offset, started, updated, kind="layer"):
+    return Ingest(f"{kind}-sha256:" + digest_char * 64, offset, 100, started, updated)
+
+
+def test_pulls_are_estimated_from_download_slots():
+    moving = [_ingest(c, 10, NOW - 60 + i, NOW - 1) for i, c in enumerate("1234")]
+    idle = [_ingest(c, 10, NOW - 900, NOW - 600) for c in "56"]
+    other = Ingest("my-upload", 5, 10, NOW - 5, NOW - 5)
+    pulls = by_download_slots([*moving, other], 3, NOW, 120.0)
+    # four moving blobs are at least two pulls of three slots
+    assert sorted(len(p.ingests) for p in pulls) == [2, 2]
+    assert sum(p.downloaded_bytes for p in pulls) == 40
+    # idle blobs beside moving ones wait for a slot: none stalled
+    beside = by_download_slots([*moving, *idle], 3, NOW, 120.0)
+    assert len(beside) == 2 and not any(p.stalled(NOW, 120.0) for p in beside)
+    # no more pulls than blobs that move, each with one of them
+    one = by_download_slots([*moving[:1], *idle], 3, NOW, 120.0)
+    assert [len(p.ingests) for p in one] == [3]
+    # alone they are a stalled pull
+    assert [p.stalled(NOW, 120.0) for p in by_download_slots(idle, 3, NOW, 120.0)] == [True]
+    assert len(by_download_slots([*moving, *idle], 0, NOW, 120.0)) == 1  # 0: no limit
+    assert by_download_slots([], 3, NOW, 120.0) == []
+    # at most one moving pull under a kubelet that serializes
+    capped = by_download_slots([*moving, *idle], 3, NOW, 120.0, most_moving=1)
+    assert [len(p.ingests) for p in capped] == [6]
+
+
+def test_the_kubelet_bounds_the_pulls_downloading():
+    serial = KubeletPullSettings(serialize=True, max_parallel=1)
+    parallel = KubeletPullSettings(serialize=False, max_parallel=5)
+    unlimited = KubeletPullSettings(serialize=False, max_parallel=0)
+    wanted = {"a:1": None, "b:1": None, "c:1": None}
+    assert most_pulls(None, None, None) is None
+    assert most_pulls(unlimited, None, None) is None
+    assert most_pulls(serial, None, None) == 1
+    assert most_pulls(parallel, None, None) == 5
+    assert most_pulls(parallel, wanted, {"a:1"}) == 2
+    assert most_pulls(unlimited, wanted, set()) == 3
+    assert most_pulls(parallel, {}, set()) == 1  # something moves: at least one pull
+
+
+def test_pulls_of_unknown_images_take_the_longest_waiting_missing_images():
+    wanted = {
+        ref.name: (ref, since)
+        for ref, since in (
+            (parse("registry.example/big:1"), NOW - 1800),
+            (parse("nginx:1.25"), NOW - 60),
+            (parse("quay.io/org/proxy:2"), NOW - 30),
+            (parse("busybox"), None),
+        )
+    }
+    pulls = by_download_slots([_ingest("1", 10, NOW - 100, NOW - 1)], 3, NOW, 120.0)
+
+    def queued(by_count):
+        s = combine(NOW, 120.0, pulls, set(), wanted, None, [], by_count=by_count)
+        return [ref.name for ref, _since in s.queued]
+
+    # Without a source to match, the socket's rule queues all four...
+    assert len(queued(False)) == 4
+    # ...the ingest source's gives the one pull to the image waited for longest.
+    assert queued(True) == [
+        "docker.io/library/busybox:latest",
+        "docker.io/library/nginx:1.25",
+        "quay.io/org/proxy:2",
+    ]
+    s = combine(NOW, 120.0, pulls, set(), wanted, None, [], by_count=True)
+    assert s.oldest_seconds == 1800.0
+
+
+def _write_ingest(root, name, ref, started="2027-01-15T08:00:00.123456789Z", total="100"):
+    d = root / name
+    d.mkdir()
+    (d / "ref").write_text(ref)
+    (d / "startedat").write_text(started)
+    (d / "updatedat").write_text(started)
+    if total is not None:
+        (d / "total").write_text(total)
+    (d / "data").write_bytes(b"x" * 10)
+    return d
+
+
+def test_the_ingest_directory_reader_on_odd_and_hostile_entries(tmp_path):
+    layer = "layer-sha256:" + "1" * 64
+    _write_ingest(tmp_path, "a" * 64, f"k8s.io/1/{layer}", total=None)
+    _write_ingest(tmp_path, "b" * 64, "moby/3/layer-sha256:" + "2" * 64)
+    (tmp_path / "stray").write_text("not an ingest")
+    (tmp_path / "half").mkdir()  # created, its ref not written yet
+    [found] = IngestDir(str(tmp_path), "k8s.io").ingests()
+    assert (found.ref, found.offset, found.total) == (layer, 10, 0)
+    assert found.started_at == pytest.approx(1800000000.123456789, abs=1e-6)
+    fifo = _write_ingest(tmp_path, "c" * 64, f"k8s.io/2/{layer}")
+    (fifo / "ref").unlink()
+    os.mkfifo(fifo / "ref")
+    with pytest.raises(IngestDirError, match="ref is a FIFO"):
+        IngestDir(str(tmp_path), "k8s.io").ingests()
+    (fifo / "ref").unlink()
+    (fifo / "ref").write_text("k8s.io/2/" + "x" * (8 << 10))
+    with pytest.raises(IngestDirError, match="REF_BYTES"):
+        IngestDir(str(tmp_path), "k8s.io").ingests()
+    (fifo / "ref").write_text(f"k8s.io/2/{layer}")
+    (fifo / "startedat").write_text("yesterday")
+    with pytest.raises(IngestDirError, match="not a containerd ingest"):
+        IngestDir(str(tmp_path), "k8s.io").ingests()
+    with pytest.raises(IngestDirError, match="does not exist .--containerd.ingest-dir"):
+        IngestDir(str(tmp_path / "nope"), "k8s.io").ingests()
