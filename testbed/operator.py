@@ -310,14 +310,18 @@ def _get(kubeconfig, kind, name, namespace):
     return json.loads(result.stdout)
 
 
-def generated_config(kubeconfig, namespace=NAMESPACE, name=NAME) -> dict | None:
-    """The Prometheus configuration the operator generated (Secret prometheus-NAME, key
-    prometheus.yaml.gz), or None while there is none."""
+def generated_config_gz(kubeconfig, namespace=NAMESPACE, name=NAME) -> bytes | None:
+    """The Prometheus configuration the operator generated, as it wrote it (Secret
+    prometheus-NAME, key prometheus.yaml.gz, gzipped), or None while there is none."""
     secret = _get(kubeconfig, "secret", f"prometheus-{name}", namespace)
     data = (secret or {}).get("data", {}).get("prometheus.yaml.gz")
-    if not data:
-        return None
-    return yaml.safe_load(gzip.decompress(base64.b64decode(data)))
+    return base64.b64decode(data) if data else None
+
+
+def generated_config(kubeconfig, namespace=NAMESPACE, name=NAME) -> dict | None:
+    """generated_config_gz's configuration, parsed."""
+    data = generated_config_gz(kubeconfig, namespace, name)
+    return yaml.safe_load(gzip.decompress(data)) if data else None
 
 
 def rule_files(kubeconfig, namespace=NAMESPACE, name=NAME) -> dict[str, dict]:

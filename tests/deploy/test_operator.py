@@ -78,8 +78,9 @@ def applied(kubeconfig, manifests):
 
 @pytest.fixture(scope="module")
 def reconciled(applied, manifests, tmp_path_factory):
-    """The Prometheus applied beside deploy/, the operator started: (its generated
-    configuration, its rule files, the operator) once every ServiceMonitor has a job."""
+    """The Prometheus applied beside deploy/, the operator started (and running until the
+    module ends): its generated configuration and rule files, once every ServiceMonitor
+    has a job."""
     kubeconfig = applied
     operator.apply(kubeconfig, operator.prometheus_objects())
     jobs = {job_name(m) for m in service_monitors(manifests)}
@@ -96,12 +97,12 @@ def reconciled(applied, manifests, tmp_path_factory):
             rules = wait_for("the generated rule files", lambda: operator.rule_files(kubeconfig))
         except TimeoutError as e:
             raise AssertionError(f"{e}\n{op.proc.log_tail()}") from None
-        yield config, rules, op
+        yield config, rules
 
 
 @pytest.fixture(scope="module")
 def jobs(reconciled):
-    config, _, _ = reconciled
+    config, _ = reconciled
     return {j["job_name"]: j for j in config["scrape_configs"]}
 
 
@@ -242,17 +243,79 @@ def test_the_prometheus_is_reconciled_onto_the_images_the_e2e_imports(reconciled
     assert pod.get("automountServiceAccountToken", True) is True
 
 
-def test_prometheus_3_5_loads_the_generated_configuration(reconciled, tmp_path):
-    config, _, _ = reconciled
-    path = tmp_path / "prometheus.yaml"
-    path.write_text(yaml.safe_dump(config))
+def test_prometheus_3_5_loads_the_generated_configuration(reconciled, applied, tmp_path):
+    """What the pod's Prometheus loads: the Secret's file after the real reloader's
+    substitution (as the init container runs it, with the pod's POD_NAME and SHARD),
+    checked by promtool 3.5 (syntax only: the rule files and the token are the pod's)."""
+    gz = tmp_path / "prometheus.yaml.gz"
+    gz.write_bytes(operator.generated_config_gz(applied))
+    out = tmp_path / "prometheus.env.yaml"
+    subprocess.run(
+        [
+            operator.binary("prometheus-config-reloader"),
+            "--watch-interval=0",
+            "--listen-address=127.0.0.1:0",
+            f"--config-file={gz}",
+            f"--config-envsubst-file={out}",
+        ],
+        env={"POD_NAME": f"prometheus-{operator.NAME}-0", "SHARD": "0"},
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    loaded = yaml.safe_load(out.read_text())
+    assert (
+        loaded["global"]["external_labels"]["prometheus_replica"] == f"prometheus-{operator.NAME}-0"
+    )
     result = subprocess.run(
-        [prometheus_binary("3.5", "promtool"), "check", "config", "--syntax-only", str(path)],
+        [prometheus_binary("3.5", "promtool"), "check", "config", "--syntax-only", str(out)],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_prometheus_denying_file_access_takes_them_without_bearer_token_file(
+    reconciled, applied, manifests
+):
+    """docs/deploy.md's recipe for a Prometheus with arbitraryFSAccessThroughSMs.deny: it
+    skips our ServiceMonitors as they are (bearerTokenFile reads its filesystem) and takes
+    them once an overlay removes bearerTokenFile, its default scrape class sending the same
+    token. Copies under their own label, so the Prometheus `k8s` above selects none."""
+    mons = service_monitors(manifests)
+    [token] = {m["spec"]["endpoints"][0]["bearerTokenFile"] for m in mons}
+    label = {"kse-test": "deny-file-access"}
+    copies = []
+    for mon in mons:
+        for suffix in ("as-is", "classed"):
+            c = copy.deepcopy(mon)
+            c["metadata"]["name"] += f"-{suffix}"
+            c["metadata"]["labels"] = label
+            if suffix == "classed":
+                del c["spec"]["endpoints"][0]["bearerTokenFile"]
+            copies.append(c)
+    [prometheus] = [
+        o for o in operator.prometheus_objects(name="deny-file-access") if o["kind"] == "Prometheus"
+    ]
+    prometheus["spec"]["serviceMonitorSelector"] = {"matchLabels": label}
+    prometheus["spec"]["arbitraryFSAccessThroughSMs"] = {"deny": True}
+    prometheus["spec"]["scrapeClasses"] = [
+        {"name": "pod-token", "default": True, "authorization": {"credentialsFile": token}}
+    ]
+    operator.apply(applied, [*copies, prometheus])
+    classed = {job_name(c) for c in copies if c["metadata"]["name"].endswith("-classed")}
+
+    def jobs_once_classed_ones_are_in():
+        config = operator.generated_config(applied, name="deny-file-access") or {}
+        jobs = {j["job_name"]: j for j in config.get("scrape_configs") or []}
+        return jobs if classed <= set(jobs) else None
+
+    jobs = wait_for("the deny-file-access Prometheus' jobs", jobs_once_classed_ones_are_in)
+    assert set(jobs) == classed
+    for job in jobs.values():
+        assert job["authorization"] == {"type": "Bearer", "credentials_file": token}
+        assert "bearer_token_file" not in job
 
 
 def rule_file_of(rules, rule):
@@ -262,7 +325,7 @@ def rule_file_of(rules, rule):
 
 
 def test_the_rule_file_is_the_prometheusrule_unchanged(manifests, reconciled, tmp_path):
-    _, rules, _ = reconciled
+    _, rules = reconciled
     [rule] = [o for o in manifests if o["kind"] == "PrometheusRule"]
     generated = rule_file_of(rules, rule)
     assert generated["groups"] == rule["spec"]["groups"]
@@ -280,7 +343,7 @@ def test_the_rule_file_is_the_prometheusrule_unchanged(manifests, reconciled, tm
 @pytest.mark.parametrize("source", ["prometheus_alerts.yaml", "prometheus_rules.yaml"])
 def test_every_rule_of_rules_reaches_prometheus(manifests, reconciled, source):
     """Each alert and recording rule the mixin generated, in its group, as generated."""
-    _, rules, _ = reconciled
+    _, rules = reconciled
     [rule] = [o for o in manifests if o["kind"] == "PrometheusRule"]
     generated = {g["name"]: g["rules"] for g in rule_file_of(rules, rule)["groups"]}
     groups = yaml.safe_load((RULES / source).read_text())["groups"]
