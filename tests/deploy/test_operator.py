@@ -57,16 +57,14 @@ def job_name(mon, index=0):
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory):
-    with apiserver_on_new_etcd(tmp_path_factory.mktemp("operator-api")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(api, tmp_path_factory):
-    path = api.write_kubeconfig(tmp_path_factory.mktemp("operator-kubeconfig") / "admin")
-    operator.apply_crds(path)
-    return path
+def kubeconfig(tmp_path_factory):
+    """An API server of this module's own with the release's CRDs: the session's one
+    (conftest.py) gets the stand-in CRDs of the other deploy tests."""
+    workdir = tmp_path_factory.mktemp("operator-api")
+    with apiserver_on_new_etcd(workdir) as api:
+        path = api.write_kubeconfig(workdir / "admin")
+        operator.apply_crds(path)
+        yield path
 
 
 @pytest.fixture(scope="module")
