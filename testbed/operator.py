@@ -8,6 +8,7 @@
 
     python -m testbed.operator images                builds both images, prints name and
                                                      archive of each (for `ctr images import`)
+    python -m testbed.operator version               the operator's `--version`
 
 The operator and prometheus-config-reloader of one release, built from the Go module proxy
 by .ci/setup.d/47-prometheus-operator.sh (the release in .ci/go/prometheus-operator/go.mod)
