@@ -14,6 +14,7 @@ import requests
 
 from kube_scale_exporter.web.auth import BCRYPT_ALPHABET, hash_problem
 from testbed.guessers import Guessers
+from testbed.metrics import wait_until
 
 from .test_reload import eventually, replace_file
 from .test_webconfig import session, tls_block
@@ -162,7 +163,7 @@ def test_a_guessing_flood_at_cost_12_leaves_healthz_and_scrapes_answering(start_
     for t in guessers:
         t.start()
     try:
-        time.sleep(1.0)
+        assert wait_until(lambda: len(codes) >= len(guessers), 30)  # the flood is on
         for _ in range(10):
             started = time.monotonic()
             assert session().get(exp.url + "/healthz", timeout=10).ok
