@@ -239,19 +239,14 @@ def test_a_hung_containerd_times_out_and_the_collector_recovers(containerd, make
         assert sample(families, "kubescale_scrape_collector_success", collector="imagepull") == 0
         assert "DEADLINE_EXCEEDED" in scraper.last_error("imagepull")
         containerd.proc.resume()
+
         # Thawed, containerd first answers what queued while it was frozen: the collector
         # recovers within seconds, not necessarily on the very next call.
-        assert wait_until(
-            lambda: (
-                sample(
-                    scraper.scrape(timeout=5).families,
-                    "kubescale_scrape_collector_success",
-                    collector="imagepull",
-                )
-                == 1
-            ),
-            10,
-        )
+        def recovered():
+            families = scraper.scrape(timeout=5).families
+            return sample(families, "kubescale_scrape_collector_success", collector="imagepull")
+
+        assert wait_until(lambda: recovered() == 1, 10)
     finally:
         containerd.proc.resume()
         scraper.close()

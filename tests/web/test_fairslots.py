@@ -40,6 +40,16 @@ def waiting(slots):
     return len(slots._waiters)  # the only way to see a thread blocked inside slot()
 
 
+def line_up(slots, entered, *addresses):
+    """A Holder for each address in turn, each holding or waiting before the next comes."""
+    holders = []
+    for address in addresses:
+        before = (len(entered), waiting(slots))
+        holders.append(Holder(slots, address, entered))
+        assert wait_until(lambda was=before: (len(entered), waiting(slots)) != was)
+    return holders
+
+
 @pytest.fixture
 def entered():
     return []
@@ -62,12 +72,9 @@ def test_a_client_past_its_share_is_refused_at_once(entered):
 
 def test_an_address_with_nothing_running_goes_ahead_of_a_flooding_one(entered):
     slots = FairSlots(running=1, waiting=4, per_client=2, wait_seconds=LONG)
-    flood = [Holder(slots, "10.0.0.1", entered)]
-    assert wait_until(lambda: entered == ["10.0.0.1"])
-    flood.append(Holder(slots, "10.0.0.1", entered))  # waits first...
-    assert wait_until(lambda: waiting(slots) == 1)
-    scraper = Holder(slots, "10.0.0.9", entered)  # ...yet this one gets the next slot
-    assert wait_until(lambda: waiting(slots) == 2)
+    # The flood's second waits first, yet the scraper gets the next slot.
+    *flood, scraper = line_up(slots, entered, "10.0.0.1", "10.0.0.1", "10.0.0.9")
+    assert waiting(slots) == 2
     flood[0].done()
     assert wait_until(lambda: len(entered) == 2)
     assert entered[1] == "10.0.0.9"
@@ -78,16 +85,11 @@ def test_an_address_with_nothing_running_goes_ahead_of_a_flooding_one(entered):
 
 def test_flooding_addresses_take_turns(entered):
     slots = FairSlots(running=1, waiting=4, per_client=2, wait_seconds=LONG)
-    a1 = Holder(slots, "10.0.0.1", entered)
-    assert wait_until(lambda: len(entered) == 1)
-    a2 = Holder(slots, "10.0.0.1", entered)
-    assert wait_until(lambda: waiting(slots) == 1)
-    b1 = Holder(slots, "10.0.0.2", entered)
-    assert wait_until(lambda: waiting(slots) == 2)
+    a1, a2, b1 = line_up(slots, entered, "10.0.0.1", "10.0.0.1", "10.0.0.2")
     a1.done()  # b was never served, a just was: b
     assert wait_until(lambda: len(entered) == 2)
-    a3 = Holder(slots, "10.0.0.1", entered)
-    assert wait_until(lambda: waiting(slots) == 2)
+    (a3,) = line_up(slots, entered, "10.0.0.1")
+    assert waiting(slots) == 2
     b1.done()  # a2 waits longest, and a was served before b: a2, then a3
     assert wait_until(lambda: len(entered) == 3)
     a2.done()
@@ -98,12 +100,8 @@ def test_flooding_addresses_take_turns(entered):
 
 def test_a_full_waiting_room_drops_a_waiter_of_the_heaviest_address(entered):
     slots = FairSlots(running=1, waiting=2, per_client=2, wait_seconds=LONG)
-    a1 = Holder(slots, "10.0.0.1", entered)
-    assert wait_until(lambda: len(entered) == 1)
-    a2 = Holder(slots, "10.0.0.1", entered)
-    assert wait_until(lambda: waiting(slots) == 1)
-    c1 = Holder(slots, "10.0.0.3", entered)
-    assert wait_until(lambda: waiting(slots) == 2)  # the room is full
+    a1, a2, c1 = line_up(slots, entered, "10.0.0.1", "10.0.0.1", "10.0.0.3")
+    assert waiting(slots) == 2  # the room is full
     b1 = Holder(slots, "10.0.0.2", entered)  # 10.0.0.1 holds 2, more than b would: a2 goes
     assert wait_until(lambda: a2.outcome == "refused")
     assert waiting(slots) == 2
