@@ -118,10 +118,10 @@ class PortTaken(RuntimeError):
 
 
 def listening_ports(pid: int) -> set[int]:
-    """The TCP ports that `pid`, or a process of its session (its children), listens on,
+    """The TCP ports that `pid` or one of its descendants (a wrapper's child) listens on,
     as its own network namespace sees them."""
     ports: set[int] = set()
-    for member in _session(pid):
+    for member in _family(pid):
         ports |= _ports_of(member)
     return ports
 
@@ -153,18 +153,22 @@ def _ports_of(pid: int) -> set[int]:
     return ports
 
 
-def _session(pid: int) -> list[int]:
-    """`pid` and the processes of the session it leads (Proc starts each in its own)."""
-    members = [pid]
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != pid:
+def _family(pid: int) -> list[int]:
+    """`pid` and its descendants (each thread's /proc children list)."""
+    family, i = [pid], 0
+    while i < len(family):
+        try:
+            tasks = os.listdir(f"/proc/{family[i]}/task")
+        except OSError:
+            tasks = []
+        for tid in tasks:
             try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[3]) == pid:
-                        members.append(int(entry))
-            except (OSError, IndexError, ValueError):
+                with open(f"/proc/{family[i]}/task/{tid}/children") as f:
+                    family.extend(int(child) for child in f.read().split())
+            except OSError:
                 continue
-    return members
+        i += 1
+    return family
 
 
 def wait_for_port(
