@@ -151,7 +151,7 @@ class App:
         if auth is None:
             return None
         try:
-            if auth.check(request.header("Authorization")):
+            if auth.check(request.header("Authorization"), request.client):
                 return None
         except AuthBusy:
             return Response(

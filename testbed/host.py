@@ -187,8 +187,18 @@ def kill_leftovers():
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    if pids:
-        time.sleep(0.5)
+    # SIGKILL is delivered asynchronously: gone (or a zombie for its parent to reap).
+    deadline = time.monotonic() + 10
+    while pids and time.monotonic() < deadline:
+        pids = {pid for pid in pids if _running(pid)}
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def clean_iptables(before):

@@ -26,7 +26,8 @@ import requests
 from kube_scale_exporter import __version__
 from kube_scale_exporter.cli import DEFAULT_PORT
 from testbed.ports import free_port
-from testbed.procs import wait_for_port
+from testbed.metrics import wait_until
+from testbed.procs import listening_ports
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The image's Python lives in world-readable /usr/local; the test's own (pyenv, below
@@ -259,7 +260,8 @@ def test_the_final_stage_installs_offline_and_serves_as_its_user(dockerfile, bui
         start_new_session=True,
     )
     try:
-        wait_for_port(port, timeout=30)
+        # Its own listener, not whatever took the port meanwhile: then it failed.
+        assert wait_until(lambda: port in listening_ports(proc.pid), 30), f"not listening on {port}"
         with open(f"/proc/{proc.pid}/status") as f:
             status = dict(line.split(":", 1) for line in f)
         assert int(status["CapEff"], 16) == 0 and status["Uid"].split()[0] == str(uid)

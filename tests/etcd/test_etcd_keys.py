@@ -59,9 +59,9 @@ def test_two_clusters_with_key_counts_per_resource(etcd_factory, collector_facto
             > 1.7e9
         )
     # Main holds no events: nothing to advise. Then events land in main: advice.
-    assert not [
-        f for f in collector.advise(collector.observe()) if "events" in f.summary and f.actionable
-    ]
+    # (Only that advice: on a busy disk the latency advice about the cluster named
+    # "events" says "events" too.)
+    assert not [f for f in collector.advise(collector.observe()) if "event keys" in f.summary]
     put_many(main.session(), main.client_url, kube_keys({"events": 50}))
     collector.count_keys()
     advice = [f for f in collector.advise(collector.observe()) if "event keys" in f.summary]

@@ -22,6 +22,7 @@ from kube_scale_exporter.kube.config import KubeConfig
 from kube_scale_exporter.scrape import Scraper
 from kube_scale_exporter.web import kuberbac
 from kube_scale_exporter.web.kuberbac import KubeRBAC
+from testbed.metrics import wait_until
 from tests.conftest import Scripted
 
 # What deploy/components/kube-rbac grants the exporter, and what users bind to Prometheus.
@@ -131,16 +132,17 @@ def test_the_cache_bounds_token_reviews(apiserver, accounts, scripted, serve_rba
 
 
 # N clients, each a keep-alive session sending a new random token on every request, in
-# a process of their own (in ours they would share the server's GIL); prints the count
-# of each status when stdin closes.
+# a process of their own (in ours they would share the server's GIL); prints "flooding"
+# once every client has had an answer, and the count of each status when stdin closes.
 FLOOD = """
 import collections, secrets, sys, threading, time, requests
 url, n = sys.argv[1], int(sys.argv[2])
 began = time.monotonic()
-codes, stop = collections.Counter(), threading.Event()
+codes, stop, answered = collections.Counter(), threading.Event(), threading.Semaphore(0)
 def flood():
     s = requests.Session()
     s.trust_env = False
+    first = True
     while not stop.is_set():
         try:
             code = s.get(url, headers={"Authorization": "Bearer " + secrets.token_hex(24)},
@@ -148,9 +150,15 @@ def flood():
         except requests.RequestException:
             code = "error"
         codes[code] += 1
+        if first:
+            answered.release()
+            first = False
 threads = [threading.Thread(target=flood, daemon=True) for _ in range(n)]
 for t in threads:
     t.start()
+for t in threads:
+    answered.acquire()
+print("flooding", flush=True)
 sys.stdin.read()
 stop.set()
 for t in threads:
@@ -195,6 +203,7 @@ def test_a_flood_of_bad_tokens_does_not_delay_the_good_scraper(
     assert set(statuses) == {200}
     statuses.clear()
     before = token_reviews(apiserver)
+    flood_start = time.monotonic()
     flood = subprocess.Popen(
         [sys.executable, "-c", FLOOD, url + "/metrics", "120"],
         cwd=REPO,
@@ -203,10 +212,9 @@ def test_a_flood_of_bad_tokens_does_not_delay_the_good_scraper(
         text=True,
     )
     try:
-        time.sleep(2.0)
-        flood_start = time.monotonic()
+        assert flood.stdout.readline().strip() == "flooding"  # every client is at it
         loud = scrape_times(30)
-        flood_seconds = time.monotonic() - flood_start + 2.0
+        flood_seconds = time.monotonic() - flood_start
         out, _ = flood.communicate("", timeout=30)
     finally:
         flood.kill()
@@ -243,8 +251,10 @@ class FakeClient:
         self.allowed, self.authenticated, self.fail = set(allowed), set(authenticated), fail
         self.calls = []
         self.gate = None
+        self.entered = 0  # calls begun, those held at the gate too
 
     def create(self, path, obj, timeout=None):
+        self.entered += 1
         if self.gate is not None:
             self.gate.wait(5)
         if self.fail:
@@ -305,9 +315,10 @@ def test_reviews_past_the_bound_are_busy_cached_grants_still_served():
     assert rbac.check("Bearer good") == kuberbac.ALLOWED
     client.gate = threading.Event()
     held = [threading.Thread(target=rbac.check, args=(f"Bearer slow{i}",)) for i in range(2)]
+    entered = client.entered
     for t in held:
         t.start()
-    time.sleep(0.2)
+    assert wait_until(lambda: client.entered == entered + 2)  # both held in their review
     assert rbac.check("Bearer another") == kuberbac.BUSY
     assert rbac.check("Bearer good") == kuberbac.ALLOWED
     client.gate.set()
@@ -381,7 +392,7 @@ def test_one_token_under_review_is_429_for_its_other_requests():
     client.gate = threading.Event()
     first = threading.Thread(target=rbac.check, args=("Bearer good",))
     first.start()
-    time.sleep(0.2)
+    assert wait_until(lambda: client.entered == 1)  # held in its review
     assert rbac.check("Bearer good") == kuberbac.BUSY
     client.gate.set()
     first.join(5)

@@ -10,6 +10,8 @@ import requests
 
 from kube_scale_exporter.web.config import BasicAuth
 
+from .test_reload import eventually, replace_file
+
 
 def tls_block(pki, **extra):
     cert, key = pki.server
@@ -368,3 +370,90 @@ def test_malformed_or_overlong_credentials_are_refused(password, header):
 def test_htpasswd_style_2y_hashes_work(password):
     y = password[1].replace("$2b$", "$2y$", 1).encode()
     assert BasicAuth({"prometheus": y}).check(basic("prometheus", password[0]))
+
+
+# --- key material pasted where a file name belongs: named, never shown ----------------
+
+
+def pasted(text):
+    """`text` as a YAML block scalar, as someone pastes a key into the field."""
+    return "|\n" + "".join(f"    {line}\n" for line in text.splitlines())
+
+
+def assert_not_shown(secret, stderr):
+    assert "BEGIN" not in stderr
+    for chunk in (secret[i : i + 16] for i in range(0, len(secret) - 16, 16)):
+        assert chunk not in stderr, chunk
+
+
+def mtls_fields(pki):
+    cert, key = pki.server
+    return {
+        "cert_file": cert,
+        "key_file": key,
+        "client_auth_type": "RequireAndVerifyClientCert",
+        "client_ca_file": pki.ca,
+    }
+
+
+@pytest.mark.parametrize("field", ["cert_file", "key_file", "client_ca_file", "client_auth_type"])
+def test_a_private_key_pasted_into_a_field_is_named_never_shown(field, pki, tmp_path, run_exporter):
+    key_pem = open(pki.server[1]).read()
+    fields = mtls_fields(pki)
+    text = "tls_server_config:\n" + "".join(
+        f"  {name}: {pasted(key_pem) if name == field else value + chr(10)}"
+        for name, value in fields.items()
+    )
+    config = tmp_path / "web.yml"
+    config.write_text(text)
+    result = run_exporter("--web.config.file", str(config), "--collector.disable-defaults")
+    assert result.returncode == 2, result
+    line = 2 + list(fields).index(field)
+    assert f"{config}:{line}: {field}" in result.stderr, result.stderr
+    assert "looks like PEM text" in result.stderr
+    assert_not_shown("".join(key_pem.splitlines()[1:-1]), result.stderr)
+
+
+LONG_VALUES = {
+    # A key's base64 pasted as one line, without its PEM header (which rule names it
+    # depends on where its "/" fall).
+    "one line of base64": (lambda key: "".join(key.splitlines()[1:-1]), "(not shown)"),
+    "longer than PATH_MAX": (lambda key: "/srv" * 1200, "longer than a path can be (4096)"),
+    "a name longer than NAME_MAX": (lambda key: "/etc/" + "x" * 300, "longer than a file name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LONG_VALUES))
+def test_a_value_no_path_can_be_is_named_never_shown(case, pki, tmp_path, run_exporter):
+    make, message = LONG_VALUES[case]
+    value = make(open(pki.server[1]).read())
+    config = tmp_path / "web.yml"
+    config.write_text(f"tls_server_config:\n  cert_file: {pki.server[0]}\n  key_file: '{value}'\n")
+    result = run_exporter("--web.config.file", str(config), "--collector.disable-defaults")
+    assert result.returncode == 2, result
+    assert f"{config}:3: key_file must be the path of a file" in result.stderr, result.stderr
+    assert message in result.stderr
+    assert_not_shown(value, result.stderr)
+
+
+def test_a_key_pasted_on_reload_is_logged_never_shown(pki, tmp_path, start_exporter):
+    config = tmp_path / "web.yml"
+    exp = start_exporter(tls_block(pki), config_path=config)
+    key_pem = open(pki.server[1]).read()
+    (tmp_path / "next.yml").write_text(
+        f"tls_server_config:\n  cert_file: {pasted(key_pem)}  key_file: {pki.server[1]}\n"
+    )
+    replace_file(config, tmp_path / "next.yml")
+
+    def refused_and_logged():
+        # The files are looked at when connections come, at most once a second.
+        try:
+            session().get(exp.url + "/healthz", verify=pki.ca, timeout=10)
+        except requests.RequestException:
+            pass
+        return "refusing connections" in exp.proc.log_tail()
+
+    assert eventually(refused_and_logged), exp.proc.log_tail()
+    log = exp.proc.log_tail(200)
+    assert f"{config}:2: cert_file must be the path of a file" in log
+    assert_not_shown("".join(key_pem.splitlines()[1:-1]), log)
