@@ -2,7 +2,7 @@
 PYTHON ?= python3
 MIXIN_SOURCES = $(shell find mixin -name '*.jsonnet' -o -name '*.libsonnet')
 
-.PHONY: run test install lint generate check-generated deploy-check mixin-fmt bench demo e2e e2e-up e2e-down test-containerd2
+.PHONY: run test test-unit install lint generate check-generated deploy-check mixin-fmt bench demo e2e e2e-up e2e-down test-containerd2
 
 install:
 	$(PYTHON) -m pip install -q -e '.[test]'
@@ -10,8 +10,13 @@ install:
 run:
 	$(PYTHON) -m kube_scale_exporter
 
+# Everything but tests/e2e (root, the binaries .ci/setup.d installs; see docs/development.md).
 test:
 	$(PYTHON) -m pytest
+
+# The fast loop: the unit tier alone, as any user, with no binary installed.
+test-unit:
+	$(PYTHON) -m pytest -m unit
 
 # ruff: lint and the format check (settings in pyproject.toml; `ruff format .` fixes the latter).
 lint:

@@ -21,6 +21,8 @@ from testbed.golden import promtool_check, series_count
 from testbed.kube_apiserver import apiserver_on_new_etcd
 from testbed.metrics import parse_exposition, sample, wait_until
 
+pytestmark = pytest.mark.integration
+
 NODE_SERIES_BUDGET = 43
 DEFAULT_NODE_COLLECTORS = {"neighbor", "neighbor_gc", "imagepull"}
 

@@ -12,6 +12,8 @@ from testbed.faultproxy import FaultProxy
 from testbed.ports import free_ports
 from tests.etcd.conftest import samples, value
 
+pytestmark = pytest.mark.integration
+
 QUOTA = 16 * 1024 * 1024
 STATUS_SERIES = (
     "kubescale_etcd_db_size_bytes",

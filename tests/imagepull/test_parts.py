@@ -30,16 +30,19 @@ def varint(n):
     return wire._varint(n)
 
 
+@pytest.mark.unit
 @given(st.lists(st.text(max_size=300), max_size=20))
 def test_repeated_strings_round_trip(values):
     assert [wire.string([v]) for v in wire.fields(wire.encode_strings(1, values))[1]] == values
 
 
+@pytest.mark.unit
 @given(st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1))
 def test_int64_round_trip_including_negative(n):
     assert wire.int64(wire.fields(varint(4 << 3 | wire.VARINT) + varint(n))[4]) == n
 
 
+@pytest.mark.unit
 def test_unknown_fields_of_every_wire_type_are_skipped():
     status = (
         varint(3 << 3 | wire.LENGTH)
@@ -58,6 +61,7 @@ def test_unknown_fields_of_every_wire_type_are_skipped():
     assert wire.string(f[3]) == "ref" and wire.int64(f[4]) == 42
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad", [b"\x1a\x05abc", b"\x20", b"\x20\xff", b"\x00\x01", b"\x1b"])
 def test_malformed_messages_raise(bad):
     with pytest.raises(wire.WireError):
@@ -74,6 +78,7 @@ def _other_field(kind, n):
     ][kind]
 
 
+@pytest.mark.unit
 @given(
     st.lists(
         st.one_of(st.binary(max_size=300), st.tuples(st.integers(0, 3), st.integers(0, 200))),
@@ -96,6 +101,7 @@ def test_the_incremental_reader_gives_field_1_as_fields_does_in_any_pieces(parts
     assert got == [bytes(v) for v in wire.fields(message)[1]]
 
 
+@pytest.mark.unit
 def test_the_incremental_reader_refuses_a_long_item_when_announced_and_a_cut_message():
     reader = wire.RepeatedReader(1, list().append, 1024)
     with pytest.raises(wire.ItemTooLarge, match="an item of 8388608 bytes, over the 1 KiB cap"):
@@ -109,6 +115,7 @@ def test_the_incremental_reader_refuses_a_long_item_when_announced_and_a_cut_mes
         wire.RepeatedReader(1, list().append, 1024).feed(b"\x00\x01")  # field number 0
 
 
+@pytest.mark.unit
 def test_timestamp_and_map():
     ts = varint(1 << 3) + varint(1_700_000_000) + varint(2 << 3) + varint(500_000_000)
     assert wire.timestamp([ts]) == 1_700_000_000.5
@@ -120,6 +127,7 @@ def test_timestamp_and_map():
 # ---- references ----------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "image,name,source",
     [
@@ -137,6 +145,7 @@ def test_references_normalize_like_containerd(image, name, source):
     assert (ref.name, ref.source) == (name, source)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad", ["", "x:", "@sha256:abc", "x@nodigest"])
 def test_malformed_references_raise(bad):
     with pytest.raises(ValueError):
@@ -146,6 +155,7 @@ def test_malformed_references_raise(bad):
 # ---- manifest index ------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_manifest_index_lists_only_when_a_new_digest_appears():
     calls = []
     m = ContentInfo(
@@ -176,6 +186,7 @@ def test_manifest_index_lists_only_when_a_new_digest_appears():
 # ---- kubelet config file -------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "text,serialize,parallel",
     [
@@ -192,6 +203,7 @@ def test_kubelet_pull_settings(tmp_path, text, serialize, parallel):
     assert (s.serialize, s.max_parallel) == (serialize, parallel)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "text",
     ["serializeImagePulls: maybe\n", "maxParallelImagePulls: 0\n", "- a list\n", "a: [unclosed\n"],
@@ -203,6 +215,7 @@ def test_bad_kubelet_config_is_reported_not_raised(tmp_path, text):
     assert config.read() is None and str(path) in config.error
 
 
+@pytest.mark.unit
 def test_kubelet_config_is_read_again_when_it_changes(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text("serializeImagePulls: true\n")
@@ -217,6 +230,7 @@ def test_kubelet_config_is_read_again_when_it_changes(tmp_path):
 # ---- pods ----------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_pod_summary_keeps_what_images_wanted_reads():
     full = {
         "metadata": {
@@ -256,6 +270,7 @@ def test_pod_summary_keeps_what_images_wanted_reads():
     assert images_failing([small]) == set()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("reason", sorted(PULL_FAILED))
 def test_failed_or_backed_off_pulls_are_not_queued(reason):
     pod = {
@@ -281,6 +296,7 @@ def test_failed_or_backed_off_pulls_are_not_queued(reason):
 # ---- flags ---------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "text,seconds", [("120", 120), ("90s", 90), ("2m", 120), ("1h30m", 5400), ("1.5s", 1.5)]
 )
@@ -288,6 +304,7 @@ def test_durations(text, seconds):
     assert duration(text) == seconds
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "flags,named",
     [
@@ -311,6 +328,7 @@ def test_bad_flags_exit_2_naming_the_flag(flags, named):
     assert run.returncode == 2 and named in run.stderr, run.stderr
 
 
+@pytest.mark.integration
 def test_h2_is_imported_only_when_the_collector_runs():
     code = (
         "import sys, kube_scale_exporter.cli as c; c.parse(['--collector.imagepull']); "
@@ -322,6 +340,7 @@ def test_h2_is_imported_only_when_the_collector_runs():
     assert run.stdout.strip() == "False"
 
 
+@pytest.mark.unit
 def test_on_by_default_only_where_the_containerd_socket_exists(tmp_path):
 
     path = str(tmp_path / "containerd.sock")

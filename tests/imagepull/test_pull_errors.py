@@ -32,6 +32,8 @@ from testbed.procs import Proc, wait_for_port
 
 from .test_containerd_config import BIN2
 
+pytestmark = pytest.mark.integration
+
 PULL_IMAGE = "/runtime.v1.ImageService/PullImage"
 GO_CODES = {
     "CANCELLED": "Canceled",

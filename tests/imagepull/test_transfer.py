@@ -8,11 +8,15 @@ way the collector must see one pull in progress with its bytes moving, then none
 
 import time
 
+import pytest
+
 from testbed.containerd_server import CONTAINERD
 from testbed.metrics import sample
 from testbed.procs import Proc
 
 from .test_containerd import MiB, fresh_repo, scrape, wait_for
+
+pytestmark = pytest.mark.integration
 
 
 def test_images_pull_seen_while_downloading(containerd, registry, proxy, make_collector, workdir):

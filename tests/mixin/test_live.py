@@ -15,6 +15,8 @@ from testbed.prometheus import PrometheusServer
 from tests.mixin.support import PROMETHEUS_RELEASES, prometheus_binary, prometheus_version
 from tools import demo
 
+pytestmark = pytest.mark.integration
+
 
 def working_collectors():
     """Collectors that must succeed in the live stack: those needing only this host's kernel,

@@ -16,6 +16,8 @@ import time
 import pytest
 import requests
 
+pytestmark = pytest.mark.integration
+
 SCRAPE_TIMEOUT = 3.0  # what Prometheus would send in X-Prometheus-Scrape-Timeout-Seconds
 NODE_COLLECTORS = {"neighbor", "neighbor_gc", "imagepull", "etcd"}
 

@@ -3,8 +3,12 @@
 import threading
 import time
 
+import pytest
+
 from kube_scale_exporter.scrape import Scraper
 from testbed.metrics import sample, wait_until
+
+pytestmark = pytest.mark.unit
 
 
 def test_all_collectors_succeed_and_report_their_series(scripted):

@@ -9,6 +9,8 @@ import pytest
 
 from .test_webconfig import session, tls_block
 
+pytestmark = pytest.mark.integration
+
 
 def raw(port, data, read_for=1.0):
     """Send bytes on a new connection; everything the server sends until it closes or

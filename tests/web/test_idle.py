@@ -32,6 +32,8 @@ from testbed.procs import cpu_seconds, rss_mib
 
 from .test_webconfig import session, tls_block
 
+pytestmark = pytest.mark.integration
+
 ATTACK = 5000
 
 
