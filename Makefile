@@ -23,14 +23,17 @@ lint:
 	ruff check .
 	ruff format --check .
 
-# Regenerate committed files (rules YAML, dashboards JSON) from the mixin's jsonnet.
-# deploy/ is written by hand: nothing to generate there.
+# Regenerate committed files: the series budgets where jsonnet and YAML read them
+# (mixin/budgets.libsonnet, deploy/'s sample limits), then rules YAML and dashboards JSON
+# from the mixin's jsonnet. The rest of deploy/ is written by hand.
 generate:
+	$(PYTHON) -m tools.budget_files
 	$(PYTHON) -m tools.build_mixin
 
 # Fail, naming the files, when a committed generated file differs from its source, or
 # when a kustomization in deploy/ (or the base with one component) does not render.
 check-generated: deploy-check
+	$(PYTHON) -m tools.budget_files --check
 	$(PYTHON) -m tools.build_mixin --check
 	jsonnetfmt --test $(MIXIN_SOURCES)
 

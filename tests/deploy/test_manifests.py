@@ -18,6 +18,7 @@ from kube_scale_exporter.web import kuberbac
 from testbed.exporter import start_exporter
 from testbed.prometheus import PrometheusServer
 from tests.deploy.conftest import COMPONENTS, DEPLOY, component_names, compose
+from tools.budget_files import SAMPLE_LIMITS
 
 BY_NAME = {c.name: c for c in COLLECTORS}
 READ_VERBS = {"get", "list", "watch"}
@@ -656,18 +657,20 @@ def test_the_example_overlay_tunes_without_touching_the_grants(renders):
 
 # --- scraping --------------------------------------------------------------------------
 
+# Each scrape job's name and the job label it gives; its sample limit is twice its
+# targets' series budget (tools/budget_files.py).
 SCRAPES = [
-    ("kube-scale-exporter-node", 86, "kube-scale-exporter-node"),
-    ("kube-scale-exporter-etcd-node", 360, "kube-scale-exporter-node"),
-    ("kube-scale-exporter-cluster", 1000, "kube-scale-exporter-cluster"),
+    ("kube-scale-exporter-node", "kube-scale-exporter-node"),
+    ("kube-scale-exporter-etcd-node", "kube-scale-exporter-node"),
+    ("kube-scale-exporter-cluster", "kube-scale-exporter-cluster"),
 ]
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name,limit,job", SCRAPES)
-def test_service_monitors_add_the_node_label_and_twice_the_budget(manifests, name, limit, job):
+@pytest.mark.parametrize("name,job", SCRAPES)
+def test_service_monitors_add_the_node_label_and_twice_the_budget(manifests, name, job):
     [mon] = [m for m in by_kind(manifests, "ServiceMonitor") if m["metadata"]["name"] == name]
-    assert mon["spec"]["sampleLimit"] == limit
+    assert mon["spec"]["sampleLimit"] == SAMPLE_LIMITS[name]
     [endpoint] = mon["spec"]["endpoints"]
     assert {
         "sourceLabels": ["__meta_kubernetes_pod_node_name"],
@@ -799,9 +802,7 @@ def test_the_plain_scrape_config_relabels_in_a_real_prometheus(tmp_path, kubecon
     The exporter runs with --web.kube-rbac, as deployed, against the test API server:
     Prometheus' token (the file's credentials_file, moved here) is the metrics reader's."""
     jobs = {j["job_name"]: j for j in plain_config()["scrape_configs"]}
-    assert {name: j["sample_limit"] for name, j in jobs.items()} == {
-        name: limit for name, limit, _ in SCRAPES
-    }
+    assert {name: j["sample_limit"] for name, j in jobs.items()} == SAMPLE_LIMITS
     [reader] = [
         r
         for r in by_kind(compose(tmp_path / "k", ["kube-rbac"]), "ClusterRole")
