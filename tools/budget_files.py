@@ -9,7 +9,6 @@ deploy/'s files are written by hand but for their limit lines, which this rewrit
 each limit belongs to the scrape job or ServiceMonitor named last above it.
 """
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from kube_scale_exporter.budgets import (
     NODE_SERIES,
     sample_limit,
 )
+from tools import generated
 
 REPO = Path(__file__).resolve().parent.parent
 MIXIN_BUDGETS = REPO / "mixin" / "budgets.libsonnet"
@@ -82,22 +82,7 @@ def drift(files: dict[Path, str]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare instead of writing")
-    args = parser.parse_args(argv)
-    files = render()
-    problems = drift(files)
-    if args.check:
-        for p in problems:
-            print(p, file=sys.stderr)
-        if problems:
-            print("budget files drifted: run `make generate` and commit", file=sys.stderr)
-        return 1 if problems else 0
-    for path, content in files.items():
-        if not path.exists() or path.read_text() != content:
-            path.write_text(content)
-            print(f"wrote {path.relative_to(REPO)}")
-    return 0
+    return generated.main(__doc__.splitlines()[0], render, drift, argv)
 
 
 if __name__ == "__main__":
