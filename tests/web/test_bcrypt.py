@@ -1,5 +1,5 @@
-"""bcrypt hashes that could hang or time the server (issue 16, medium), against the real
-exporter process; and the hash checks beside what the bcrypt library itself accepts."""
+"""bcrypt hashes that could hang or time the server, against the real exporter process;
+and the hash checks beside what the bcrypt library itself accepts."""
 
 import base64
 import os

@@ -1,5 +1,5 @@
-"""Protocol edges against the real exporter process (issue 16, low): resets mid-request,
-Accept-Encoding q-values, request bodies, IPv6 client SANs."""
+"""Protocol edges against the real exporter process: resets mid-request, Accept-Encoding
+q-values, request bodies, IPv6 client SANs."""
 
 import socket
 import struct

@@ -178,7 +178,7 @@ def test_a_flood_of_bad_tokens_does_not_delay_the_good_scraper(
     apiserver, accounts, serve_rbac, rbac
 ):
     """120 clients with bad tokens beside one scraper, 4 scrape slots. Open (no
-    --web.kube-rbac), the flood takes the slots and the scraper gets 503s: issue 16.
+    --web.kube-rbac), the flood takes the slots and the scraper gets 503s.
     With it, the flood never reaches a slot and the scraper gets every scrape."""
     kubeconfig, allowed, _ = accounts
     url, _ = serve_rbac([Slow("a")], kubeconfig, max_requests=4, open_=not rbac)
@@ -228,7 +228,7 @@ def test_a_flood_of_bad_tokens_does_not_delay_the_good_scraper(
     report += f"; good scraper answers {dict(collections.Counter(statuses))}"
     print(("kube-rbac: " if rbac else "open: ") + report)
     if not rbac:
-        assert 503 in statuses, report  # what issue 16 is about
+        assert 503 in statuses, report  # the starvation --web.kube-rbac prevents
         return
     assert set(codes) <= {401, 429}, report
     # Every good scrape answered 200, none slowed past 0.5 s.
