@@ -3,7 +3,7 @@
 With a thread per connection, 2,600 idle connections took RSS from 35 to 103 MiB, 1,024
 made the accept loop spin once the files limit was reached, and a backlog of 5 left
 simultaneous connects waiting on SYN retries (docs/reliability.md). The timing thresholds
-here are that page's targets, with margin.
+here leave a margin over what that page measured.
 """
 
 import os
