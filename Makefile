@@ -2,7 +2,7 @@
 PYTHON ?= python3
 MIXIN_SOURCES = $(shell find mixin -name '*.jsonnet' -o -name '*.libsonnet')
 
-.PHONY: run test install lint generate check-generated deploy-check mixin-fmt bench demo e2e e2e-up e2e-down test-containerd2
+.PHONY: run test test-unit install lint generate check-generated deploy-check mixin-fmt bench demo e2e e2e-up e2e-down test-containerd2
 
 install:
 	$(PYTHON) -m pip install -q -e '.[test]'
@@ -10,22 +10,30 @@ install:
 run:
 	$(PYTHON) -m kube_scale_exporter
 
+# Everything but tests/e2e (root, the binaries .ci/setup.d installs; see docs/development.md).
 test:
 	$(PYTHON) -m pytest
+
+# The fast loop: the unit tier alone, as any user, with no binary installed.
+test-unit:
+	$(PYTHON) -m pytest -m unit
 
 # ruff: lint and the format check (settings in pyproject.toml; `ruff format .` fixes the latter).
 lint:
 	ruff check .
 	ruff format --check .
 
-# Regenerate committed files (rules YAML, dashboards JSON) from the mixin's jsonnet.
-# deploy/ is written by hand: nothing to generate there.
+# Regenerate committed files: the series budgets where jsonnet and YAML read them
+# (mixin/budgets.libsonnet, deploy/'s sample limits), then rules YAML and dashboards JSON
+# from the mixin's jsonnet. The rest of deploy/ is written by hand.
 generate:
+	$(PYTHON) -m tools.budget_files
 	$(PYTHON) -m tools.build_mixin
 
 # Fail, naming the files, when a committed generated file differs from its source, or
 # when a kustomization in deploy/ (or the base with one component) does not render.
 check-generated: deploy-check
+	$(PYTHON) -m tools.budget_files --check
 	$(PYTHON) -m tools.build_mixin --check
 	jsonnetfmt --test $(MIXIN_SOURCES)
 

@@ -1,5 +1,12 @@
 """Shared by every test area; each area keeps its own fixtures in tests/AREA/conftest.py.
 
+Tiers: every test carries exactly one of the markers `unit`, `integration` and `e2e`
+(pyproject.toml says what each means; docs/development.md how to run each), set by its
+module's `pytestmark` or, in a module that holds both, on each test; tests/e2e is e2e as a
+whole, set here. Collection fails naming every test with none or more than one, and a unit
+test that starts a process fails: `make test-unit` must stay runnable without root or
+binaries.
+
 `scripted`: collectors with controllable behaviour, to drive the scrape machinery (the
 scraper, check and the HTTP server) without any backend.
 
@@ -12,8 +19,10 @@ server or compact etcd start their own pair with `fresh_apiserver`.
 
 import contextlib
 import os
+import subprocess
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 from prometheus_client.core import GaugeMetricFamily
@@ -25,6 +34,38 @@ from testbed.kube_apiserver import KubeApiServer, apiserver_on_new_etcd
 # tests/e2e brings up a real cluster on this host (root, minutes, host changes undone at the
 # end): only `make e2e` (KSE_E2E=1) collects it, never the main suite.
 collect_ignore = [] if os.environ.get("KSE_E2E") == "1" else ["e2e"]
+E2E_DIR = Path(__file__).resolve().parent / "e2e"
+TIERS = ("unit", "integration", "e2e")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is checked
+def pytest_collection_modifyitems(config, items):
+    wrong = []
+    for item in items:
+        if E2E_DIR in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+        tiers = [m.name for m in item.iter_markers() if m.name in TIERS]
+        if len(tiers) != 1:
+            wrong.append(f"{item.nodeid}: {', '.join(tiers) or 'no tier'}")
+    if wrong:
+        raise pytest.UsageError(
+            "each test needs exactly one of the markers "
+            + ", ".join(TIERS)
+            + ":\n  "
+            + "\n  ".join(wrong)
+        )
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request, monkeypatch):
+    """A unit test runs in this process: no binary, no exporter process, no helper."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+
+    def refuse(self, args, *rest, **kwargs):
+        raise AssertionError(f"a unit test starts no process ({args!r}): mark it integration")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
 
 
 def pytest_report_header(config):

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 PACKAGE = Path(__file__).resolve().parents[1] / "kube_scale_exporter"
 NAME = PACKAGE.name
 BACKENDS = ("kube", "etcd", "containerd", "netlink")

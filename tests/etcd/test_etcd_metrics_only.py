@@ -12,6 +12,8 @@ from testbed.faultproxy import FaultProxy
 from tests.etcd.conftest import samples, value
 from tests.etcd.test_etcd_collector import settle
 
+pytestmark = pytest.mark.integration
+
 QUOTA = 16 * 1024 * 1024
 STATUS_SERIES = (
     "kubescale_etcd_db_size_bytes",

@@ -86,6 +86,7 @@ def tls_flags(tls, ca=None):
     ]
 
 
+@pytest.mark.integration
 def test_tls_with_ca_and_client_certificate(tmp_path, etcd_factory, collector_factory, version):
     tls = make_tls(tmp_path / "pki")
     etcd = etcd_factory(version=version, tls=tls, quota_bytes=32 * 1024 * 1024)
@@ -97,6 +98,7 @@ def test_tls_with_ca_and_client_certificate(tmp_path, etcd_factory, collector_fa
     assert value(found, "kubescale_etcd_quota_info", source=quota_source(version), **MEMBER) == 1
 
 
+@pytest.mark.integration
 def test_local_mode_over_tls_with_given_certificates(tmp_path, etcd_factory, collector_factory):
     tls = make_tls(tmp_path / "pki")
     etcd = etcd_factory(version="3.5", tls=tls)
@@ -110,6 +112,7 @@ def test_local_mode_over_tls_with_given_certificates(tmp_path, etcd_factory, col
     assert value(samples(collector), "kubescale_etcd_member_up", **MEMBER) == 1
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("flags", ["wrong CA", "no client certificate"])
 def test_bad_tls_fails_alone_within_the_timeout(
     tmp_path, etcd_factory, collector_factory, serve, flags
@@ -130,6 +133,7 @@ def test_bad_tls_fails_alone_within_the_timeout(
     assert "SSLError" in error and etcd.client_url in error, error
 
 
+@pytest.mark.unit
 def test_port_that_accepts_but_never_answers(collector_factory, serve):
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -153,6 +157,7 @@ def test_port_that_accepts_but_never_answers(collector_factory, serve):
         silent.close()
 
 
+@pytest.mark.integration
 def test_etcd_stopped_mid_run_then_back(etcd_factory, collector_factory, serve, version):
     etcd = etcd_factory(version=version)
     collector = collector_factory(
@@ -177,6 +182,7 @@ def test_etcd_stopped_mid_run_then_back(etcd_factory, collector_factory, serve, 
     assert 'kubescale_etcd_member_up{etcd_cluster="main",member="default"} 1.0' in text
 
 
+@pytest.mark.integration
 def test_etcd_frozen_then_thawed(etcd_factory, collector_factory, serve):
     etcd = etcd_factory(version="3.4")
     collector = collector_factory(
@@ -200,6 +206,7 @@ def test_etcd_frozen_then_thawed(etcd_factory, collector_factory, serve):
     recovered(scrape)
 
 
+@pytest.mark.integration
 def test_one_cluster_down_leaves_the_other_reported(etcd_factory, collector_factory, serve):
     main = etcd_factory(version="3.4", name="main")
     events = etcd_factory(version="3.5", name="events")
@@ -224,6 +231,7 @@ def test_one_cluster_down_leaves_the_other_reported(etcd_factory, collector_fact
     assert 'kubescale_etcd_db_size_bytes{etcd_cluster="main",member="main"}' in text
 
 
+@pytest.mark.integration
 def test_one_frozen_member_of_three_costs_one_timeout(etcd_factory, collector_factory, serve):
     members = etcd_factory.cluster(3, version="3.5")
     collector = collector_factory(

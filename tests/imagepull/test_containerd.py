@@ -64,6 +64,7 @@ def fresh_repo():
     return "t" + uuid.uuid4().hex[:10]
 
 
+@pytest.mark.integration
 def test_pull_progress_moves_and_a_finished_pull_drops_out(
     containerd, registry, proxy, make_collector, workdir
 ):
@@ -93,6 +94,7 @@ def test_pull_progress_moves_and_a_finished_pull_drops_out(
     assert image["manifest"] in containerd.ctr("content", "ls", "-q").stdout
 
 
+@pytest.mark.integration
 def test_layers_of_one_image_count_as_one_pull(
     containerd, registry, proxy, make_collector, workdir
 ):
@@ -119,6 +121,7 @@ def test_layers_of_one_image_count_as_one_pull(
     assert value(c, "kubescale_image_pulls_in_progress") == 0
 
 
+@pytest.mark.integration
 def test_killed_client_leaves_a_stalled_pull(containerd, registry, proxy, make_collector, workdir):
     repo = fresh_repo()
     registry.push_image(repo, "v1", [32 * MiB])
@@ -148,6 +151,7 @@ def test_killed_client_leaves_a_stalled_pull(containerd, registry, proxy, make_c
     assert any(f.severity == "warning" and "no progress" in f.summary for f in advice), advice
 
 
+@pytest.mark.integration
 def test_preload_missing_counts_absent_images(containerd, registry, proxy, make_collector, workdir):
     repo = fresh_repo()
     registry.push_image(repo, "v1", [1 * MiB])
@@ -161,6 +165,7 @@ def test_preload_missing_counts_absent_images(containerd, registry, proxy, make_
     assert warning and absent in warning[0].advice and present not in warning[0].advice
 
 
+@pytest.mark.integration
 def test_missing_socket_fails_alone_with_a_clear_error_and_recovers(make_collector):
 
     path = tempfile_dir()
@@ -188,6 +193,7 @@ def tempfile_dir():
     return tempfile.mkdtemp(prefix="cd-", dir="/tmp")
 
 
+@pytest.mark.unit
 def test_a_socket_that_is_not_containerd_fails_within_the_timeout(make_collector):
     path = os.path.join(tempfile_dir(), "silent.sock")
     listener = socket.socket(socket.AF_UNIX)
@@ -205,6 +211,7 @@ def test_a_socket_that_is_not_containerd_fails_within_the_timeout(make_collector
         os.rmdir(os.path.dirname(path))
 
 
+@pytest.mark.unit
 def test_a_file_that_is_not_a_socket_is_named(make_collector, tmp_path):
     path = tmp_path / "plain-file"
     path.write_text("")
@@ -213,6 +220,7 @@ def test_a_file_that_is_not_a_socket_is_named(make_collector, tmp_path):
         scrape(c)
 
 
+@pytest.mark.integration
 def test_an_http1_server_socket_is_reported_as_not_grpc(containerd, make_collector):
     # containerd's own debug socket speaks HTTP/1 (pprof, expvar), not gRPC.
     c = make_collector(containerd.address + ".debug")
@@ -220,6 +228,7 @@ def test_an_http1_server_socket_is_reported_as_not_grpc(containerd, make_collect
         scrape(c)
 
 
+@pytest.mark.integration
 def test_containerd_errors_keep_their_grpc_code(containerd):
 
     client = ContainerdClient(containerd.address, "k8s.io", 2)
@@ -228,6 +237,7 @@ def test_containerd_errors_keep_their_grpc_code(containerd):
     assert client.content('labels."containerd.io/gc.ref.content.config"') == []
 
 
+@pytest.mark.integration
 def test_a_hung_containerd_times_out_and_the_collector_recovers(containerd, make_collector):
     c = make_collector(containerd.address, "--containerd.timeout", "0.5s")
     scraper = Scraper([c])

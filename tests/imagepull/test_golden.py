@@ -2,6 +2,8 @@
 
 from datetime import UTC, datetime
 
+import pytest
+
 from kube_scale_exporter.collectors.imagepull.advice import advise
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletPullSettings
 from kube_scale_exporter.collectors.imagepull.pods import images_failing, images_wanted
@@ -11,6 +13,8 @@ from kube_scale_exporter.containerd.config import PullSettings
 from kube_scale_exporter.containerd.pulls import ManifestIndex, group
 from kube_scale_exporter.containerd.reference import parse
 from testbed.golden import assert_golden, series_count
+
+pytestmark = pytest.mark.unit
 
 NOW = 1_800_000_000.0
 GiB = 1 << 30

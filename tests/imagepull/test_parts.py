@@ -37,16 +37,19 @@ def varint(n):
     return wire._varint(n)
 
 
+@pytest.mark.unit
 @given(st.lists(st.text(max_size=300), max_size=20))
 def test_repeated_strings_round_trip(values):
     assert [wire.string([v]) for v in wire.fields(wire.encode_strings(1, values))[1]] == values
 
 
+@pytest.mark.unit
 @given(st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1))
 def test_int64_round_trip_including_negative(n):
     assert wire.int64(wire.fields(varint(4 << 3 | wire.VARINT) + varint(n))[4]) == n
 
 
+@pytest.mark.unit
 def test_unknown_fields_of_every_wire_type_are_skipped():
     status = (
         varint(3 << 3 | wire.LENGTH)
@@ -65,6 +68,7 @@ def test_unknown_fields_of_every_wire_type_are_skipped():
     assert wire.string(f[3]) == "ref" and wire.int64(f[4]) == 42
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad", [b"\x1a\x05abc", b"\x20", b"\x20\xff", b"\x00\x01", b"\x1b"])
 def test_malformed_messages_raise(bad):
     with pytest.raises(wire.WireError):
@@ -81,6 +85,7 @@ def _other_field(kind, n):
     ][kind]
 
 
+@pytest.mark.unit
 @given(
     st.lists(
         st.one_of(st.binary(max_size=300), st.tuples(st.integers(0, 3), st.integers(0, 200))),
@@ -103,6 +108,7 @@ def test_the_incremental_reader_gives_field_1_as_fields_does_in_any_pieces(parts
     assert got == [bytes(v) for v in wire.fields(message)[1]]
 
 
+@pytest.mark.unit
 def test_the_incremental_reader_refuses_a_long_item_when_announced_and_a_cut_message():
     reader = wire.RepeatedReader(1, list().append, 1024)
     with pytest.raises(wire.ItemTooLarge, match="an item of 8388608 bytes, over the 1 KiB cap"):
@@ -116,6 +122,7 @@ def test_the_incremental_reader_refuses_a_long_item_when_announced_and_a_cut_mes
         wire.RepeatedReader(1, list().append, 1024).feed(b"\x00\x01")  # field number 0
 
 
+@pytest.mark.unit
 def test_timestamp_and_map():
     ts = varint(1 << 3) + varint(1_700_000_000) + varint(2 << 3) + varint(500_000_000)
     assert wire.timestamp([ts]) == 1_700_000_000.5
@@ -127,6 +134,7 @@ def test_timestamp_and_map():
 # ---- references ----------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "image,name,source",
     [
@@ -144,6 +152,7 @@ def test_references_normalize_like_containerd(image, name, source):
     assert (ref.name, ref.source) == (name, source)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad", ["", "x:", "@sha256:abc", "x@nodigest"])
 def test_malformed_references_raise(bad):
     with pytest.raises(ValueError):
@@ -153,6 +162,7 @@ def test_malformed_references_raise(bad):
 # ---- manifest index ------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_manifest_index_lists_only_when_a_new_digest_appears():
     calls = []
     m = ContentInfo(
@@ -183,6 +193,7 @@ def test_manifest_index_lists_only_when_a_new_digest_appears():
 # ---- kubelet config file -------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "text,serialize,parallel",
     [
@@ -199,6 +210,7 @@ def test_kubelet_pull_settings(tmp_path, text, serialize, parallel):
     assert (s.serialize, s.max_parallel) == (serialize, parallel)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "text",
     ["serializeImagePulls: maybe\n", "maxParallelImagePulls: 0\n", "- a list\n", "a: [unclosed\n"],
@@ -210,6 +222,7 @@ def test_bad_kubelet_config_is_reported_not_raised(tmp_path, text):
     assert config.read() is None and str(path) in config.error
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "text,said",
     [
@@ -225,6 +238,7 @@ def test_unknown_kubelet_config_version_is_named(tmp_path, text, said):
     assert config.read() is None and said in config.error and str(path) in config.error
 
 
+@pytest.mark.unit
 def test_the_real_kubelets_own_config_is_read(tmp_path):
     """testbed/node.py's KubeletConfiguration, which the real kubelet 1.34 runs in the e2e."""
     from testbed.node import MAX_PARALLEL_IMAGE_PULLS, kubelet_config  # noqa: PLC0415
@@ -235,6 +249,7 @@ def test_the_real_kubelets_own_config_is_read(tmp_path):
     assert (s.serialize, s.max_parallel) == (False, MAX_PARALLEL_IMAGE_PULLS)
 
 
+@pytest.mark.unit
 def test_kubelet_config_is_read_again_when_it_changes(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text("serializeImagePulls: true\n")
@@ -249,6 +264,7 @@ def test_kubelet_config_is_read_again_when_it_changes(tmp_path):
 # ---- pods ----------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_pod_summary_keeps_what_images_wanted_reads():
     full = {
         "metadata": {
@@ -288,6 +304,7 @@ def test_pod_summary_keeps_what_images_wanted_reads():
     assert images_failing([small]) == set()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("reason", sorted(PULL_FAILED))
 def test_failed_or_backed_off_pulls_are_not_queued(reason):
     pod = {
@@ -313,6 +330,7 @@ def test_failed_or_backed_off_pulls_are_not_queued(reason):
 # ---- flags ---------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "text,seconds", [("120", 120), ("90s", 90), ("2m", 120), ("1h30m", 5400), ("1.5s", 1.5)]
 )
@@ -320,6 +338,7 @@ def test_durations(text, seconds):
     assert duration(text) == seconds
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "flags,named",
     [
@@ -346,6 +365,7 @@ def test_bad_flags_exit_2_naming_the_flag(flags, named):
     assert run.returncode == 2 and named in run.stderr, run.stderr
 
 
+@pytest.mark.integration
 def test_h2_is_imported_only_when_the_collector_runs():
     code = (
         "import sys, kube_scale_exporter.cli as c; c.parse(['--collector.imagepull']); "
@@ -357,6 +377,7 @@ def test_h2_is_imported_only_when_the_collector_runs():
     assert run.stdout.strip() == "False"
 
 
+@pytest.mark.unit
 def test_on_by_default_only_where_the_containerd_socket_exists(tmp_path):
 
     path = str(tmp_path / "containerd.sock")

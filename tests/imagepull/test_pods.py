@@ -8,10 +8,14 @@ container statuses itself, as the kubelet would while it waits for images.
 import time
 import uuid
 
+import pytest
+
 from kube_scale_exporter.collectors.imagepull import ImagePullCollector
 from kube_scale_exporter.cli import make_scraper
 from testbed.kube_apiserver import pod_manifest
 from testbed.metrics import collect, sample
+
+pytestmark = pytest.mark.integration
 
 NODE = "node-a"
 MiB = 1 << 20

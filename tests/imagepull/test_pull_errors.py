@@ -31,6 +31,8 @@ from testbed.procs import Proc, start_on_free_port
 
 from .test_containerd_config import BIN2
 
+pytestmark = pytest.mark.integration
+
 PULL_IMAGE = "/runtime.v1.ImageService/PullImage"
 GO_CODES = {
     "CANCELLED": "Canceled",

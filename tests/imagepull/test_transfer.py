@@ -8,10 +8,14 @@ way the collector must see one pull in progress with its bytes moving, then none
 
 import time
 
+import pytest
+
 from testbed.metrics import sample
 from testbed.procs import Proc
 
 from .test_containerd import MiB, fresh_repo, scrape, wait_for_layer
+
+pytestmark = pytest.mark.integration
 
 
 def test_images_pull_seen_while_downloading(containerd, registry, proxy, make_collector, workdir):

@@ -9,12 +9,15 @@ import time
 
 import pytest
 
+from kube_scale_exporter.budgets import CLUSTER_SERIES, NODE_SERIES
 from testbed.etcd_server import EtcdServer
 from testbed.metrics import parse_exposition
 from testbed.ports import free_port
 from testbed.prometheus import PrometheusServer
 from tests.mixin.support import PROMETHEUS_RELEASES, prometheus_binary, prometheus_version
 from tools import demo
+
+pytestmark = pytest.mark.integration
 
 
 def working_collectors():
@@ -125,7 +128,7 @@ def test_exporter_health_rules_see_both_jobs(live):
     samples = live.wait_for(
         "cluster_job:kubescale_exporter_samples_scraped:max", lambda f: len(f) == 2
     )
-    budgets = {demo.NODE_JOB: 43, demo.CLUSTER_JOB: 500}
+    budgets = {demo.NODE_JOB: NODE_SERIES, demo.CLUSTER_JOB: CLUSTER_SERIES}
     for labels, value in samples.items():
         assert 0 < value <= budgets[dict(labels)["job"]]
 

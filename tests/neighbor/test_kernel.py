@@ -9,6 +9,8 @@ are compared with `ip neigh show nud all` of a namespace only this test touches.
 import json
 from pathlib import Path
 
+import pytest
+
 from kube_scale_exporter.netlink.neighbor import count_entries
 from kube_scale_exporter.netlink.route import RouteSocket
 from testbed.metrics import collect, sample
@@ -43,6 +45,7 @@ def scrape(collector):
     return collect(collector)
 
 
+@pytest.mark.unit
 def test_every_table_metric_matches_the_kernels_own_files(collectors):
     (neighbor,) = collectors("--collector.neighbor")
     for _ in range(20):
@@ -66,6 +69,7 @@ def global_entries(collector):
     return {f: sample(families, "kubescale_neighbor_entries", family=f) for f in FAMILIES}
 
 
+@pytest.mark.integration
 def test_entries_count_what_a_namespace_adds(collectors, netns):
     """Entries in a pod-like namespace count in the host-wide entries metric."""
     (neighbor,) = collectors("--collector.neighbor")
@@ -120,6 +124,7 @@ MIXED_ENTRIES = (
 MIXED_EXEMPT = {"ipv4": 6, "ipv6": 2}
 
 
+@pytest.mark.integration
 def test_count_entries_in_a_namespace_matches_ip(netns):
     """The netlink layer's dump of its own namespace, against ip's own dump of it."""
     netns.batch(MIXED_ENTRIES)
@@ -137,6 +142,7 @@ def test_count_entries_in_a_namespace_matches_ip(netns):
     assert (counts["ipv6"].gc_eligible, counts["ipv6"].gc_exempt) == (6, MIXED_EXEMPT["ipv6"])
 
 
+@pytest.mark.integration
 def test_gc_eligible_is_the_hosts_entries_less_the_namespaces_exempt_ones(collectors, netns):
     """Run in a namespace holding only our entries, the collector's value is the host-wide
     entry count of the same scrape less the exempt entries added there; compared in an
@@ -159,6 +165,7 @@ def test_gc_eligible_is_the_hosts_entries_less_the_namespaces_exempt_ones(collec
         ), family
 
 
+@pytest.mark.integration
 def test_a_dump_larger_than_one_reply_chunk_counts_every_entry(netns):
     """5,000 entries span many 32 KiB chunks; the count must not lose any at the seams."""
     netns.batch(neighbor_adds(3000, "ipv4", "permanent") + neighbor_adds(2000, "ipv6", "permanent"))

@@ -16,6 +16,8 @@ import pytest
 from testbed.metrics import wait_until
 from tests.reliability.conftest import COLLECTORS, WATCH
 
+pytestmark = pytest.mark.integration
+
 SCRAPE_TIMEOUT = 3.0
 # After n failures the informer waits at most min(30, 2^(n-1)) s: a few failures of a
 # restart or an injected burst are over well within this.

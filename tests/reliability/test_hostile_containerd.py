@@ -21,6 +21,8 @@ from kube_scale_exporter.containerd.client import IMAGES_BYTES, LIST_IMAGES, LIS
 from testbed.hostile_grpc import HostileGrpc, endless, frame, repeat
 from testbed.procs import rss_mib
 
+pytestmark = pytest.mark.integration
+
 SLACK_MIB = 6.0
 
 

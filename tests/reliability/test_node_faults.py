@@ -19,8 +19,14 @@ import pytest
 from testbed.metrics import wait_until
 from testbed.ports import unread_by_server
 
+from kube_scale_exporter.collectors import COLLECTORS
+
+pytestmark = pytest.mark.integration
+
 SCRAPE_TIMEOUT = 3.0  # what Prometheus would send in X-Prometheus-Scrape-Timeout-Seconds
-NODE_COLLECTORS = {"neighbor", "neighbor_gc", "imagepull", "etcd"}
+# Every node collector, each named on the command line (one without the options it needs
+# exits 2).
+NODE_COLLECTORS = {c.name for c in COLLECTORS if "node" in c.modes}
 
 
 def node_flags(etcd, containerd):
@@ -37,6 +43,7 @@ def node_flags(etcd, containerd):
         "1",
         "--etcd.min-interval",
         "0.5",
+        *(f"--collector.{name}" for name in sorted(NODE_COLLECTORS)),
     ]
 
 

@@ -4,8 +4,12 @@ import sys
 import threading
 import time
 
+import pytest
+
 from kube_scale_exporter.scrape import Scraper
 from testbed.metrics import sample, wait_until
+
+pytestmark = pytest.mark.unit
 
 
 def waits_on_a_result(thread):

@@ -1,5 +1,5 @@
-"""bcrypt hashes that could hang or time the server (issue 16, medium), against the real
-exporter process; and the hash checks beside what the bcrypt library itself accepts."""
+"""bcrypt hashes that could hang or time the server, against the real exporter process;
+and the hash checks beside what the bcrypt library itself accepts."""
 
 import base64
 import http.client
@@ -46,6 +46,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_a_hostile_hash_exits_2_at_start_naming_file_and_line(case, tmp_path, run_exporter):
     hashed, message = HOSTILE[case]
@@ -58,6 +59,7 @@ def test_a_hostile_hash_exits_2_at_start_naming_file_and_line(case, tmp_path, ru
     assert time.monotonic() - started < 10  # cost 31 used to hang here, silently
 
 
+@pytest.mark.unit
 def test_the_checks_agree_with_the_bcrypt_library():
     """Every last salt character, and every last hash character, both ways."""
     for char in BCRYPT_ALPHABET:
@@ -80,6 +82,7 @@ def basic(user, password):
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
+@pytest.mark.integration
 def test_a_cost_31_user_added_at_runtime_is_refused_and_nothing_hangs(
     pki, tmp_path, start_exporter
 ):
@@ -112,6 +115,7 @@ def test_a_cost_31_user_added_at_runtime_is_refused_and_nothing_hangs(
     assert f"{config}:6: the password of 'intruder': bcrypt cost 31" in exp.proc.log_tail()
 
 
+@pytest.mark.integration
 def test_response_times_do_not_tell_which_users_exist(start_exporter):
     """Users of different costs and an unknown user: a wrong password takes as long for
     each (each check lasts at least as long as one at the file's highest cost)."""
@@ -142,6 +146,7 @@ def test_response_times_do_not_tell_which_users_exist(start_exporter):
     assert s.get(exp.url + "/metrics", headers=basic("cheap", "right"), timeout=10).ok
 
 
+@pytest.mark.integration
 def test_a_guessing_flood_at_cost_12_leaves_healthz_and_scrapes_answering(start_exporter):
     hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(12)).decode()
     exp = start_exporter(f"basic_auth_users:\n  prometheus: '{hashed}'\n", scheme="http")

@@ -10,6 +10,8 @@ from kube_scale_exporter.http import App, make_server
 from kube_scale_exporter.scrape import Scraper
 from testbed.metrics import parse_exposition, sample, wait_until
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def serve():

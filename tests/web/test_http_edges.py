@@ -1,5 +1,5 @@
-"""Protocol edges against the real exporter process (issue 16, low): resets mid-request,
-Accept-Encoding q-values, request bodies, IPv6 client SANs."""
+"""Protocol edges against the real exporter process: resets mid-request, Accept-Encoding
+q-values, request bodies, IPv6 client SANs."""
 
 import socket
 import struct
@@ -11,6 +11,8 @@ from testbed.metrics import wait_until
 from testbed.ports import unread_by_server
 
 from .test_webconfig import session, tls_block
+
+pytestmark = pytest.mark.integration
 
 
 def raw(port, data, read_for=1.0):

@@ -74,6 +74,7 @@ def token_reviews(apiserver):
     return apiserver.metric_sum("apiserver_request_total", resource="tokenreviews")
 
 
+@pytest.mark.integration
 def test_the_exporter_process_answers_200_401_403(apiserver, accounts, start_exporter):
     """The CLI's wiring: --web.kube-rbac with --kube.kubeconfig, in a real process."""
     kubeconfig, allowed, other = accounts
@@ -91,6 +92,7 @@ def test_the_exporter_process_answers_200_401_403(apiserver, accounts, start_exp
     assert requests.get(exp.url + "/", headers=bearer(allowed), timeout=10).status_code == 200
 
 
+@pytest.mark.integration
 def test_basic_auth_and_kube_rbac_exclude_each_other(run_exporter, tmp_path, password):
     config = tmp_path / "web.yml"
     config.write_text(f"basic_auth_users:\n  prometheus: {password[1]}\n")
@@ -99,6 +101,7 @@ def test_basic_auth_and_kube_rbac_exclude_each_other(run_exporter, tmp_path, pas
     assert "--web.kube-rbac" in result.stderr
 
 
+@pytest.mark.integration
 def test_api_server_unreachable_is_503_and_cached_grants_stand(
     apiserver, accounts, scripted, serve_rbac, tmp_path
 ):
@@ -112,6 +115,7 @@ def test_api_server_unreachable_is_503_and_cached_grants_stand(
     assert requests.get(url + "/metrics", headers=bearer(allowed), timeout=10).status_code == 200
 
 
+@pytest.mark.integration
 def test_the_cache_bounds_token_reviews(apiserver, accounts, scripted, serve_rbac):
     kubeconfig, allowed, other = accounts
     url, rbac = serve_rbac([scripted("a")], kubeconfig)
@@ -176,12 +180,13 @@ class Slow(Scripted):
         return super().observe()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("rbac", [True, False], ids=["kube-rbac", "open"])
 def test_a_flood_of_bad_tokens_does_not_delay_the_good_scraper(
     apiserver, accounts, serve_rbac, rbac
 ):
     """120 clients with bad tokens beside one scraper, 4 scrape slots. Open (no
-    --web.kube-rbac), the flood takes the slots and the scraper gets 503s: issue 16.
+    --web.kube-rbac), the flood takes the slots and the scraper gets 503s.
     With it, the flood never reaches a slot and the scraper gets every scrape."""
     kubeconfig, allowed, _ = accounts
     url, _ = serve_rbac([Slow("a")], kubeconfig, max_requests=4, open_=not rbac)
@@ -231,7 +236,7 @@ def test_a_flood_of_bad_tokens_does_not_delay_the_good_scraper(
     report += f"; good scraper answers {dict(collections.Counter(statuses))}"
     print(("kube-rbac: " if rbac else "open: ") + report)
     if not rbac:
-        assert 503 in statuses, report  # what issue 16 is about
+        assert 503 in statuses, report  # the starvation --web.kube-rbac prevents
         return
     assert set(codes) <= {401, 429}, report
     # Every good scrape answered 200, none slowed past 0.5 s.
@@ -278,6 +283,7 @@ class Clock:
         return self.now
 
 
+@pytest.mark.unit
 def test_verdicts_expire_allowed_after_the_ttl_refusals_after_5s():
     client, clock = FakeClient(allowed={"good"}, authenticated={"meh"}), Clock()
     rbac = KubeRBAC(client, ttl=60, clock=clock)
@@ -297,6 +303,7 @@ def test_verdicts_expire_allowed_after_the_ttl_refusals_after_5s():
     assert all(len(k) == 32 for k in rbac._cache)  # hashes, never the tokens
 
 
+@pytest.mark.unit
 def test_the_cache_is_bounded_least_recently_used_first():
     client = FakeClient(allowed={f"t{i}" for i in range(10)})
     rbac = KubeRBAC(client, max_entries=4, reviews_per_second=1000)
@@ -309,6 +316,7 @@ def test_the_cache_is_bounded_least_recently_used_first():
     assert rbac.reviews == reviews
 
 
+@pytest.mark.unit
 def test_reviews_past_the_bound_are_busy_cached_grants_still_served():
     client = FakeClient(allowed={"good"})
     rbac = KubeRBAC(client, max_reviews=2, reviews_per_second=1000)
@@ -326,6 +334,7 @@ def test_reviews_past_the_bound_are_busy_cached_grants_still_served():
         t.join(5)
 
 
+@pytest.mark.unit
 def test_the_review_rate_is_bounded():
     clock = Clock()
     rbac = KubeRBAC(FakeClient(), reviews_per_second=5, clock=clock)
@@ -336,6 +345,7 @@ def test_the_review_rate_is_bounded():
     assert rbac.check("Bearer y") == kuberbac.UNAUTHENTICATED
 
 
+@pytest.mark.unit
 def test_failures_are_503_and_not_cached():
     client = FakeClient(allowed={"good"}, fail=True)
     rbac = KubeRBAC(client)
@@ -368,6 +378,7 @@ def one_answer_server(reply_chunks, every=0.0):
     return f"http://127.0.0.1:{listener.getsockname()[1]}"
 
 
+@pytest.mark.unit
 def test_a_review_reply_past_its_cap_is_refused():
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
     server = one_answer_server([head, *([b" " * 65536] * 40)])
@@ -376,6 +387,7 @@ def test_a_review_reply_past_its_cap_is_refused():
         client.create(kuberbac.TOKEN_REVIEWS, {"spec": {"token": "x"}}, timeout=5)
 
 
+@pytest.mark.unit
 def test_a_dripping_review_ends_at_its_deadline():
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
     server = one_answer_server([head, *([b" "] * 100)], every=0.2)
@@ -386,6 +398,7 @@ def test_a_dripping_review_ends_at_its_deadline():
     assert time.monotonic() - start < 2.0
 
 
+@pytest.mark.unit
 def test_one_token_under_review_is_429_for_its_other_requests():
     client = FakeClient(allowed={"good"})
     rbac = KubeRBAC(client, reviews_per_second=1000)
@@ -400,6 +413,7 @@ def test_one_token_under_review_is_429_for_its_other_requests():
     assert rbac.reviews == 1
 
 
+@pytest.mark.unit
 def test_a_grant_past_half_its_ttl_stands_while_reviews_are_busy_or_failing():
     client, clock = FakeClient(allowed={"good"}), Clock()
     rbac = KubeRBAC(client, ttl=60, max_reviews=1, reviews_per_second=1000, clock=clock)

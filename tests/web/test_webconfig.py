@@ -39,6 +39,7 @@ def curl(*args):
 # --- TLS and basic auth with requests --------------------------------------------------
 
 
+@pytest.mark.integration
 def test_requests_scrapes_over_tls_with_basic_auth(pki, password, start_exporter):
     exp = start_exporter(tls_block(pki) + users_block(password))
     r = session().get(
@@ -48,6 +49,7 @@ def test_requests_scrapes_over_tls_with_basic_auth(pki, password, start_exporter
     assert "kubescale_build_info{" in r.text
 
 
+@pytest.mark.integration
 def test_missing_or_wrong_credentials_get_401_with_a_challenge(pki, password, start_exporter):
     exp = start_exporter(tls_block(pki) + users_block(password))
     s = session()
@@ -59,12 +61,14 @@ def test_missing_or_wrong_credentials_get_401_with_a_challenge(pki, password, st
     assert s.get(exp.url + "/", verify=pki.ca, timeout=10).status_code == 401
 
 
+@pytest.mark.integration
 def test_healthz_answers_without_credentials_for_kubelet_probes(pki, password, start_exporter):
     exp = start_exporter(tls_block(pki) + users_block(password))
     r = session().get(exp.url + "/healthz", verify=pki.ca, timeout=10)
     assert (r.status_code, r.text) == (200, "ok\n")
 
 
+@pytest.mark.integration
 def test_basic_auth_without_tls(password, start_exporter):
     exp = start_exporter(users_block(password), scheme="http")
     s = session()
@@ -72,6 +76,7 @@ def test_basic_auth_without_tls(password, start_exporter):
     assert s.get(exp.url + "/metrics", auth=("prometheus", password[0]), timeout=10).ok
 
 
+@pytest.mark.integration
 def test_plain_http_to_the_tls_port_gets_no_metrics(pki, start_exporter):
     exp = start_exporter(tls_block(pki))
     with pytest.raises(requests.ConnectionError):
@@ -80,12 +85,14 @@ def test_plain_http_to_the_tls_port_gets_no_metrics(pki, start_exporter):
     assert session().get(exp.url + "/metrics", verify=pki.ca, timeout=10).ok
 
 
+@pytest.mark.integration
 def test_server_certificate_is_checked_by_the_client(pki, start_exporter):
     exp = start_exporter(tls_block(pki))
     with pytest.raises(requests.exceptions.SSLError):
         session().get(exp.url + "/metrics", verify=pki.rogue_ca, timeout=10)
 
 
+@pytest.mark.integration
 def test_configured_headers_are_on_every_answer(pki, password, start_exporter):
     exp = start_exporter(
         tls_block(pki)
@@ -107,6 +114,7 @@ def test_configured_headers_are_on_every_answer(pki, password, start_exporter):
 # --- mutual TLS ------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_mtls_requires_a_client_certificate_from_the_ca(pki, start_exporter):
     exp = start_exporter(
         tls_block(pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=pki.ca)
@@ -118,6 +126,7 @@ def test_mtls_requires_a_client_certificate_from_the_ca(pki, start_exporter):
             s.get(exp.url + "/metrics", verify=pki.ca, cert=cert, timeout=10)
 
 
+@pytest.mark.integration
 def test_client_allowed_sans_refuses_other_certificates_of_the_same_ca(pki, start_exporter):
     exp = start_exporter(
         tls_block(
@@ -133,6 +142,7 @@ def test_client_allowed_sans_refuses_other_certificates_of_the_same_ca(pki, star
     assert r.status_code == 403
 
 
+@pytest.mark.integration
 def test_verify_if_given_accepts_no_certificate_but_refuses_a_foreign_one(pki, start_exporter):
     exp = start_exporter(
         tls_block(pki, client_auth_type="VerifyClientCertIfGiven", client_ca_file=pki.ca)
@@ -146,6 +156,7 @@ def test_verify_if_given_accepts_no_certificate_but_refuses_a_foreign_one(pki, s
 # --- curl: TLS versions, cipher suites -------------------------------------------------
 
 
+@pytest.mark.integration
 def test_curl_with_basic_auth_and_mtls(pki, password, start_exporter):
     exp = start_exporter(
         tls_block(pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=pki.ca)
@@ -169,6 +180,7 @@ def test_curl_with_basic_auth_and_mtls(pki, password, start_exporter):
     assert no_cert.returncode != 0 and "kubescale_" not in no_cert.stdout
 
 
+@pytest.mark.integration
 def test_min_version_tls13_refuses_a_tls12_client(pki, start_exporter):
     exp = start_exporter(tls_block(pki, min_version="TLS13"))
     assert curl("--cacert", pki.ca, exp.url + "/healthz").stdout == "ok\n"
@@ -176,6 +188,7 @@ def test_min_version_tls13_refuses_a_tls12_client(pki, start_exporter):
     assert old.returncode == 35, old  # CURLE_SSL_CONNECT_ERROR
 
 
+@pytest.mark.integration
 def test_max_version_tls12_and_cipher_suites_are_enforced(pki, start_exporter):
     exp = start_exporter(
         tls_block(pki, max_version="TLS12", cipher_suites="[TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]")
@@ -276,6 +289,7 @@ BAD_CONFIGS = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
 def test_bad_config_exits_2_naming_file_and_line(case, pki, tmp_path, run_exporter):
     text, line, message = BAD_CONFIGS[case]
@@ -289,6 +303,7 @@ def test_bad_config_exits_2_naming_file_and_line(case, pki, tmp_path, run_export
     assert message in result.stderr
 
 
+@pytest.mark.integration
 def test_relative_paths_are_relative_to_the_config_file(
     pki, tmp_path, start_exporter, run_exporter
 ):
@@ -304,6 +319,7 @@ def test_relative_paths_are_relative_to_the_config_file(
     assert result.returncode == 2 and f"no such file: {tmp_path}/server.crt" in result.stderr
 
 
+@pytest.mark.integration
 def test_an_empty_file_means_plain_http_without_auth(start_exporter):
     exp = start_exporter("", scheme="http")
     assert session().get(exp.url + "/metrics", timeout=10).ok
@@ -330,6 +346,7 @@ def basic(user, password):
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
+@pytest.mark.unit
 def test_a_successful_check_is_remembered_and_a_wrong_password_is_not(password, monkeypatch):
     auth = BasicAuth({"prometheus": password[1].encode()})
     counter = CountingCheckpw(monkeypatch)
@@ -343,6 +360,7 @@ def test_a_successful_check_is_remembered_and_a_wrong_password_is_not(password, 
     assert counter.calls == 5  # an unknown user pays bcrypt too, so timing hides who exists
 
 
+@pytest.mark.unit
 def test_the_cache_is_per_hash(password):
     first = BasicAuth({"prometheus": password[1].encode()})
     assert first.check(basic("prometheus", password[0]))
@@ -352,6 +370,7 @@ def test_the_cache_is_per_hash(password):
     assert second.check(basic("prometheus", "new password"))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "header",
     [
@@ -367,6 +386,7 @@ def test_malformed_or_overlong_credentials_are_refused(password, header):
     assert not BasicAuth({"prometheus": password[1].encode()}).check(header)
 
 
+@pytest.mark.unit
 def test_htpasswd_style_2y_hashes_work(password):
     y = password[1].replace("$2b$", "$2y$", 1).encode()
     assert BasicAuth({"prometheus": y}).check(basic("prometheus", password[0]))
