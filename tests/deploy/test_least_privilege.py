@@ -10,6 +10,8 @@ import pytest
 from tests.deploy.conftest import compose
 from tests.deploy.test_manifests import pods
 
+pytestmark = pytest.mark.integration
+
 # Where container runtimes listen: holding any of these is holding the node.
 RUNTIME_SOCKET_DIRS = ("/run/containerd", "/var/run/containerd", "/run/crio", "/var/run/crio")
 RUNTIME_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock")

@@ -22,6 +22,8 @@ from testbed.kube_apiserver import apiserver_on_new_etcd
 from tests.deploy.conftest import REPO
 from tests.mixin.support import prometheus_binary
 
+pytestmark = pytest.mark.integration
+
 NAMESPACES = [operator.TARGET_NAMESPACE, operator.NAMESPACE]
 RULES = pathlib.Path(REPO) / "rules"
 # Relabel actions that change the labels a target keeps without a target_label.

@@ -3,7 +3,8 @@ false, maxParallelImagePulls: 2, testbed/node.py), then a pull frozen mid-downlo
 failed pull as the kubelet reports it.
 
 A local registry (Debian's docker-registry) behind a throttling proxy serves images of
-fresh random bytes. Pods A (big) and B (medium) take both pull slots; pod C (small) waits:
+fresh random bytes, three layers each. The DaemonSet reads containerd's ingest directory
+(deploy/'s default source, no socket). Pods A (big) and B (medium) take both pull slots; pod C (small) waits:
 `queued` = 1 and the backlog alert (threshold 1 through the mixin's _config). When B's pull
 ends C gets its slot and `queued` clears. Then the proxy is frozen (SIGSTOP): no byte
 arrives, and after the exporter's default --image-pull.stall-after (2m) `stalled` = 1 and
@@ -24,9 +25,12 @@ from .conftest import NODE_NAME, RATE, TIMINGS, wait_for
 
 NS = "e2e-pull"
 NS_FAILED = "e2e-pull-failed"
-BIG = 300 * 1024 * 1024
-# Long enough at RATE (about 40 s) for the backlog alert's 15 s `for:` while C waits.
-MEDIUM = 80 * 1024 * 1024
+# Three layers an image, as containerd downloads three blobs at once (its default
+# max_concurrent_downloads): the DaemonSet's ingest source tells two pulls apart by that.
+LAYERS = 3
+BIG = 600 * 1024 * 1024
+# Long enough at RATE a layer (about 45 s) for the backlog alert's 15 s `for:` while C waits.
+MEDIUM = 270 * 1024 * 1024
 NODE = '{job="kube-scale-exporter-node"}'
 
 
@@ -74,8 +78,8 @@ def kubelet_pull_histogram(cluster):
 def test_third_pull_waits_for_a_slot_then_clears_then_stalls(prom, kube, cluster, pull_registry):
     reg, proxy = pull_registry
     t = time.monotonic()
-    reg.push_image("big", "1", [BIG])
-    reg.push_image("medium", "1", [MEDIUM])
+    reg.push_image("big", "1", [BIG // LAYERS] * LAYERS)
+    reg.push_image("medium", "1", [MEDIUM // LAYERS] * LAYERS)
     reg.push_image("small", "1", [64 * 1024])
     kube.namespace(NS)
     in_progress = f"kubescale_image_pulls_in_progress{NODE}"
@@ -100,7 +104,9 @@ def test_third_pull_waits_for_a_slot_then_clears_then_stalls(prom, kube, cluster
         assert not prom.alerts("KubeScaleImagePullsSerializedWithBacklog")
         TIMINGS["scenario_imagepull_queued"] = time.monotonic() - t
         # The medium pull ends, the small one takes its slot: nothing waits any more.
-        wait_for("queued cleared", lambda: prom.value(queued) == 0, timeout=MEDIUM / RATE + 60)
+        wait_for(
+            "queued cleared", lambda: prom.value(queued) == 0, timeout=MEDIUM / LAYERS / RATE + 60
+        )
         wait_for("only the big pull left", lambda: prom.value(in_progress) == 1, timeout=60)
         # The kubelet's own pull histogram and ours (from its Pulled events) measure the
         # same two finished pulls: the same count, the same download time.

@@ -25,6 +25,8 @@ from testbed.procs import Proc
 from .test_containerd import MiB, fresh_repo, scrape, wait_for
 from .test_pull_errors import PULL_IMAGE, _bytes_field, cri_containerd
 
+pytestmark = pytest.mark.integration
+
 # Debian's interpreter: one under /root (0700) cannot be run as uid 65534.
 SYSTEM_PYTHON = "/usr/bin/python3"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

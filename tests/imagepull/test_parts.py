@@ -390,6 +390,7 @@ def test_on_by_default_only_where_the_containerd_socket_exists(tmp_path):
         assert "imagepull" not in names("--collector.disable-defaults")
 
 
+@pytest.mark.integration
 def test_the_ingest_source_imports_no_h2_and_runs_where_its_directory_exists(tmp_path):
     code = (
         "import sys, kube_scale_exporter.cli as c\n"
@@ -413,6 +414,7 @@ def _status(name, reason=None, image_id=""):
     return {"name": name, "imageID": image_id, "state": state}
 
 
+@pytest.mark.unit
 def test_the_pods_statuses_tell_which_images_are_present():
     pods = [
         {
@@ -460,6 +462,7 @@ def _ingest(digest_char, offset, started, updated, kind="layer"):
     return Ingest(f"{kind}-sha256:" + digest_char * 64, offset, 100, started, updated)
 
 
+@pytest.mark.unit
 def test_pulls_are_estimated_from_download_slots():
     moving = [_ingest(c, 10, NOW - 60 + i, NOW - 1) for i, c in enumerate("1234")]
     idle = [_ingest(c, 10, NOW - 900, NOW - 600) for c in "56"]
@@ -483,6 +486,7 @@ def test_pulls_are_estimated_from_download_slots():
     assert [len(p.ingests) for p in capped] == [6]
 
 
+@pytest.mark.unit
 def test_the_kubelet_bounds_the_pulls_downloading():
     serial = KubeletPullSettings(serialize=True, max_parallel=1)
     parallel = KubeletPullSettings(serialize=False, max_parallel=5)
@@ -497,6 +501,7 @@ def test_the_kubelet_bounds_the_pulls_downloading():
     assert most_pulls(parallel, {}, set()) == 1  # something moves: at least one pull
 
 
+@pytest.mark.unit
 def test_pulls_of_unknown_images_take_the_longest_waiting_missing_images():
     wanted = {
         ref.name: (ref, since)
@@ -537,6 +542,7 @@ def _write_ingest(root, name, ref, started="2027-01-15T08:00:00.123456789Z", tot
     return d
 
 
+@pytest.mark.unit
 def test_the_ingest_directory_reader_on_odd_and_hostile_entries(tmp_path):
     layer = "layer-sha256:" + "1" * 64
     _write_ingest(tmp_path, "a" * 64, f"k8s.io/1/{layer}", total=None)

@@ -299,6 +299,7 @@ def test_failures_from_failed_events_in_a_real_apiserver(apiserver, namespace, e
     assert sample(families, "kubescale_image_pull_failing_nodes", registry="other") == 3
 
 
+@pytest.mark.integration
 def test_an_event_written_through_events_k8s_io_v1_counts_with_its_node(
     apiserver, namespace, events_collector
 ):

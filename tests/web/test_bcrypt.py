@@ -193,6 +193,7 @@ FLOOD_SOURCES = {
 SCRAPE_TIMEOUT = 10.0  # a typical scrape timeout
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("guessers", [16, 100])
 @pytest.mark.parametrize("where", sorted(FLOOD_SOURCES))
 def test_a_guessing_flood_leaves_a_valid_scrapers_first_scrape_answered(

@@ -8,6 +8,8 @@ import pytest
 from kube_scale_exporter.web.fairslots import FairSlots, NoSlot, client_key
 from testbed.metrics import wait_until
 
+pytestmark = pytest.mark.unit
+
 LONG = 60.0  # a wait no test should reach: a test that waits it out has failed
 
 

@@ -416,6 +416,7 @@ def mtls_fields(pki):
     }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("field", ["cert_file", "key_file", "client_ca_file", "client_auth_type"])
 def test_a_private_key_pasted_into_a_field_is_named_never_shown(field, pki, tmp_path, run_exporter):
     key_pem = open(pki.server[1]).read()
@@ -443,6 +444,7 @@ LONG_VALUES = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(LONG_VALUES))
 def test_a_value_no_path_can_be_is_named_never_shown(case, pki, tmp_path, run_exporter):
     make, message = LONG_VALUES[case]
@@ -456,6 +458,7 @@ def test_a_value_no_path_can_be_is_named_never_shown(case, pki, tmp_path, run_ex
     assert_not_shown(value, result.stderr)
 
 
+@pytest.mark.integration
 def test_a_key_pasted_on_reload_is_logged_never_shown(pki, tmp_path, start_exporter):
     config = tmp_path / "web.yml"
     exp = start_exporter(tls_block(pki), config_path=config)
