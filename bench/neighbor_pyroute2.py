@@ -34,7 +34,7 @@ RESULTS = peers.ROOT / "bench" / "results" / "neighbor_pyroute2.md"
 PYROUTE2 = ("pyroute2", "0.9.7")
 
 COMMON = r"""
-import json, resource, sys, time
+import json, sys, time
 cfg = json.loads(sys.argv[1])
 RSS
 t0 = time.perf_counter()
@@ -56,7 +56,7 @@ print(json.dumps({"import_ms": import_ms, "rss_import": rss_import,
                   "dump_walls": dump_walls, "dump_cpus": dump_cpus,
                   "stats": sorted(tables["ipv4"]), "entries": tables["ipv4"]["entries"],
                   "counts": counts,
-                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss": peak_mib()}))
 """
 
 OURS = COMMON.replace(

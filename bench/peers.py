@@ -87,10 +87,16 @@ def code_lines(obj) -> int:
     return len(code - docstrings)
 
 
-# Defines rss_mib(): the process' resident memory now, for code given to run().
+# Defines rss_mib() and peak_mib(): the process' resident memory now and at most, for
+# code given to run(). From /proc (VmRSS, VmHWM): getrusage's ru_maxrss would carry the
+# parent's peak across fork and exec.
 RSS_MIB = r"""
-def rss_mib():
+def _status_mib(key):
     for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
+        if line.startswith(key + ":"):
             return int(line.split()[1]) / 1024
+def rss_mib():
+    return _status_mib("VmRSS")
+def peak_mib():
+    return _status_mib("VmHWM")
 """
