@@ -234,9 +234,7 @@ def write(opts, runs, version, peer_versions):
         "of a pod by default: ours the JSON's dicts less managedFields (the informer drops",
         "them), the peers their model objects.",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    RESULTS.write_text(text)
+    peers.report(RESULTS, lines)
 
 
 if __name__ == "__main__":

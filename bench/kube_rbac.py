@@ -433,9 +433,7 @@ def write(opts, report, apiserver_version, proxy_version) -> None:
         "kube-rbac-proxy's client holds its reviews to client-go's default 5 a second (burst "
         "10) and the flood's requests wait for them.",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    RESULTS.write_text(text)
+    peers.report(RESULTS, lines)
 
 
 if __name__ == "__main__":

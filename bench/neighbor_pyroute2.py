@@ -190,9 +190,7 @@ def write(opts, ours, theirs, version, fill_s, load_before) -> None:
         f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end): medians and "
         "ratios are the figures to compare.",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    RESULTS.write_text(text)
+    peers.report(RESULTS, lines)
 
 
 if __name__ == "__main__":

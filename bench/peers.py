@@ -69,6 +69,13 @@ def run(code: str, cfg: dict, *paths: str, timeout: float = 900, prefix=()) -> d
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def report(path: Path, lines: list[str]) -> None:
+    """A bench's report: printed, and written to its file in bench/results."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    path.write_text(text)
+
+
 def code_lines(obj) -> int:
     """Lines of code of a module, class or function: lines with a token that is not a
     comment, less its docstrings."""

@@ -335,9 +335,7 @@ def write(opts, request: bytes, ours: dict, theirs: dict, h11_version: str) -> N
     ]
     for name in EDGES:
         lines.append(f"| {name} | {ours['edges'][name]} | {theirs['edges'][name]} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    RESULTS.write_text(text)
+    peers.report(RESULTS, lines)
 
 
 if __name__ == "__main__":
