@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench import peers
+from testbed.builds import etcd36_version, kube_binary, version_line
 from testbed.kube_apiserver import apiserver_on_new_etcd, pod_manifest
 
 RESULTS = peers.ROOT / "bench" / "results" / "kube_list.md"
@@ -186,16 +187,15 @@ def main():
             kubeconfig = api.write_kubeconfig(Path(tmp) / "kubeconfig")
             cfg = {"kubeconfig": kubeconfig, "rounds": opts.rounds, "pods": opts.pods}
             cfg["node"] = "node-0"
-            version = api.admin.get("/version")
             runs = {
                 name: peers.run(code.replace("RSS\n", peers.RSS_MIB), cfg, *paths)
                 for name, code in codes.items()
                 for paths in [[peer_dirs[name]] if name in peer_dirs else []]
             }
-    write(opts, runs, version, {n: peers.versions(d)[n] for n, d in peer_dirs.items()})
+    write(opts, runs, {n: peers.versions(d)[n] for n, d in peer_dirs.items()})
 
 
-def write(opts, runs, version, peer_versions):
+def write(opts, runs, peer_versions):
     def med(xs):
         return sorted(xs)[len(xs) // 2]
 
@@ -212,9 +212,10 @@ def write(opts, runs, version, peer_versions):
     lines = [
         f"# Kubernetes client cost: {opts.pods} pods on {opts.nodes} nodes, {opts.rounds} relists",
         "",
-        f"Real kube-apiserver {version['gitVersion']} on etcd, loopback; peers: `kubernetes` "
-        f"{peer_versions['kubernetes']} (the official Python client) and lightkube "
-        f"{peer_versions['lightkube']} (httpx2, msgspec models); machine: 2 cores, shared.",
+        f"Real kube-apiserver {version_line(kube_binary('kube-apiserver'))} on etcd "
+        f"{etcd36_version()}, loopback; peers: `kubernetes` {peer_versions['kubernetes']} (the "
+        f"official Python client) and lightkube {peer_versions['lightkube']} (httpx2, msgspec "
+        "models); machine: 2 cores, shared.",
         "",
         "| measure | kube-scale-exporter | kubernetes client | kubernetes / ours "
         "| lightkube | lightkube / ours |",
