@@ -28,12 +28,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import re
 import secrets
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -45,6 +42,7 @@ import requests
 from bench import peers
 from kube_scale_exporter.web import kuberbac
 from testbed.accounts import service_account
+from testbed.builds import kube_rbac_proxy_binary, version_line
 from testbed.exporter import exporter_argv
 from testbed.kube_apiserver import apiserver_on_new_etcd
 from testbed.pki import TestCA
@@ -52,7 +50,6 @@ from testbed.ports import free_port
 from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
 
 RESULTS = peers.ROOT / "bench" / "results" / "kube_rbac.md"
-GO_MOD = peers.ROOT / ".ci" / "go" / "kube-rbac-proxy" / "go.mod"
 METRICS_READER = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
@@ -71,16 +68,6 @@ AUDIT_POLICY = {
 }
 FLOOD_CLIENTS = 8
 NODES = 7_500
-
-
-def proxy_binary() -> tuple[str, str]:
-    """(path, version) of the kube-rbac-proxy that the setup step built."""
-    version = re.search(r"github.com/brancz/kube-rbac-proxy (v[0-9.]+)", GO_MOD.read_text())[1]
-    default = f"{peers.CACHE}/kube-rbac-proxy-{version}/kube-rbac-proxy"
-    path = os.environ.get("KUBE_RBAC_PROXY_BIN", default)
-    if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/42-kube-rbac-proxy.sh")
-    return path, version
 
 
 class Side:
@@ -232,8 +219,7 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=5)
     ap.add_argument("--flood", type=float, default=10)
     opts = ap.parse_args()
-    proxy, proxy_version = proxy_binary()
-    shown = subprocess.run([proxy, "--version"], capture_output=True, text=True, check=True)
+    proxy = kube_rbac_proxy_binary()
     with tempfile.TemporaryDirectory(prefix="bench-rbac-") as tmp:
         work = Path(tmp)
         policy = work / "audit-policy.json"
@@ -243,7 +229,7 @@ def main() -> None:
         with apiserver_on_new_etcd(work / "kube", extra_args=extra) as api:
             version = api.admin.get("/version")["gitVersion"]
             report = run(opts, api, work, audit, proxy)
-    write(opts, report, version, shown.stdout.strip() or proxy_version)
+    write(opts, report, version, version_line(proxy))
 
 
 def run(opts, api, work: Path, audit: Audit, proxy: str) -> dict:
