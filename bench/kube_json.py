@@ -274,7 +274,8 @@ def write(opts, size, version, relist, runs, hostile, ijson_version) -> None:
         "",
         f"`python -m bench.kube_json` on {platform.node()} (Python "
         f"{platform.python_version()}); real kube-apiserver {version[0]}.{version[1]} on "
-        f"etcd, {opts.pods} pods shaped like real ones on {opts.nodes} nodes; peer: ijson "
+        f"etcd, {opts.pods} pods shaped like real ones on {opts.nodes} nodes; ours: "
+        f"{peers.ours()}; peer: ijson "
         f"{ijson_version}, C backend yajl2_c. The pages as the exporter's client read them: "
         f"{size / 2**20:.1f} MiB in {len(pieces)} pieces (median {med(pieces) / 1024:.0f} KiB). "
         "Each decoder in a fresh interpreter on the same pieces; machine: 2 cores, shared.",

@@ -213,7 +213,7 @@ def write(opts, runs, peer_versions):
         f"# Kubernetes client cost: {opts.pods} pods on {opts.nodes} nodes, {opts.rounds} relists",
         "",
         f"Real kube-apiserver {version_line(kube_binary('kube-apiserver'))} on etcd "
-        f"{etcd36_version()}, loopback; peers: `kubernetes` {peer_versions['kubernetes']} (the "
+        f"{etcd36_version()}, loopback; ours: {peers.ours()}; peers: `kubernetes` {peer_versions['kubernetes']} (the "
         f"official Python client) and lightkube {peer_versions['lightkube']} (httpx2, msgspec "
         "models); machine: 2 cores, shared.",
         "",

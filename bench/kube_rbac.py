@@ -351,8 +351,8 @@ def write(opts, report, apiserver_version, proxy_version) -> None:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: real kube-apiserver "
         f"{apiserver_version} (the reviews counted in its audit log, by reviewer), the exporter "
         f"with its neighbor collector; peer: {proxy_version} (.ci/setup.d/42-kube-rbac-proxy.sh) "
-        "with TLS in front of the exporter on plain HTTP, as kube-prometheus runs it; ours: TLS "
-        "(--web.config.file) and --web.kube-rbac. Prometheus' service-account token, one "
+        "with TLS in front of the exporter on plain HTTP, as kube-prometheus runs it; ours: "
+        f"{peers.ours()}, TLS (--web.config.file) and --web.kube-rbac. Prometheus' service-account token, one "
         "kept-alive connection. Machine: 2 cores, shared.",
         "",
         f"## Per scrape ({opts.scrapes} scrapes, one target at a time)",

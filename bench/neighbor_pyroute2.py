@@ -166,7 +166,7 @@ def write(opts, ours, theirs, version, fill_s, load_before) -> None:
         "",
         f"`python -m bench.neighbor_pyroute2` on {platform.node()} (kernel {platform.release()}, "
         f"Python {platform.python_version()}), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-        f"peer: pyroute2 {version} (IPRoute). A throwaway namespace with {opts.entries:,} "
+        f"ours: {peers.ours()}; peer: pyroute2 {version} (IPRoute). A throwaway namespace with {opts.entries:,} "
         f"PERMANENT IPv4 entries on a veth link (added in {fill_s:.1f} s); each side runs in a "
         f"fresh interpreter inside it: {opts.rounds} rounds for ours, {opts.peer_rounds} for "
         "pyroute2 (each takes seconds).",

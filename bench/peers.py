@@ -11,14 +11,16 @@ import inspect
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 import tokenize
 from pathlib import Path
 
+from testbed.builds import CACHE
+
 ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path("/var/cache/kube-scale-exporter")
 
 
 def install(dist: str, version: str) -> str:
@@ -26,14 +28,28 @@ def install(dist: str, version: str) -> str:
     target = CACHE / f"peer-{dist}-{version}"
     if not _dist_info(target, dist, version):
         partial = target.with_name(target.name + ".new")
+        shutil.rmtree(partial, ignore_errors=True)  # what a failed install left
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--upgrade", "--target", str(partial)]
             + [f"{dist}=={version}"],
             check=True,
         )
-        subprocess.run(["rm", "-rf", str(target)], check=True)
+        shutil.rmtree(target, ignore_errors=True)
         partial.rename(target)
     return str(target)
+
+
+def ours() -> str:
+    """This side's version: the package's, and the commit of the tree measured."""
+    from kube_scale_exporter import __version__  # noqa: PLC0415
+
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+    return (
+        f"kube-scale-exporter {__version__} at {head or 'no commit'}{' (changed)' if dirty else ''}"
+    )
 
 
 def versions(target: str) -> dict[str, str]:

@@ -299,7 +299,7 @@ def write(opts, request: bytes, ours: dict, theirs: dict, h11_version: str) -> N
         "# HTTP/1.1 framing and parsing: web/request.py beside h11",
         "",
         f"`python -m bench.web_parse` on {platform.node()} (Python {platform.python_version()}); "
-        f"peer: h11 {h11_version} (pure Python), through `H11Framing` in bench/web_parse.py "
+        f"ours: {peers.ours()}; peer: h11 {h11_version} (pure Python), through `H11Framing` in bench/web_parse.py "
         "(what web/request.py would keep around it). Machine: 2 cores, shared.",
         "",
         f"The request, as Debian's Prometheus sent it ({len(request)} bytes, a "
