@@ -213,7 +213,7 @@ def record_pages(pods: int, nodes: int, into: Path) -> int:
             node = pieces(
                 "/api/v1/pods", {"fieldSelector": "spec.nodeName=node-0", "resourceVersion": "0"}
             )
-            version = client.server_version()
+            version = client.get("/version")["gitVersion"]
             client.close()
     expected = [item for page in relist for item in json.loads(b"".join(page))["items"]]
     with open(into, "wb") as f:
@@ -273,7 +273,7 @@ def write(opts, size, version, relist, runs, hostile, ijson_version) -> None:
         f"# List pages decoded as they stream: kube/jsonstream.py beside ijson {ijson_version}",
         "",
         f"`python -m bench.kube_json` on {platform.node()} (Python "
-        f"{platform.python_version()}); real kube-apiserver {version[0]}.{version[1]} on "
+        f"{platform.python_version()}); real kube-apiserver {version} on "
         f"etcd, {opts.pods} pods shaped like real ones on {opts.nodes} nodes; ours: "
         f"{peers.ours()}; peer: ijson "
         f"{ijson_version}, C backend yajl2_c. The pages as the exporter's client read them: "
