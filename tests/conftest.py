@@ -29,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from kube_scale_exporter.registry import Collector
 from testbed import builds, etcd_server
+from testbed.accounts import service_account
 from testbed.kube_apiserver import KubeApiServer, apiserver_on_new_etcd
 
 # tests/e2e brings up a real cluster on this host (root, minutes, host changes undone at the
@@ -170,32 +171,6 @@ def kubeconfig_for(apiserver, tmp_path):
     ClusterRole of exactly `rules` and nothing else (its token from the TokenRequest API)."""
 
     def make(name, rules):
-        sa = f"{name}-{uuid.uuid4().hex[:6]}"
-        rbac = "/apis/rbac.authorization.k8s.io/v1"
-        apiserver.admin.create(
-            "/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": sa}}
-        )
-        apiserver.admin.create(f"{rbac}/clusterroles", {"metadata": {"name": sa}, "rules": rules})
-        apiserver.admin.create(
-            f"{rbac}/clusterrolebindings",
-            {
-                "metadata": {"name": sa},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": sa,
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "default"}],
-            },
-        )
-        token = apiserver.admin.create(
-            f"/api/v1/namespaces/default/serviceaccounts/{sa}/token",
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {"expirationSeconds": 3600},
-            },
-        )["status"]["token"]
-        return apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{sa}", token=token)
+        return service_account(apiserver, name, rules, tmp_path).kubeconfig
 
     return make

@@ -23,24 +23,22 @@ FORBIDDEN = {
             f"{NAME}.registry",
             f"{NAME}.scrape",
             f"{NAME}.check",
-            f"{NAME}.http",
+            f"{NAME}.web",
         )
         for b in BACKENDS
     },
-    f"{NAME}.collectors": (f"{NAME}.cli", f"{NAME}.scrape", f"{NAME}.check", f"{NAME}.http"),
+    f"{NAME}.collectors": (f"{NAME}.cli", f"{NAME}.scrape", f"{NAME}.check", f"{NAME}.web"),
     f"{NAME}.registry": (f"{NAME}.collectors", f"{NAME}.cli", f"{NAME}.scrape"),
     f"{NAME}.scrape": (f"{NAME}.collectors", f"{NAME}.cli", f"{NAME}.kube"),
     f"{NAME}.flagtypes": (f"{NAME}.cli", f"{NAME}.collectors", f"{NAME}.registry"),
-    # The HTTP server knows a scraper's interface, never a collector or a backend.
-    **{
-        f"{NAME}.{m}": (
-            f"{NAME}.cli",
-            f"{NAME}.collectors",
-            f"{NAME}.registry",
-            *(f"{NAME}.{b}" for b in BACKENDS),
-        )
-        for m in ("http", "web")
-    },
+    # The HTTP side (server and routes) knows a scraper's interface, never a collector or
+    # a backend.
+    f"{NAME}.web": (
+        f"{NAME}.cli",
+        f"{NAME}.collectors",
+        f"{NAME}.registry",
+        *(f"{NAME}.{b}" for b in BACKENDS),
+    ),
 }
 
 
@@ -126,6 +124,18 @@ def test_imports_run_one_way(layer):
         if any(target == f or target.startswith(f + ".") for f in FORBIDDEN[layer])
     )
     assert wrong == []
+
+
+def test_the_web_package_reaches_no_collector_or_backend_even_indirectly():
+    edges = graph()
+    web = f"{NAME}.web"
+    reached, todo = set(), [m for m in edges if m == web or m.startswith(web + ".")]
+    while todo:
+        for target in edges[todo.pop()] - reached:
+            reached.add(target)
+            todo.append(target)
+    below = (f"{NAME}.collectors", *(f"{NAME}.{b}" for b in BACKENDS))
+    assert sorted(m for m in reached if m.startswith(below)) == []
 
 
 def test_the_cycle_finder_finds_a_cycle():

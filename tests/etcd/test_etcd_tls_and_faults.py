@@ -8,7 +8,7 @@ import pytest
 import requests
 from prometheus_client.core import GaugeMetricFamily
 
-from kube_scale_exporter.http import App, make_server
+from kube_scale_exporter.web.routes import App, make_server
 from kube_scale_exporter.registry import Collector
 from kube_scale_exporter.scrape import Scraper
 from tests.etcd.conftest import quota_source, samples, success_of, value

@@ -6,7 +6,7 @@ import time
 import pytest
 import requests
 
-from kube_scale_exporter.http import App, make_server
+from kube_scale_exporter.web.routes import App, make_server
 from kube_scale_exporter.scrape import Scraper
 from testbed.metrics import parse_exposition, sample, wait_until
 

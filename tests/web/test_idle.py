@@ -18,7 +18,7 @@ import time
 import pytest
 import requests
 
-from kube_scale_exporter.web.conn import Limits
+from kube_scale_exporter.web.server import Limits
 from testbed.exporter import REPO
 from testbed.idle import (
     close_all,

@@ -16,7 +16,7 @@ import requests
 import yaml
 
 from kube_scale_exporter import kube
-from kube_scale_exporter.http import App, make_server
+from kube_scale_exporter.web.routes import App, make_server
 from kube_scale_exporter.kube.client import KubeClient, ReplyTooLarge
 from kube_scale_exporter.kube.config import KubeConfig
 from kube_scale_exporter.scrape import Scraper
