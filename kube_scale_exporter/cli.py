@@ -232,7 +232,6 @@ def make_scraper(collectors: list[Collector]):
 
 def serve(args, collectors: list[Collector]) -> int:
     from kube_scale_exporter.http import App, make_server  # noqa: PLC0415
-    from kube_scale_exporter.web.live import LiveWebConfig  # noqa: PLC0415
 
     extra = None
     if args.process_metrics:
@@ -241,7 +240,11 @@ def serve(args, collectors: list[Collector]) -> int:
         PlatformCollector(registry=extra)
         GCCollector(registry=extra)
     scraper = make_scraper(collectors)
-    web = LiveWebConfig(args.web_config) if args.web_config else None
+    web = None
+    if args.web_config:
+        from kube_scale_exporter.web.live import LiveWebConfig  # noqa: PLC0415  (yaml, bcrypt)
+
+        web = LiveWebConfig(args.web_config)
     rbac = None
     if args.kube_rbac:
         from kube_scale_exporter.web.kuberbac import KubeRBAC  # noqa: PLC0415

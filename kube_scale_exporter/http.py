@@ -20,6 +20,7 @@ import html
 import logging
 import ssl
 import threading
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
@@ -31,7 +32,9 @@ from kube_scale_exporter.web.auth import AuthBusy
 from kube_scale_exporter.web.kuberbac import KubeRBAC
 from kube_scale_exporter.web.request import Request, Response, accepts_gzip
 from kube_scale_exporter.web.server import HTTPServer, Limits, Refused
-from kube_scale_exporter.web.live import Active, LiveWebConfig
+
+if TYPE_CHECKING:  # the web config's reader (yaml, bcrypt) loads only where one is given
+    from kube_scale_exporter.web.live import Active, LiveWebConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,7 @@
 """Balloons preempted since the exporter started, counted from the pods informer's events."""
 
+from __future__ import annotations
+
 import logging
 import threading
 
