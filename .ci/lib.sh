@@ -12,37 +12,6 @@ apt_need() {
     fi
 }
 
-# kube_source_tree WORKDIR: unpack Debian bookworm's `kubernetes` source package under
-# WORKDIR (through a private apt configuration with deb-src lines for the archive the
-# machine already uses, so the system's sources and lists stay untouched), swap the
-# vendored reflect2 1.0.1 (faults under Go >= 1.18) for Debian's 1.0.2, print the tree.
-kube_source_tree() {
-    local work="$1" apt_dir f src
-    apt_dir="$work/apt"
-    mkdir -p "$apt_dir/sources.list.d" "$apt_dir/lists/partial"
-    if [[ -f /etc/apt/sources.list ]]; then
-        sed -n 's/^[[:space:]]*deb[[:space:]]/deb-src /p' /etc/apt/sources.list \
-            >"$apt_dir/sources.list.d/src.list"
-    fi
-    for f in /etc/apt/sources.list.d/*.sources; do
-        [[ -e "$f" ]] || continue
-        sed 's/^Types:.*/Types: deb-src/' "$f" >"$apt_dir/sources.list.d/$(basename "$f")"
-    done
-    local apt_opts=(
-        -o "Dir::Etc::SourceList=/dev/null"
-        -o "Dir::Etc::SourceParts=$apt_dir/sources.list.d"
-        -o "Dir::State::Lists=$apt_dir/lists"
-        -o "APT::Sandbox::User=root"
-    )
-    apt-get "${apt_opts[@]}" update -q >/dev/null
-    (cd "$work" && apt-get "${apt_opts[@]}" source -q --only-source kubernetes/bookworm >/dev/null)
-    src="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'kubernetes-*' | head -n1)"
-    [[ -n "$src" ]] || { echo "apt-get source kubernetes gave no source tree" >&2; return 1; }
-    rm -rf "$src/vendor/github.com/modern-go/reflect2"
-    cp -a /usr/share/gocode/src/github.com/modern-go/reflect2 "$src/vendor/github.com/modern-go/reflect2"
-    echo "$src"
-}
-
 # sid_unpack CACHE PKG...: Debian sid's .debs of PKG..., fetched with a private apt
 # configuration (sid only, its own lists dir: the system's sources and lists stay untouched),
 # unpacked with dpkg-deb -x into CACHE/root (swapped in whole), never installed.

@@ -29,6 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from testbed.builds import etcd36_version, kube_binary, version_line
 from testbed.kube_apiserver import apiserver_on_new_etcd, pod_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,7 +215,7 @@ def main():
     lines = [
         f"# Kubernetes client cost: {opts.pods} pods on {opts.nodes} nodes, {opts.rounds} relists",
         "",
-        f"Real kube-apiserver 1.20 on etcd, loopback; peer: `kubernetes` {peer_version} "
+        f"Real kube-apiserver {version_line(kube_binary('kube-apiserver'))} on etcd {etcd36_version()}, loopback; peer: `kubernetes` {peer_version} "
         "(official Python client); machine: 2 cores, shared.",
         "",
         "| measure | kube-scale-exporter | kubernetes client | peer / ours |",

@@ -1,4 +1,5 @@
-"""A real kube-apiserver (built by .ci/setup.d/40-kube-apiserver.sh) on a free loopback port.
+"""A real kube-apiserver (Kubernetes 1.34, built by .ci/setup.d/40-kubernetes.sh) on a free
+loopback port, on etcd 3.6 as kubeadm runs it.
 
     with apiserver_on_new_etcd(tmp) as api:                     # api.etcd is its etcd
         ...
@@ -24,20 +25,13 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from .etcd_server import EtcdServer
+from .builds import kube_binary
+from .etcd_server import CONTROL_PLANE_VERSION, EtcdServer
 from .pki import TestCA, openssl
 from .ports import free_port
 from .procs import Proc, wait_for_port
 
-DEFAULT_BIN = "/var/cache/kube-scale-exporter/kube-apiserver"
 LIMITED_USER = "limited"
-
-
-def apiserver_binary() -> str:
-    path = os.environ.get("KUBE_APISERVER_BIN", DEFAULT_BIN)
-    if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/40-kube-apiserver.sh")
-    return path
 
 
 class Api:
@@ -137,7 +131,7 @@ class KubeApiServer:
 
     def argv(self):
         return [
-            apiserver_binary(),
+            kube_binary("kube-apiserver"),
             "--etcd-servers",
             self.etcd_url,
             "--bind-address",
@@ -146,8 +140,6 @@ class KubeApiServer:
             "127.0.0.1",
             "--secure-port",
             str(self.port),
-            "--insecure-port",
-            "0",
             "--cert-dir",
             self.cert_dir,
             "--token-auth-file",
@@ -300,7 +292,9 @@ def etcd_compact(etcd_url):
 def apiserver_on_new_etcd(workdir, etcd_quota_bytes=None, **kw):
     """An API server on an etcd of its own (`api.etcd`); both stopped by PID on exit."""
     workdir = str(workdir)
-    etcd = EtcdServer(os.path.join(workdir, "etcd"), quota_bytes=etcd_quota_bytes).start()
+    etcd = EtcdServer(
+        os.path.join(workdir, "etcd"), version=CONTROL_PLANE_VERSION, quota_bytes=etcd_quota_bytes
+    ).start()
     try:
         api = KubeApiServer(os.path.join(workdir, "apiserver"), etcd.client_url, **kw).start()
         api.etcd = etcd

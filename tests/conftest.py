@@ -19,11 +19,26 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily
 
 from kube_scale_exporter.registry import Collector
+from testbed import builds, etcd_server
 from testbed.kube_apiserver import KubeApiServer, apiserver_on_new_etcd
 
 # tests/e2e brings up a real cluster on this host (root, minutes, host changes undone at the
 # end): only `make e2e` (KSE_E2E=1) collects it, never the main suite.
 collect_ignore = [] if os.environ.get("KSE_E2E") == "1" else ["e2e"]
+
+
+def pytest_report_header(config):
+    """The versions this run's real components are, as each binary reports itself."""
+    lines = []
+    for what, find in (
+        ("kubernetes", lambda: builds.kube_binary("kube-apiserver")),
+        *((f"etcd {v}", lambda v=v: etcd_server.etcd_binary(v)) for v in etcd_server.VERSIONS),
+    ):
+        try:
+            lines.append(f"{what}: {builds.version_line(find())}")
+        except (FileNotFoundError, ImportError) as e:
+            lines.append(f"{what}: not installed ({e})")
+    return lines
 
 
 class Scripted(Collector):

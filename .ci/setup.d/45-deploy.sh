@@ -1,42 +1,28 @@
 #!/usr/bin/env bash
-# What tests/deploy and bench/web_security.py need: two kubectls (below); Debian's Python
+# What tests/deploy and bench/web_security.py need: a kubectl that renders Components (below;
+# the kubectl that applies is the one built with the API server, 40-kubernetes.sh); Debian's Python
 # with venv (the image test runs the final stage as an unprivileged user, which cannot read
 # the pyenv Python under /root); setpriv (util-linux) and ip for the capability test;
 # node_exporter as the benchmark's peer.
 #
-#   KUBECTL_BIN        kubectl of the test kube-apiserver's version (1.20), which applies
-#                      what kustomize rendered (default below).
 #   KUSTOMIZE_KUBECTL  a kubectl whose kustomize knows Components (kustomize >= 3.7,
 #                      kubectl >= 1.21), which renders deploy/. Found, or fetched, below.
 #   KUSTOMIZE_KUBECTL_FETCH=1  fetch Debian sid's even when one is found.
-# Tests and the Makefile look for the second one in the same order: $KUSTOMIZE_KUBECTL,
+# Tests and the Makefile look for it in the same order: $KUSTOMIZE_KUBECTL,
 # the unpacked sid package ($SID below), kubectl on PATH.
 #
-# Both come from Debian, unpacked, never installed, so neither replaces a kubectl the
-# machine already has: bookworm's kubernetes-client (1.20.x, built from the same source
-# package as the test kube-apiserver) and, when no kubectl at hand renders a Component,
-# sid's kubectl (current upstream, with its kustomize).
+# It comes from Debian, unpacked, never installed, so it never replaces a kubectl the
+# machine already has: sid's kubectl (current upstream, with its kustomize), when no
+# kubectl at hand renders a Component.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 apt_need python3-venv util-linux iproute2 prometheus-node-exporter
 
 CACHE=/var/cache/kube-scale-exporter
-BIN="${KUBECTL_BIN:-$CACHE/kubectl}"
 SID="$CACHE/kubectl-sid"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-
-# --- kubectl 1.20 ----------------------------------------------------------------------
-if [[ -x "$BIN" ]] && "$BIN" version --client >/dev/null 2>&1; then
-    echo "kubectl: cached at $BIN"
-else
-    (cd "$work" && apt-get download -q -o APT::Sandbox::User=root kubernetes-client >/dev/null)
-    dpkg-deb -x "$work"/kubernetes-client_*.deb "$work/bookworm"
-    mkdir -p "$(dirname "$BIN")"
-    install -m 0755 "$work/bookworm/usr/bin/kubectl" "$BIN"
-    "$BIN" version --client
-fi
 
 # --- a kubectl that renders kustomize Components ---------------------------------------
 # The probe: a kustomization using a Component, as deploy/kustomization.yaml does.

@@ -258,11 +258,5 @@ class KubeClient:
         with limits.deadline(read_timeout):
             return Watch(self._send(path, params, read_timeout))
 
-    def server_version(self) -> tuple[int, int]:
-        """(major, minor) from /version, e.g. (1, 20)."""
-        doc = self.get("/version")
-        minor = "".join(ch for ch in str(doc.get("minor", "0")) if ch.isdigit()) or "0"
-        return int(doc.get("major", 0)), int(minor)
-
     def close(self):
         self._session.close()

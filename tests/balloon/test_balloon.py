@@ -219,13 +219,22 @@ def test_every_metric(balloons, collector):
     eventually(c, "kubescale_balloon_reserved", 5.5, resource="cpu", unit="core")
     assert value(c, "kubescale_balloon_pods", phase="Pending") == 2
 
-    # Preemption before 1.26: a Running balloon deleted. A Pending one deleted is not.
+    # A balloon deleted without the scheduler's mark (a rollout, a person) is not preempted.
     b.delete("run1")
-    eventually(c, "kubescale_balloon_preemptions_total", 1)
     b.delete("huge")
     eventually(c, "kubescale_balloon_misconfigured", 0, reason="requests_fit_no_node")
-    assert value(c, "kubescale_balloon_preemptions_total") == 1
-    # The scheduler's DisruptionTarget condition counts once, not again at deletion.
+    assert value(c, "kubescale_balloon_preemptions_total") == 0
+    # The scheduler marks its victim before deleting it: counted at the mark ...
+    b.status(
+        "cheap",
+        {
+            "conditions": [
+                {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+            ]
+        },
+    )
+    eventually(c, "kubescale_balloon_preemptions_total", 1)
+    # ... and once only, not again at its deletion.
     b.status(
         "run2",
         {
@@ -249,15 +258,16 @@ def test_every_metric(balloons, collector):
     )
 
 
-def test_a_balloon_the_kubelet_marked_failed_before_deletion_counts(balloons, collector):
-    """Kubelets since 1.22 set a terminal phase on a pod being deleted; the DELETED
-    event then shows Failed, yet the balloon was running when it was preempted."""
+def test_a_preempted_balloon_the_kubelet_marked_failed_counts_once(balloons, collector):
+    """The kubelet sets a terminal phase on a pod being deleted; the DELETED event then
+    shows Failed, yet the balloon was running when the scheduler preempted it."""
     b = balloons
     b.create("victim", node="balloon-n1", phase="Running", requests={"cpu": "1"})
     b.create("never-ran", requests={"cpu": "1"})
     c = collector(b.selector)
     scrape(c)
-    b.status("victim", {"phase": "Failed"})
+    mark = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    b.status("victim", {"phase": "Failed", "conditions": [mark]})
     eventually(c, "kubescale_balloon_pods", 1, phase="Failed")
     b.delete("victim")
     b.delete("never-ran")

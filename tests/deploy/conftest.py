@@ -1,8 +1,8 @@
-"""deploy/ rendered by kustomize, and a real kube-apiserver with Debian's kubectl of its version.
+"""deploy/ rendered by kustomize, and a real kube-apiserver with the kubectl of its version.
 
 Two kubectls: KUSTOMIZE_KUBECTL renders (its kustomize must know Components, kubectl 1.21
-or later), KUBECTL_BIN (1.20, the test API server's version) applies what it rendered.
-.ci/setup.d/45-deploy.sh provides both.
+or later; .ci/setup.d/45-deploy.sh provides one), KUBECTL_BIN (default: the kubectl built
+with the test API server, .ci/setup.d/40-kubernetes.sh) applies what it rendered.
 """
 
 import os
@@ -12,6 +12,7 @@ import functools
 import pytest
 import yaml
 
+from testbed.builds import kube_binary
 from testbed.kube_apiserver import apiserver_on_new_etcd
 from testbed.kustomize import render
 
@@ -19,8 +20,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DEPLOY = os.path.join(REPO, "deploy")
 COMPONENTS = os.path.join(DEPLOY, "components")
 OVERLAY = os.path.join(DEPLOY, "overlays", "example")
-CACHE = "/var/cache/kube-scale-exporter"
-KUBECTL = os.environ.get("KUBECTL_BIN", f"{CACHE}/kubectl")
 # Our own minimal CRDs for the prometheus-operator kinds the manifests use: enough for the
 # API server to know the kinds and keep their fields, nothing of the operator's schema.
 CRD_STUBS = [("ServiceMonitor", "servicemonitors"), ("PrometheusRule", "prometheusrules")]
@@ -102,13 +101,11 @@ def crd_stub(kind, plural):
 
 
 class Kubectl:
-    def __init__(self, kubeconfig, binary=KUBECTL):
+    def __init__(self, kubeconfig, binary=None):
         self.kubeconfig = kubeconfig
-        self.binary = binary
+        self.binary = binary or os.environ.get("KUBECTL_BIN") or kube_binary("kubectl")
 
     def __call__(self, *args, stdin=None, check=True):
-        if not os.access(self.binary, os.X_OK):
-            raise FileNotFoundError(f"{self.binary} missing: run .ci/setup.d/45-deploy.sh")
         result = subprocess.run(
             [self.binary, "--kubeconfig", self.kubeconfig, *args],
             input=stdin,
@@ -137,7 +134,7 @@ def admin_kubeconfig(apiserver, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def kubectl(admin_kubeconfig):
-    """kubectl 1.20 as cluster admin, with our CRD stubs installed."""
+    """kubectl as cluster admin, with our CRD stubs installed."""
     run = Kubectl(admin_kubeconfig)
     run("apply", "-f", "-", stdin=yaml.safe_dump_all([crd_stub(*c) for c in CRD_STUBS]))
     for _, plural in CRD_STUBS:

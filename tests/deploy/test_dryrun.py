@@ -2,9 +2,9 @@
 object (validation, defaulting and admission run, nothing is stored), and the RBAC it
 grants, asked of the API server's own authorizer.
 
-kubectl 1.20 (the API server's version) has a kustomize without Components, so a newer
-kubectl renders (conftest.kustomize) and 1.20 applies what it rendered; the example
-overlay goes through the same dry-run."""
+A kubectl whose kustomize knows Components renders (conftest.kustomize), the kubectl of
+the API server's version applies what it rendered; the example overlay goes through the
+same dry-run."""
 
 import json
 import time

@@ -16,6 +16,12 @@ def version(request):
     return request.param
 
 
+def quota_source(version: str) -> str:
+    """Where the collector takes a member's quota from: etcd 3.6's Status has dbSizeQuota,
+    3.4 and 3.5 tell it only on their /metrics page."""
+    return "status" if version.startswith("3.6") else "metrics"
+
+
 @pytest.fixture
 def etcd_factory(tmp_path):
     """start(version=..., name=..., **EtcdServer options) -> a running member, stopped after."""

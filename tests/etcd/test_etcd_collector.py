@@ -4,7 +4,7 @@ import os
 import subprocess
 import time
 
-from tests.etcd.conftest import samples, value
+from tests.etcd.conftest import quota_source, samples, value
 from testbed.etcd_server import etcd_metric, etcdctl_binary, put_many
 from testbed.metrics import collect
 from kube_scale_exporter.etcd.cluster import client_url
@@ -37,7 +37,7 @@ def test_sizes_and_quota_match_etcds_own_metrics(etcd_factory, collector_factory
         == 64 * MiB
         == etcd_metric(session, etcd.client_url, "etcd_server_quota_backend_bytes")
     )
-    assert value(found, "kubescale_etcd_quota_info", source="metrics", **member) == 1
+    assert value(found, "kubescale_etcd_quota_info", source=quota_source(version), **member) == 1
     assert value(found, "kubescale_etcd_is_leader", **member) == 1
     assert value(found, "kubescale_etcd_raft_applied_index", **member) >= 3000 / 128
     assert value(found, "kubescale_etcd_alarm_active", alarm="NOSPACE", **member) == 0

@@ -11,7 +11,7 @@ from prometheus_client.core import GaugeMetricFamily
 from kube_scale_exporter.http import App, make_server
 from kube_scale_exporter.registry import Collector
 from kube_scale_exporter.scrape import Scraper
-from tests.etcd.conftest import samples, success_of, value
+from tests.etcd.conftest import quota_source, samples, success_of, value
 from testbed.etcd_server import make_tls
 
 MEMBER = {"etcd_cluster": "main", "member": "default"}
@@ -82,7 +82,7 @@ def test_tls_with_ca_and_client_certificate(tmp_path, etcd_factory, collector_fa
     found = samples(collector)
     assert value(found, "kubescale_etcd_member_up", **MEMBER) == 1
     assert value(found, "kubescale_etcd_quota_bytes", **MEMBER) == 32 * 1024 * 1024
-    assert value(found, "kubescale_etcd_quota_info", source="metrics", **MEMBER) == 1
+    assert value(found, "kubescale_etcd_quota_info", source=quota_source(version), **MEMBER) == 1
 
 
 def test_local_mode_over_tls_with_given_certificates(tmp_path, etcd_factory, collector_factory):

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -201,6 +202,31 @@ def test_bad_kubelet_config_is_reported_not_raised(tmp_path, text):
     path.write_text(text)
     config = KubeletConfigFile(str(path))
     assert config.read() is None and str(path) in config.error
+
+
+@pytest.mark.parametrize(
+    "text,said",
+    [
+        # A version the exporter does not know: its fields may not mean what v1beta1's do.
+        ("apiVersion: kubelet.config.k8s.io/v2\nkind: KubeletConfiguration\n", "v2"),
+        ("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: CredentialProviderConfig\n", "kind"),
+    ],
+)
+def test_unknown_kubelet_config_version_is_named(tmp_path, text, said):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    config = KubeletConfigFile(str(path))
+    assert config.read() is None and said in config.error and str(path) in config.error
+
+
+def test_the_real_kubelets_own_config_is_read(tmp_path):
+    """testbed/node.py's KubeletConfiguration, which the real kubelet 1.34 runs in the e2e."""
+    from testbed.node import MAX_PARALLEL_IMAGE_PULLS, kubelet_config  # noqa: PLC0415
+
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(kubelet_config("/ca.crt")))
+    s = KubeletConfigFile(str(path)).read()
+    assert (s.serialize, s.max_parallel) == (False, MAX_PARALLEL_IMAGE_PULLS)
 
 
 def test_kubelet_config_is_read_again_when_it_changes(tmp_path):

@@ -94,7 +94,7 @@ class BalloonCollector(Collector):
         self.selector = args.balloon_selector
         self.cutoff = args.balloon_autoscaler_cutoff
         self.client = kube.client_from_args(args)
-        self.preemptions = PreemptionCounter(self.client)
+        self.preemptions = PreemptionCounter()
         self.pods = kube.Informer(
             self.client,
             kube.PODS,

@@ -11,6 +11,9 @@ from kube_scale_exporter.files import KUBELET_CONFIG_BYTES, read_capped
 log = logging.getLogger(__name__)
 
 DEFAULT_KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
+# The config file versions whose pull fields are known here (1.34 reads v1beta1 only). A
+# file of another version is reported, not guessed at: its fields may mean something else.
+KNOWN_API_VERSIONS = ("kubelet.config.k8s.io/v1beta1",)
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,14 @@ class KubeletPullSettings:
     def from_config(cls, doc) -> KubeletPullSettings:
         if not isinstance(doc, dict):
             raise TypeError("not a KubeletConfiguration mapping")
+        api_version, kind = doc.get("apiVersion"), doc.get("kind")
+        if kind not in (None, "KubeletConfiguration"):
+            raise ValueError(f"kind {str(kind)[:64]!r}, not KubeletConfiguration")
+        if api_version is not None and api_version not in KNOWN_API_VERSIONS:
+            raise ValueError(
+                f"apiVersion {str(api_version)[:64]!r} is not one this exporter knows "
+                f"({', '.join(KNOWN_API_VERSIONS)})"
+            )
         serialize = doc.get("serializeImagePulls", True)
         limit = doc.get("maxParallelImagePulls")
         if not isinstance(serialize, bool):
