@@ -1,17 +1,16 @@
-"""A real single-node Kubernetes 1.20 cluster on this host, and a teardown that leaves it clean.
+"""A real single-node Kubernetes 1.34 cluster on this host, and a teardown that leaves it clean.
 
     python -m testbed.cluster up        start it (about a minute from cached binaries)
     python -m testbed.cluster down      stop it and restore the host; exit 1 if anything remains
     python -m testbed.cluster check     compare the host with the snapshot taken before `up`
     python -m testbed.cluster env       KUBECONFIG=... for a shell
 
-Parts: etcd 3.4 (Debian) for the main store over TLS on 127.0.0.1:2379 and the bridge
-address, a second etcd for events (`--etcd-servers-overrides=/events#...`, small quota),
+Parts: etcd 3.6 for the main store over TLS on 127.0.0.1:2379 and the bridge address, a
+second etcd for events (`--etcd-servers-overrides=/events#...`, small quota),
 kube-apiserver, kube-controller-manager and kube-scheduler (testbed/control_plane.py),
-kubelet and kube-proxy (testbed/node.py), all built from Debian bookworm's `kubernetes`
-source (.ci/setup.d/40-kube-apiserver.sh, 41-kube-node.sh), Debian's containerd 1.6 with
-the CRI plugin (kubelet 1.20 speaks CRI v1alpha2, which containerd 2 removed), CNI bridge
-+ host-local from containernetworking-plugins. testbed/node.py says what this host takes
+kubelet and kube-proxy (testbed/node.py), all built from the Go module proxy
+(.ci/setup.d/40-kubernetes.sh, 26-etcd36.sh), Debian sid's containerd 2.1 with its CRI
+(v1), CNI bridge + host-local from containernetworking-plugins. testbed/node.py says what this host takes
 to run them (docs/deploy.md "Tested end to end" has the long version); this module starts
 them in order, and stops them.
 
@@ -37,34 +36,17 @@ import time
 import requests
 
 from . import control_plane, host, node
+from .builds import kube_binary
 from .control_plane import API_PORT, PORTS, kubeconfig
 from .host import BRIDGE, KUBELET_DIR, WORK, run
 from .node import NODE_IP, PAUSE_IMAGE
 from .ports import port_is_free
 from .procs import Proc, stop_pid, wait_for_port
 
-CACHE = pathlib.Path(os.environ.get("KSE_CACHE", "/var/cache/kube-scale-exporter"))
-BIN = pathlib.Path(os.environ.get("KUBE_NODE_DIR", str(CACHE)))
-
 
 def current_kubectl() -> str:
-    """A kubectl that renders current kustomize (v5): $KUSTOMIZE_KUBECTL, sid's kubectl
-    unpacked by .ci/setup.d/45-deploy.sh, or the one on PATH."""
-    for candidate in (
-        os.environ.get("KUSTOMIZE_KUBECTL"),
-        str(CACHE / "kubectl-sid/usr/bin/kubectl"),
-        shutil.which("kubectl"),
-    ):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    raise FileNotFoundError("no kubectl with kustomize v5: set KUSTOMIZE_KUBECTL")
-
-
-def binary(name: str) -> str:
-    path = BIN / name
-    if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/41-kube-node.sh")
-    return str(path)
+    """The cluster's own kubectl (1.34, kustomize v5), or $KUSTOMIZE_KUBECTL."""
+    return os.environ.get("KUSTOMIZE_KUBECTL") or kube_binary("kubectl")
 
 
 class Cluster:
@@ -79,6 +61,7 @@ class Cluster:
         self.server = f"https://{NODE_IP}:{API_PORT}"
         self.state = {}
         self.procs = {}
+        self.commands = {}  # name -> (argv, env) it was started with, for restart()
         self.timings = {}
 
     # ------------------------------------------------------------ state
@@ -136,7 +119,7 @@ class Cluster:
             "kube-controller-manager",
             "pause",
         ):
-            binary(name)
+            kube_binary(name)
         self.state = {
             "snapshot": host.snapshot(),
             "pids": {},
@@ -165,9 +148,10 @@ class Cluster:
         self.save()
         return self
 
-    def _start(self, name, argv):
-        proc = Proc(argv, self.logs / f"{name}.log")
+    def _start(self, name, argv, env=None):
+        proc = Proc(argv, self.logs / f"{name}.log", env=env)
         self.procs[name] = proc
+        self.commands[name] = (argv, env)
         self.state["pids"][name] = proc.pid
         self.save()
         return proc
@@ -180,38 +164,42 @@ class Cluster:
         kubeconfig(self.kubeconfig, self.server, self.pki / "ca.crt", self.admin_token)
 
     def _etcds(self):
-        for name, port, argv in control_plane.etcds(self.work, self.pki / "etcd"):
-            proc = self._start(f"etcd-{name}", argv)
+        # All members first: a member of a new cluster waits for its peers.
+        started = [
+            (port, self._start(f"etcd-{name}", argv))
+            for name, port, argv in control_plane.etcds(self.work, self.pki / "etcd")
+        ]
+        for port, proc in started:
             wait_for_port(port, proc=proc, timeout=30)
 
     def _apiserver(self):
         argv = control_plane.apiserver_argv(
-            binary("kube-apiserver"), self.pki, self.work / "apiserver-certs"
+            kube_binary("kube-apiserver"), self.pki, self.work / "apiserver-certs"
         )
         proc = self._start("kube-apiserver", argv)
         wait_for_port(API_PORT, host=NODE_IP, proc=proc, timeout=60)
-        control_plane.wait_apiserver(self.session(), self.server, proc)
+        self.wait_apiserver()
 
     def _control_plane(self):
         self._start(
             "kube-controller-manager",
             control_plane.controller_manager_argv(
-                binary("kube-controller-manager"), self.kubeconfig, self.pki
+                kube_binary("kube-controller-manager"), self.kubeconfig, self.pki
             ),
         )
         self._start(
             "kube-scheduler",
-            control_plane.scheduler_argv(binary("kube-scheduler"), self.kubeconfig),
+            control_plane.scheduler_argv(kube_binary("kube-scheduler"), self.kubeconfig),
         )
 
     def _containerd(self, images):
         config = node.write_containerd_config(self.work)
-        proc = self._start("containerd", ["/usr/bin/containerd", "--config", str(config)])
+        proc = self._start("containerd", node.containerd_argv(config), env=node.containerd_env())
         node.wait_containerd(proc)
         from . import image  # noqa: PLC0415  (buildah and mmdebstrap only when the image is built)
 
         t = time.monotonic()
-        for archive in (image.pause_archive(binary("pause"), PAUSE_IMAGE), *images):
+        for archive in (image.pause_archive(kube_binary("pause"), PAUSE_IMAGE), *images):
             self.import_image(archive)
         self.timings["images"] = time.monotonic() - t
 
@@ -223,14 +211,38 @@ class Cluster:
 
     def _kubelet(self):
         node.write_kubelet_config(node.kubelet_config(self.pki / "ca.crt"))
-        self._start("kubelet", node.kubelet_argv(binary("kubelet"), self.kubeconfig))
+        self._start("kubelet", node.kubelet_argv(kube_binary("kubelet"), self.kubeconfig))
 
     def _kube_proxy(self):
-        self._start("kube-proxy", node.kube_proxy_argv(binary("kube-proxy"), self.kubeconfig))
+        self._start("kube-proxy", node.kube_proxy_argv(kube_binary("kube-proxy"), self.kubeconfig))
+
+    def stop_process(self, name):
+        """Stop one of the cluster's processes by PID (SIGTERM, then SIGKILL)."""
+        self._stop_pid(name, self.state["pids"][name])
+
+    def start_process(self, name):
+        """Start a stopped process again with the command line it had."""
+        argv, env = self.commands[name]
+        return self._start(name, argv, env=env)
+
+    def restart(self, name, down_seconds=0.0):
+        """As a supervisor restarts a crashed process: stopped, `down_seconds`, started."""
+        self.stop_process(name)
+        time.sleep(down_seconds)
+        return self.start_process(name)
+
+    def wait_apiserver(self):
+        control_plane.wait_apiserver(self.session(), self.server, self.procs["kube-apiserver"])
+
+    def wait_node_ready(self):
+        node.wait_ready(self.session(), self.server, self.procs)
+
+    def wait_containerd(self):
+        node.wait_containerd(self.procs["containerd"])
 
     # ------------------------------------------------------------ down
     def _stop_pid(self, name, pid):
-        binary = {"etcd-main": "etcd", "etcd-events": "etcd"}.get(name, name)
+        binary = "etcd" if name.startswith("etcd-") else name
         if pid and stop_pid(pid, binary) and name in self.procs:
             self.procs[name].popen.poll()  # reap it, if this process started it
 
@@ -249,16 +261,16 @@ class Cluster:
             "kube-scheduler",
             "kube-controller-manager",
             "kube-apiserver",
-            "etcd-events",
-            "etcd-main",
         ):
             self._stop_pid(name, pids.get(name))
         for name, pid in pids.items():  # anything else a test registered
             self._stop_pid(name, pid)
         host.kill_leftovers()
         # kube-proxy's own cleanup of its rules; restore() removes whatever chains remain.
-        if (BIN / "kube-proxy").exists():
-            run(str(BIN / "kube-proxy"), "--cleanup", "--proxy-mode=iptables", check=False)
+        try:
+            run(kube_binary("kube-proxy"), "--cleanup", "--proxy-mode=iptables", check=False)
+        except FileNotFoundError:
+            pass  # never built: it never ran
         keep_logs = os.environ.get("KSE_E2E_KEEP_LOGS")
         if keep_logs and self.logs.exists():
             shutil.rmtree(keep_logs, ignore_errors=True)

@@ -5,6 +5,7 @@ the opt plugin's path is set, so nothing is written outside the work dir. `ctr` 
 pulls.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -146,16 +147,16 @@ class ContainerdServer:
             self.proc.stop()
         if self.proc is None or not os.path.isdir(DEFAULT_STATE):
             return
-        before = self._default_state_before
-        if before is None:
-            shutil.rmtree(DEFAULT_STATE, ignore_errors=True)
-            return
-        for name in set(os.listdir(DEFAULT_STATE)) - before:
-            path = os.path.join(DEFAULT_STATE, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
+        # Only what a CRI server adds there, never a socket: another containerd (the e2e
+        # cluster's, on the default paths) may have come up since this one started.
+        if self.cri:
+            for name in set(os.listdir(DEFAULT_STATE)) - (self._default_state_before or set()):
+                path = os.path.join(DEFAULT_STATE, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+        if self._default_state_before is None:
+            with contextlib.suppress(OSError):
+                os.rmdir(DEFAULT_STATE)  # only if empty: then nothing else uses it
 
     def wipe(self):
         self.stop()

@@ -1,5 +1,6 @@
-"""The e2e cluster's control plane: certificates and the admin kubeconfig, etcd for the main
-store and a second etcd for events, kube-apiserver, kube-controller-manager, kube-scheduler.
+"""The e2e cluster's control plane: certificates and the admin kubeconfig, a 3-member etcd
+for the main store and a second etcd for events, kube-apiserver, kube-controller-manager,
+kube-scheduler.
 
 Functions that write the files and return the command lines; testbed/cluster.py starts
 and stops the processes. Every part listens on the node IP (the bridge address pods can
@@ -12,22 +13,27 @@ import time
 import requests
 import yaml
 
+from .builds import etcd36_binary
 from .node import NODE_IP
 from .pki import TestCA, openssl
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
 API_PORT = 6443
-ETCD_PORT, ETCD_PEER_PORT = 2379, 2380
-# kubeadm's plain metrics listener of the main member, which the key-less etcd-node reads.
-ETCD_METRICS_PORT = 2381
+# The main store's members: (name, client, peer, metrics port). The first is the one on
+# kubeadm's ports (its plain metrics listener 2381 is what the key-less etcd-node reads);
+# three members so that losing the leader is a fault the cluster survives.
+MAIN_MEMBERS = (
+    ("main-0", 2379, 2380, 2381),
+    ("main-1", 2386, 2387, 2388),
+    ("main-2", 2389, 2390, 2391),
+)
+ETCD_PORT = MAIN_MEMBERS[0][1]
 EVENTS_PORT, EVENTS_PEER_PORT, EVENTS_METRICS_PORT = 2383, 2384, 2385
 EVENTS_QUOTA = 8 * 1024 * 1024
 PORTS = (
     API_PORT,
-    ETCD_PORT,
-    ETCD_PEER_PORT,
-    ETCD_METRICS_PORT,
+    *(port for member in MAIN_MEMBERS for port in member[1:]),
     EVENTS_PORT,
     EVENTS_PEER_PORT,
     EVENTS_METRICS_PORT,
@@ -90,11 +96,12 @@ def kubeconfig(path, server, ca, token, name="e2e"):
     return str(path)
 
 
-def etcd_argv(name, data, etcd_pki, port, peer, metrics, quota=None, tls=True):
+def etcd_argv(name, data, etcd_pki, port, peer, metrics, quota=None, tls=True, peers=None):
+    """One member; `peers` is the initial cluster (name=peer URL,...), default itself alone."""
     scheme = "https" if tls else "http"
     listen = f"{scheme}://127.0.0.1:{port},{scheme}://{NODE_IP}:{port}"
     argv = [
-        "/usr/bin/etcd",
+        etcd36_binary(),
         "--name",
         name,
         "--data-dir",
@@ -108,9 +115,9 @@ def etcd_argv(name, data, etcd_pki, port, peer, metrics, quota=None, tls=True):
         "--initial-advertise-peer-urls",
         f"http://127.0.0.1:{peer}",
         "--initial-cluster",
-        f"{name}=http://127.0.0.1:{peer}",
+        peers or f"{name}=http://127.0.0.1:{peer}",
         "--initial-cluster-token",
-        f"kse-e2e-{name}",
+        f"kse-e2e-{name.split('-')[0]}",
         "--listen-metrics-urls",
         f"http://127.0.0.1:{metrics}",
     ]
@@ -129,21 +136,25 @@ def etcd_argv(name, data, etcd_pki, port, peer, metrics, quota=None, tls=True):
     return argv
 
 
+def main_etcd_urls() -> str:
+    """The main store's client URLs, as the API server's --etcd-servers takes them."""
+    return ",".join(f"https://127.0.0.1:{client}" for _, client, _, _ in MAIN_MEMBERS)
+
+
 def etcds(work, etcd_pki):
-    """(name, client port, argv) of each member, in the order they start: main over TLS,
-    events in plain HTTP with a small quota."""
+    """(name, client port, argv) of each member, in the order they start: main's three over
+    TLS, events in plain HTTP with a small quota."""
+    peers = ",".join(f"{name}=http://127.0.0.1:{peer}" for name, _, peer, _ in MAIN_MEMBERS)
     return [
-        (
-            "main",
-            ETCD_PORT,
-            etcd_argv(
-                "main",
-                work / "etcd-main",
-                etcd_pki,
-                ETCD_PORT,
-                ETCD_PEER_PORT,
-                ETCD_METRICS_PORT,
-            ),
+        *(
+            (
+                name,
+                client,
+                etcd_argv(
+                    name, work / f"etcd-{name}", etcd_pki, client, peer, metrics, peers=peers
+                ),
+            )
+            for name, client, peer, metrics in MAIN_MEMBERS
         ),
         (
             "events",
@@ -167,7 +178,7 @@ def apiserver_argv(binary, pki, cert_dir):
     return [
         binary,
         "--etcd-servers",
-        f"https://127.0.0.1:{ETCD_PORT}",
+        main_etcd_urls(),
         "--etcd-cafile",
         str(e / "ca.crt"),
         "--etcd-certfile",
@@ -182,8 +193,6 @@ def apiserver_argv(binary, pki, cert_dir):
         NODE_IP,
         "--secure-port",
         str(API_PORT),
-        "--insecure-port",
-        "0",
         "--cert-dir",
         str(cert_dir),
         "--tls-cert-file",
@@ -248,7 +257,6 @@ def _component_argv(binary, kubeconfig):
         "--authorization-kubeconfig",
         kc,
         "--leader-elect=false",
-        "--port=0",
         "--secure-port=0",
         "--profiling=false",
     ]
@@ -275,11 +283,12 @@ def scheduler_argv(binary, kubeconfig):
 
 
 def wait_service_accounts(session, server, timeout=60):
-    """Until the controller-manager has given the default ServiceAccount its token."""
+    """Until the controller-manager has made the default ServiceAccount (pods get their
+    tokens from the TokenRequest API: no token Secrets since 1.24)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         sa = session.get(f"{server}/api/v1/namespaces/default/serviceaccounts/default", timeout=5)
-        if sa.ok and sa.json().get("secrets"):
+        if sa.ok:
             return
         time.sleep(0.3)
-    raise TimeoutError("no token for the default ServiceAccount (controller-manager?)")
+    raise TimeoutError("no default ServiceAccount (controller-manager?)")

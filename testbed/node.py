@@ -11,6 +11,8 @@ starts and stops the processes. What this host takes:
 """
 
 import json
+import os
+import pathlib
 import time
 
 import requests
@@ -30,8 +32,9 @@ from .host import (
 NODE_NAME = "kse-e2e-node"
 NODE_IP = "10.217.0.1"
 POD_CIDR = "10.217.0.0/16"
-PAUSE_IMAGE = "k8s.gcr.io/pause:3.2"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 KUBELET_CONFIG = KUBELET_DIR / "config.yaml"
+MAX_PARALLEL_IMAGE_PULLS = 2
 
 
 def create_network(ipam_dir):
@@ -77,8 +80,19 @@ def create_network(ipam_dir):
 
 # ---------------------------------------------------------------- containerd
 
+# containerd 2.1 (Debian sid's, unpacked by .ci/setup.d/51-containerd-sid.sh): kubelet 1.34
+# speaks CRI v1. Its shim comes from the same package (PATH below); runc is bookworm's
+# (sid's needs a newer glibc).
+CONTAINERD_BIN = (
+    pathlib.Path(os.environ.get("CONTAINERD2_DIR", "/var/cache/kube-scale-exporter/containerd-sid"))
+    / "root/usr/bin"
+)
+RUNC = "/usr/sbin/runc"
+
+# Config version 3 (containerd 2.x): the CRI is two plugins, images and runtime. Pulls go
+# through the transfer service, as a 2.x node's do by default.
 CONTAINERD_CONFIG = """\
-version = 2
+version = 3
 root = "{work}/containerd"
 state = "{state}"
 oom_score = 0
@@ -91,22 +105,34 @@ oom_score = 0
   level = "info"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{work}/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{pause}"
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{cni_bin}"
-    conf_dir = "{cni_conf}"
-  [plugins."io.containerd.grpc.v1.cri".registry]
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "{pause}"
+  [plugins."io.containerd.cri.v1.images".registry]
     config_path = "{work}/certs.d"
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "{runc}"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["{cni_bin}"]
+    conf_dir = "{cni_conf}"
 """
+
+
+def containerd_argv(config):
+    return [str(CONTAINERD_BIN / "containerd"), "--config", str(config)]
+
+
+def containerd_env():
+    """containerd finds its shim on PATH: the one of its own package first."""
+    return dict(os.environ, PATH=f"{CONTAINERD_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}")
 
 
 def write_containerd_config(work):
@@ -120,6 +146,7 @@ def write_containerd_config(work):
             pause=PAUSE_IMAGE,
             cni_bin=CNI_BIN,
             cni_conf=CNI_CONF_DIR,
+            runc=RUNC,
         )
     )
     (work / "certs.d").mkdir()
@@ -128,7 +155,15 @@ def write_containerd_config(work):
 
 def ctr(*args, check=True):
     """ctr against the node's containerd, in the CRI's namespace."""
-    return run("ctr", "--address", str(CONTAINERD_SOCK), "-n", "k8s.io", *args, check=check)
+    return run(
+        str(CONTAINERD_BIN / "ctr"),
+        "--address",
+        str(CONTAINERD_SOCK),
+        "-n",
+        "k8s.io",
+        *args,
+        check=check,
+    )
 
 
 def containerd_answers():
@@ -187,8 +222,15 @@ def kubelet_config(ca):
         },
         "authorization": {"mode": "Webhook"},
         "cgroupDriver": "cgroupfs",
+        # This host is cgroup v1 (hybrid); 1.34 only warns, 1.35 refuses unless told so.
+        "failCgroupV1": False,
         "failSwapOn": False,
-        "serializeImagePulls": True,
+        "containerRuntimeEndpoint": f"unix://{CONTAINERD_SOCK}",
+        "oomScoreAdj": 0,
+        # Parallel pulls with a limit, as current node images set it: the third pull at
+        # once waits for a slot (tests/e2e/test_3_imagepull.py).
+        "serializeImagePulls": False,
+        "maxParallelImagePulls": MAX_PARALLEL_IMAGE_PULLS,
         "registryPullQPS": 0,
         "clusterDomain": "cluster.local",
         "resolvConf": "/etc/resolv.conf",
@@ -221,11 +263,8 @@ def kubelet_argv(binary, kubeconfig):
         str(kubeconfig),
         "--root-dir",
         str(KUBELET_DIR),
-        "--container-runtime=remote",
-        f"--container-runtime-endpoint=unix://{CONTAINERD_SOCK}",
         f"--node-ip={NODE_IP}",
         f"--hostname-override={NODE_NAME}",
-        "--oom-score-adj=0",
         "--cert-dir",
         str(KUBELET_DIR / "pki"),
         "--v=1",

@@ -133,8 +133,12 @@ def event_summary(event: dict) -> dict:
             if k in meta
         },
         "message": event.get("message", ""),
-        "count": event.get("count") or 1,
-        "source": {"host": (event.get("source") or {}).get("host", "")},
+        # An event written through events.k8s.io/v1 reads here with its repeats in
+        # series.count and its node in reportingInstance (source is only deprecatedSource).
+        "count": event.get("count") or (event.get("series") or {}).get("count") or 1,
+        "source": {
+            "host": (event.get("source") or {}).get("host") or event.get("reportingInstance", "")
+        },
     }
 
 

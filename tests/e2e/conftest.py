@@ -19,11 +19,12 @@ from testbed import image
 from testbed.cluster import Cluster
 from testbed.node import NODE_IP, NODE_NAME
 from testbed.prometheus import PrometheusServer
+from testbed.registry_server import RegistryServer
+from testbed.throttle_proxy import ThrottleProxy
 from tools.build_mixin import mixin_object
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent
-KUBECTL_120 = os.environ.get("KUBECTL_BIN", "/var/cache/kube-scale-exporter/kubectl")
 # Debian bookworm's Prometheus 2.42 is built without Kubernetes service discovery; sid's 3.x
 # (.ci/setup.d/46-e2e.sh) has it.
 PROMETHEUS = os.environ.get(
@@ -87,16 +88,14 @@ class Kube:
             raise AssertionError(f"DELETE {path}: {r.status_code} {r.text[:300]}")
 
     def namespace(self, name):
-        """A new namespace, once its default ServiceAccount has a token (pods need it)."""
+        """A new namespace, once its default ServiceAccount exists (pods need it)."""
         self.post("/api/v1/namespaces", {"metadata": {"name": name}})
         wait_for(
-            f"token of {name}/default",
+            f"ServiceAccount {name}/default",
             lambda: (
                 self.s.get(
                     f"{self.server}/api/v1/namespaces/{name}/serviceaccounts/default", timeout=10
-                )
-                .json()
-                .get("secrets")
+                ).ok
             ),
             timeout=60,
             interval=0.3,
@@ -110,9 +109,9 @@ class Kube:
         return self.cluster.kubectl(*args, input=input, check=check)
 
     def apply_kustomization(self, directory):
-        """Render with current kubectl (kustomize v5), apply with kubectl 1.20 (the server's)."""
+        """`kubectl apply -k`, with the server's own kubectl version."""
         rendered = self.kubectl("kustomize", str(directory))
-        self.cluster.kubectl("apply", "-f", "-", input=rendered, kubectl=KUBECTL_120)
+        self.cluster.kubectl("apply", "-f", "-", input=rendered)
         return rendered
 
     def delete_kustomization(self, directory):
@@ -124,7 +123,6 @@ class Kube:
             "-f",
             "-",
             input=rendered,
-            kubectl=KUBECTL_120,
         )
 
 
@@ -212,7 +210,7 @@ def deployed(kube):
     """deploy/ applied as the README says (`kubectl apply -k deploy/`), after permissive
     CRDs for the two prometheus-operator kinds; both workloads running."""
     t = time.monotonic()
-    kube.cluster.kubectl("apply", "-f", str(HERE / "crds.yaml"), kubectl=KUBECTL_120)
+    kube.cluster.kubectl("apply", "-f", str(HERE / "crds.yaml"))
     wait_for(
         "CRDs established",
         lambda: all(
@@ -304,11 +302,29 @@ def metrics_text(url, timeout=5):
     return r.text
 
 
+# Bytes per second per connection through the registry's throttling proxy.
+RATE = 2 * 1024 * 1024
+
+
+@pytest.fixture
+def pull_registry(tmp_path, cluster):
+    """A local docker-registry behind a throttling proxy the node's containerd pulls from:
+    (registry, proxy); `proxy.proc.pause()` freezes every download."""
+    reg = RegistryServer(tmp_path / "registry").start()
+    proxy = ThrottleProxy(tmp_path, reg.port, RATE)
+    cluster.add_registry(proxy.host, f"http://{proxy.host}")
+    yield reg, proxy
+    proxy.proc.resume()
+    proxy.stop()
+    reg.stop()
+
+
 NODE_METRICS = f"http://{NODE_IP}:9867/metrics"
 __all__ = [
     "NODE_METRICS",
     "NODE_NAME",
     "NS",
+    "RATE",
     "TIMINGS",
     "metrics_text",
     "wait_exporters_ready",

@@ -6,6 +6,8 @@ import requests
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from testbed.node import MAX_PARALLEL_IMAGE_PULLS
+
 from .conftest import NODE_METRICS, NS, TIMINGS, metrics_text, wait_for
 
 
@@ -16,8 +18,14 @@ def samples(text, name):
 def test_node_daemonset_answers_on_9867(deployed):
     text = wait_for("node exporter /metrics", lambda: metrics_text(NODE_METRICS), timeout=60)
     assert samples(text, "kubescale_neighbor_gc_thresh3"), text[:2000]
-    # imagepull reads the real kubelet's config and containerd through the mounted socket.
-    assert [s.value for s in samples(text, "kubescale_kubelet_serialize_image_pulls")] == [1.0]
+    # imagepull reads the real kubelet's config (parallel pulls, a limit) and containerd.
+    assert [s.value for s in samples(text, "kubescale_kubelet_serialize_image_pulls")] == [0.0]
+    limit = samples(text, "kubescale_kubelet_max_parallel_image_pulls")
+    assert [s.value for s in limit] == [MAX_PARALLEL_IMAGE_PULLS]
+    success = {
+        s.labels["collector"]: s.value for s in samples(text, "kubescale_scrape_collector_success")
+    }
+    assert success and all(v == 1.0 for v in success.values()), success
     watches = {s.labels["resource"]: s.value for s in samples(text, "kubescale_kube_watch_up")}
     assert watches == {"pods": 1.0}, watches
 

@@ -290,3 +290,45 @@ def test_failures_from_failed_events_in_a_real_apiserver(apiserver, namespace, e
         sample(families, "kubescale_image_pulls_succeeded_total", registry="index.docker.io") == 1
     )
     assert sample(families, "kubescale_image_pull_failing_nodes", registry="other") == 3
+
+
+def test_an_event_written_through_events_k8s_io_v1_counts_with_its_node(
+    apiserver, namespace, events_collector
+):
+    """A kubelet on the new events API writes note, reportingController and
+    reportingInstance, no deprecatedSource: the core/v1 watch reads it with an empty
+    source.host, and the failing node comes from reportingInstance."""
+    time.sleep(1.1)  # creationTimestamp has whole seconds: no earlier test's event counts
+    c = events_collector()
+    collect(c)
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    apiserver.admin.create(
+        f"/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+        {
+            "metadata": {"name": "new-api-failed"},
+            "eventTime": now,
+            "reportingController": "kubelet",
+            "reportingInstance": "node-new-api",
+            "action": "Pulling",
+            "reason": "Failed",
+            "type": "Warning",
+            "note": REAL[0][0],
+            "regarding": {"kind": "Pod", "name": "p", "namespace": namespace},
+        },
+    )
+    registry, reason = REAL[0][1], REAL[0][2]
+
+    def failures():
+        try:
+            families = collect(c)
+            return sample(
+                families, "kubescale_image_pull_failures_total", registry=registry, reason=reason
+            ), sample(families, "kubescale_image_pull_failing_nodes", registry=registry)
+        except KeyError:  # not delivered yet: the registry has no series
+            return None
+
+    deadline = time.monotonic() + 15
+    while failures() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert failures() == (1, 1)
