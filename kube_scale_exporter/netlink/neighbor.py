@@ -61,10 +61,10 @@ NTF_EXT_MANAGED = 0x1
 _FLAGS_EXT_ATTR = struct.pack("=HH", 8, NDA_FLAGS_EXT)
 
 # Where a run's counted fields are in each of its messages (nlmsghdr, then ndmsg), and the
-# byte of a u16 or u32 that holds its lowest bits: every NUD_* state, NTF_EXT_MANAGED.
-_LOW = 0 if sys.byteorder == "little" else 1
+# byte of a u16 and of a u32 that holds its lowest bits: every NUD_* state, NTF_EXT_MANAGED.
+_U16_LOW, _U32_LOW = (0, 0) if sys.byteorder == "little" else (1, 3)
 _FAMILY_AT = 16
-_STATE_AT = 24 + _LOW
+_STATE_AT = 24 + _U16_LOW
 _FLAGS_AT = 26
 _NLMSG_LENGTH_AND_TYPE = range(6)
 # A run shorter than this goes through the loop: checking it would cost more than it saves.
@@ -260,7 +260,7 @@ def _run(data: bytes, start: int, length: int, most: int) -> tuple[int, int | No
         if run < MIN_RUN:
             return 0, None
         if attr == NDA_FLAGS_EXT and value_end - value == 4:
-            managed_at = value - start + (0 if sys.byteorder == "little" else 3)
+            managed_at = value - start + _U32_LOW
     return run, managed_at
 
 
