@@ -40,7 +40,7 @@ from testbed.procs import Proc, start_on_free_port
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "web_flood.md"
 NODE_EXPORTER_SID = os.environ.get(
-    "NODE_EXPORTER_SID_BIN",
+    "NODE_EXPORTER_BIN",
     "/var/cache/kube-scale-exporter/node-exporter-sid/root/usr/bin/prometheus-node-exporter",
 )
 SCRAPE_TIMEOUT = 10.0

@@ -1,13 +1,19 @@
-"""The package's imports run one way: cli -> registry/collectors -> backends.
+"""The package's imports run one way: cli -> registry/collectors -> backends; and a node
+pod imports only what its collectors need.
 
-Read from the source with `ast` (importing nothing), so a cycle hidden behind a
-function-level import is caught too.
+The direction is read from the source with `ast` (importing nothing), so a cycle hidden
+behind a function-level import is caught too. What a pod imports is read from a real
+exporter process, which logs every module it imports (PYTHONPROFILEIMPORTTIME).
 """
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
+import requests
+
+from testbed.exporter import start_exporter
 
 pytestmark = pytest.mark.unit
 
@@ -140,3 +146,64 @@ def test_the_web_package_reaches_no_collector_or_backend_even_indirectly():
 
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# What node mode with the neighbor collectors alone has no use for: the API and etcd
+# clients' HTTP stack, the YAML readers, containerd's HTTP/2, bcrypt, Decimal quantities
+# (~15 MiB of RSS, docs/sizing.md).
+NOT_FOR_NEIGHBOR = (
+    "requests",
+    "urllib3",
+    "charset_normalizer",
+    "idna",
+    "yaml",
+    "h2",
+    "hpack",
+    "bcrypt",
+    "decimal",
+)
+
+
+def imported_by_a_scrape(flags, log_dir, auth=None) -> set[str]:
+    """Every module a real exporter imported by the end of its first scrape."""
+    exporter = start_exporter(flags, log_dir, env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    try:
+        requests.get(exporter.url + "/metrics", auth=auth, timeout=10).raise_for_status()
+    finally:
+        exporter.proc.stop()
+    lines = Path(exporter.proc.log_path).read_text().splitlines()
+    # import time:   self [us] | cumulative | imported package
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in lines
+        if line.startswith("import time:") and line.count("|") == 2
+    }
+
+
+def test_node_mode_with_the_neighbor_collectors_imports_only_what_they_need(tmp_path):
+    modules = imported_by_a_scrape(
+        [
+            "--mode=node",
+            "--collector.disable-defaults",
+            "--collector.neighbor",
+            "--collector.neighbor_gc",
+        ],
+        tmp_path,
+    )
+    assert {"kube_scale_exporter.netlink.neighbor", "prometheus_client"} <= modules
+    assert sorted(m for m in modules if m.split(".")[0] in NOT_FOR_NEIGHBOR) == []
+
+
+def test_a_web_config_brings_its_readers(tmp_path):
+    """The probe sees lazy imports: basic auth in --web.config.file loads yaml and bcrypt."""
+    import bcrypt  # noqa: PLC0415  (this test's own hash)
+
+    config = tmp_path / "web.yml"
+    hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
+    config.write_text(f"basic_auth_users:\n  u: {hashed}\n")
+    modules = imported_by_a_scrape(
+        ["--collector.disable-defaults", "--collector.neighbor", f"--web.config.file={config}"],
+        tmp_path,
+        auth=("u", "secret"),
+    )
+    assert {"yaml", "bcrypt"} <= modules

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import requests
-
-from kube_scale_exporter import limits
 from kube_scale_exporter.etcd.answers import (
     MALFORMED,
     Alarm,
@@ -26,6 +24,12 @@ from kube_scale_exporter.etcd.answers import (
     text,
     uint,
 )
+
+if TYPE_CHECKING:
+    import requests
+
+# `limits` (requests, urllib3: ~11 MiB) is imported where a request is made, so that a
+# process that never talks to etcd does not pay for it (tests/test_imports.py).
 
 # Reply caps (bytes), each far above what etcd sends: past one the answer is hostile or
 # broken, and reading on would only cost memory. docs/reliability.md has the table.
@@ -68,6 +72,8 @@ class TLSFiles:
 
 
 def new_session(tls: TLSFiles) -> requests.Session:
+    from kube_scale_exporter import limits  # noqa: PLC0415  (see above)
+
     # Bounded: each request finishes within its timeout in all (limits.deadline).
     session = limits.bounded_session()
     session.verify = tls.ca if tls.ca else True
@@ -87,6 +93,8 @@ class EtcdClient:
 
     def _post(self, path: str, body: dict) -> dict:
         """POST path, the answer read within --etcd.timeout in all and its reply cap."""
+        from kube_scale_exporter import limits  # noqa: PLC0415  (see above)
+
         self.requests_sent += 1
         where = f"{self.url}{path}"
         cap, cap_name = REPLY_CAPS[path]
@@ -215,6 +223,8 @@ class EtcdClient:
         The page (~150 KB) is streamed and only matching lines are kept, so its cost in
         memory is the lines the caller wants.
         """
+        from kube_scale_exporter import limits  # noqa: PLC0415  (see above)
+
         self.requests_sent += 1
         where = f"{self.url}/metrics"
         with limits.deadline(self.timeout) as deadline:

@@ -17,13 +17,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-
-import requests
+from typing import TYPE_CHECKING
 
 from kube_scale_exporter.etcd.page import WANTED, MemberMetrics, MetricsError, parse
 from kube_scale_exporter.etcd.answers import Member, Status
 from kube_scale_exporter.etcd.client import EtcdClient, EtcdError
 from kube_scale_exporter.etcd.metrics_urls import metrics_url
+
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger(__name__)
 

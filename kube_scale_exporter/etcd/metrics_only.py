@@ -14,8 +14,7 @@ list, which has its name, needs the key). A raised NOSPACE still shows as writes
 from __future__ import annotations
 
 import time
-
-import requests
+from typing import TYPE_CHECKING
 
 from kube_scale_exporter.etcd.answers import Status
 from kube_scale_exporter.etcd.client import EtcdClient, EtcdError
@@ -27,6 +26,9 @@ from kube_scale_exporter.etcd.page import (
     MetricsError,
     parse,
 )
+
+if TYPE_CHECKING:
+    import requests
 
 
 def status_of(page: MemberMetrics) -> Status:

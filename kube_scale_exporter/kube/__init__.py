@@ -35,14 +35,41 @@ after 300-600 s and give up on a read silent for 120 s (bookmarks come about eve
 Errors retry with `Backoff`: 0.5-1 s, doubling per consecutive failure, at most 30 s.
 """
 
-from .client import ApiError, Gone, KubeClient
-from .config import ConfigError, KubeConfig, load
-from .flags import add_arguments, client_from_args
-from .health import health_families, watch_health
-from .backoff import Backoff
-from .informer import Informer, for_node
-from .resource import NODES, PODS, PRIORITY_CLASSES, Resource
-from .quantity import parse_quantity, pod_requests
+import importlib
+
+# Name -> the module that defines it, imported when the name is first used: the client
+# (requests, urllib3) and the kubeconfig reader (yaml) cost a node pod ~13 MiB, which one
+# that never talks to the API server need not pay (tests/test_imports.py checks).
+_FROM = {
+    "ApiError": "client",
+    "Gone": "client",
+    "KubeClient": "client",
+    "ConfigError": "config",
+    "KubeConfig": "config",
+    "load": "config",
+    "add_arguments": "flags",
+    "client_from_args": "flags",
+    "health_families": "health",
+    "watch_health": "health",
+    "Backoff": "backoff",
+    "Informer": "informer",
+    "for_node": "informer",
+    "NODES": "resource",
+    "PODS": "resource",
+    "PRIORITY_CLASSES": "resource",
+    "Resource": "resource",
+    "parse_quantity": "quantity",
+    "pod_requests": "quantity",
+}
+
+
+def __getattr__(name: str):
+    if name not in _FROM:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_FROM[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ApiError",

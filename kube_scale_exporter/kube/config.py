@@ -13,8 +13,6 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 
-import yaml
-
 from kube_scale_exporter.files import KUBECONFIG_BYTES, TOKEN_BYTES, read_capped
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -115,6 +113,8 @@ def load(kubeconfig=None, environ=os.environ) -> KubeConfig:
 
 def _merge(paths, source):
     """kubectl's merge rule: for each named entry and for current-context, first file wins."""
+    import yaml  # noqa: PLC0415  (kubeconfig files only: in-cluster config needs no YAML)
+
     merged = {"clusters": {}, "users": {}, "contexts": {}, "current-context": "", "dirs": {}}
     for path in paths:
         try:

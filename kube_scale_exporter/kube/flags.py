@@ -1,12 +1,15 @@
 """The `--kube.*` flags, shared by every collector that reads the Kubernetes API."""
 
+from __future__ import annotations
+
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from kube_scale_exporter.flagtypes import existing_file
 
-from .client import KubeClient
-from .config import ConfigError, load
+if TYPE_CHECKING:
+    from .client import KubeClient
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def client_from_args(args) -> KubeClient:
     """A client for the configured API server; ConfigError says what is missing."""
+    from .client import KubeClient  # noqa: PLC0415  (requests: only where a client is made)
+    from .config import load  # noqa: PLC0415
+
     return KubeClient(load(getattr(args, "kube_kubeconfig", None)))
 
 
@@ -39,6 +45,8 @@ def kubeconfig_problem(args) -> str | None:
     """Why the API server configuration the flags give cannot be loaded, as a usage message
     naming the flag; None when it loads. A collector's validate() raises it as a
     UsageError (exit 2), so a broken kubeconfig fails at start, not at the first scrape."""
+    from .config import ConfigError, load  # noqa: PLC0415  (as in client_from_args)
+
     given = getattr(args, "kube_kubeconfig", None)
     try:
         load(given).close()

@@ -12,7 +12,7 @@ import itertools
 import os
 import socket
 import struct
-from typing import Callable, Iterator
+from typing import Callable
 
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
@@ -22,6 +22,8 @@ NLM_F_DUMP = 0x300
 # struct nlmsghdr: length, type, flags, sequence, port id.
 HEADER = struct.Struct("=IHHII")
 _ERRNO = struct.Struct("=i")
+# struct rtattr: length, type.
+_RTATTR = struct.Struct("=HH")
 
 # The kernel sends dump replies in skbs of at most 32 KiB; a larger buffer never truncates.
 _RECV_BYTES = 64 * 1024
@@ -34,17 +36,6 @@ class NetlinkUnavailable(OSError):
     """The process cannot open a NETLINK_ROUTE socket (seccomp, sandbox, fd limit)."""
 
 
-def messages(chunk) -> Iterator[tuple[int, int, int]]:
-    """(type, payload offset, message end) of each message in one reply chunk."""
-    offset, end = 0, len(chunk)
-    while offset + HEADER.size <= end:
-        length, msg_type, _flags, _seq, _pid = HEADER.unpack_from(chunk, offset)
-        if length < HEADER.size or offset + length > end:
-            raise ValueError(f"malformed netlink message of length {length} at {offset}")
-        yield msg_type, offset + HEADER.size, offset + length
-        offset += (length + 3) & ~3
-
-
 def end_of_dump(msg_type: int, chunk, payload: int) -> bool:
     """For a control message: True at NLMSG_DONE, OSError(errno) at NLMSG_ERROR."""
     if msg_type == NLMSG_ERROR:
@@ -53,14 +44,20 @@ def end_of_dump(msg_type: int, chunk, payload: int) -> bool:
     return msg_type == NLMSG_DONE
 
 
-def attributes(buf, offset: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(type, value offset, value end) of each rtattr between offset and end."""
+def attributes(buf, offset: int, end: int) -> list[tuple[int, int, int]]:
+    """(type, value offset, value end) of each rtattr between offset and end.
+
+    A list made in one loop, not a generator: a scrape walks a few dozen of them.
+    """
+    found = []
+    unpack = _RTATTR.unpack_from
     while offset + 4 <= end:
-        length, attr_type = struct.unpack_from("=HH", buf, offset)
+        length, attr_type = unpack(buf, offset)
         if length < 4:
-            return
-        yield attr_type & 0x3FFF, offset + 4, offset + length
+            break
+        found.append((attr_type & 0x3FFF, offset + 4, offset + length))
         offset += (length + 3) & ~3
+    return found
 
 
 class RouteSocket:

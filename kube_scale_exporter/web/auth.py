@@ -34,8 +34,6 @@ import threading
 import time
 from collections import OrderedDict, deque
 
-import bcrypt
-
 from kube_scale_exporter.web.fairslots import FairSlots, NoSlot
 
 MIN_COST, MAX_COST = 4, 14  # 14: ~1.3 s a check on one core here, ~6.5 s at 200m CPU
@@ -112,6 +110,8 @@ class _Clock:
 
     def expected(self, cost: int) -> float:
         if not self._units:  # first check in this process: measure once, ~15 ms
+            import bcrypt  # noqa: PLC0415  (only where basic auth is configured)
+
             started = time.perf_counter()
             bcrypt.hashpw(b"calibration", bcrypt.gensalt(CALIBRATION_COST))
             self.record(CALIBRATION_COST, time.perf_counter() - started)
@@ -189,6 +189,8 @@ def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
 
 
 def _bcrypt_matches(password: bytes, hashed: bytes) -> bool:
+    import bcrypt  # noqa: PLC0415  (only where basic auth is configured)
+
     try:
         return bcrypt.checkpw(password, hashed)
     except ValueError:  # longer than bcrypt's 72 bytes: Go's bcrypt refuses it too

@@ -20,6 +20,7 @@ import html
 import logging
 import ssl
 import threading
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
@@ -30,9 +31,11 @@ from kube_scale_exporter.web import kuberbac
 from kube_scale_exporter.web.auth import AuthBusy
 from kube_scale_exporter.web.kuberbac import KubeRBAC
 from kube_scale_exporter.web.answer import Response
-from kube_scale_exporter.web.live import Active, LiveWebConfig
 from kube_scale_exporter.web.request import Request, accepts_gzip
 from kube_scale_exporter.web.server import HTTPServer, Limits, Refused
+
+if TYPE_CHECKING:  # the web config's reader (yaml, bcrypt) loads only where one is given
+    from kube_scale_exporter.web.live import Active, LiveWebConfig
 
 log = logging.getLogger("kube_scale_exporter.http")
 

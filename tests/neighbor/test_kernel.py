@@ -124,20 +124,23 @@ MIXED_ENTRIES = (
 MIXED_EXEMPT = {"ipv4": 6, "ipv6": 2}
 
 
-@pytest.mark.integration
-def test_count_entries_in_a_namespace_matches_ip(netns):
-    """The netlink layer's dump of its own namespace, against ip's own dump of it."""
-    netns.batch(MIXED_ENTRIES)
-    counts = netns.run(namespace_counts)
-
+def assert_counts_are_ips(netns, counts, added: int) -> None:
     listed = ip_neigh_json(netns)
-    assert len(listed) == len(MIXED_ENTRIES)  # nothing else appeared in the namespace
+    assert len(listed) == added  # nothing else appeared in the namespace
     for family, is_family in (("ipv4", lambda d: ":" not in d), ("ipv6", lambda d: ":" in d)):
         mine = [e for e in listed if is_family(e["dst"])]
         exempt = [
             e for e in mine if "PERMANENT" in e["state"] or "extern_learn" in e or "managed" in e
         ]
         assert (counts[family].entries, counts[family].gc_exempt) == (len(mine), len(exempt))
+
+
+@pytest.mark.integration
+def test_count_entries_in_a_namespace_matches_ip(netns):
+    """The netlink layer's dump of its own namespace, against ip's own dump of it."""
+    netns.batch(MIXED_ENTRIES)
+    counts = netns.run(namespace_counts)
+    assert_counts_are_ips(netns, counts, len(MIXED_ENTRIES))
     assert (counts["ipv4"].gc_eligible, counts["ipv4"].gc_exempt) == (10, MIXED_EXEMPT["ipv4"])
     assert (counts["ipv6"].gc_eligible, counts["ipv6"].gc_exempt) == (6, MIXED_EXEMPT["ipv6"])
 
@@ -172,3 +175,31 @@ def test_a_dump_larger_than_one_reply_chunk_counts_every_entry(netns):
     counts = netns.run(namespace_counts)
     assert (counts["ipv4"].entries, counts["ipv4"].gc_exempt) == (3000, 3000)
     assert (counts["ipv6"].entries, counts["ipv6"].gc_exempt) == (2000, 2000)
+
+
+def test_long_runs_of_one_layout_count_every_entry_by_its_own_state_and_flags(netns):
+    """Thousands of entries of one layout (which the counter reads a field at a time)
+    holding PERMANENT, stale and externally learned entries together, with a few of other
+    layouts among them, as on a host: a protocol (8 bytes more, as the managed flag is),
+    managed entries without a link-layer address. ~300 GC-eligible entries, for a second."""
+    adds = (
+        neighbor_adds(3000, "ipv4", "permanent")
+        + neighbor_adds(150, "ipv4", "stale", start=5000)
+        + [
+            f"neigh add 10.98.0.{i} lladdr 02:00:00:00:98:{i:02x} dev v0 nud stale extern_learn"
+            for i in range(1, 101)
+        ]
+        + [
+            f"neigh add 10.97.{i >> 8}.{i & 255} lladdr 02:00:00:00:97:01 dev v0 nud permanent "
+            "protocol 3"
+            for i in range(20)
+        ]
+        + [f"neigh add 10.96.0.{i} dev v0 managed" for i in range(1, 11)]
+        + neighbor_adds(1000, "ipv6", "permanent")
+        + neighbor_adds(50, "ipv6", "stale", start=2000)
+    )
+    netns.batch(adds)
+    counts = netns.run(namespace_counts)
+    assert_counts_are_ips(netns, counts, len(adds))
+    assert (counts["ipv4"].gc_eligible, counts["ipv4"].gc_exempt) == (150, 3130)
+    assert (counts["ipv6"].gc_eligible, counts["ipv6"].gc_exempt) == (50, 1000)

@@ -3,6 +3,8 @@
 The exposition is in state.py's docstring, the `check` text in advice.py.
 """
 
+from __future__ import annotations
+
 import time
 
 from kube_scale_exporter import kube

@@ -1,6 +1,8 @@
 """The balloons' summary: phases, waiting, headroom held and misconfigurations, computed
 from the informers' cached objects."""
 
+from __future__ import annotations
+
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime

@@ -6,8 +6,6 @@ import logging
 import os
 from dataclasses import dataclass
 
-import yaml
-
 from kube_scale_exporter.files import KUBELET_CONFIG_BYTES, read_capped
 
 log = logging.getLogger(__name__)
@@ -65,6 +63,8 @@ class KubeletConfigFile:
             return None
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key != self._stat:
+            import yaml  # noqa: PLC0415  (only where the kubelet's config is there to read)
+
             self._stat = key
             try:
                 data = read_capped(self.path, KUBELET_CONFIG_BYTES, "KUBELET_CONFIG_BYTES")
