@@ -177,6 +177,7 @@ def test_a_dump_larger_than_one_reply_chunk_counts_every_entry(netns):
     assert (counts["ipv6"].entries, counts["ipv6"].gc_exempt) == (2000, 2000)
 
 
+@pytest.mark.integration
 def test_long_runs_of_one_layout_count_every_entry_by_its_own_state_and_flags(netns):
     """Thousands of entries of one layout (which the counter reads a field at a time)
     holding PERMANENT, stale and externally learned entries together, with a few of other
