@@ -21,9 +21,11 @@ VERSION="$(sed -nE 's/^(require)?[[:space:]]*k8s.io\/kubernetes (v[0-9.]+).*/\2/
 DIR="${KUBE_DIR:-/var/cache/kube-scale-exporter/kubernetes-$VERSION}"
 BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
+# Each binary's own version question (kubectl has no --version flag).
+runs() { if [[ "$1" == kubectl ]]; then "$DIR/$1" version --client; else "$DIR/$1" --version; fi; }
 cached=1
 for b in "${BINS[@]}"; do
-    "$DIR/$b" --version >/dev/null 2>&1 || cached=0
+    runs "$b" >/dev/null 2>&1 || cached=0
 done
 [[ -x "$DIR/pause" ]] || cached=0
 if ((cached)); then
