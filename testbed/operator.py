@@ -11,7 +11,7 @@
     python -m testbed.operator version               the operator's `--version`
 
 The operator and prometheus-config-reloader of one release, built from the Go module proxy
-by .ci/setup.d/47-prometheus-operator.sh (the release in .ci/go/prometheus-operator/go.mod)
+by .ci/setup.d/44-prometheus-operator.sh (the release in .ci/go/prometheus-operator/go.mod)
 into the cache with that release's CRDs. The operator runs on the host against a
 kubeconfig (its KUBECONFIG; it has no flag for one), its web server on a free loopback
 port, no admission webhook (a separate binary of the release, not started). The Prometheus
@@ -63,14 +63,14 @@ def cache_dir() -> pathlib.Path:
 def binary(name: str) -> str:
     path = cache_dir() / name
     if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/47-prometheus-operator.sh")
+        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/44-prometheus-operator.sh")
     return str(path)
 
 
 def crd_dir() -> pathlib.Path:
     crds = cache_dir() / "crds"
     if not any(crds.glob("*.yaml")):
-        raise FileNotFoundError(f"no CRDs in {crds}: run .ci/setup.d/47-prometheus-operator.sh")
+        raise FileNotFoundError(f"no CRDs in {crds}: run .ci/setup.d/44-prometheus-operator.sh")
     return crds
 
 

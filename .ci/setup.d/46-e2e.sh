@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What `make e2e` (tests/e2e) needs besides the Kubernetes binaries (40-) and the operator's
-# (47-): Debian's CNI plugins, iptables and conntrack for kube-proxy, buildah and mmdebstrap
+# (44-): Debian's CNI plugins, iptables and conntrack for kube-proxy, buildah and mmdebstrap
 # for the image, and the image itself, built from this tree now, so that the build never
 # runs beside the tests
 # (testbed/image.py caches the python:3.11-slim-bookworm stand-in once and the exporter image
@@ -19,6 +19,6 @@ fi
 start=$SECONDS
 python3 -m testbed.image build
 # The images prometheus-operator runs in the cluster (its reloader; sid's Prometheus 3.5 on
-# the bookworm base), from the binaries 47-prometheus-operator.sh built.
+# the bookworm base), from the binaries 44-prometheus-operator.sh built.
 python3 -m testbed.operator images
 echo "e2e images ready in $((SECONDS - start))s"

@@ -1,7 +1,7 @@
 """deploy/'s ServiceMonitors and PrometheusRule through the real prometheus-operator.
 
 The release's own CRDs on a real API server, deploy/ applied as kustomize renders it, the
-operator (.ci/setup.d/47-prometheus-operator.sh) reconciling the kube-prometheus-like
+operator (.ci/setup.d/44-prometheus-operator.sh) reconciling the kube-prometheus-like
 Prometheus of testbed/operator.py: what it generates is what that Prometheus would load.
 No kubelet runs here, so its StatefulSet's pods never start: scraping and alerting through
 the operator is tests/e2e's part.

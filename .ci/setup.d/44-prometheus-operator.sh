@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 MOD=.ci/go/prometheus-operator
 PKG=github.com/prometheus-operator/prometheus-operator
 VERSION="$(sed -nE 's/^(require)?[[:space:]]*github.com\/prometheus-operator\/prometheus-operator (v[0-9.]+)( .*)?$/\2/p' "$MOD/go.mod")"
-[[ -n "$VERSION" ]] || { echo "47-prometheus-operator: no $PKG version in $MOD/go.mod" >&2; exit 1; }
+[[ -n "$VERSION" ]] || { echo "44-prometheus-operator: no $PKG version in $MOD/go.mod" >&2; exit 1; }
 DIR="${PROMETHEUS_OPERATOR_DIR:-/var/cache/kube-scale-exporter/prometheus-operator-$VERSION}"
 BINS=(operator prometheus-config-reloader)
 
@@ -29,12 +29,12 @@ if ((cached)); then
     echo "prometheus-operator: cached in $DIR ($VERSION)"
     exit 0
 fi
-command -v go >/dev/null || { echo "47-prometheus-operator: no go on PATH" >&2; exit 1; }
+command -v go >/dev/null || { echo "44-prometheus-operator: no go on PATH" >&2; exit 1; }
 
 export GOFLAGS=-mod=readonly GOTOOLCHAIN=local
 meta="$(cd "$MOD" && go mod download -json "$PKG@$VERSION")"
 src="$(sed -nE 's/^[[:space:]]*"Dir": "(.*)",?$/\1/p' <<<"$meta")"
-[[ -f "$src/VERSION" ]] || { echo "47-prometheus-operator: no module source for $PKG@$VERSION" >&2; exit 1; }
+[[ -f "$src/VERSION" ]] || { echo "44-prometheus-operator: no module source for $PKG@$VERSION" >&2; exit 1; }
 # What the release's Makefile stamps (GO_BUILD_LDFLAGS), so that `--version` prints the
 # release. The revision is the tag's commit, as the module proxy recorded it.
 revision="$(sed -nE 's/^[[:space:]]*"Hash": "([0-9a-f]+)".*/\1/p' <<<"$meta")"
