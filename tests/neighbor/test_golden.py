@@ -8,12 +8,14 @@ numbers, table_fulls (the field pyroute2 drops) included.
 import struct
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kube_scale_exporter.collectors.neighbor import read_unresolved_discards, table_families
 from kube_scale_exporter.collectors.neighbor_gc import count_families
 from kube_scale_exporter.netlink.neighbor import EntryCounter, TableReader
+from kube_scale_exporter.netlink.route import NLMSG_ERROR
 from testbed.golden import assert_golden
 from tests.neighbor.recorded import FIXTURES, RECORDED_ENTRIES, load, replay
 from tests.neighbor.test_kernel import PROC_COLUMNS
@@ -98,3 +100,14 @@ def test_gc_eligible_is_never_negative_when_the_table_shrank_between_the_reads()
     families = count_families(tables, counts)
     assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv4") == 0
     assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv6") == 7
+
+
+@pytest.mark.parametrize("consumer", [EntryCounter, TableReader])
+@pytest.mark.parametrize("error", [-(1 << 31), -105, 1])
+def test_an_error_message_of_any_errno_raises_oserror(consumer, error):
+    """Found by fuzz/netlink.py: NLMSG_ERROR with errno INT_MIN raised OverflowError
+    (strerror takes a C int, and -INT_MIN is not one) instead of the OSError it documents."""
+    chunk = struct.pack("=IHHIIi", 20, NLMSG_ERROR, 0, 1, 0, error)
+    with pytest.raises(OSError) as raised:
+        consumer()(memoryview(chunk))
+    assert raised.value.errno == -error

@@ -1,0 +1,214 @@
+"""python -m fuzz replay [NAME...]            every corpus input once, plain Python (CI)
+python -m fuzz run [NAME...] [--seconds S]  atheris, S seconds a harness (FUZZ_SECONDS)
+python -m fuzz coverage NAME [DIR...]       lines of the harness' TARGETS its corpus reaches
+
+`run` starts one process per harness, one at a time; each keeps the inputs it finds in
+.cache/fuzz/NAME/ (the committed seeds are read, never written) and an input that broke
+an invariant in .cache/fuzz/crashes/NAME/. Its log is .cache/fuzz/NAME.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+from fuzz import CORPUS, corpus_files, harness_names
+
+WORK = Path(".cache/fuzz")
+# Each input must finish within this, in replay and under atheris (-timeout): every
+# parser here is bounded by its caps, and the largest seed takes well under 0.5 s.
+SECONDS_PER_INPUT = 5
+# What one input may allocate at its peak in replay (tracemalloc; the parsers' caps are
+# a few MiB of text), and the whole fuzzing process' RSS under atheris.
+PEAK_BYTES_PER_INPUT = 64 << 20
+RSS_LIMIT_MB = 2048
+# Inputs the fuzzer makes may grow to this, or to the largest seed if it is larger.
+MAX_LEN = 64 << 10
+DEFAULT_SECONDS = 60
+_PROGRESS = re.compile(r"^#\d+\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/", re.M)
+_RUNS = re.compile(r"^stat::number_of_executed_units: (\d+)", re.M)
+
+
+def replay(names: list[str]) -> int:
+    passed = failed = 0
+    for name in names:
+        harness = importlib.import_module(f"fuzz.{name}")
+        slowest, peak_most, count = 0.0, 0, 0
+        for path in corpus_files(name):
+            data = path.read_bytes()
+            tracemalloc.start()
+            started = time.perf_counter()
+            try:
+                harness.check(data)
+                problem = None
+            except Exception as exc:  # noqa: BLE001  (any escape is the finding)
+                problem = f"{type(exc).__name__}: {exc}"[:300]
+            took = time.perf_counter() - started
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            if problem is None and took > SECONDS_PER_INPUT:
+                problem = f"took {took:.1f}s (over {SECONDS_PER_INPUT}s)"
+            if problem is None and peak > PEAK_BYTES_PER_INPUT:
+                problem = f"allocated {peak >> 20} MiB at its peak (over {PEAK_BYTES_PER_INPUT >> 20})"
+            if problem:
+                failed += 1
+                print(f"FAIL {path}: {problem}")
+            else:
+                passed += 1
+            slowest, peak_most, count = max(slowest, took), max(peak_most, peak), count + 1
+        print(
+            f"{name:16} {count:5} inputs  slowest {slowest * 1000:7.1f} ms  "
+            f"peak {peak_most / (1 << 20):6.1f} MiB"
+        )
+    print(f"fuzz-replay: {passed} passed, {failed} failed")
+    return 1 if failed or not passed else 0
+
+
+def run(names: list[str], seconds: int) -> int:
+    WORK.mkdir(parents=True, exist_ok=True)
+    broken = []
+    print(f"{'harness':16} {'runs':>10} {'runs/s':>8} {'cov':>6} {'ft':>7} {'corpus':>8}  result")
+    for name in names:
+        log = WORK / f"{name}.log"
+        with open(log, "w") as out:
+            code = subprocess.call(
+                [sys.executable, "-m", "fuzz", "_atheris", name, str(seconds)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        text = log.read_text(errors="replace")
+        progress, runs = _PROGRESS.findall(text), _RUNS.findall(text)
+        cov, ft, corp = progress[-1] if progress else ("?",) * 3
+        runs = runs[-1] if runs else "?"
+        rate = f"{int(runs) / seconds:.0f}" if runs != "?" else "?"
+        result = "ok" if code == 0 else f"BROKEN (exit {code}; see {log})"
+        if code:
+            broken.append(name)
+        print(f"{name:16} {runs:>10} {rate:>8} {cov:>6} {ft:>7} {corp:>8}  {result}")
+    if broken:
+        print(f"fuzz: invariants broken in {', '.join(broken)}; inputs in {WORK}/crashes/")
+    return 1 if broken else 0
+
+
+def fuzz_one(name: str, seconds: int) -> None:
+    """Run one harness under atheris until `seconds` pass or an invariant breaks."""
+    import atheris  # noqa: PLC0415  (only `run` needs it; replay runs without)
+
+    module = f"fuzz.{name}"
+    spec = importlib.util.find_spec(module)
+    text = Path(spec.origin).read_text()
+    instrumented = ["kube_scale_exporter", *_literal_tuple(text, "INSTRUMENT")]
+    with atheris.instrument_imports(include=instrumented):
+        harness = importlib.import_module(module)
+    work, crashes = WORK / name, WORK / "crashes" / name
+    work.mkdir(parents=True, exist_ok=True)
+    crashes.mkdir(parents=True, exist_ok=True)
+    seeds = corpus_files(name)
+    max_len = max([MAX_LEN, *(p.stat().st_size for p in seeds)])
+    argv = [
+        sys.argv[0],
+        str(work),
+        *([str(CORPUS / name)] if seeds else []),
+        f"-max_total_time={seconds}",
+        f"-timeout={SECONDS_PER_INPUT}",
+        f"-rss_limit_mb={RSS_LIMIT_MB}",
+        f"-max_len={max_len}",
+        f"-artifact_prefix={crashes}/",
+        "-print_final_stats=1",
+    ]
+    atheris.Setup(argv, harness.check)
+    atheris.Fuzz()
+
+
+def _literal_tuple(text: str, name: str) -> list[str]:
+    """The strings of `NAME = (...)` in a harness' source, read before it is imported
+    (importing it first would import its libraries uninstrumented)."""
+    match = re.search(rf"^{name} = \(([^)]*)\)", text, re.M)
+    return re.findall(r'"([^"]+)"', match.group(1)) if match else []
+
+
+def coverage(name: str, extra: list[str]) -> int:
+    """Lines of the TARGETS modules run by the corpus (and DIRs), out of their lines."""
+    harness = importlib.import_module(f"fuzz.{name}")
+    files = {importlib.import_module(m).__file__: set() for m in harness.TARGETS}
+
+    def local(frame, event, _arg):
+        if event == "line":
+            files[frame.f_code.co_filename].add(frame.f_lineno)
+        return local
+
+    def tracer(frame, _event, _arg):
+        return local if frame.f_code.co_filename in files else None
+
+    inputs = corpus_files(name) + [p for d in extra for p in sorted(Path(d).iterdir())]
+    sys.settrace(tracer)
+    try:
+        for path in inputs:
+            try:
+                harness.check(path.read_bytes())
+            except Exception as exc:  # noqa: BLE001  (reported, the count goes on)
+                print(f"{path}: {type(exc).__name__}: {exc}"[:200])
+    finally:
+        sys.settrace(None)
+    total_hit = total = 0
+    for path, hit in files.items():
+        lines = _code_lines(path)
+        hit &= lines
+        total_hit, total = total_hit + len(hit), total + len(lines)
+        print(f"{os.path.relpath(path):55} {len(hit):4}/{len(lines):4} lines")
+    print(f"{name}: {len(inputs)} inputs reach {total_hit}/{total} lines ({100 * total_hit / total:.0f}%)")
+    return 0
+
+
+def _code_lines(path: str) -> set[int]:
+    """Lines holding code run inside functions (not the module's own top level, which
+    runs at import)."""
+    top = compile(Path(path).read_text(), path, "exec")
+    lines, stack = set(), [c for c in top.co_consts if hasattr(c, "co_lines")]
+    while stack:
+        code = stack.pop()
+        lines |= {line for _, _, line in code.co_lines() if line is not None}
+        stack += [c for c in code.co_consts if hasattr(c, "co_lines")]
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fuzz")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("replay")
+    p.add_argument("names", nargs="*")
+    p = sub.add_parser("run")
+    p.add_argument("names", nargs="*")
+    p.add_argument(
+        "--seconds", type=int, default=int(os.environ.get("FUZZ_SECONDS", DEFAULT_SECONDS))
+    )
+    p = sub.add_parser("coverage")
+    p.add_argument("name")
+    p.add_argument("dirs", nargs="*")
+    p = sub.add_parser("_atheris")
+    p.add_argument("name")
+    p.add_argument("seconds", type=int)
+    args = parser.parse_args(argv)
+    if args.command == "_atheris":
+        fuzz_one(args.name, args.seconds)
+        return 0
+    if args.command == "coverage":
+        return coverage(args.name, args.dirs)
+    known = harness_names()
+    unknown = sorted(set(getattr(args, "names", [])) - set(known))
+    if unknown:
+        parser.error(f"no harness {', '.join(unknown)} (known: {', '.join(known)})")
+    names = args.names or known
+    return replay(names) if args.command == "replay" else run(names, args.seconds)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
