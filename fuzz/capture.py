@@ -186,7 +186,209 @@ def containerd() -> None:
     _write("containerd_config", configs)
 
 
-CAPTURES = {"netlink": netlink, "containerd": containerd}
+# ---- etcd: JSON gateway answers and /metrics pages of 3.4 and 3.5.30 --------------------
+
+
+def etcd() -> None:
+    from kube_scale_exporter.etcd import page  # noqa: PLC0415
+    from kube_scale_exporter.etcd.answers import encode_key  # noqa: PLC0415
+    from testbed.etcd_server import EtcdServer, put_many  # noqa: PLC0415
+
+    answers, pages = {}, {}
+    pods = {
+        "key": encode_key(b"/registry/pods/"),
+        "range_end": encode_key(b"/registry/pods0"),
+        "serializable": True,
+    }
+    asks = {
+        "status": ("/v3/maintenance/status", {}),
+        "members": ("/v3/cluster/member/list", {}),
+        "alarms": ("/v3/maintenance/alarm", {"action": "GET"}),
+        "count": ("/v3/kv/range", dict(pods, count_only=True)),
+        "first-key": ("/v3/kv/range", dict(pods, keys_only=True, limit=1)),
+        "bad-request": ("/v3/kv/range", {"key": "not base64!"}),
+    }
+    work = tempfile.mkdtemp(prefix="fz-", dir="/tmp")
+    try:
+        for version in ("3.4", "3.5.30"):
+            server = EtcdServer(f"{work}/{version}", version=version, quota_bytes=16 << 20).start()
+            try:
+                session = server.session()
+                put_many(session, server.client_url, [(f"/registry/pods/ns/p{i}".encode(), b"x" * 100) for i in range(20)])
+                big = "A" * (512 << 10)
+                for _ in range(60):  # over the quota: etcd raises its NOSPACE alarm
+                    reply = session.post(f"{server.client_url}/v3/kv/put", json={"key": encode_key(b"big"), "value": big}, timeout=10)
+                    if "space exceeded" in reply.text:
+                        break
+                for name, (path, body) in asks.items():
+                    answers[f"{name}-{version}"] = session.post(server.client_url + path, json=body, timeout=10).content
+                text = session.get(server.client_url + "/metrics", timeout=10).content
+                pages[f"metrics-{version}"] = _kept_lines(text, page.WANTED_WITHOUT_STATUS)
+            finally:
+                server.wipe()
+    finally:
+        subprocess.run(["rm", "-rf", work], check=False)
+    _write("etcd_json", answers)
+    _write("etcd_metrics", pages)
+
+
+def _kept_lines(text: bytes, wanted: tuple[bytes, ...]) -> bytes:
+    from kube_scale_exporter.etcd import page  # noqa: PLC0415
+
+    """The page's lines of the families the parser reads, with their HELP and TYPE lines,
+    and the first 40 others: the real page is ~150 KB, mostly families never read."""
+    names = {w.split(b"{")[0].split(b" ")[0] for w in wanted}
+    kept, others = [], 0
+    for line in text.split(b"\n"):
+        family = line.split(b" ")[2] if line.startswith(b"# ") and line.count(b" ") >= 2 else line.split(b"{")[0].split(b" ")[0]
+        if family == page.HANDLED.encode() and b"etcdserverpb.KV" not in line and b"etcdserverpb.Lease" not in line:
+            continue  # ~700 lines, one per method and code: those the parser sums are kept
+        if any(family.startswith(n.removesuffix(b"_bucket")) for n in names):
+            kept.append(line)
+        elif others < 40:
+            kept.append(line)
+            others += 1
+    return b"\n".join(kept)
+
+
+# ---- HTTP requests: what Prometheus 2.42 and 3.5, curl and requests send a /metrics port --
+
+
+PROMETHEUS_SID = "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin/prometheus"
+
+
+def http_request() -> None:
+    from testbed.prometheus import PrometheusServer  # noqa: PLC0415
+
+    files = {}
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.settimeout(30)
+
+    def one_request() -> bytes:
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nx 1\n")
+            return data
+
+    work = Path(tempfile.mkdtemp(prefix="fz-", dir="/tmp"))
+    try:
+        for label, binary in (("prometheus-2.42", "prometheus"), ("prometheus-3.5", PROMETHEUS_SID)):
+            config = {
+                "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+                "scrape_configs": [
+                    {"job_name": "x", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]},
+                    {
+                        "job_name": "auth",
+                        "basic_auth": {"username": "prometheus", "password": "secret"},
+                        "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+                    },
+                ],
+            }
+            (work / label).mkdir()
+            with PrometheusServer(work / label, config, binary=binary):
+                for i in range(2):  # one scrape of each job
+                    files[f"{label}-{i}"] = one_request()
+        curl = subprocess.Popen(
+            ["curl", "-s", "--compressed", "-H", "Connection: close", f"http://127.0.0.1:{port}/metrics"],
+            stdout=subprocess.DEVNULL,
+        )
+        files["curl"] = one_request()
+        curl.wait(10)
+        thread = threading.Thread(target=lambda: requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10))
+        thread.start()
+        files["requests"] = one_request()
+        thread.join()
+    finally:
+        listener.close()
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+    _write("http_request", files)
+
+
+# ---- files: the kubelet config the e2e kubelet runs with, a web config ------------------
+
+
+def files() -> None:
+    import bcrypt  # noqa: PLC0415
+    import yaml  # noqa: PLC0415
+
+    from testbed.node import kubelet_config  # noqa: PLC0415
+
+    config = kubelet_config("/etc/kubernetes/pki/ca.crt")
+    _write(
+        "kubelet_config",
+        {
+            "e2e": yaml.safe_dump(config).encode(),
+            "parallel": yaml.safe_dump(dict(config, serializeImagePulls=False, maxParallelImagePulls=5)).encode(),
+        },
+    )
+    hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
+    _write(
+        "web_config",
+        {
+            "tls-auth": (
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+                "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n"
+                "  client_allowed_sans: [prometheus.monitoring.svc]\n  min_version: TLS12\n"
+                "  max_version: TLS13\n  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n"
+                "  prefer_server_cipher_suites: true\nhttp_server_config:\n  http2: false\n"
+                "  headers:\n    Strict-Transport-Security: max-age=31536000\n"
+                f"basic_auth_users:\n  prometheus: {hashed}\n"
+            ).encode(),
+            "users": f"basic_auth_users:\n  prometheus: '{hashed}'\n  other: '{hashed}'\n".encode(),
+        },
+    )
+
+
+# ---- events: the kubelet's Pulled and Failed messages as Event objects ------------------
+
+
+def events() -> None:
+    from tests.imagepull_events.test_failures import REAL  # noqa: PLC0415  (real kubelets' texts)
+
+    pulled = [
+        'Successfully pulled image "nginx:1.25" in 2.035s (2.035s including waiting)',
+        'Successfully pulled image "big:v3" in 29m12.5s (41m0s including waiting). Image size: 17179869184 bytes.',
+        'Successfully pulled image "nginx" in 812ms',
+    ]
+    messages = pulled + [m for m, _, _ in REAL[:8]]
+    files = {}
+    for i, message in enumerate(messages):
+        reason = "Pulled" if message.startswith("Successfully") else "Failed"
+        event = {
+            "kind": "Event",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": f"p{i}.18a1b2c3d4e5f607",
+                "namespace": "default",
+                "uid": "5b0e5c2e-2d1c-4c35-9d43-3a4c1e8f9b10",
+                "resourceVersion": str(1000 + i),
+                "creationTimestamp": "2030-01-01T00:00:00Z",
+            },
+            "involvedObject": {"kind": "Pod", "namespace": "default", "name": f"p{i}", "fieldPath": "spec.containers{c}"},
+            "reason": reason,
+            "message": message,
+            "source": {"component": "kubelet", "host": "node-1"},
+            "firstTimestamp": "2030-01-01T00:00:00Z",
+            "lastTimestamp": "2030-01-01T00:00:00Z",
+            "count": 1 + i % 3,
+            "type": "Normal" if reason == "Pulled" else "Warning",
+        }
+        files[f"{reason.lower()}-{i}"] = json.dumps(event).encode()
+    _write("pull_events", files)
+
+
+CAPTURES = {
+    "netlink": netlink,
+    "containerd": containerd,
+    "etcd": etcd,
+    "http_request": http_request,
+    "files": files,
+    "events": events,
+}
 
 
 def main(names: list[str]) -> int:
