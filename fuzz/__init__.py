@@ -40,7 +40,9 @@ _TOOLS = {"__main__", "capture"}
 def harness_names() -> list[str]:
     names = []
     for info in pkgutil.iter_modules([str(HERE)]):
-        if info.name not in _TOOLS and hasattr(importlib.import_module(f"fuzz.{info.name}"), "check"):
+        if info.name not in _TOOLS and hasattr(
+            importlib.import_module(f"fuzz.{info.name}"), "check"
+        ):
             names.append(info.name)
     return sorted(names)
 
@@ -54,7 +56,9 @@ def piece_sizes(data: bytes) -> tuple[int, ...]:
     """Sizes to cut `data` into for a parser fed in pieces, derived from the data itself:
     the same input cuts the same way in every replay, and a mutation moves the cuts."""
     crc = zlib.crc32(data)
-    sizes = [1 + crc % 61, 1 + (crc >> 8) % 4099]
+    # At most ~128 pieces of a large input: more only cost time, the cuts fall anywhere.
+    least = len(data) // 128
+    sizes = [max(least, 1 + crc % 61), max(least, 1 + (crc >> 8) % 4099)]
     if len(data) <= 2048:
         sizes.append(1)
     return tuple(sizes)

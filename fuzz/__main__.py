@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import subprocess
@@ -57,7 +58,9 @@ def replay(names: list[str]) -> int:
             if problem is None and took > SECONDS_PER_INPUT:
                 problem = f"took {took:.1f}s (over {SECONDS_PER_INPUT}s)"
             if problem is None and peak > PEAK_BYTES_PER_INPUT:
-                problem = f"allocated {peak >> 20} MiB at its peak (over {PEAK_BYTES_PER_INPUT >> 20})"
+                problem = (
+                    f"allocated {peak >> 20} MiB at its peak (over {PEAK_BYTES_PER_INPUT >> 20})"
+                )
             if problem:
                 failed += 1
                 print(f"FAIL {path}: {problem}")
@@ -136,17 +139,23 @@ def _literal_tuple(text: str, name: str) -> list[str]:
 
 
 def coverage(name: str, extra: list[str]) -> int:
-    """Lines of the TARGETS modules run by the corpus (and DIRs), out of their lines."""
+    """Lines of the TARGETS modules the corpus (and DIRs) runs: out of the lines of the
+    functions it enters (how deep it goes in what it reaches), and out of every function
+    of those modules (socket I/O and the like included, which no harness feeds)."""
     harness = importlib.import_module(f"fuzz.{name}")
-    files = {importlib.import_module(m).__file__: set() for m in harness.TARGETS}
+    files = {importlib.import_module(m).__file__ for m in harness.TARGETS}
+    hit, entered = set(), set()
 
     def local(frame, event, _arg):
         if event == "line":
-            files[frame.f_code.co_filename].add(frame.f_lineno)
+            hit.add((frame.f_code.co_filename, frame.f_lineno))
         return local
 
     def tracer(frame, _event, _arg):
-        return local if frame.f_code.co_filename in files else None
+        if frame.f_code.co_filename not in files:
+            return None
+        entered.add(frame.f_code)
+        return local
 
     inputs = corpus_files(name) + [p for d in extra for p in sorted(Path(d).iterdir())]
     sys.settrace(tracer)
@@ -158,24 +167,33 @@ def coverage(name: str, extra: list[str]) -> int:
                 print(f"{path}: {type(exc).__name__}: {exc}"[:200])
     finally:
         sys.settrace(None)
-    total_hit = total = 0
-    for path, hit in files.items():
-        lines = _code_lines(path)
-        hit &= lines
-        total_hit, total = total_hit + len(hit), total + len(lines)
-        print(f"{os.path.relpath(path):55} {len(hit):4}/{len(lines):4} lines")
-    print(f"{name}: {len(inputs)} inputs reach {total_hit}/{total} lines ({100 * total_hit / total:.0f}%)")
+    in_entered = {(c.co_filename, line) for c in entered for line in _lines(c)}
+    every = {(f, line) for f in files for line in _code_lines(f)}
+    for f in sorted(files):
+        mine = {x for x in every if x[0] == f}
+        print(f"{os.path.relpath(f):55} {len(hit & mine):4}/{len(mine):4} lines")
+    print(
+        f"{name}: {len(inputs)} inputs; lines run: {len(hit & in_entered)}/{len(in_entered)} "
+        f"of the {len(entered)} functions entered ({100 * len(hit & in_entered) / len(in_entered):.0f}%), "
+        f"{len(hit & every)}/{len(every)} of the modules' functions"
+    )
     return 0
 
 
+def _lines(code) -> set[int]:
+    return {
+        line for _, _, line in code.co_lines() if line is not None and line != code.co_firstlineno
+    }
+
+
 def _code_lines(path: str) -> set[int]:
-    """Lines holding code run inside functions (not the module's own top level, which
-    runs at import)."""
+    """Lines holding code inside functions (not the module's top level, run at import)."""
     top = compile(Path(path).read_text(), path, "exec")
     lines, stack = set(), [c for c in top.co_consts if hasattr(c, "co_lines")]
     while stack:
         code = stack.pop()
-        lines |= {line for _, _, line in code.co_lines() if line is not None}
+        if code.co_flags & inspect.CO_OPTIMIZED:  # a function, not a class body
+            lines |= _lines(code)
         stack += [c for c in code.co_consts if hasattr(c, "co_lines")]
     return lines
 

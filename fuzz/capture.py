@@ -9,7 +9,6 @@ that once broke an invariant (crash-*) are kept.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -66,13 +65,36 @@ def netlink() -> None:
             + neighbor_adds(4, "ipv6", "stale")
             + neighbor_adds(2, "ipv6", "noarp", start=4)
         )
-        ns.ip("neigh", "add", "192.0.2.6", "lladdr", "02:00:00:00:01:06", "dev", "v0", "nud", "stale", "extern_learn")
+        ns.ip(
+            "neigh",
+            "add",
+            "192.0.2.6",
+            "lladdr",
+            "02:00:00:00:01:06",
+            "dev",
+            "v0",
+            "nud",
+            "stale",
+            "extern_learn",
+        )
         ns.ip("neigh", "add", "192.0.2.7", "dev", "v0", "managed")
         sock = RouteSocket()
 
         def both():
-            dump(sock, neighbor.RTM_GETNEIGH, neighbor._NDMSG.pack(0, 0, 0, 0, 0, 0, 0), neighbor.EntryCounter(), "neigh")
-            dump(sock, neighbor.RTM_GETNEIGHTBL, neighbor._NDTMSG.pack(0, 0, 0), neighbor.TableReader(), "neightbl")
+            dump(
+                sock,
+                neighbor.RTM_GETNEIGH,
+                neighbor._NDMSG.pack(0, 0, 0, 0, 0, 0, 0),
+                neighbor.EntryCounter(),
+                "neigh",
+            )
+            dump(
+                sock,
+                neighbor.RTM_GETNEIGHTBL,
+                neighbor._NDTMSG.pack(0, 0, 0),
+                neighbor.TableReader(),
+                "neightbl",
+            )
             sock.close()
 
         ns.run(both)
@@ -162,7 +184,13 @@ def containerd() -> None:
                 relay = _Relay(f"{work}/r{label}.sock", server.address)
                 for name, (method, request) in calls.items():
                     try:
-                        replies = grpc_h2.call(relay.path, method, request, 10, ((cd.NAMESPACE_HEADER, server.namespace),))
+                        replies = grpc_h2.call(
+                            relay.path,
+                            method,
+                            request,
+                            10,
+                            ((cd.NAMESPACE_HEADER, server.namespace),),
+                        )
                     except grpc_h2.GrpcError as exc:
                         print(f"containerd {label} {name}: {exc}")
                         replies = []
@@ -214,14 +242,24 @@ def etcd() -> None:
             server = EtcdServer(f"{work}/{version}", version=version, quota_bytes=16 << 20).start()
             try:
                 session = server.session()
-                put_many(session, server.client_url, [(f"/registry/pods/ns/p{i}".encode(), b"x" * 100) for i in range(20)])
+                put_many(
+                    session,
+                    server.client_url,
+                    [(f"/registry/pods/ns/p{i}".encode(), b"x" * 100) for i in range(20)],
+                )
                 big = "A" * (512 << 10)
                 for _ in range(60):  # over the quota: etcd raises its NOSPACE alarm
-                    reply = session.post(f"{server.client_url}/v3/kv/put", json={"key": encode_key(b"big"), "value": big}, timeout=10)
+                    reply = session.post(
+                        f"{server.client_url}/v3/kv/put",
+                        json={"key": encode_key(b"big"), "value": big},
+                        timeout=10,
+                    )
                     if "space exceeded" in reply.text:
                         break
                 for name, (path, body) in asks.items():
-                    answers[f"{name}-{version}"] = session.post(server.client_url + path, json=body, timeout=10).content
+                    answers[f"{name}-{version}"] = session.post(
+                        server.client_url + path, json=body, timeout=10
+                    ).content
                 text = session.get(server.client_url + "/metrics", timeout=10).content
                 pages[f"metrics-{version}"] = _kept_lines(text, page.WANTED_WITHOUT_STATUS)
             finally:
@@ -240,8 +278,16 @@ def _kept_lines(text: bytes, wanted: tuple[bytes, ...]) -> bytes:
     names = {w.split(b"{")[0].split(b" ")[0] for w in wanted}
     kept, others = [], 0
     for line in text.split(b"\n"):
-        family = line.split(b" ")[2] if line.startswith(b"# ") and line.count(b" ") >= 2 else line.split(b"{")[0].split(b" ")[0]
-        if family == page.HANDLED.encode() and b"etcdserverpb.KV" not in line and b"etcdserverpb.Lease" not in line:
+        family = (
+            line.split(b" ")[2]
+            if line.startswith(b"# ") and line.count(b" ") >= 2
+            else line.split(b"{")[0].split(b" ")[0]
+        )
+        if (
+            family == page.HANDLED.encode()
+            and b"etcdserverpb.KV" not in line
+            and b"etcdserverpb.Lease" not in line
+        ):
             continue  # ~700 lines, one per method and code: those the parser sums are kept
         if any(family.startswith(n.removesuffix(b"_bucket")) for n in names):
             kept.append(line)
@@ -271,12 +317,17 @@ def http_request() -> None:
             data = b""
             while b"\r\n\r\n" not in data:
                 data += conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nx 1\n")
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nx 1\n"
+            )
             return data
 
     work = Path(tempfile.mkdtemp(prefix="fz-", dir="/tmp"))
     try:
-        for label, binary in (("prometheus-2.42", "prometheus"), ("prometheus-3.5", PROMETHEUS_SID)):
+        for label, binary in (
+            ("prometheus-2.42", "prometheus"),
+            ("prometheus-3.5", PROMETHEUS_SID),
+        ):
             config = {
                 "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
                 "scrape_configs": [
@@ -293,12 +344,21 @@ def http_request() -> None:
                 for i in range(2):  # one scrape of each job
                     files[f"{label}-{i}"] = one_request()
         curl = subprocess.Popen(
-            ["curl", "-s", "--compressed", "-H", "Connection: close", f"http://127.0.0.1:{port}/metrics"],
+            [
+                "curl",
+                "-s",
+                "--compressed",
+                "-H",
+                "Connection: close",
+                f"http://127.0.0.1:{port}/metrics",
+            ],
             stdout=subprocess.DEVNULL,
         )
         files["curl"] = one_request()
         curl.wait(10)
-        thread = threading.Thread(target=lambda: requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10))
+        thread = threading.Thread(
+            target=lambda: requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10)
+        )
         thread.start()
         files["requests"] = one_request()
         thread.join()
@@ -322,7 +382,9 @@ def files() -> None:
         "kubelet_config",
         {
             "e2e": yaml.safe_dump(config).encode(),
-            "parallel": yaml.safe_dump(dict(config, serializeImagePulls=False, maxParallelImagePulls=5)).encode(),
+            "parallel": yaml.safe_dump(
+                dict(config, serializeImagePulls=False, maxParallelImagePulls=5)
+            ).encode(),
         },
     )
     hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
@@ -343,51 +405,157 @@ def files() -> None:
     )
 
 
-# ---- events: the kubelet's Pulled and Failed messages as Event objects ------------------
+# ---- Kubernetes: list pages and watch streams of a real API server; Events as it writes them
 
 
-def events() -> None:
+def kube() -> None:
+    from testbed.kube_apiserver import KubeApiServer, etcd_compact, pod_manifest  # noqa: PLC0415
+    from testbed.etcd_server import EtcdServer  # noqa: PLC0415
     from tests.imagepull_events.test_failures import REAL  # noqa: PLC0415  (real kubelets' texts)
 
-    pulled = [
-        'Successfully pulled image "nginx:1.25" in 2.035s (2.035s including waiting)',
-        'Successfully pulled image "big:v3" in 29m12.5s (41m0s including waiting). Image size: 17179869184 bytes.',
-        'Successfully pulled image "nginx" in 812ms',
-    ]
-    messages = pulled + [m for m, _, _ in REAL[:8]]
-    files = {}
-    for i, message in enumerate(messages):
-        reason = "Pulled" if message.startswith("Successfully") else "Failed"
-        event = {
-            "kind": "Event",
-            "apiVersion": "v1",
-            "metadata": {
-                "name": f"p{i}.18a1b2c3d4e5f607",
-                "namespace": "default",
-                "uid": "5b0e5c2e-2d1c-4c35-9d43-3a4c1e8f9b10",
-                "resourceVersion": str(1000 + i),
-                "creationTimestamp": "2030-01-01T00:00:00Z",
-            },
-            "involvedObject": {"kind": "Pod", "namespace": "default", "name": f"p{i}", "fieldPath": "spec.containers{c}"},
-            "reason": reason,
-            "message": message,
-            "source": {"component": "kubelet", "host": "node-1"},
-            "firstTimestamp": "2030-01-01T00:00:00Z",
-            "lastTimestamp": "2030-01-01T00:00:00Z",
-            "count": 1 + i % 3,
-            "type": "Normal" if reason == "Pulled" else "Warning",
+    class Apiserver(KubeApiServer):
+        def argv(self):
+            # Kubernetes 1.24 removed --insecure-port (the secure port alone is served).
+            argv = super().argv()
+            at = argv.index("--insecure-port") if "--insecure-port" in argv else None
+            return argv if at is None else argv[:at] + argv[at + 2 :]
+
+    pages, watches, events = {}, {}, {}
+    work = tempfile.mkdtemp(prefix="fz-", dir="/tmp")
+    etcd = EtcdServer(f"{work}/etcd").start()
+    api = Apiserver(f"{work}/apiserver", etcd.client_url)
+    try:
+        api.start()
+        admin = api.admin
+
+        def raw(path, **params):
+            reply = admin.session.get(
+                api.server + path,
+                params=params,
+                headers={"Authorization": f"Bearer {admin.token}"},
+                verify=admin.ca,
+                timeout=30,
+            )
+            return reply.content
+
+        admin.create("/api/v1/namespaces", {"metadata": {"name": "fz"}})
+        annotations = {
+            "note": 'é 😀 " \\ \u2028 {[ ]} \\"',
+            "quoted": 'say "{" or "[["',
+            "long": "x" * 4000,
         }
-        files[f"{reason.lower()}-{i}"] = json.dumps(event).encode()
-    _write("pull_events", files)
+        for i in range(6):
+            pod = pod_manifest(
+                f"p{i}",
+                node="n1" if i % 2 else "n2",
+                labels={"app": "a", "i": str(i)},
+                requests={"cpu": "100m", "memory": "64Mi"},
+            )
+            if i < 2:
+                pod["metadata"]["annotations"] = annotations
+            admin.create("/api/v1/namespaces/fz/pods", pod)
+        admin.create(
+            "/api/v1/nodes",
+            {"metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}}},
+        )
+        first = json.loads(raw("/api/v1/namespaces/fz/pods", limit="4"))
+        pages["pods-page-1"] = raw("/api/v1/namespaces/fz/pods", limit="4")
+        pages["pods-page-2"] = raw(
+            "/api/v1/namespaces/fz/pods", limit="4", **{"continue": first["metadata"]["continue"]}
+        )
+        pages["pods-node-cache"] = raw(
+            "/api/v1/pods", resourceVersion="0", fieldSelector="spec.nodeName=n1"
+        )
+        pages["pods-empty"] = raw("/api/v1/namespaces/default/pods", limit="500")
+        pages["nodes"] = raw("/api/v1/nodes", limit="500")
+        pages["priorityclasses"] = raw("/apis/scheduling.k8s.io/v1/priorityclasses", limit="500")
+        pages["not-found"] = raw("/api/v1/namespaces/fz/pods/nothing")
+        for i, (message, _, _) in enumerate(REAL[:6]):
+            event = {
+                "metadata": {"name": f"failed-{i}", "namespace": "fz"},
+                "involvedObject": {"kind": "Pod", "namespace": "fz", "name": f"p{i}"},
+                "reason": "Failed",
+                "message": message,
+                "type": "Warning",
+                "count": 1 + i % 3,
+                "source": {"component": "kubelet", "host": "n1"},
+                "firstTimestamp": "2030-01-01T00:00:00Z",
+                "lastTimestamp": "2030-01-01T00:00:00Z",
+            }
+            admin.create("/api/v1/namespaces/fz/events", event)
+        for i, message in enumerate(
+            [
+                'Successfully pulled image "nginx:1.25" in 2.035s (2.035s including waiting)',
+                'Successfully pulled image "big:v3" in 29m12.5s (41m0s including waiting). Image size: 17179869184 bytes.',
+            ]
+        ):
+            admin.create(
+                "/api/v1/namespaces/fz/events",
+                {
+                    "metadata": {"name": f"pulled-{i}", "namespace": "fz"},
+                    "involvedObject": {"kind": "Pod", "namespace": "fz", "name": "p0"},
+                    "reason": "Pulled",
+                    "message": message,
+                    "type": "Normal",
+                    "count": 1,
+                    "source": {"component": "kubelet", "host": "n2"},
+                },
+            )
+        listed = raw("/api/v1/namespaces/fz/events", limit="500")
+        pages["events"] = listed
+        for item in json.loads(listed)["items"]:
+            events[item["metadata"]["name"]] = json.dumps(item, separators=(",", ":")).encode()
+        rv = first["metadata"]["resourceVersion"]
+
+        def writes():
+            time.sleep(0.5)
+            admin.merge_patch(
+                "/api/v1/namespaces/fz/pods/p0", {"metadata": {"labels": {"changed": "yes"}}}
+            )
+            admin.merge_patch(
+                "/api/v1/namespaces/fz/pods/p1/status", {"status": {"phase": "Running"}}
+            )
+            admin.delete("/api/v1/namespaces/fz/pods/p2")
+            admin.create("/api/v1/namespaces/fz/pods", pod_manifest("p9", node="n1"))
+
+        thread = threading.Thread(target=writes)
+        thread.start()
+        watches["pods"] = raw(
+            "/api/v1/namespaces/fz/pods",
+            watch="1",
+            resourceVersion=rv,
+            allowWatchBookmarks="true",
+            timeoutSeconds="4",
+        )
+        thread.join()
+        watches["pods-node"] = raw(
+            "/api/v1/pods",
+            watch="1",
+            resourceVersion=rv,
+            fieldSelector="spec.nodeName=n1",
+            allowWatchBookmarks="true",
+            timeoutSeconds="2",
+        )
+        etcd_compact(etcd.client_url)
+        watches["too-old"] = raw(
+            "/api/v1/namespaces/fz/pods", watch="1", resourceVersion="2", timeoutSeconds="2"
+        )
+    finally:
+        api.stop()
+        etcd.stop()
+        subprocess.run(["rm", "-rf", work], check=False)
+    _write("kube_list", pages)
+    _write("kube_watch", watches)
+    _write("pull_events", events)
 
 
 CAPTURES = {
+    "kube": kube,
     "netlink": netlink,
     "containerd": containerd,
     "etcd": etcd,
     "http_request": http_request,
     "files": files,
-    "events": events,
 }
 
 

@@ -48,7 +48,9 @@ def check(data: bytes) -> None:
 
 def _valid(got: config.PullSettings, version, path: str) -> None:
     if not isinstance(got.max_concurrent_downloads, int) or got.max_concurrent_downloads < 0:
-        raise InvariantBroken(f"{version}: max_concurrent_downloads {got.max_concurrent_downloads!r}")
+        raise InvariantBroken(
+            f"{version}: max_concurrent_downloads {got.max_concurrent_downloads!r}"
+        )
     timeout = got.progress_timeout
     if timeout is None:
         if version is not None:

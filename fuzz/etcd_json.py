@@ -67,13 +67,23 @@ def _valid(got) -> None:
     elif isinstance(got, list):
         for item in got:
             _id(item.member_id if hasattr(item, "member_id") else item.id)
-            for text in (getattr(item, "name", ""), getattr(item, "alarm", ""), *getattr(item, "client_urls", ())):
+            for text in (
+                getattr(item, "name", ""),
+                getattr(item, "alarm", ""),
+                *getattr(item, "client_urls", ()),
+            ):
                 if not isinstance(text, str) or len(text) > 256:
                     raise InvariantBroken(f"text {text!r:.60}")
     else:
         _id(got.member_id)
         _id(got.leader_id)
-        for n in (got.db_size, got.db_size_in_use, got.db_size_quota, got.raft_term, got.raft_applied_index):
+        for n in (
+            got.db_size,
+            got.db_size_in_use,
+            got.db_size_quota,
+            got.raft_term,
+            got.raft_applied_index,
+        ):
             _uint(n)
         if len(got.version) > 256:
             raise InvariantBroken("version text unbounded")

@@ -39,7 +39,16 @@ def check(data: bytes) -> None:
         found = page.parse(lines)
     except page.MetricsError:
         return
-    for name in ("sent_bytes", "range_requests", "quota_bytes", "writes_refused", "db_size", "db_size_in_use", "is_leader", "applied_index"):
+    for name in (
+        "sent_bytes",
+        "range_requests",
+        "quota_bytes",
+        "writes_refused",
+        "db_size",
+        "db_size_in_use",
+        "is_leader",
+        "applied_index",
+    ):
         value = getattr(found, name)
         if value is not None and not (math.isfinite(value) and 0 <= value):
             raise InvariantBroken(f"{name} = {value}")
@@ -47,7 +56,9 @@ def check(data: bytes) -> None:
         if hist is None:
             continue
         counts = hist.counts
-        if len(counts) != len(page.BUCKETS) + 1 or any(a > b for a, b in zip(counts, counts[1:])):
+        if len(counts) != len(page.BUCKETS) + 1 or any(
+            a > b for a, b in zip(counts, counts[1:], strict=False)
+        ):
             raise InvariantBroken(f"histogram {counts}")
         for bound in page.BUCKETS:
             share = hist.share_above(bound)

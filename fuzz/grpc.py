@@ -88,4 +88,6 @@ def _length_values(message):
     try:
         return [v for n, v in wire.iter_fields(message) if n == 1 and not isinstance(v, int)]
     except wire.WireError:
-        raise InvariantBroken("streamed without error, a message kept whole does not decode") from None
+        raise InvariantBroken(
+            "streamed without error, a message kept whole does not decode"
+        ) from None

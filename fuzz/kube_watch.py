@@ -15,7 +15,11 @@ from kube_scale_exporter.kube.informer import Informer
 from kube_scale_exporter.kube.listing import object_key
 from kube_scale_exporter.kube.resource import PODS
 
-TARGETS = ("kube_scale_exporter.kube.client", "kube_scale_exporter.kube.informer", "kube_scale_exporter.kube.listing")
+TARGETS = (
+    "kube_scale_exporter.kube.client",
+    "kube_scale_exporter.kube.informer",
+    "kube_scale_exporter.kube.listing",
+)
 
 
 def check(data: bytes) -> None:
@@ -33,6 +37,6 @@ def check(data: bytes) -> None:
         for key, obj in informer._items.items():
             if key != object_key(obj):
                 raise InvariantBroken(f"{obj!r:.100} cached under {key!r:.100}")
-        rv = informer.resource_version()
+        rv = informer.resource_version
         if rv is not None and repr(rv) not in seen:
             raise InvariantBroken(f"resourceVersion {rv!r:.100} came from no event")

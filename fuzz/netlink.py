@@ -82,11 +82,15 @@ def _reference(data: bytes):
                 if data[start - 4 : start] == neighbor._FLAGS_EXT_ATTR:
                     if stop > offset + length:
                         return None
-                    managed = bool(struct.unpack_from("=I", data, start)[0] & neighbor.NTF_EXT_MANAGED)
+                    managed = bool(
+                        struct.unpack_from("=I", data, start)[0] & neighbor.NTF_EXT_MANAGED
+                    )
                     break
             name = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}.get(family)
             if name is not None:
-                exempt = state & neighbor.NUD_PERMANENT or flags & neighbor.NTF_EXT_LEARNED or managed
+                exempt = (
+                    state & neighbor.NUD_PERMANENT or flags & neighbor.NTF_EXT_LEARNED or managed
+                )
                 counts[name][0] += 1
                 counts[name][1] += 0 if exempt else 1
         offset += (length + 3) & ~3

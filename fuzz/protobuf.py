@@ -24,7 +24,9 @@ def check(data: bytes) -> None:
         whole = list(wire.iter_fields(memoryview(data)))
     except wire.WireError:
         whole = None
-    expected = None if whole is None else [bytes(v) for n, v in whole if n == 1 and not isinstance(v, int)]
+    expected = (
+        None if whole is None else [bytes(v) for n, v in whole if n == 1 and not isinstance(v, int)]
+    )
     for size in piece_sizes(data):
         _streamed(data, size, expected)
     for item in expected or ():

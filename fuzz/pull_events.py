@@ -17,7 +17,11 @@ import math
 
 from fuzz import InvariantBroken
 from kube_scale_exporter import pullfailures
-from kube_scale_exporter.collectors.imagepull_events import PulledEvents, event_summary, parse_pulled
+from kube_scale_exporter.collectors.imagepull_events import (
+    PulledEvents,
+    event_summary,
+    parse_pulled,
+)
 from kube_scale_exporter.durations import go_duration
 from kube_scale_exporter.labels import sanitize
 
