@@ -33,6 +33,9 @@ import urllib3
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"
+# Where harnesses write the files and sockets an input becomes: tmpfs, as a write to
+# disk costs more than the parse (a fixed path: seeds name files under it).
+SCRATCH = "/dev/shm/kse-fuzz"
 # Modules here that are not harnesses.
 _TOOLS = {"__main__", "capture"}
 

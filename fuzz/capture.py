@@ -9,6 +9,7 @@ that once broke an invariant (crash-*) are kept.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -161,6 +162,9 @@ def containerd() -> None:
     # an input's files to FILES, so the import's absolute path holds in replay too).
     drop_in = b'[plugins."io.containerd.grpc.v1.cri"]\n  max_concurrent_downloads = 8\n'
     imports = [f"{FILES}/conf.d/*.toml"]
+    subprocess.run(["rm", "-rf", FILES], check=False)  # what a harness left there
+    os.makedirs(f"{FILES}/conf.d")
+    Path(f"{FILES}/conf.d/01.toml").write_bytes(drop_in)
     calls = {
         "statuses": (cd.LIST_STATUSES, b""),
         "images": (cd.LIST_IMAGES, b""),

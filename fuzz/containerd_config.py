@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 
-from fuzz import InvariantBroken
+from fuzz import SCRATCH, InvariantBroken
 from kube_scale_exporter.containerd import config
 
 TARGETS = ("kube_scale_exporter.containerd.config", "kube_scale_exporter.durations")
 INSTRUMENT = ("tomllib",)
-FILES = "/tmp/kse-fuzz/containerd"
+FILES = f"{SCRATCH}/containerd"
 VERSIONS = (None, (1, 6), (1, 7), (2, 1))
 
 
@@ -30,11 +29,13 @@ def join(files: list[bytes]) -> bytes:
 
 def check(data: bytes) -> None:
     main, *drop_ins = data.split(b"\0")[: config.MAX_FILES + 2]
-    shutil.rmtree(FILES, ignore_errors=True)
-    os.makedirs(f"{FILES}/conf.d")
+    os.makedirs(f"{FILES}/conf.d", exist_ok=True)
     path = f"{FILES}/config.toml"
     with open(path, "wb") as f:
         f.write(main)
+    names = {f"{i:02}.toml" for i in range(1, len(drop_ins) + 1)}
+    for old in set(os.listdir(f"{FILES}/conf.d")) - names:
+        os.unlink(f"{FILES}/conf.d/{old}")
     for i, text in enumerate(drop_ins, 1):
         with open(f"{FILES}/conf.d/{i:02}.toml", "wb") as f:
             f.write(text)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 
-from fuzz import InvariantBroken
+from fuzz import SCRATCH, InvariantBroken
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletConfigFile
 
 TARGETS = ("kube_scale_exporter.collectors.imagepull.kubelet",)
 INSTRUMENT = ("yaml",)
-PATH = "/tmp/kse-fuzz/kubelet/config.yaml"
+PATH = f"{SCRATCH}/kubelet/config.yaml"
 GOOD = b"serializeImagePulls: false\nmaxParallelImagePulls: 5\n"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from fuzz import InvariantBroken
+from fuzz import SCRATCH, InvariantBroken
 from kube_scale_exporter.web.config import WebConfigError, load
 
 TARGETS = (
@@ -20,7 +20,7 @@ TARGETS = (
     "kube_scale_exporter.web.tlsconfig",
 )
 INSTRUMENT = ("yaml",)
-DIR = "/tmp/kse-fuzz/web"
+DIR = f"{SCRATCH}/web"
 PATH = f"{DIR}/web.yml"
 
 
