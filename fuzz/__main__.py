@@ -1,6 +1,7 @@
 """python -m fuzz replay [NAME...]            every corpus input once, plain Python (CI)
 python -m fuzz run [NAME...] [--seconds S]  atheris, S seconds a harness (FUZZ_SECONDS)
 python -m fuzz coverage NAME [DIR...]       lines of the harness' TARGETS its corpus reaches
+python -m fuzz report [NAME...]             the last runs and their coverage, as markdown
 
 `run` starts one process per harness, one at a time; each keeps the inputs it finds in
 .cache/fuzz/NAME/ (the committed seeds are read, never written) and an input that broke
@@ -124,6 +125,9 @@ def fuzz_one(name: str, seconds: int) -> None:
         f"-timeout={SECONDS_PER_INPUT}",
         f"-rss_limit_mb={RSS_LIMIT_MB}",
         f"-max_len={max_len}",
+        # The length limit grows 10x faster than libFuzzer's default (100): depth and
+        # size bugs (nesting past the recursion limit, caps) need inputs of 1-4 KiB.
+        "-len_control=10",
         f"-artifact_prefix={crashes}/",
         "-print_final_stats=1",
     ]
@@ -138,9 +142,9 @@ def _literal_tuple(text: str, name: str) -> list[str]:
     return re.findall(r'"([^"]+)"', match.group(1)) if match else []
 
 
-def coverage(name: str, extra: list[str]) -> int:
-    """Lines of the TARGETS modules the corpus (and DIRs) runs: out of the lines of the
-    functions it enters (how deep it goes in what it reaches), and out of every function
+def _reached(name: str, dirs: list[Path], quiet: bool = False) -> dict:
+    """Lines of the TARGETS modules that the corpus and DIRs run: out of the lines of the
+    functions they enter (how deep they go in what they reach), and out of every function
     of those modules (socket I/O and the like included, which no harness feeds)."""
     harness = importlib.import_module(f"fuzz.{name}")
     files = {importlib.import_module(m).__file__ for m in harness.TARGETS}
@@ -157,27 +161,73 @@ def coverage(name: str, extra: list[str]) -> int:
         entered.add(frame.f_code)
         return local
 
-    inputs = corpus_files(name) + [p for d in extra for p in sorted(Path(d).iterdir())]
+    inputs = corpus_files(name) + [p for d in dirs if d.is_dir() for p in sorted(d.iterdir())]
     sys.settrace(tracer)
     try:
         for path in inputs:
             try:
                 harness.check(path.read_bytes())
             except Exception as exc:  # noqa: BLE001  (reported, the count goes on)
-                print(f"{path}: {type(exc).__name__}: {exc}"[:200])
+                if not quiet:
+                    print(f"{path}: {type(exc).__name__}: {exc}"[:200])
     finally:
         sys.settrace(None)
     in_entered = {(c.co_filename, line) for c in entered for line in _lines(c)}
     every = {(f, line) for f in files for line in _code_lines(f)}
-    for f in sorted(files):
-        mine = {x for x in every if x[0] == f}
-        print(f"{os.path.relpath(f):55} {len(hit & mine):4}/{len(mine):4} lines")
+    return {
+        "inputs": len(inputs),
+        "functions": len(entered),
+        "entered": (len(hit & in_entered), len(in_entered)),
+        "modules": (len(hit & every), len(every)),
+        "files": {
+            f: (len(hit & {x for x in every if x[0] == f}), sum(x[0] == f for x in every))
+            for f in sorted(files)
+        },
+    }
+
+
+def coverage(name: str, dirs: list[str]) -> int:
+    got = _reached(name, [Path(d) for d in dirs])
+    for path, (hit, total) in got["files"].items():
+        print(f"{os.path.relpath(path):55} {hit:4}/{total:4} lines")
+    (hit, total), (all_hit, every) = got["entered"], got["modules"]
     print(
-        f"{name}: {len(inputs)} inputs; lines run: {len(hit & in_entered)}/{len(in_entered)} "
-        f"of the {len(entered)} functions entered ({100 * len(hit & in_entered) / len(in_entered):.0f}%), "
-        f"{len(hit & every)}/{len(every)} of the modules' functions"
+        f"{name}: {got['inputs']} inputs run {hit}/{total} lines of the {got['functions']} "
+        f"functions they enter ({100 * hit / total:.0f}%), {all_hit}/{every} of the modules' functions"
     )
     return 0
+
+
+def report(names: list[str]) -> int:
+    """A markdown table of the last `run` of each harness (its log in WORK) and the lines
+    its corpus and everything that run found reach."""
+    print(
+        "| harness | seeds | seconds | runs | runs/s | cov | ft | inputs found | lines reached (functions entered) | lines of the modules | result |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
+    for name in names:
+        log = WORK / f"{name}.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        progress, runs = _PROGRESS.findall(text), _RUNS.findall(text)
+        done = re.search(r"Done (\d+) runs in (\d+) second", text)
+        cov, ft, _ = progress[-1] if progress else ("?",) * 3
+        found = len(list((WORK / name).iterdir())) if (WORK / name).is_dir() else 0
+        seconds = done.group(2) if done else "?"
+        rate = f"{int(runs[-1]) / int(seconds):.0f}" if runs and done else "?"
+        got = _reached(name, [WORK / name], quiet=True)
+        (hit, total), (all_hit, every) = got["entered"], got["modules"]
+        result = "ok" if done else ("broken: " + (_first_error(text) or "see the log"))
+        print(
+            f"| {name} | {len(corpus_files(name))} | {seconds} | {runs[-1] if runs else '?'} | {rate} "
+            f"| {cov} | {ft} | {found} | {hit}/{total} ({100 * hit / total:.0f}%) of {got['functions']} "
+            f"| {all_hit}/{every} | {result} |"
+        )
+    return 0
+
+
+def _first_error(text: str) -> str | None:
+    match = re.search(r"=== Uncaught Python exception: ===\n([^\n]*)", text)
+    return match.group(1)[:80] if match else None
 
 
 def _lines(code) -> set[int]:
@@ -211,6 +261,8 @@ def main(argv: list[str]) -> int:
     p = sub.add_parser("coverage")
     p.add_argument("name")
     p.add_argument("dirs", nargs="*")
+    p = sub.add_parser("report")
+    p.add_argument("names", nargs="*")
     p = sub.add_parser("_atheris")
     p.add_argument("name")
     p.add_argument("seconds", type=int)
@@ -225,6 +277,8 @@ def main(argv: list[str]) -> int:
     if unknown:
         parser.error(f"no harness {', '.join(unknown)} (known: {', '.join(known)})")
     names = args.names or known
+    if args.command == "report":
+        return report(names)
     return replay(names) if args.command == "replay" else run(names, args.seconds)
 
 

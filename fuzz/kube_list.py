@@ -1,9 +1,11 @@
 """A Kubernetes list page through kube/listing.py's decode(), item by item as it streams
-(kube/jsonstream.py), in pieces of several sizes.
+(kube/jsonstream.py), in pieces of several sizes; and the same bytes as the body of an
+error answer (kube/client.py's _error, which reads a Status out of it).
 
 Documented errors: ValueError for a reply that is not a list object, ReplyTooLarge past
-a cap. Invariant: the items and metadata are what json.loads makes of the same bytes
-(read as UTF-8), in pieces of any size, and decode() refuses what json.loads refuses.
+a cap; an error body of any kind makes an ApiError. Invariant: the items and metadata
+are what json.loads makes of the same bytes (read as UTF-8), in pieces of any size, and
+decode() refuses what json.loads refuses.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 
 from fuzz import InvariantBroken, piece_sizes, pieces
 from kube_scale_exporter.kube import jsonstream, listing
-from kube_scale_exporter.kube.client import ReplyTooLarge
+from kube_scale_exporter.kube.client import ApiError, ReplyTooLarge, _error
 
 TARGETS = ("kube_scale_exporter.kube.listing", "kube_scale_exporter.kube.jsonstream")
 CAP = (500, "limit=500 was asked")
@@ -27,6 +29,10 @@ class _Pairs(list):
 
 
 def check(data: bytes) -> None:
+    for status in (410, 500):
+        error = _error(status, data.decode("utf-8", "replace"), "1")
+        if not isinstance(error, ApiError) or error.status != status:
+            raise InvariantBroken(f"HTTP {status} read as {error!r:.100}")
     try:
         expected = _reference(data)
     except _Refused:
