@@ -76,16 +76,17 @@ def _reference(data: bytes):
                 return None
             family, _, _, _, state, flags, _ = _NDMSG.unpack_from(data, payload)
             managed = False
-            for _, start, stop in route.attributes(data, payload + _NDMSG.size, offset + length):
+            for attr, start, stop in route.attributes(data, payload + _NDMSG.size, offset + length):
+                if attr != neighbor.NDA_FLAGS_EXT:
+                    continue
+                if stop - start < 4:
+                    break  # no value: it cannot say the entry is managed
                 # The kernel puts NDA_FLAGS_EXT as a plain u32: 8 bytes, no flag bits in
-                # its type (the counter's byte search relies on it).
-                if data[start - 4 : start] == neighbor._FLAGS_EXT_ATTR:
-                    if stop > offset + length:
-                        return None
-                    managed = bool(
-                        struct.unpack_from("=I", data, start)[0] & neighbor.NTF_EXT_MANAGED
-                    )
-                    break
+                # its type. The counter's byte search relies on it: another is not compared.
+                if data[start - 4 : start] != neighbor._FLAGS_EXT_ATTR or stop > offset + length:
+                    return None
+                managed = bool(struct.unpack_from("=I", data, start)[0] & neighbor.NTF_EXT_MANAGED)
+                break
             name = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}.get(family)
             if name is not None:
                 exempt = (
