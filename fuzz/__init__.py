@@ -4,6 +4,7 @@ Each harness is a module here holding
 
     TARGETS = ("kube_scale_exporter.x.y", ...)  # the parser's modules: coverage is theirs
     INSTRUMENT = ("h2", ...)                    # optional: libraries instrumented too
+    def prepare() -> None: ...                  # optional: set-up once a process, untimed
     def check(data: bytes) -> None: ...         # the parser run on `data`, invariants checked
 
 `check` swallows only the exceptions the parser documents for bad input and raises on

@@ -42,7 +42,7 @@ _RUNS = re.compile(r"^stat::number_of_executed_units: (\d+)", re.M)
 def replay(names: list[str]) -> int:
     passed = failed = 0
     for name in names:
-        harness = importlib.import_module(f"fuzz.{name}")
+        harness = _prepared(name)
         slowest, peak_most, count = 0.0, 0, 0
         for path in corpus_files(name):
             data = path.read_bytes()
@@ -74,6 +74,15 @@ def replay(names: list[str]) -> int:
         )
     print(f"fuzz-replay: {passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
+
+
+def _prepared(name: str):
+    """The harness module, its optional prepare() run (set-up no input should be timed
+    with: certificates, a server)."""
+    harness = importlib.import_module(f"fuzz.{name}")
+    if hasattr(harness, "prepare"):
+        harness.prepare()
+    return harness
 
 
 def run(names: list[str], seconds: int) -> int:
@@ -111,7 +120,7 @@ def fuzz_one(name: str, seconds: int) -> None:
     text = Path(spec.origin).read_text()
     instrumented = ["kube_scale_exporter", *_literal_tuple(text, "INSTRUMENT")]
     with atheris.instrument_imports(include=instrumented):
-        harness = importlib.import_module(module)
+        harness = _prepared(name)
     work, crashes = WORK / name, WORK / "crashes" / name
     work.mkdir(parents=True, exist_ok=True)
     crashes.mkdir(parents=True, exist_ok=True)
@@ -146,7 +155,7 @@ def _reached(name: str, dirs: list[Path], quiet: bool = False) -> dict:
     """Lines of the TARGETS modules that the corpus and DIRs run: out of the lines of the
     functions they enter (how deep they go in what they reach), and out of every function
     of those modules (socket I/O and the like included, which no harness feeds)."""
-    harness = importlib.import_module(f"fuzz.{name}")
+    harness = _prepared(name)
     files = {importlib.import_module(m).__file__ for m in harness.TARGETS}
     hit, entered = set(), set()
 

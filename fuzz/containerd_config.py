@@ -2,11 +2,14 @@
 containerd version reads them.
 
 An input is the main file, then the drop-ins FILES/conf.d/01.toml, 02.toml, ... in order,
-separated by NUL bytes; the harness writes them to FILES (a fixed path, so a seed's
-absolute import holds in every replay) and reads them as containerd 1.6, 1.7, 2.1 and an
-unknown version would. Documented error: ConfigError. Invariants: the settings are a
-count >= 0, a finite timeout >= 0 (None only for an unknown 1.x), the files read start
-with the main file and are no more than MAX_FILES.
+separated by NUL bytes. The harness writes them to a directory of its own process, FILES
+in the input read as that directory (so a seed's absolute import holds in every replay,
+and a replay beside a fuzzing run does not share its files), and reads them as
+containerd 1.6, 1.7, 2.1 and an unknown version would.
+
+Documented error: ConfigError. Invariants: the settings are a count >= 0, a finite
+timeout >= 0 (None only for an unknown 1.x), the files read start with the main file and
+are no more than MAX_FILES.
 """
 
 from __future__ import annotations
@@ -28,16 +31,19 @@ def join(files: list[bytes]) -> bytes:
 
 
 def check(data: bytes) -> None:
-    main, *drop_ins = data.split(b"\0")[: config.MAX_FILES + 2]
-    os.makedirs(f"{FILES}/conf.d", exist_ok=True)
-    path = f"{FILES}/config.toml"
+    own = f"{FILES}-{os.getpid()}"
+    main, *drop_ins = data.replace(FILES.encode(), own.encode()).split(b"\0")[
+        : config.MAX_FILES + 2
+    ]
+    os.makedirs(f"{own}/conf.d", exist_ok=True)
+    path = f"{own}/config.toml"
     with open(path, "wb") as f:
         f.write(main)
     names = {f"{i:02}.toml" for i in range(1, len(drop_ins) + 1)}
-    for old in set(os.listdir(f"{FILES}/conf.d")) - names:
-        os.unlink(f"{FILES}/conf.d/{old}")
+    for old in set(os.listdir(f"{own}/conf.d")) - names:
+        os.unlink(f"{own}/conf.d/{old}")
     for i, text in enumerate(drop_ins, 1):
-        with open(f"{FILES}/conf.d/{i:02}.toml", "wb") as f:
+        with open(f"{own}/conf.d/{i:02}.toml", "wb") as f:
             f.write(text)
     for version in VERSIONS:
         try:

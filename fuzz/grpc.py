@@ -55,10 +55,13 @@ class _Server:
 _server: _Server | None = None
 
 
-def check(data: bytes) -> None:
+def prepare() -> None:
     global _server
     if _server is None:
         _server = _Server()
+
+
+def check(data: bytes) -> None:
     _server.reply = data
     try:
         kept = grpc_h2.call(_server.path, METHOD, b"", TIMEOUT, max_bytes=MAX_BYTES)

@@ -15,7 +15,7 @@ from kube_scale_exporter.collectors.imagepull.kubelet import KubeletConfigFile
 
 TARGETS = ("kube_scale_exporter.collectors.imagepull.kubelet",)
 INSTRUMENT = ("yaml",)
-PATH = f"{SCRATCH}/kubelet/config.yaml"
+PATH = f"{SCRATCH}/kubelet-{os.getpid()}/config.yaml"
 GOOD = b"serializeImagePulls: false\nmaxParallelImagePulls: 5\n"
 
 

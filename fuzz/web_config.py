@@ -20,13 +20,19 @@ TARGETS = (
     "kube_scale_exporter.web.tlsconfig",
 )
 INSTRUMENT = ("yaml",)
-DIR = f"{SCRATCH}/web"
+DIR = f"{SCRATCH}/web-{os.getpid()}"
 PATH = f"{DIR}/web.yml"
 
 
-def check(data: bytes) -> None:
+def prepare() -> None:
+    """The CA, certificate and key the inputs may name (openssl, once a process)."""
+    from testbed.pki import TestCA  # noqa: PLC0415  (openssl: only where this harness runs)
+
     if not os.path.exists(f"{DIR}/server.key"):
-        _make_certificates()
+        TestCA(DIR, "ca").issue("server", "subjectAltName=IP:127.0.0.1,DNS:localhost")
+
+
+def check(data: bytes) -> None:
     with open(PATH, "wb") as f:
         f.write(data)
     try:
@@ -44,10 +50,3 @@ def check(data: bytes) -> None:
             raise InvariantBroken(f"user {user!r}: hash {hashed[:10]!r}")
     if got.tls is not None:
         got.ssl_context()
-
-
-def _make_certificates() -> None:
-    from testbed.pki import TestCA  # noqa: PLC0415  (once per process, with openssl)
-
-    ca = TestCA(DIR, "ca")
-    ca.issue("server", "subjectAltName=IP:127.0.0.1,DNS:localhost")
