@@ -2,6 +2,7 @@
 python -m fuzz run [NAME...] [--seconds S]  atheris, S seconds a harness (FUZZ_SECONDS)
 python -m fuzz coverage NAME [DIR...]       lines of the harness' TARGETS its corpus reaches
 python -m fuzz report [NAME...]             the last runs and their coverage, as markdown
+python -m fuzz keep [NAME...]               add found inputs that reach new lines to a corpus
 
 `run` starts one process per harness, one at a time; each keeps the inputs it finds in
 .cache/fuzz/NAME/ (the committed seeds are read, never written) and an input that broke
@@ -11,6 +12,7 @@ an invariant in .cache/fuzz/crashes/NAME/. Its log is .cache/fuzz/NAME.log.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -34,6 +36,8 @@ PEAK_BYTES_PER_INPUT = 64 << 20
 RSS_LIMIT_MB = 2048
 # Inputs the fuzzer makes may grow to this, or to the largest seed if it is larger.
 MAX_LEN = 64 << 10
+# What `keep` adds to a corpus of the inputs the fuzzer found.
+KEEP_BYTES = 24 << 10
 DEFAULT_SECONDS = 60
 _PROGRESS = re.compile(r"^#\d+\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/", re.M)
 _RUNS = re.compile(r"^stat::number_of_executed_units: (\d+)", re.M)
@@ -151,36 +155,52 @@ def _literal_tuple(text: str, name: str) -> list[str]:
     return re.findall(r'"([^"]+)"', match.group(1)) if match else []
 
 
+class _Tracer:
+    """The lines of `files` that each check() runs, and the functions it enters."""
+
+    def __init__(self, harness, files: set[str]):
+        self.harness, self.files, self.entered = harness, files, set()
+
+    def run(self, data: bytes, quiet: bool = True, where: object = "") -> set:
+        hit = set()
+
+        def local(frame, event, _arg):
+            if event == "line":
+                hit.add((frame.f_code.co_filename, frame.f_lineno))
+            return local
+
+        def tracer(frame, _event, _arg):
+            if frame.f_code.co_filename not in self.files:
+                return None
+            self.entered.add(frame.f_code)
+            return local
+
+        sys.settrace(tracer)
+        try:
+            self.harness.check(data)
+        except Exception as exc:  # noqa: BLE001  (reported, the count goes on)
+            if not quiet:
+                print(f"{where}: {type(exc).__name__}: {exc}"[:200])
+        finally:
+            sys.settrace(None)
+        return hit
+
+
+def _tracer(name: str) -> _Tracer:
+    harness = _prepared(name)
+    return _Tracer(harness, {importlib.import_module(m).__file__ for m in harness.TARGETS})
+
+
 def _reached(name: str, dirs: list[Path], quiet: bool = False) -> dict:
     """Lines of the TARGETS modules that the corpus and DIRs run: out of the lines of the
     functions they enter (how deep they go in what they reach), and out of every function
     of those modules (socket I/O and the like included, which no harness feeds)."""
-    harness = _prepared(name)
-    files = {importlib.import_module(m).__file__ for m in harness.TARGETS}
-    hit, entered = set(), set()
-
-    def local(frame, event, _arg):
-        if event == "line":
-            hit.add((frame.f_code.co_filename, frame.f_lineno))
-        return local
-
-    def tracer(frame, _event, _arg):
-        if frame.f_code.co_filename not in files:
-            return None
-        entered.add(frame.f_code)
-        return local
-
+    tracer = _tracer(name)
     inputs = corpus_files(name) + [p for d in dirs if d.is_dir() for p in sorted(d.iterdir())]
-    sys.settrace(tracer)
-    try:
-        for path in inputs:
-            try:
-                harness.check(path.read_bytes())
-            except Exception as exc:  # noqa: BLE001  (reported, the count goes on)
-                if not quiet:
-                    print(f"{path}: {type(exc).__name__}: {exc}"[:200])
-    finally:
-        sys.settrace(None)
+    hit = set()
+    for path in inputs:
+        hit |= tracer.run(path.read_bytes(), quiet, path)
+    files, entered = tracer.files, tracer.entered
     in_entered = {(c.co_filename, line) for c in entered for line in _lines(c)}
     every = {(f, line) for f in files for line in _code_lines(f)}
     return {
@@ -193,6 +213,36 @@ def _reached(name: str, dirs: list[Path], quiet: bool = False) -> dict:
             for f in sorted(files)
         },
     }
+
+
+def keep(names: list[str]) -> int:
+    """Into each corpus, as found-*: the smallest inputs the runs found (WORK/NAME) that
+    run lines the seeds do not, greedily, up to KEEP_BYTES a harness."""
+    for name in names:
+        folder = CORPUS / name
+        for old in folder.glob("found-*"):
+            old.unlink()
+        tracer = _tracer(name)
+        lines = set()
+        for path in corpus_files(name):
+            lines |= tracer.run(path.read_bytes())
+        found = (
+            sorted((WORK / name).iterdir(), key=lambda p: (p.stat().st_size, p.name))
+            if (WORK / name).is_dir()
+            else []
+        )
+        kept = size = 0
+        for path in found:
+            data = path.read_bytes()
+            if size + len(data) > KEEP_BYTES:
+                break
+            new = tracer.run(data) - lines
+            if new:
+                (folder / f"found-{hashlib.sha1(data).hexdigest()[:16]}").write_bytes(data)
+                lines |= new
+                kept, size = kept + 1, size + len(data)
+        print(f"{name:16} kept {kept} of {len(found)} found inputs, {size} bytes")
+    return 0
 
 
 def coverage(name: str, dirs: list[str]) -> int:
@@ -272,6 +322,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("dirs", nargs="*")
     p = sub.add_parser("report")
     p.add_argument("names", nargs="*")
+    p = sub.add_parser("keep")
+    p.add_argument("names", nargs="*")
     p = sub.add_parser("_atheris")
     p.add_argument("name")
     p.add_argument("seconds", type=int)
@@ -288,6 +340,8 @@ def main(argv: list[str]) -> int:
     names = args.names or known
     if args.command == "report":
         return report(names)
+    if args.command == "keep":
+        return keep(names)
     return replay(names) if args.command == "replay" else run(names, args.seconds)
 
 
