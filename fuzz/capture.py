@@ -3,7 +3,8 @@
 Each capture starts what it reads from (a network namespace, etcd 3.4 and 3.5.30,
 containerd 1.6 and 2.1, a Prometheus scraping a socket) on this machine, writes the bytes
 it received to fuzz/corpus/NAME/, and stops it. Files already there are replaced; inputs
-that once broke an invariant (crash-*) are kept.
+that once broke an invariant (crash-*) and those `python -m fuzz keep` added (found-*)
+are kept.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def _write(name: str, files: dict[str, bytes]) -> None:
     folder = CORPUS / name
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.iterdir():
-        if not old.name.startswith("crash-"):
+        if not old.name.startswith(("crash-", "found-")):
             old.unlink()
     for file_name, data in files.items():
         (folder / file_name).write_bytes(data)
@@ -462,8 +463,8 @@ def kube() -> None:
             "/api/v1/nodes",
             {"metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}}},
         )
-        first = json.loads(raw("/api/v1/namespaces/fz/pods", limit="4"))
         pages["pods-page-1"] = raw("/api/v1/namespaces/fz/pods", limit="4")
+        first = json.loads(pages["pods-page-1"])
         pages["pods-page-2"] = raw(
             "/api/v1/namespaces/fz/pods", limit="4", **{"continue": first["metadata"]["continue"]}
         )
@@ -474,37 +475,28 @@ def kube() -> None:
         pages["nodes"] = raw("/api/v1/nodes", limit="500")
         pages["priorityclasses"] = raw("/apis/scheduling.k8s.io/v1/priorityclasses", limit="500")
         pages["not-found"] = raw("/api/v1/namespaces/fz/pods/nothing")
-        for i, (message, _, _) in enumerate(REAL[:6]):
+        pulled = [
+            'Successfully pulled image "nginx:1.25" in 2.035s (2.035s including waiting)',
+            'Successfully pulled image "big:v3" in 29m12.5s (41m0s including waiting). '
+            "Image size: 17179869184 bytes.",
+        ]
+        said = [("Failed", "Warning", m) for m, _, _ in REAL[:6]]
+        for i, (reason, kind, message) in enumerate(
+            said + [("Pulled", "Normal", m) for m in pulled]
+        ):
+            when = "2030-01-01T00:00:00Z"
             event = {
-                "metadata": {"name": f"failed-{i}", "namespace": "fz"},
-                "involvedObject": {"kind": "Pod", "namespace": "fz", "name": f"p{i}"},
-                "reason": "Failed",
+                "metadata": {"name": f"{reason.lower()}-{i}", "namespace": "fz"},
+                "involvedObject": {"kind": "Pod", "namespace": "fz", "name": f"p{i % 6}"},
+                "reason": reason,
                 "message": message,
-                "type": "Warning",
+                "type": kind,
                 "count": 1 + i % 3,
-                "source": {"component": "kubelet", "host": "n1"},
-                "firstTimestamp": "2030-01-01T00:00:00Z",
-                "lastTimestamp": "2030-01-01T00:00:00Z",
+                "source": {"component": "kubelet", "host": f"n{1 + i % 2}"},
+                "firstTimestamp": when,
+                "lastTimestamp": when,
             }
             admin.create("/api/v1/namespaces/fz/events", event)
-        for i, message in enumerate(
-            [
-                'Successfully pulled image "nginx:1.25" in 2.035s (2.035s including waiting)',
-                'Successfully pulled image "big:v3" in 29m12.5s (41m0s including waiting). Image size: 17179869184 bytes.',
-            ]
-        ):
-            admin.create(
-                "/api/v1/namespaces/fz/events",
-                {
-                    "metadata": {"name": f"pulled-{i}", "namespace": "fz"},
-                    "involvedObject": {"kind": "Pod", "namespace": "fz", "name": "p0"},
-                    "reason": "Pulled",
-                    "message": message,
-                    "type": "Normal",
-                    "count": 1,
-                    "source": {"component": "kubelet", "host": "n2"},
-                },
-            )
         listed = raw("/api/v1/namespaces/fz/events", limit="500")
         pages["events"] = listed
         for item in json.loads(listed)["items"]:
@@ -522,28 +514,18 @@ def kube() -> None:
             admin.delete("/api/v1/namespaces/fz/pods/p2")
             admin.create("/api/v1/namespaces/fz/pods", pod_manifest("p9", node="n1"))
 
+        def watch(path, since, seconds, **selectors):
+            return raw(path, watch="1", resourceVersion=since, timeoutSeconds=seconds, **selectors)
+
         thread = threading.Thread(target=writes)
         thread.start()
-        watches["pods"] = raw(
-            "/api/v1/namespaces/fz/pods",
-            watch="1",
-            resourceVersion=rv,
-            allowWatchBookmarks="true",
-            timeoutSeconds="4",
-        )
+        watches["pods"] = watch("/api/v1/namespaces/fz/pods", rv, "4", allowWatchBookmarks="true")
         thread.join()
-        watches["pods-node"] = raw(
-            "/api/v1/pods",
-            watch="1",
-            resourceVersion=rv,
-            fieldSelector="spec.nodeName=n1",
-            allowWatchBookmarks="true",
-            timeoutSeconds="2",
+        watches["pods-node"] = watch(
+            "/api/v1/pods", rv, "2", fieldSelector="spec.nodeName=n1", allowWatchBookmarks="true"
         )
         etcd_compact(etcd.client_url)
-        watches["too-old"] = raw(
-            "/api/v1/namespaces/fz/pods", watch="1", resourceVersion="2", timeoutSeconds="2"
-        )
+        watches["too-old"] = watch("/api/v1/namespaces/fz/pods", "2", "2")
     finally:
         api.stop()
         etcd.stop()
