@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import importlib
 import io
+import os
 import pkgutil
+import shutil
 import zlib
 from pathlib import Path
 
@@ -39,6 +41,31 @@ CORPUS = HERE / "corpus"
 SCRATCH = "/dev/shm/kse-fuzz"
 # Modules here that are not harnesses.
 _TOOLS = {"__main__", "capture"}
+
+
+def scratch(name: str) -> str:
+    """SCRATCH/NAME-PID, this process' own (concurrent runs never share files); those of
+    processes that are gone are removed first."""
+    os.makedirs(SCRATCH, exist_ok=True)
+    for entry in os.listdir(SCRATCH):
+        pid = entry.removesuffix(".sock").rpartition("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            path = os.path.join(SCRATCH, entry)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+    return f"{SCRATCH}/{name}-{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def harness_names() -> list[str]:

@@ -213,7 +213,7 @@ def containerd() -> None:
     finally:
         proxy.stop()
         registry.proc.stop()
-        subprocess.run(["rm", "-rf", work], check=False)
+        subprocess.run(["rm", "-rf", work, FILES], check=False)
     _write("grpc", grpc)
     _write("protobuf", messages)
     _write("containerd_config", configs)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 
-from fuzz import SCRATCH, InvariantBroken
+from fuzz import SCRATCH, InvariantBroken, scratch
 from kube_scale_exporter.containerd import config
 
 TARGETS = ("kube_scale_exporter.containerd.config", "kube_scale_exporter.durations")
@@ -30,12 +30,20 @@ def join(files: list[bytes]) -> bytes:
     return b"\0".join(files)
 
 
+_own = ""
+
+
+def prepare() -> None:
+    global _own
+    _own = scratch("containerd")
+    os.makedirs(f"{_own}/conf.d", exist_ok=True)
+
+
 def check(data: bytes) -> None:
-    own = f"{FILES}-{os.getpid()}"
+    own = _own
     main, *drop_ins = data.replace(FILES.encode(), own.encode()).split(b"\0")[
         : config.MAX_FILES + 2
     ]
-    os.makedirs(f"{own}/conf.d", exist_ok=True)
     path = f"{own}/config.toml"
     with open(path, "wb") as f:
         f.write(main)

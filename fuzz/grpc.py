@@ -14,7 +14,7 @@ import os
 import socket
 import threading
 
-from fuzz import SCRATCH, InvariantBroken
+from fuzz import InvariantBroken, scratch
 from kube_scale_exporter.containerd import grpc_h2, wire
 
 TARGETS = ("kube_scale_exporter.containerd.grpc_h2",)
@@ -29,8 +29,7 @@ class _Server:
     hangs up (closing first would refuse the client's last writes)."""
 
     def __init__(self):
-        os.makedirs(SCRATCH, exist_ok=True)
-        self.path = f"{SCRATCH}/grpc-{os.getpid()}.sock"
+        self.path = f"{scratch('grpc')}.sock"
         if os.path.exists(self.path):
             os.unlink(self.path)
         self.reply = b""

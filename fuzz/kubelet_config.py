@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import os
 
-from fuzz import SCRATCH, InvariantBroken
+from fuzz import InvariantBroken, scratch
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletConfigFile
 
 TARGETS = ("kube_scale_exporter.collectors.imagepull.kubelet",)
 INSTRUMENT = ("yaml",)
-PATH = f"{SCRATCH}/kubelet-{os.getpid()}/config.yaml"
+_path = ""
 GOOD = b"serializeImagePulls: false\nmaxParallelImagePulls: 5\n"
 
 
+def prepare() -> None:
+    global _path
+    _path = f"{scratch('kubelet')}/config.yaml"
+    os.makedirs(os.path.dirname(_path), exist_ok=True)
+
+
 def check(data: bytes) -> None:
-    os.makedirs(os.path.dirname(PATH), exist_ok=True)
-    reader = KubeletConfigFile(PATH)
+    reader = KubeletConfigFile(_path)
     _write(GOOD, 1)
     if reader.read() is None:
         raise InvariantBroken(f"the good file did not read: {reader.error}")
@@ -40,6 +45,6 @@ def check(data: bytes) -> None:
 
 
 def _write(data: bytes, mtime: int) -> None:
-    with open(PATH, "wb") as f:
+    with open(_path, "wb") as f:
         f.write(data)
-    os.utime(PATH, ns=(mtime, mtime))
+    os.utime(_path, ns=(mtime, mtime))

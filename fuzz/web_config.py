@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from fuzz import SCRATCH, InvariantBroken
+from fuzz import InvariantBroken, scratch
 from kube_scale_exporter.web.config import WebConfigError, load
 
 TARGETS = (
@@ -20,23 +20,25 @@ TARGETS = (
     "kube_scale_exporter.web.tlsconfig",
 )
 INSTRUMENT = ("yaml",)
-DIR = f"{SCRATCH}/web-{os.getpid()}"
-PATH = f"{DIR}/web.yml"
+_dir = ""
 
 
 def prepare() -> None:
     """The CA, certificate and key the inputs may name (openssl, once a process)."""
     from testbed.pki import TestCA  # noqa: PLC0415  (openssl: only where this harness runs)
 
-    if not os.path.exists(f"{DIR}/server.key"):
-        TestCA(DIR, "ca").issue("server", "subjectAltName=IP:127.0.0.1,DNS:localhost")
+    global _dir
+    _dir = scratch("web")
+    if not os.path.exists(f"{_dir}/server.key"):
+        TestCA(_dir, "ca").issue("server", "subjectAltName=IP:127.0.0.1,DNS:localhost")
 
 
 def check(data: bytes) -> None:
-    with open(PATH, "wb") as f:
+    path = f"{_dir}/web.yml"
+    with open(path, "wb") as f:
         f.write(data)
     try:
-        got = load(PATH)
+        got = load(path)
     except WebConfigError:
         return
     for path in got.files():
