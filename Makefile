@@ -19,9 +19,8 @@ fuzz-replay:
 
 # Coverage-guided fuzzing with atheris, FUZZ_SECONDS (default 60) per harness, one at a
 # time; found inputs in .cache/fuzz/, any that breaks an invariant in .cache/fuzz/crashes/.
-FUZZ_SECONDS ?= 60
 fuzz:
-	$(PYTHON) -m fuzz run --seconds $(FUZZ_SECONDS)
+	$(PYTHON) -m fuzz run
 
 # ruff: lint and the format check (settings in pyproject.toml; `ruff format .` fixes the latter).
 lint:

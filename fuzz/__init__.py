@@ -23,6 +23,7 @@ small set of inputs the fuzzer found that reach code the captures do not.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import os
@@ -54,7 +55,8 @@ def scratch(name: str) -> str:
             if os.path.isdir(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:
-                os.unlink(path)
+                with contextlib.suppress(FileNotFoundError):  # another process' sweep
+                    os.unlink(path)
     return f"{SCRATCH}/{name}-{os.getpid()}"
 
 

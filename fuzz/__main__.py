@@ -24,9 +24,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from fuzz import CORPUS, corpus_files, harness_names
+from fuzz import CORPUS, HERE, corpus_files, harness_names
 
-WORK = Path(".cache/fuzz")
+WORK = HERE.parent / ".cache" / "fuzz"
 # Each input must finish within this, in replay and under atheris (-timeout): every
 # parser here is bounded by its caps, and the largest seed takes well under 0.5 s.
 SECONDS_PER_INPUT = 5
