@@ -2,7 +2,7 @@
 PYTHON ?= python3
 MIXIN_SOURCES = $(shell find mixin -name '*.jsonnet' -o -name '*.libsonnet')
 
-.PHONY: run test test-unit install lint generate check-generated deploy-check mixin-fmt bench demo e2e e2e-up e2e-down test-containerd2
+.PHONY: run test test-unit install lint generate check-generated deploy-check mixin-fmt bench demo e2e e2e-up e2e-down test-containerd2 fuzz fuzz-replay
 
 install:
 	$(PYTHON) -m pip install -q -e '.[test]'
@@ -17,6 +17,15 @@ test:
 # The fast loop: the unit tier alone, as any user, with no binary installed.
 test-unit:
 	$(PYTHON) -m pytest -m unit
+
+# Every fuzz corpus through its harness once, plain Python (fuzz/; under a minute).
+fuzz-replay:
+	$(PYTHON) -m fuzz replay
+
+# Coverage-guided fuzzing with atheris, FUZZ_SECONDS (default 60) per harness, one at a
+# time; found inputs in .cache/fuzz/, any that breaks an invariant in .cache/fuzz/crashes/.
+fuzz:
+	$(PYTHON) -m fuzz run
 
 # ruff: lint and the format check (settings in pyproject.toml; `ruff format .` fixes the latter).
 lint:

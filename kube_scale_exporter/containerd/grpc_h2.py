@@ -198,12 +198,15 @@ def call(
         sock.close()
     status = result.headers.get(b"grpc-status")
     if status is None:
-        http = result.headers.get(b":status", b"?").decode()
+        http = result.headers.get(b":status", b"?").decode("utf-8", "replace")
         raise GrpcError("UNKNOWN", f"no grpc-status in the response (HTTP status {http})")
+    if not status.isdigit():
+        raise GrpcError("UNKNOWN", f"grpc-status {status[:20]!r} is not a status code")
     code = int(status)
     if code:
         name = STATUS_NAMES[code] if code < len(STATUS_NAMES) else f"CODE_{code}"
-        raise GrpcError(name, unquote(result.headers.get(b"grpc-message", b"").decode()))
+        message = result.headers.get(b"grpc-message", b"").decode("utf-8", "replace")
+        raise GrpcError(name, unquote(message))
     return result.result()
 
 

@@ -190,19 +190,27 @@ def int64(values: list, default: int = 0) -> int:
     if not values:
         return default
     value = values[-1]
+    if not isinstance(value, int):
+        raise WireError("a length-delimited field where an integer belongs")
     return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _length_delimited(value):
+    if isinstance(value, int):
+        raise WireError("an integer field where a string or message belongs")
+    return value
 
 
 def string(values: list, default: str = "") -> str:
     # str() decodes bytes and memoryviews alike.
-    return str(values[-1], "utf-8", "replace") if values else default
+    return str(_length_delimited(values[-1]), "utf-8", "replace") if values else default
 
 
 def timestamp(values: list) -> float | None:
     """google.protobuf.Timestamp (seconds = 1, nanos = 2) as Unix seconds; None if unset."""
     if not values:
         return None
-    ts = fields(values[-1])
+    ts = fields(_length_delimited(values[-1]))
     return int64(ts[1]) + int64(ts[2]) / 1e9
 
 
@@ -210,6 +218,6 @@ def string_map(values: list) -> dict[str, str]:
     """map<string, string>: each entry is a message with key = 1 and value = 2."""
     out = {}
     for entry in values:
-        kv = fields(entry)
+        kv = fields(_length_delimited(entry))
         out[string(kv[1])] = string(kv[2])
     return out

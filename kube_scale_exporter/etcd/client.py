@@ -116,7 +116,7 @@ class EtcdClient:
         if not ok:
             try:
                 message = json.loads(data).get("message") or data.decode("utf-8", "replace")
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 message = data.decode("utf-8", "replace")
             raise EtcdError(f"{where}: HTTP {reply.status_code}: {str(message).strip()[:200]}")
         try:

@@ -93,7 +93,7 @@ def _error(status, body, retry_after=None):
     try:
         doc = json.loads(body)
         reason, message = doc.get("reason", ""), doc.get("message", "")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         reason, message = "", str(body)[:200]
     return (Gone if status == 410 else ApiError)(status, reason, message, _retry_after(retry_after))
 

@@ -240,10 +240,13 @@ class Informer:
             self.backoff.reset()
 
     def _apply(self, event):
-        kind, obj = event.get("type"), event.get("object") or {}
+        obj = (event.get("object") or {}) if isinstance(event, dict) else None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{self.path}: a watch event that is not one: {str(event)[:80]}")
+        kind = event.get("type")
         if kind == "ERROR":
             raise status_error(obj)
-        rv = obj.get("metadata", {}).get("resourceVersion")
+        rv = _rv_of(obj)
         if kind == "BOOKMARK":
             with self._lock:
                 self._rv = rv or self._rv
@@ -284,7 +287,8 @@ class Informer:
 
 
 def _rv_of(obj):
-    return obj.get("metadata", {}).get("resourceVersion")
+    meta = obj.get("metadata")
+    return meta.get("resourceVersion") if isinstance(meta, dict) else None
 
 
 def for_node(client, resource, node_name, **kw) -> Informer:

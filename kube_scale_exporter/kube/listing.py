@@ -21,14 +21,20 @@ HERE = "kube_scale_exporter/kube/listing.py"
 
 
 def object_key(obj) -> str:
-    meta = obj.get("metadata", {})
-    ns = meta.get("namespace")
-    return f"{ns}/{meta['name']}" if ns else meta["name"]
+    """ "namespace/name" ("name" when cluster-scoped); ValueError for an object the API
+    server never sends (no metadata.name, or one that is not a string)."""
+    meta = obj.get("metadata")
+    name, ns = (meta.get("name"), meta.get("namespace")) if isinstance(meta, dict) else (None, None)
+    if not isinstance(name, str) or not name or not isinstance(ns, (str, type(None))):
+        raise ValueError(f"an object without a name: metadata {str(meta)[:80]}")
+    return f"{ns}/{name}" if ns else name
 
 
 def strip_managed_fields(obj):
     # Server-side-apply bookkeeping: often half an object's size and never read here.
-    obj.get("metadata", {}).pop("managedFields", None)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
     return obj
 
 
@@ -49,6 +55,8 @@ def list_all(client: KubeClient, path, selectors, transform, from_cache, page_si
     fresh = {}
 
     def keep(item):
+        if not isinstance(item, dict):
+            raise ValueError(f"{path}: a list item that is not an object: {str(item)[:40]}")
         item = transform(item)
         fresh[object_key(item)] = item
 

@@ -329,7 +329,8 @@ def _u32(buf, offset: int) -> int:
 
 
 def _managed(data: bytes, payload: int, end: int) -> bool:
-    for attr, start, _ in attributes(data, payload + _NDMSG.size, end):
+    for attr, start, stop in attributes(data, payload + _NDMSG.size, end):
         if attr == NDA_FLAGS_EXT:
-            return bool(_u32(data, start) & NTF_EXT_MANAGED)
+            # One without its u32 is not the kernel's; its next 4 bytes are another's.
+            return stop - start >= 4 and bool(_u32(data, start) & NTF_EXT_MANAGED)
     return False

@@ -40,7 +40,9 @@ def end_of_dump(msg_type: int, chunk, payload: int) -> bool:
     """For a control message: True at NLMSG_DONE, OSError(errno) at NLMSG_ERROR."""
     if msg_type == NLMSG_ERROR:
         (error,) = _ERRNO.unpack_from(chunk, payload)
-        raise OSError(-error, f"netlink dump failed: {os.strerror(-error)}")
+        # -INT_MIN is past a C int: no errno has that number, and strerror cannot take it.
+        reason = os.strerror(-error) if error > -(1 << 31) else f"error {error}"
+        raise OSError(-error, f"netlink dump failed: {reason}")
     return msg_type == NLMSG_DONE
 
 

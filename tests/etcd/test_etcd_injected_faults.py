@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from kube_scale_exporter.etcd.client import EtcdClient, EtcdError, TLSFiles, new_session
 from tests.etcd.conftest import samples, value
 from testbed.etcd_server import put_many
 from testbed.faultproxy import FaultProxy
@@ -146,3 +147,14 @@ def test_corrupt_alarm_is_reported_and_not_to_be_disarmed(proxied, collector_fac
     assert value(found, "kubescale_etcd_alarm_active", alarm="NOSPACE", **MEMBER) == 0
     advice = [f for f in collector.advise(collector.observe()) if "alarm CORRUPT" in f.summary]
     assert advice and advice[0].severity == "critical" and "Do not disarm" in advice[0].advice
+
+
+def test_an_error_answer_nested_too_deep_is_an_etcd_error(proxied):
+    """Found with fuzz/etcd_json.py: the body of an error answer is read for etcd's
+    message; JSON nested past the recursion limit raised RecursionError out of the
+    client (and the collector) instead of an EtcdError with the HTTP status."""
+    _, proxy = proxied
+    proxy.inject(r"^/v3/maintenance/status", status=503, body=b"[" * 4000)
+    client = EtcdClient(new_session(TLSFiles()), proxy.url, 5.0)
+    with pytest.raises(EtcdError, match=r"HTTP 503: \[\[\["):
+        client.status()

@@ -3,6 +3,7 @@
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 
@@ -260,3 +261,68 @@ def test_a_hung_containerd_times_out_and_the_collector_recovers(containerd, make
     finally:
         containerd.proc.resume()
         scraper.close()
+
+
+def _answer_once(path, headers, trailers):
+    """A unix socket at `path` answering one call with these HEADERS frames, as raw bytes
+    (values a well-behaved h2 server would refuse to send)."""
+    import h2.config  # noqa: PLC0415  (as the client: only where imagepull runs)
+    import h2.connection  # noqa: PLC0415
+
+    server = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=False, validate_outbound_headers=False)
+    )
+    server.initiate_connection()
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    client.send_headers(
+        1,
+        [(":method", "POST"), (":scheme", "http"), (":path", "/x"), (":authority", "l")],
+        end_stream=True,
+    )
+    server.receive_data(client.data_to_send())
+    server.send_headers(1, headers)
+    server.send_headers(1, trailers, end_stream=True)
+    reply = server.data_to_send()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn, listener:
+            conn.sendall(reply)
+            conn.shutdown(socket.SHUT_WR)
+            while conn.recv(65536):
+                pass
+
+    threading.Thread(target=serve, daemon=True).start()
+
+
+@pytest.mark.parametrize(
+    "headers,trailers,named",
+    [
+        (
+            [(b":status", b"200")],
+            [(b"grpc-status", b"abc")],
+            "grpc-status b'abc' is not a status code",
+        ),
+        (
+            [(b":status", b"200")],
+            [(b"grpc-status", b"2"), (b"grpc-message", b"\xff")],
+            "UNKNOWN: \ufffd",
+        ),
+        ([(b":status", b"\xff")], [(b"x", b"y")], "no grpc-status in the response"),
+    ],
+    ids=["status-not-a-number", "message-not-utf8", "http-status-not-utf8"],
+)
+def test_trailers_a_server_should_not_send_are_a_containerd_error(
+    tmp_path, headers, trailers, named
+):
+    """Found by fuzz/grpc.py: a grpc-status that is not a number, or a header value that
+    is not UTF-8, raised ValueError or UnicodeDecodeError out of the client, unexplained,
+    instead of a ContainerdError naming the reply."""
+    path = str(tmp_path / "g.sock")
+    _answer_once(path, headers, trailers)
+    with pytest.raises(ContainerdError, match=named):
+        ContainerdClient(path, "k8s.io", 2).ingests()

@@ -131,6 +131,22 @@ def test_timestamp_and_map():
     assert wire.string_map([entry]) == {"k": "v"}
 
 
+def test_a_field_of_the_wrong_wire_type_is_a_wire_error():
+    """Found by fuzz/protobuf.py: an Images.List item read as an ingest (field 4 holds a
+    message there, an int64 in an ingest) raised TypeError, which ContainerdClient lets
+    through unexplained, instead of WireError ("not a protobuf reply")."""
+    image = wire.encode_strings(1, ["127.0.0.1:5000/app:v1"]) + wire.encode_strings(4, ["x"])
+    ingest = varint(3 << 3 | wire.LENGTH) + varint(1) + b"r" + varint(1 << 3) + varint(5)
+    for decode, values in [
+        (wire.int64, wire.fields(image)[4]),
+        (wire.string, wire.fields(ingest)[1]),
+        (wire.timestamp, wire.fields(ingest)[1]),
+        (wire.string_map, wire.fields(ingest)[1]),
+    ]:
+        with pytest.raises(wire.WireError):
+            decode(values)
+
+
 # ---- references ----------------------------------------------------------------------
 
 

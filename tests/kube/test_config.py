@@ -162,3 +162,33 @@ def test_unknown_current_context(tmp_path):
     (tmp_path / "kc").write_text(yaml.safe_dump({"current-context": "nope", "contexts": []}))
     with pytest.raises(ConfigError, match="current-context 'nope'"):
         from_kubeconfig([str(tmp_path / "kc")])
+
+
+def test_an_error_answer_nested_too_deep_is_an_api_error():
+    """Found with fuzz/kube_list.py: the body of an error answer (from whatever stands in
+    front of the API server) is read for a Status; JSON nested past the recursion limit
+    raised RecursionError out of the client instead of an ApiError with the status."""
+    import http.server  # noqa: PLC0415  (this test's peer only)
+    import threading  # noqa: PLC0415
+
+    class Junk(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"[" * 4000
+            self.send_response(502)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Junk)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = kube.KubeClient(kube.KubeConfig(f"http://127.0.0.1:{server.server_port}"))
+        with pytest.raises(kube.ApiError) as raised:
+            client.get("/api/v1/pods")
+        assert raised.value.status == 502 and raised.value.message.startswith("[[[")
+    finally:
+        server.shutdown()
+        server.server_close()

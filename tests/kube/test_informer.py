@@ -540,3 +540,29 @@ class Watching:
 
     def informers(self):
         return self._informers
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        [],
+        5,
+        {"type": "ADDED", "object": []},
+        {"type": "ADDED"},
+        {"type": "MODIFIED", "object": {"metadata": []}},
+        {"type": "DELETED", "object": {"metadata": {"name": ["x"]}}},
+    ],
+)
+def test_a_malformed_watch_event_is_a_value_error_and_changes_nothing(event):
+    """Found by fuzz/kube_watch.py: an event that is not an object, or whose object has no
+    string metadata.name, raised AttributeError, KeyError or TypeError; the informer
+    counts ValueError as a bad stream (re-watch, logged without a traceback)."""
+    informer = kube.Informer(None, kube.PODS)
+    good = {
+        "type": "ADDED",
+        "object": {"metadata": {"name": "a", "namespace": "n", "resourceVersion": "7"}},
+    }
+    informer._apply(good)
+    with pytest.raises(ValueError, match="not one|without a name"):
+        informer._apply(event)
+    assert list(informer._items) == ["n/a"] and informer.resource_version == "7"

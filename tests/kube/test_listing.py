@@ -8,7 +8,7 @@ import pytest
 
 from kube_scale_exporter.kube import jsonstream
 from kube_scale_exporter.kube.client import ReplyTooLarge
-from kube_scale_exporter.kube.listing import decode
+from kube_scale_exporter.kube.listing import decode, list_all, strip_managed_fields
 from testbed.kube_apiserver import pod_manifest
 
 # Annotations of all kinds of text: non-ASCII (decoded again as UTF-8), escapes, brackets
@@ -112,3 +112,40 @@ def endless(head, piece):
 def test_endless_pages_stop_at_a_cap(chunks, cap):
     with pytest.raises(ReplyTooLarge, match=cap):
         decoded(chunks)
+
+
+class OnePage:
+    """KubeClient.stream's part for list_all: the page's bytes to the decoder."""
+
+    def __init__(self, body):
+        self.body = body
+
+    def stream(self, path, params, consume):
+        return consume(iter([self.body]))
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        b"5",
+        b"[]",
+        b"{}",
+        b'{"metadata":[]}',
+        b'{"metadata":{"name":["x"]}}',
+        b'{"metadata":{"name":"a","namespace":5}}',
+    ],
+)
+def test_a_list_item_that_is_not_a_named_object_is_a_clear_error(item):
+    """Found with fuzz/kube_watch.py: an item (or watch event object) that is not an
+    object with a string metadata.name raised AttributeError, KeyError or TypeError,
+    which the informer logs as its own bug, with a traceback, instead of ValueError."""
+    page = OnePage(b'{"metadata":{"resourceVersion":"1"},"items":[' + item + b"]}")
+    with pytest.raises(ValueError, match="not an object|without a name"):
+        list_all(page, "/api/v1/pods", {}, strip_managed_fields, from_cache=True, page_size=500)
+    ok = OnePage(
+        b'{"metadata":{"resourceVersion":"1"},"items":[{"metadata":{"name":"a","namespace":"n"}}]}'
+    )
+    assert list_all(ok, "/api/v1/pods", {}, strip_managed_fields, True, 500) == (
+        {"n/a": {"metadata": {"name": "a", "namespace": "n"}}},
+        "1",
+    )

@@ -5,16 +5,25 @@ counters through another interface: decoding the binary replies must give the sa
 numbers, table_fulls (the field pyroute2 drops) included.
 """
 
+import socket
 import struct
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import pytest
 
 from kube_scale_exporter.collectors.neighbor import read_unresolved_discards, table_families
 from kube_scale_exporter.collectors.neighbor_gc import count_families
-from kube_scale_exporter.netlink.neighbor import EntryCounter, TableReader
+from kube_scale_exporter.netlink.neighbor import (
+    NDA_FLAGS_EXT,
+    NTF_EXT_MANAGED,
+    RTM_NEWNEIGH,
+    EntryCounter,
+    TableReader,
+)
+from kube_scale_exporter.netlink.route import NLMSG_DONE, NLMSG_ERROR
 from testbed.golden import assert_golden
 from tests.neighbor.recorded import FIXTURES, RECORDED_ENTRIES, load, replay
 from tests.neighbor.test_kernel import PROC_COLUMNS
@@ -101,3 +110,32 @@ def test_gc_eligible_is_never_negative_when_the_table_shrank_between_the_reads()
     families = count_families(tables, counts)
     assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv4") == 0
     assert sample(families, "kubescale_neighbor_gc_eligible_entries", family="ipv6") == 7
+
+
+@pytest.mark.parametrize("consumer", [EntryCounter, TableReader])
+@pytest.mark.parametrize("error", [-(1 << 31), -105, 1])
+def test_an_error_message_of_any_errno_raises_oserror(consumer, error):
+    """Found by fuzz/netlink.py: NLMSG_ERROR with errno INT_MIN raised OverflowError
+    (strerror takes a C int, and -INT_MIN is not one) instead of the OSError it documents."""
+    chunk = struct.pack("=IHHIIi", 20, NLMSG_ERROR, 0, 1, 0, error)
+    with pytest.raises(OSError) as raised:
+        consumer()(memoryview(chunk))
+    assert raised.value.errno == -error
+
+
+def test_an_extended_flags_attribute_without_its_value_does_not_make_an_entry_managed():
+    """Found by fuzz/netlink.py: an NDA_FLAGS_EXT of 4 bytes (a header, no u32) was read as
+    the 4 bytes after it, the next attribute's, and counted the entry as managed (exempt)."""
+    header = struct.Struct("=IHHII")
+    ndmsg = struct.pack("=BBHiHBB", socket.AF_INET, 0, 0, 2, 0x04, 0, 1)  # NUD_STALE
+    managed = struct.pack("=HHI", 8, NDA_FLAGS_EXT, NTF_EXT_MANAGED)  # a real one, elsewhere
+    # Bare, then an attribute whose header (length 9, odd) reads as NTF_EXT_MANAGED.
+    bare = struct.pack("=HH", 4, NDA_FLAGS_EXT) + struct.pack("=HH", 9, 99) + b"\0" * 8
+    chunk = b""
+    for attrs in (managed, bare):
+        body = ndmsg + attrs
+        chunk += header.pack(header.size + len(body), RTM_NEWNEIGH, 0, 1, 0) + body
+    chunk += header.pack(20, NLMSG_DONE, 0, 1, 0) + b"\0" * 4
+    counter = EntryCounter()
+    assert counter(memoryview(chunk))
+    assert (counter.counts["ipv4"].entries, counter.counts["ipv4"].gc_eligible) == (2, 1)
