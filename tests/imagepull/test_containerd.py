@@ -299,6 +299,7 @@ def _answer_once(path, headers, trailers):
     threading.Thread(target=serve, daemon=True).start()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "headers,trailers,named",
     [

@@ -131,6 +131,7 @@ def test_timestamp_and_map():
     assert wire.string_map([entry]) == {"k": "v"}
 
 
+@pytest.mark.unit
 def test_a_field_of_the_wrong_wire_type_is_a_wire_error():
     """Found by fuzz/protobuf.py: an Images.List item read as an ingest (field 4 holds a
     message there, an int64 in an ingest) raised TypeError, which ContainerdClient lets

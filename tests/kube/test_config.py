@@ -164,6 +164,7 @@ def test_unknown_current_context(tmp_path):
         from_kubeconfig([str(tmp_path / "kc")])
 
 
+@pytest.mark.unit
 def test_an_error_answer_nested_too_deep_is_an_api_error():
     """Found with fuzz/kube_list.py: the body of an error answer (from whatever stands in
     front of the API server) is read for a Status; JSON nested past the recursion limit

@@ -542,6 +542,7 @@ class Watching:
         return self._informers
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "event",
     [

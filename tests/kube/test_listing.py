@@ -124,6 +124,7 @@ class OnePage:
         return consume(iter([self.body]))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "item",
     [

@@ -12,7 +12,6 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import pytest
 
 from kube_scale_exporter.collectors.neighbor import read_unresolved_discards, table_families
 from kube_scale_exporter.collectors.neighbor_gc import count_families
