@@ -5,21 +5,18 @@ failed pull as the kubelet reports it.
 A local registry (Debian's docker-registry) behind a throttling proxy serves images of
 fresh random bytes, three layers each. The DaemonSet reads containerd's ingest directory
 (deploy/'s default source, no socket). Pods A (big) and B (medium) take both pull slots; pod C (small) waits:
-`queued` = 1 and the backlog alert (threshold 1 through the mixin's _config). When B's pull
-ends C gets its slot and `queued` clears. Then the proxy is frozen (SIGSTOP): no byte
-arrives, and after the exporter's default --image-pull.stall-after (2m) `stalled` = 1 and
-its alert fires, the pull still in progress (containerd 2.1 would cancel it after its
-image_pull_progress_timeout, 5m). Pulls go through containerd 2.1's transfer service.
+`queued` = 1 and the backlog alert (threshold 1 through the mixin's _config). Then the
+proxy is frozen (SIGSTOP): no byte arrives, and after the exporter's default
+--image-pull.stall-after (2m) `stalled` and its alert fire, the pulls still in progress
+and C still queued (containerd 2.1 would cancel them after its
+image_pull_progress_timeout, 5m); with C's pod gone nothing is queued. Pulls go through containerd 2.1's transfer service.
 """
 
 import time
 
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from kube_scale_exporter.labels import sanitize
 from kube_scale_exporter.pullfailures import parse_failed
-from testbed.node import NODE_IP
 
 from .conftest import NODE_NAME, TIMINGS, wait_for
 
@@ -28,8 +25,7 @@ NS_FAILED = "e2e-pull-failed"
 # Three layers an image, as containerd downloads three blobs at once (its default
 # max_concurrent_downloads): the DaemonSet's ingest source tells two pulls apart by that.
 LAYERS = 3
-BIG = 1800 * 1024 * 1024
-# Long enough at conftest.RATE a layer (about 45 s) for the backlog alert's 15 s `for:` while C waits.
+BIG = 600 * 1024 * 1024
 MEDIUM = 270 * 1024 * 1024
 NODE = '{job="kube-scale-exporter-node"}'
 
@@ -46,32 +42,7 @@ def pod(name, image):
     }
 
 
-EVENTS_JOB = '{job="kube-scale-exporter-cluster"}'
-
-
-def pull_histogram_from_prometheus(prom):
-    """(count, sum) of our pull-time histogram, from the Pulled events."""
-    return (
-        prom.value(f"sum(kubescale_image_pull_duration_seconds_count{EVENTS_JOB})"),
-        prom.value(f"sum(kubescale_image_pull_duration_seconds_sum{EVENTS_JOB})"),
-    )
-
-
-def kubelet_pull_histogram(cluster):
-    """(count, sum) of the kubelet's own kubelet_image_pull_duration_seconds (all sizes),
-    read from its /metrics (its serving certificate is self-signed: not verified)."""
-    r = cluster.session().get(f"https://{NODE_IP}:10250/metrics", verify=False, timeout=10)
-    r.raise_for_status()
-    found = {"_count": 0.0, "_sum": 0.0}
-    for family in text_string_to_metric_families(r.text):
-        for sample in family.samples:
-            for suffix in found:
-                if sample.name == "kubelet_image_pull_duration_seconds" + suffix:
-                    found[suffix] += sample.value
-    return found["_count"], found["_sum"]
-
-
-def test_third_pull_waits_for_a_slot_then_clears_then_stalls(prom, kube, cluster, pull_registry):
+def test_third_pull_waits_for_a_slot_then_both_stall(prom, kube, pull_registry):
     reg, proxy = pull_registry
     t = time.monotonic()
     reg.push_image("big", "1", [BIG // LAYERS] * LAYERS)
@@ -99,28 +70,15 @@ def test_third_pull_waits_for_a_slot_then_clears_then_stalls(prom, kube, cluster
         # Parallel pulls: the serialized-backlog alert is not this node's problem.
         assert not prom.alerts("KubeScaleImagePullsSerializedWithBacklog")
         TIMINGS["scenario_imagepull_queued"] = time.monotonic() - t
-        # The medium pull ends, the small one takes its slot: nothing waits any more.
-        wait_for(
-            # Its download, then its unpack, then the small pull: minutes on a loaded machine.
-            "queued cleared",
-            lambda: prom.value(queued) == 0,
-            timeout=300,
-        )
-        # The big pull goes on (still downloading when it is frozen below).
-        assert prom.value(in_progress) >= 1
-        # The kubelet's own pull histogram beside ours (from its Pulled events), printed
-        # with the timings: docs/imagepull.md says what each measures.
-        kubelets = kubelet_pull_histogram(cluster)
-        ours = pull_histogram_from_prometheus(prom)
-        TIMINGS["pulls_kubelet_vs_events"] = {"kubelet": kubelets, "events": ours}
         downloaded = prom.value(f"kubescale_image_pull_downloaded_bytes{NODE}")
         assert 0 < downloaded < BIG, downloaded
-        # Freeze the download: the ingest stops growing; stalled after --image-pull.stall-after.
+        # Freeze both downloads: their ingests stop growing; stalled after
+        # --image-pull.stall-after, the third pull still waiting behind them.
         proxy.proc.pause()
         frozen = time.monotonic()
         wait_for(
-            "stalled = 1",
-            lambda: prom.value(f"kubescale_image_pull_stalled{NODE}") == 1,
+            "stalled",
+            lambda: (prom.value(f"kubescale_image_pull_stalled{NODE}") or 0) >= 1,
             timeout=200,
             interval=2,
         )
@@ -130,12 +88,15 @@ def test_third_pull_waits_for_a_slot_then_clears_then_stalls(prom, kube, cluster
             lambda: prom.firing("KubeScaleImagePullStalled"),
             timeout=60,
         )
-        # The pull is still in progress.
+        # The pulls are still in progress, the third still queued.
         assert prom.value(in_progress) >= 1
+        assert prom.value(queued) == 1
         TIMINGS["imagepull_stalled_after"] = stalled_after
     finally:
         kube.delete(f"/api/v1/namespaces/{NS}")
         proxy.proc.resume()
+    # The waiting pod gone, nothing is queued any more.
+    wait_for("queued cleared", lambda: prom.value(queued) == 0, timeout=120)
     wait_for(
         "namespace gone",
         lambda: kube.s.get(f"{kube.server}/api/v1/namespaces/{NS}", timeout=10).status_code == 404,
