@@ -197,7 +197,12 @@ def pytest_terminal_summary(terminalreporter):
     """The measured times (docs/deploy.md "Tested end to end" quotes them)."""
     if TIMINGS:
         terminalreporter.write_sep("-", "e2e timings (s)")
-        terminalreporter.write_line(json.dumps({k: round(v, 1) for k, v in TIMINGS.items()}))
+        terminalreporter.write_line(
+            json.dumps(
+                {k: round(v, 1) if isinstance(v, float) else v for k, v in TIMINGS.items()},
+                default=str,
+            )
+        )
 
 
 @pytest.fixture(scope="session")
