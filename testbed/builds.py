@@ -7,6 +7,7 @@ version bump there moves the setup step, the tests and the benches together:
     etcd36_binary()                 etcd 3.6 (.ci/setup.d/26-etcd36.sh), $ETCD36_BIN
     kube_rbac_proxy_binary()        kube-rbac-proxy (.ci/setup.d/42-kube-rbac-proxy.sh),
                                     $KUBE_RBAC_PROXY_BIN
+    kwok_binary()                   kwok (.ci/setup.d/47-kwok.sh), $KWOK_BIN
 """
 
 import functools
@@ -65,6 +66,17 @@ def kube_rbac_proxy_binary() -> str:
     path = os.environ.get("KUBE_RBAC_PROXY_BIN", str(default))
     if not os.access(path, os.X_OK):
         raise FileNotFoundError(f"{path} missing: run .ci/setup.d/42-kube-rbac-proxy.sh")
+    return path
+
+
+def kwok_version() -> str:
+    return pinned("kwok", "sigs.k8s.io/kwok")
+
+
+def kwok_binary() -> str:
+    path = os.environ.get("KWOK_BIN", str(CACHE / f"kwok-{kwok_version()}" / "kwok"))
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/47-kwok.sh")
     return path
 
 

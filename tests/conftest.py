@@ -74,6 +74,7 @@ def pytest_report_header(config):
     lines = []
     for what, find in (
         ("kubernetes", lambda: builds.kube_binary("kube-apiserver")),
+        ("kwok", builds.kwok_binary),
         *((f"etcd {v}", lambda v=v: etcd_server.etcd_binary(v)) for v in etcd_server.VERSIONS),
     ):
         try:
