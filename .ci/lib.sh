@@ -16,15 +16,20 @@ apt_need() {
 # configuration (sid only, its own lists dir: the system's sources and lists stay untouched),
 # unpacked with dpkg-deb -x into CACHE/root (swapped in whole), never installed.
 sid_unpack() {
-    local cache="$1" work apt_dir deb
-    shift
+    suite_unpack sid "$@"
+}
+
+# suite_unpack SUITE CACHE PKG...: the same for another Debian suite (trixie, ...).
+suite_unpack() {
+    local suite="$1" cache="$2" work apt_dir deb
+    shift 2
     work="$(mktemp -d /var/tmp/sid-unpack.XXXXXX)"
     apt_dir="$work/apt"
     mkdir -p "$apt_dir/sources.list.d" "$apt_dir/lists/partial" "$work/archives/partial"
     cat >"$apt_dir/sources.list.d/sid.sources" <<SOURCES
 Types: deb
 URIs: http://deb.debian.org/debian
-Suites: sid
+Suites: $suite
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SOURCES

@@ -40,8 +40,9 @@ LAYERS_PER_IMAGE = 5
 LAYER_SIZE = 4 << 20
 RATE = 16 << 10  # bytes/s per connection: a 4 MiB layer takes minutes, it stays active
 
-# The measured side: runs in its own interpreter, prints one JSON line.
-CHILD = r"""
+# The measured side: runs in its own interpreter, prints one JSON line. The prelude
+# (bench.imagepull_sources uses it too) parses the flags as the CLI does.
+CHILD_PRELUDE = r"""
 import json, sys, time
 def rss():
     with open("/proc/self/status") as f:
@@ -51,6 +52,10 @@ def rss():
 argv, scrapes = json.loads(sys.argv[1]), int(sys.argv[2])
 from kube_scale_exporter.cli import parse
 args, classes = parse(argv)
+"""
+CHILD = (
+    CHILD_PRELUDE
+    + r"""
 out = {"rss_exporter_imported": rss()}
 t = time.perf_counter()
 import kube_scale_exporter.containerd.grpc_h2
@@ -72,8 +77,8 @@ out["times_ms"] = [x * 1e3 for x in times[1:]]
 calls = []
 for i in range(50):
     t = time.perf_counter()
-    collector.client.ingests()
-    collector.client.image_names([r.name for r in collector.preload])
+    collector.source.client.ingests()
+    collector.source.client.image_names([r.name for r in collector.preload])
     calls.append(time.perf_counter() - t)
 out["calls_ms"] = sorted(calls)[len(calls) // 2] * 1e3
 out["rss_end"] = rss()
@@ -81,6 +86,7 @@ out["series"] = {s.name: s.value for f in families for s in f.samples}
 collector.close()
 print(json.dumps(out))
 """
+)
 
 
 def push_and_fetch(containerd, registry, proxy, ingests, logdir):

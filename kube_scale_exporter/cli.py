@@ -255,7 +255,7 @@ def make_scraper(collectors: list[Collector]):
 
 
 def serve(args, collectors: list[Collector]) -> int:
-    from kube_scale_exporter.http import App, make_server  # noqa: PLC0415
+    from kube_scale_exporter.web.routes import App, make_server  # noqa: PLC0415
 
     extra = None
     if args.process_metrics:

@@ -147,15 +147,12 @@
     collectorFailingFor: '15m',
     // Watches reconnect with backoff on their own; only a lasting outage needs a person.
     kubeWatchDownFor: '15m',
-    // Series budgets per target (node <= 43 with default collectors, cluster <= 500); above
-    // them the fleet multiplies the overrun by the node count.
-    nodeSeriesBudget: 43,
-    // Node pods on etcd nodes (--etcd.local) add 24 series for their member without the key
-    // (7 from its /metrics standing for Status, 16 performance, 1 up): 67 a pod; with
-    // --etcd.local-access=full 27 plus, beside the leader, one per Kubernetes resource
-    // (--etcd.keys-max-resources, default 100, + other + timestamp): 43 + 129 = 172 at most.
-    etcdNodeSeriesBudget: 180,
-    clusterSeriesBudget: 500,
+    // Series budgets per target, accounted for in kube_scale_exporter/budgets.py (node pods,
+    // node pods on etcd nodes with --etcd.local, the cluster Deployment); above them the
+    // fleet multiplies the overrun by the node count.
+    nodeSeriesBudget: (import 'budgets.libsonnet').nodeSeries,
+    etcdNodeSeriesBudget: (import 'budgets.libsonnet').etcdNodeSeries,
+    clusterSeriesBudget: (import 'budgets.libsonnet').clusterSeries,
     seriesBudgetFor: '30m',
 
     // Prometheus self-protection: the head series it is sized for, the share of it and of its

@@ -5,6 +5,8 @@ version bump there moves the setup step, the tests and the benches together:
 
     kube_binary("kube-apiserver")   Kubernetes (.ci/setup.d/40-kubernetes.sh), $KUBE_DIR
     etcd36_binary()                 etcd 3.6 (.ci/setup.d/26-etcd36.sh), $ETCD36_BIN
+    kube_rbac_proxy_binary()        kube-rbac-proxy (.ci/setup.d/42-kube-rbac-proxy.sh),
+                                    $KUBE_RBAC_PROXY_BIN
 """
 
 import functools
@@ -51,6 +53,18 @@ def etcd36_binary() -> str:
     path = os.environ.get("ETCD36_BIN", str(CACHE / f"etcd-{etcd36_version()}" / "etcd"))
     if not os.access(path, os.X_OK):
         raise FileNotFoundError(f"{path} missing: run .ci/setup.d/26-etcd36.sh")
+    return path
+
+
+def kube_rbac_proxy_version() -> str:
+    return pinned("kube-rbac-proxy", "github.com/brancz/kube-rbac-proxy")
+
+
+def kube_rbac_proxy_binary() -> str:
+    default = CACHE / f"kube-rbac-proxy-{kube_rbac_proxy_version()}" / "kube-rbac-proxy"
+    path = os.environ.get("KUBE_RBAC_PROXY_BIN", str(default))
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/42-kube-rbac-proxy.sh")
     return path
 
 

@@ -19,6 +19,14 @@ from .procs import Proc
 _DIR = os.environ.get("KSE_CONTAINERD_DIR", "/usr/bin")
 CONTAINERD = os.path.join(_DIR, "containerd")
 CTR = os.path.join(_DIR, "ctr")
+# Every containerd the suite compares its two sources on (tests/imagepull/test_ingest.py):
+# bookworm's, trixie's (.ci/setup.d/52-containerd-trixie.sh) and sid's (51-containerd-sid.sh).
+_CACHE = "/var/cache/kube-scale-exporter"
+VERSIONS = {
+    "1.6": "/usr/bin",
+    "1.7": os.environ.get("CONTAINERD17_DIR", f"{_CACHE}/containerd-trixie") + "/root/usr/bin",
+    "2.1": os.environ.get("CONTAINERD2_DIR", f"{_CACHE}/containerd-sid") + "/root/usr/bin",
+}
 DEFAULT_STATE = "/run/containerd"
 DISABLED_CRI = (
     '"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"'

@@ -16,7 +16,7 @@ import requests
 from .builds import etcd36_binary
 from .pki import TestCA
 from .ports import free_ports
-from .procs import Proc, wait_for_port
+from .procs import PortTaken, Proc, wait_for_port
 
 DEBIAN_ETCD = "/usr/bin/etcd"
 SID_ETCD = os.environ.get(
@@ -128,24 +128,37 @@ class EtcdServer:
         self.name = name
         self.workdir = str(workdir)
         self.data_dir = os.path.join(self.workdir, f"{name}.etcd")
-        if not (client_port and peer_port):
-            client_port, peer_port = free_ports(2)
-        self.client_port = client_port
-        self.peer_port = peer_port
-        scheme = "https" if tls else "http"
+        # A port found free here can be taken before etcd binds it: a lone member whose
+        # ports are its own picks new ones then (start()); a cluster, start_cluster().
+        self._own_ports = (
+            not (client_port and peer_port)
+            and initial_cluster is None
+            and (metrics_port is None or metrics_port is True)
+        )
         # Another loopback address (127.0.0.2, ...) gives members hosts of their own.
         self.host = host
-        self.client_url = f"{scheme}://{host}:{self.client_port}"
-        self.peer_url = f"http://{host}:{self.peer_port}"
-        # --listen-metrics-urls: a plain-http /metrics listener of its own, when given.
-        self.metrics_url = f"http://{host}:{metrics_port}" if metrics_port else None
-        self.initial_cluster = initial_cluster or f"{name}={self.peer_url}"
-        self.cluster_state = cluster_state
-        self.cluster_token = f"tok-{self.peer_port}"
-        self.quota_bytes = quota_bytes
         self.tls = tls  # dict(cert=, key=, ca=) for client TLS with client-cert auth
+        self._given_cluster = initial_cluster
+        self._metrics_port = metrics_port  # True: a port of its own; a number: that port
+        self._use_ports(client_port, peer_port)
+        self.cluster_state = cluster_state
+        self.quota_bytes = quota_bytes
         self.extra_args = list(extra_args)
         self.proc = None
+
+    def _use_ports(self, client_port=None, peer_port=None):
+        metrics_port = self._metrics_port
+        if not (client_port and peer_port):
+            client_port, peer_port, picked = free_ports(3, host=self.host)
+            metrics_port = picked if metrics_port is True else metrics_port
+        self.client_port, self.peer_port = client_port, peer_port
+        scheme = "https" if self.tls else "http"
+        self.client_url = f"{scheme}://{self.host}:{self.client_port}"
+        self.peer_url = f"http://{self.host}:{self.peer_port}"
+        # --listen-metrics-urls: a plain-http /metrics listener of its own, when given.
+        self.metrics_url = f"http://{self.host}:{metrics_port}" if metrics_port else None
+        self.initial_cluster = self._given_cluster or f"{self.name}={self.peer_url}"
+        self.cluster_token = f"tok-{self.peer_port}"
 
     def argv(self):
         args = [
@@ -188,10 +201,22 @@ class EtcdServer:
     def start(self, wait=True):
         os.makedirs(self.workdir, exist_ok=True)
         env = dict(os.environ, ETCD_UNSUPPORTED_ARCH=os.environ.get("ETCD_UNSUPPORTED_ARCH", ""))
-        self.proc = Proc(self.argv(), os.path.join(self.workdir, f"{self.name}.log"), env=env)
-        if wait:
-            self.wait_ready()
-        return self
+        # A restart keeps its data and its ports: only a first start picks others.
+        first = not os.path.exists(self.data_dir)
+        for attempt in range(3):
+            self.proc = Proc(self.argv(), os.path.join(self.workdir, f"{self.name}.log"), env=env)
+            if not wait:
+                return self
+            try:
+                self.wait_ready()
+                return self
+            except PortTaken:
+                self.proc.stop()
+                if not (self._own_ports and first) or attempt == 2:
+                    raise
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+                self._use_ports()
+        raise AssertionError("unreachable")
 
     def session(self):
         """A requests session that reaches this member (its own pair as client cert)."""

@@ -13,8 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from testbed.ports import free_port
-from testbed.procs import Proc, wait_for_port
+from testbed.procs import Proc, start_on_free_port
 
 REPO = Path(__file__).resolve().parents[1]
 MODULE = "kube_scale_exporter"
@@ -50,13 +49,12 @@ def start_exporter(
     """Start the exporter with `flags` on a free port and wait until it listens; its log is
     LOG_DIR/exporter-PORT.log. `prefix` runs it under another command (prlimit, `ip netns
     exec`); it must exec the exporter in place, so that the PID is the exporter's. A
-    process that exits or does not listen in `timeout` seconds is stopped and raises."""
-    port = free_port()
-    argv = [*prefix, *exporter_argv(port, flags, module)]
-    proc = Proc(argv, os.path.join(str(log_dir), f"exporter-{port}.log"), env=env, cwd=cwd)
-    try:
-        wait_for_port(port, proc=proc, timeout=timeout)
-    except BaseException:
-        proc.stop()
-        raise
+    process that exits or does not listen in `timeout` seconds is stopped and raises; one
+    whose port was taken meanwhile is started again on another."""
+
+    def start(port: int) -> Proc:
+        argv = [*prefix, *exporter_argv(port, flags, module)]
+        return Proc(argv, os.path.join(str(log_dir), f"exporter-{port}.log"), env=env, cwd=cwd)
+
+    proc, port = start_on_free_port(start, timeout=timeout)
     return Exporter(proc, port, scheme)

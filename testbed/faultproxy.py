@@ -34,7 +34,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import requests
 import urllib3
 
-from .ports import free_port
 
 HOP_HEADERS = {
     "connection",
@@ -95,16 +94,17 @@ class FaultProxy:
         self.upstream = upstream.rstrip("/")
         self.upstream_verify = upstream_verify
         self.upstream_headers = upstream_headers or {}
-        self.port = free_port()
         self.scheme = "https" if certfile else "http"
-        self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         self.requests: list[tuple[str, str, object, float]] = []
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
         self._release = threading.Event()
         self._streams: dict[int, tuple[str, object]] = {}  # id -> (path, client socket)
         handler = type("Bound", (_Handler,), {"proxy": self})
-        self.server = _Server(("127.0.0.1", self.port), handler)
+        # Port 0: the kernel's choice, bound at once (a port found free can be taken).
+        self.server = _Server(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         self.server.daemon_threads = True
         if certfile:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -18,6 +18,7 @@ import time
 WORK = pathlib.Path(os.environ.get("KSE_E2E_WORK", "/var/lib/kse-e2e"))
 KUBELET_DIR = pathlib.Path("/var/lib/kubelet")
 CONTAINERD_STATE = pathlib.Path("/run/containerd")
+CONTAINERD_ROOT = pathlib.Path("/var/lib/containerd")
 CONTAINERD_SOCK = CONTAINERD_STATE / "containerd.sock"
 CNI_CONF_DIR = pathlib.Path("/etc/cni/net.d")
 CNI_CONF = CNI_CONF_DIR / "10-kse-e2e.conflist"
@@ -57,7 +58,7 @@ OWNED_PATHS = (
     pathlib.Path("/etc/kubernetes"),
     pathlib.Path("/opt/containerd"),
     pathlib.Path("/opt/cni"),
-    pathlib.Path("/var/lib/containerd"),
+    CONTAINERD_ROOT,
 )
 # Without a snapshot (a crashed `up`), `down` removes only what nothing else could own.
 CORE_PATHS = (WORK, KUBELET_DIR, CONTAINERD_STATE, CNI_CONF, *LOG_DIRS)
@@ -106,6 +107,7 @@ def our_mounts() -> list:
         str(KUBELET_DIR),
         str(WORK),
         str(CONTAINERD_STATE),
+        str(CONTAINERD_ROOT),
         "/run/netns/cni-",
         "/var/run/netns/cni-",
     )
@@ -185,8 +187,18 @@ def kill_leftovers():
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    if pids:
-        time.sleep(0.5)
+    # SIGKILL is delivered asynchronously: gone (or a zombie for its parent to reap).
+    deadline = time.monotonic() + 10
+    while pids and time.monotonic() < deadline:
+        pids = {pid for pid in pids if _running(pid)}
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def clean_iptables(before):

@@ -18,6 +18,7 @@ containers.conf (so it writes no /etc/cni/net.d/cni.lock) and registries.conf.
 """
 
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -263,26 +264,67 @@ def build(repo: pathlib.Path = REPO, log=sys.stderr) -> pathlib.Path:
     return archive
 
 
-def pause_archive(pause_bin: str, name: str, log=sys.stderr) -> pathlib.Path:
-    """The pod sandbox image: the statically linked pause binary alone, as /pause."""
-    h = hashlib.sha256(pathlib.Path(pause_bin).read_bytes()).hexdigest()[:16]
-    archive = CACHE / "images" / f"pause-{h}.tar"
+def binary_archive(
+    stem: str,
+    name: str,
+    files,
+    *,
+    entrypoint,
+    user: str,
+    description: str,
+    base: str = "scratch",
+    workdir: str | None = None,
+    log=sys.stderr,
+) -> pathlib.Path:
+    """`name` as a docker-archive under CACHE/images: `base` ("scratch", or BASE_NAME, which
+    base_image builds) plus `files`, (host path, path in the image) pairs copied 0755, run
+    as `user` with `entrypoint` and no default arguments. Cached by a hash of all of these
+    and the files' bytes."""
+    files = [(str(src), dest) for src, dest in files]
+    recipe = [name, base, list(entrypoint), user, workdir, description]
+    recipe.append([dest for _, dest in files])
+    h = hashlib.sha256(json.dumps(recipe).encode())
+    for src, _ in files:
+        h.update(pathlib.Path(src).read_bytes())
+    digest = h.hexdigest()[:16]
+    archive = CACHE / "images" / f"{stem}-{digest}.tar"
     if archive.exists():
         return archive
+    if base != "scratch":
+        base_image(log)
     archive.parent.mkdir(parents=True, exist_ok=True)
-    ctr = buildah("from", "--pull=never", "scratch", capture=True)
+    ctr = buildah("from", "--pull=never", base, capture=True)
     try:
-        buildah("copy", "--chmod", "0755", ctr, pause_bin, "/pause", capture=True)
-        buildah("config", "--entrypoint", '["/pause"]', "--user", "65535:65535", ctr)
-        buildah("commit", "--quiet", ctr, "localhost/pause:e2e", capture=True)
+        for src, dest in files:
+            buildah("copy", "--chmod", "0755", ctr, src, dest, capture=True)
+        config = ["--entrypoint", json.dumps(list(entrypoint)), "--cmd", "[]", "--user", user]
+        config += ["--label", f"org.opencontainers.image.description={description}"]
+        if workdir:
+            config += ["--workingdir", workdir]
+        buildah("config", *config, ctr)
+        buildah("commit", "--quiet", ctr, name, capture=True)
     finally:
         buildah("rm", ctr, capture=True)
     tmp = archive.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
-    buildah("push", "--quiet", "localhost/pause:e2e", f"docker-archive:{tmp}:{name}")
+    buildah("push", "--quiet", name, f"docker-archive:{tmp}:{name}")
     tmp.rename(archive)
+    buildah("rmi", name, capture=True)
     print(f"image: {name} -> {archive}", file=log)
     return archive
+
+
+def pause_archive(pause_bin: str, name: str, log=sys.stderr) -> pathlib.Path:
+    """The pod sandbox image: the statically linked pause binary alone, as /pause."""
+    return binary_archive(
+        "pause",
+        name,
+        [(pause_bin, "/pause")],
+        entrypoint=["/pause"],
+        user="65535:65535",
+        description="the pod sandbox: pause.c of the Kubernetes release (testbed/image.py)",
+        log=log,
+    )
 
 
 def main(argv):

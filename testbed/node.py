@@ -23,6 +23,7 @@ from .host import (
     CNI_BIN,
     CNI_CONF,
     CNI_CONF_DIR,
+    CONTAINERD_ROOT,
     CONTAINERD_SOCK,
     CONTAINERD_STATE,
     KUBELET_DIR,
@@ -91,9 +92,11 @@ RUNC = "/usr/sbin/runc"
 
 # Config version 3 (containerd 2.x): the CRI is two plugins, images and runtime. Pulls go
 # through the transfer service, as a 2.x node's do by default.
+# Its root is containerd's default, /var/lib/containerd, where the product's DaemonSet
+# reads the content store's ingest directory from the host.
 CONTAINERD_CONFIG = """\
 version = 3
-root = "{work}/containerd"
+root = "{root}"
 state = "{state}"
 oom_score = 0
 [grpc]
@@ -141,6 +144,7 @@ def write_containerd_config(work):
     config.write_text(
         CONTAINERD_CONFIG.format(
             work=work,
+            root=CONTAINERD_ROOT,
             state=CONTAINERD_STATE,
             sock=CONTAINERD_SOCK,
             pause=PAUSE_IMAGE,

@@ -1,4 +1,5 @@
-"""Free ports for test servers."""
+"""Free ports for test servers, and what waits on a port: connections not accepted yet,
+bytes not read yet (what a test waits for instead of sleeping)."""
 
 import socket
 
@@ -35,3 +36,35 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def _tcp_sockets():
+    """(local port, remote port, state, bytes unread) of each TCP socket of this network
+    namespace, from /proc/net/tcp{,6}. For a listening socket (state 0A), the unread count
+    is its accept queue: connections the kernel completed and the server has not accepted."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except FileNotFoundError:
+            continue
+        for row in rows:
+            local, remote, state, queues = row[1], row[2], row[3], row[4]
+            unread = int(queues.split(":")[1], 16)
+            yield int(local.rsplit(":", 1)[1], 16), int(remote.rsplit(":", 1)[1], 16), state, unread
+
+
+def accept_queue(port: int) -> int:
+    """Connections to `port` that its server has not accepted yet."""
+    return sum(
+        unread for local, _, state, unread in _tcp_sockets() if local == port and state == "0A"
+    )
+
+
+def unread_by_server(port: int, client_port: int) -> int | None:
+    """Bytes a client (at `client_port`) sent that the server at `port` has not read; None
+    when there is no such connection (not accepted by the kernel yet, or closed)."""
+    for local, remote, state, unread in _tcp_sockets():
+        if local == port and remote == client_port and state == "01":  # 01: ESTABLISHED
+            return unread
+    return None

@@ -13,7 +13,7 @@ import tarfile
 import requests
 
 from .ports import free_port
-from .procs import Proc, wait_for_port
+from .procs import Proc, start_on_free_port, wait_for_port
 
 REGISTRY = "/usr/bin/docker-registry"
 
@@ -50,10 +50,14 @@ def random_layer(size: int) -> bytes:
 class RegistryServer:
     def __init__(self, workdir, port=None):
         self.workdir = str(workdir)
-        self.port = port or free_port()
+        self._fixed_port = port
+        self._use_port(port or free_port())
+        self.proc = None
+
+    def _use_port(self, port):
+        self.port = port
         self.host = f"127.0.0.1:{self.port}"
         self.url = f"http://{self.host}"
-        self.proc = None
 
     def start(self):
         if not os.path.exists(REGISTRY):
@@ -62,10 +66,19 @@ class RegistryServer:
             )
         os.makedirs(self.workdir, exist_ok=True)
         config = os.path.join(self.workdir, "registry.yml")
-        with open(config, "w") as f:
-            f.write(CONFIG.format(root=os.path.join(self.workdir, "storage"), port=self.port))
-        self.proc = Proc([REGISTRY, "serve", config], os.path.join(self.workdir, "registry.log"))
-        wait_for_port(self.port, proc=self.proc)
+
+        def start(port):
+            self._use_port(port)
+            with open(config, "w") as f:
+                f.write(CONFIG.format(root=os.path.join(self.workdir, "storage"), port=port))
+            log = os.path.join(self.workdir, f"registry-{port}.log")
+            return Proc([REGISTRY, "serve", config], log)
+
+        if self._fixed_port:
+            self.proc = start(self._fixed_port)
+            wait_for_port(self.port, proc=self.proc)
+        else:
+            self.proc, _ = start_on_free_port(start)
         return self
 
     def push_blob(self, repo: str, data: bytes) -> str:

@@ -10,8 +10,7 @@ import os
 import sys
 import time
 
-from .ports import free_port
-from .procs import Proc, wait_for_port
+from .procs import Proc, start_on_free_port
 
 TICK = 0.05  # seconds between throttled writes: smooth enough for second-scale scrapes
 
@@ -50,22 +49,22 @@ class ThrottleProxy:
     """The proxy as a child process; `host` is what clients connect to instead."""
 
     def __init__(self, workdir, target_port, rate):
-        self.port = free_port()
-        self.host = f"127.0.0.1:{self.port}"
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        self.proc = Proc(
-            [
-                sys.executable,
-                "-m",
-                "testbed.throttle_proxy",
-                str(self.port),
-                str(target_port),
-                str(int(rate)),
-            ],
-            os.path.join(str(workdir), f"proxy-{self.port}.log"),
-            cwd=root,
+        self.proc, self.port = start_on_free_port(
+            lambda port: Proc(
+                [
+                    sys.executable,
+                    "-m",
+                    "testbed.throttle_proxy",
+                    str(port),
+                    str(target_port),
+                    str(int(rate)),
+                ],
+                os.path.join(str(workdir), f"proxy-{port}.log"),
+                cwd=root,
+            )
         )
-        wait_for_port(self.port, proc=self.proc)
+        self.host = f"127.0.0.1:{self.port}"
 
     def stop(self):
         self.proc.stop()

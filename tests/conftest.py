@@ -1,5 +1,12 @@
 """Shared by every test area; each area keeps its own fixtures in tests/AREA/conftest.py.
 
+Tiers: every test carries exactly one of the markers `unit`, `integration` and `e2e`
+(pyproject.toml says what each means; docs/development.md how to run each), set by its
+module's `pytestmark` or, in a module that holds both, on each test; tests/e2e is e2e as a
+whole, set here. Collection fails naming every test with none or more than one, and a unit
+test that starts a process fails: `make test-unit` must stay runnable without root or
+binaries.
+
 `scripted`: collectors with controllable behaviour, to drive the scrape machinery (the
 scraper, check and the HTTP server) without any backend.
 
@@ -12,19 +19,54 @@ server or compact etcd start their own pair with `fresh_apiserver`.
 
 import contextlib
 import os
+import subprocess
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 from prometheus_client.core import GaugeMetricFamily
 
 from kube_scale_exporter.registry import Collector
 from testbed import builds, etcd_server
+from testbed.accounts import service_account
 from testbed.kube_apiserver import KubeApiServer, apiserver_on_new_etcd
 
 # tests/e2e brings up a real cluster on this host (root, minutes, host changes undone at the
 # end): only `make e2e` (KSE_E2E=1) collects it, never the main suite.
 collect_ignore = [] if os.environ.get("KSE_E2E") == "1" else ["e2e"]
+E2E_DIR = Path(__file__).resolve().parent / "e2e"
+TIERS = ("unit", "integration", "e2e")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is checked
+def pytest_collection_modifyitems(config, items):
+    wrong = []
+    for item in items:
+        if E2E_DIR in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+        tiers = [m.name for m in item.iter_markers() if m.name in TIERS]
+        if len(tiers) != 1:
+            wrong.append(f"{item.nodeid}: {', '.join(tiers) or 'no tier'}")
+    if wrong:
+        raise pytest.UsageError(
+            "each test needs exactly one of the markers "
+            + ", ".join(TIERS)
+            + ":\n  "
+            + "\n  ".join(wrong)
+        )
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request, monkeypatch):
+    """A unit test runs in this process: no binary, no exporter process, no helper."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+
+    def refuse(self, args, *rest, **kwargs):
+        raise AssertionError(f"a unit test starts no process ({args!r}): mark it integration")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
 
 
 def pytest_report_header(config):
@@ -129,32 +171,6 @@ def kubeconfig_for(apiserver, tmp_path):
     ClusterRole of exactly `rules` and nothing else (its token from the TokenRequest API)."""
 
     def make(name, rules):
-        sa = f"{name}-{uuid.uuid4().hex[:6]}"
-        rbac = "/apis/rbac.authorization.k8s.io/v1"
-        apiserver.admin.create(
-            "/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": sa}}
-        )
-        apiserver.admin.create(f"{rbac}/clusterroles", {"metadata": {"name": sa}, "rules": rules})
-        apiserver.admin.create(
-            f"{rbac}/clusterrolebindings",
-            {
-                "metadata": {"name": sa},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": sa,
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "default"}],
-            },
-        )
-        token = apiserver.admin.create(
-            f"/api/v1/namespaces/default/serviceaccounts/{sa}/token",
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {"expirationSeconds": 3600},
-            },
-        )["status"]["token"]
-        return apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{sa}", token=token)
+        return service_account(apiserver, name, rules, tmp_path).kubeconfig
 
     return make

@@ -15,6 +15,7 @@ import requests
 
 from testbed.exporter import start_exporter
 
+
 PACKAGE = Path(__file__).resolve().parents[1] / "kube_scale_exporter"
 NAME = PACKAGE.name
 BACKENDS = ("kube", "etcd", "containerd", "netlink")
@@ -27,24 +28,22 @@ FORBIDDEN = {
             f"{NAME}.registry",
             f"{NAME}.scrape",
             f"{NAME}.check",
-            f"{NAME}.http",
+            f"{NAME}.web",
         )
         for b in BACKENDS
     },
-    f"{NAME}.collectors": (f"{NAME}.cli", f"{NAME}.scrape", f"{NAME}.check", f"{NAME}.http"),
+    f"{NAME}.collectors": (f"{NAME}.cli", f"{NAME}.scrape", f"{NAME}.check", f"{NAME}.web"),
     f"{NAME}.registry": (f"{NAME}.collectors", f"{NAME}.cli", f"{NAME}.scrape"),
     f"{NAME}.scrape": (f"{NAME}.collectors", f"{NAME}.cli", f"{NAME}.kube"),
     f"{NAME}.flagtypes": (f"{NAME}.cli", f"{NAME}.collectors", f"{NAME}.registry"),
-    # The HTTP server knows a scraper's interface, never a collector or a backend.
-    **{
-        f"{NAME}.{m}": (
-            f"{NAME}.cli",
-            f"{NAME}.collectors",
-            f"{NAME}.registry",
-            *(f"{NAME}.{b}" for b in BACKENDS),
-        )
-        for m in ("http", "web")
-    },
+    # The HTTP side (server and routes) knows a scraper's interface, never a collector or
+    # a backend.
+    f"{NAME}.web": (
+        f"{NAME}.cli",
+        f"{NAME}.collectors",
+        f"{NAME}.registry",
+        *(f"{NAME}.{b}" for b in BACKENDS),
+    ),
 }
 
 
@@ -113,6 +112,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+@pytest.mark.unit
 def test_the_package_has_no_import_cycle():
     # A package's __init__ re-exporting its own submodules is not a cycle of concern;
     # drop those edges (parent -> its own child) before looking.
@@ -120,6 +120,7 @@ def test_the_package_has_no_import_cycle():
     assert cycles(edges) == []
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
 def test_imports_run_one_way(layer):
     wrong = sorted(
@@ -132,6 +133,20 @@ def test_imports_run_one_way(layer):
     assert wrong == []
 
 
+@pytest.mark.unit
+def test_the_web_package_reaches_no_collector_or_backend_even_indirectly():
+    edges = graph()
+    web = f"{NAME}.web"
+    reached, todo = set(), [m for m in edges if m == web or m.startswith(web + ".")]
+    while todo:
+        for target in edges[todo.pop()] - reached:
+            reached.add(target)
+            todo.append(target)
+    below = (f"{NAME}.collectors", *(f"{NAME}.{b}" for b in BACKENDS))
+    assert sorted(m for m in reached if m.startswith(below)) == []
+
+
+@pytest.mark.unit
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -168,6 +183,7 @@ def imported_by_a_scrape(flags, log_dir, auth=None) -> set[str]:
     }
 
 
+@pytest.mark.integration
 def test_node_mode_with_the_neighbor_collectors_imports_only_what_they_need(tmp_path):
     modules = imported_by_a_scrape(
         [
@@ -182,6 +198,7 @@ def test_node_mode_with_the_neighbor_collectors_imports_only_what_they_need(tmp_
     assert sorted(m for m in modules if m.split(".")[0] in NOT_FOR_NEIGHBOR) == []
 
 
+@pytest.mark.integration
 def test_a_web_config_brings_its_readers(tmp_path):
     """The probe sees lazy imports: basic auth in --web.config.file loads yaml and bcrypt."""
     import bcrypt  # noqa: PLC0415  (this test's own hash)

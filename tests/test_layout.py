@@ -5,6 +5,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "kube_scale_exporter"
 
@@ -24,11 +26,13 @@ def documented_paths() -> set[str]:
     return paths
 
 
+@pytest.mark.unit
 def test_every_documented_path_exists():
     missing = sorted(p for p in documented_paths() if not (REPO / p).exists())
     assert missing == []
 
 
+@pytest.mark.unit
 def test_every_module_of_the_package_is_documented():
     documented = documented_paths()
     modules = {
@@ -42,6 +46,7 @@ def test_every_module_of_the_package_is_documented():
     assert sorted((modules | packages) - documented) == []
 
 
+@pytest.mark.integration
 def test_every_top_level_folder_is_documented():
     tracked = subprocess.run(
         ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True

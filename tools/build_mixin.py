@@ -8,13 +8,14 @@
 Uses PyPI jsonnet (module `_jsonnet`), so output does not depend on the jsonnet CLI version.
 """
 
-import argparse
 import json
 import pathlib
 import sys
 
 import _jsonnet
 import yaml
+
+from tools import generated
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 MIXIN = REPO / "mixin"
@@ -126,23 +127,7 @@ def drift(files: dict[pathlib.Path, str]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare instead of writing")
-    args = parser.parse_args(argv)
-    files = render()
-    if args.check:
-        problems = drift(files)
-        for p in problems:
-            print(p, file=sys.stderr)
-        if problems:
-            print("generated files drifted: run `make generate` and commit", file=sys.stderr)
-        return 1 if problems else 0
-    for path, content in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists() or path.read_text() != content:
-            path.write_text(content)
-            print(f"wrote {path.relative_to(REPO)}")
-    return 0
+    return generated.main(__doc__.splitlines()[0], render, drift, argv)
 
 
 if __name__ == "__main__":

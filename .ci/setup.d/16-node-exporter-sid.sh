@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# node_exporter 1.11 for the neighbor, node-memory and scrape-cost benches: the peer they run
+# node_exporter 1.11 for the neighbor, node-memory, scrape-cost and web-flood benches: the peer they run
 # beside ours is the current upstream release, whose arp collector reads the table over
 # netlink (bookworm's 1.5 reads /proc/net/arp). Debian sid ships it as
 # prometheus-node-exporter; its Go binary runs on bookworm. The .deb is fetched with a

@@ -1,4 +1,4 @@
-"""The series and query budgets (docs/sizing.md), and the projection of a query's cost to a 7,500-node fleet.
+"""The query budgets (docs/sizing.md), the series budgets they are checked beside, and the projection of a query's cost to a 7,500-node fleet.
 
 A query's samples and series grow linearly with the fleet: each node contributes the same
 series and the same samples per series, and cluster-level series add a constant. So two
@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.scale.measure import SegmentReport
+from kube_scale_exporter.budgets import CLUSTER_SERIES, NODE_SERIES
 
 TARGET_NODES = 7500
-NODE_SERIES = 43  # exporter series per node, default collectors
-CLUSTER_SERIES = 500  # exporter series of the cluster Deployment
 PANEL_SAMPLES = 5_000_000  # a tenth of Prometheus' default --query.max-samples
 PANEL_SERIES = 50  # except per-node tables capped by topk
 GROUP_SECONDS = 1.0

@@ -1,9 +1,9 @@
 """What one node's (and the one cluster Deployment's) scrape holds: the series template.
 
-The template is taken from the collectors' golden expositions (tests/golden/NAME.prom)
-where they exist, and from bench/scale/builtin/{node,cluster}.prom (written from the metric
-names issues 2-5 fix) for every collector that has no golden file yet, so a run always
-covers every default collector and says which source each part came from.
+The template is taken from the collectors' golden expositions (tests/golden/NAME.prom, one
+for every registered collector of the mode), the exporter's own (tests/golden/exporter.prom)
+and, for what no golden file can say (the watches each mode runs, production's etcd
+resource prefixes), bench/scale/builtin/{node,cluster}.prom.
 
 Node mode is what the DaemonSet serves with default collectors; cluster mode is the
 Deployment with every cluster collector on, at the etcd topology of a 7,500-node cluster
@@ -13,6 +13,7 @@ one test member is widened to that topology, since the budget is about productio
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,33 +25,12 @@ REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = REPO / "tests" / "golden"
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
 
-# Which collector exports a family, for the families a builtin file holds (first match).
-# The informer health series (kubescale_kube_*) come with every scrape for the process's
-# watches (node: imagepull's pods; cluster: balloon's pods, priorityclasses, nodes); their
-# golden file (tests/golden/kube.prom) shows other resources, so they always come from
-# the builtin files, which list each mode's watches.
 # Families the synthetic fleet carries (it is configured as a GPU fleet would be) but the
 # default collectors do not export; the series budget is for the defaults.
 OPT_IN_FAMILIES = frozenset({"kubescale_image_preload_missing"})  # only with --image-pull.preload
-
-OWNER_PREFIXES = (
-    ("kubescale_neighbor_gc_eligible_", "neighbor_gc"),
-    ("kubescale_neighbor_", "neighbor"),
-    ("kubescale_image_pull_duration_", "imagepull_events"),
-    ("kubescale_image_pull_queue_wait_", "imagepull_events"),
-    ("kubescale_image_pull_failures", "imagepull_events"),
-    ("kubescale_image_pulls_succeeded", "imagepull_events"),
-    ("kubescale_image_pull_failing_nodes", "imagepull_events"),
-    ("kubescale_containerd_", "imagepull"),
-    ("kubescale_image_", "imagepull"),
-    ("kubescale_kubelet_", "imagepull"),
-    ("kubescale_etcd_", "etcd"),
-    ("kubescale_balloon_", "balloon"),
-    ("kubescale_kube_", "kube"),
-    ("kubescale_build_info", "exporter"),
-    ("kubescale_scrape_collector_", "exporter"),
-)
-# Collectors each mode runs when the registry has none (before the collectors landed).
+# Owners with a golden file that are not collectors: the informer health series
+# (kubescale_kube_*, with every scrape for the process's watches) and the exporter's own.
+KUBE, EXPORTER = "kube", "exporter"
 ETCD_TOPOLOGY = {"main": 5, "events": 3}
 
 
@@ -70,17 +50,26 @@ class Series:
 class Template:
     mode: str
     series: list[Series]
-    sources: dict[str, str] = field(default_factory=dict)  # collector -> "golden:PATH" | "builtin"
+    # owner (collector, kube, exporter) -> "golden:PATH", "builtin" or the module that makes it
+    sources: dict[str, str] = field(default_factory=dict)
 
     def __len__(self):
         return len(self.series)
 
 
+@functools.cache
+def _owners() -> dict[str, str]:
+    """Family -> the collector (or kube, exporter) whose golden exposition holds it."""
+    out: dict[str, str] = {}
+    for name in [c.name for c in COLLECTORS] + [KUBE, EXPORTER]:
+        for s in parse(golden_file(name).read_text()):
+            if out.setdefault(s.family, name) != name:
+                raise ValueError(f"{s.family} is in the golden files of {out[s.family]} and {name}")
+    return out
+
+
 def owner(family: str) -> str:
-    for prefix, name in OWNER_PREFIXES:
-        if family.startswith(prefix):
-            return name
-    return "unknown"
+    return _owners().get(family, "unknown")
 
 
 def parse(text: str) -> list[Series]:
@@ -110,20 +99,22 @@ def registry_collectors(mode: str) -> tuple[str, ...]:
     return tuple(n for n, c in found.items() if mode in c.modes)
 
 
-def golden_file(collector: str) -> Path | None:
-    path = GOLDEN_DIR / f"{collector}.prom"
-    return path if path.exists() else None
+def golden_file(name: str) -> Path:
+    path = GOLDEN_DIR / f"{name}.prom"
+    if not path.exists():
+        raise FileNotFoundError(f"{path.relative_to(REPO)} missing: every collector has one")
+    return path
 
 
-def _own_series(collectors: tuple[str, ...], builtin: list[Series]) -> list[Series]:
+def _own_series(collectors: tuple[str, ...]) -> list[Series]:
     """build_info plus success and duration per enabled collector, as kube_scale_exporter/scrape.py emits."""
-    info = [s for s in builtin if s.family == "kubescale_build_info"]
-    out = list(info)
+    own = parse(golden_file(EXPORTER).read_text())
+    out = [s for s in own if s.family == "kubescale_build_info"]
     for fam, value in (
         ("kubescale_scrape_collector_success", 1.0),
         ("kubescale_scrape_collector_duration_seconds", 0.002),
     ):
-        help_ = next((s.help for s in builtin if s.family == fam), "")
+        help_ = next(s.help for s in own if s.family == fam)
         out += [Series(fam, "gauge", fam, (("collector", c),), value, help_) for c in collectors]
     return out
 
@@ -180,28 +171,19 @@ def opt_in_count(mode: str) -> int:
 
 
 def load(mode: str) -> Template:
-    """The template of one mode, golden files first, builtin for the rest."""
+    """The template of one mode: its collectors' golden files, the watches' health and the
+    exporter's own series."""
     builtin = parse((BUILTIN_DIR / f"{mode}.prom").read_text())
     collectors = registry_collectors(mode)
     template = Template(mode, [])
-    from_golden: set[str] = set()
     for collector in collectors:
         path = golden_file(collector)
-        if path is None:
-            continue
-        series = [s for s in parse(path.read_text()) if owner(s.family) not in ("exporter",)]
-        template.series += series
+        template.series += parse(path.read_text())
         template.sources[collector] = f"golden:{path.relative_to(REPO)}"
-        from_golden |= {owner(s.family) for s in series}
-    for collector in collectors:
-        if collector not in template.sources:
-            template.series += [s for s in builtin if owner(s.family) == collector]
-            template.sources[collector] = "builtin"
-    if "kube" not in from_golden:
-        template.series += [s for s in builtin if owner(s.family) == "kube"]
-        template.sources["kube"] = "builtin"
-    template.series = _own_series(collectors, builtin) + template.series
-    template.sources["exporter"] = "kube_scale_exporter/scrape.py (build_info, success, duration)"
+    template.series += [s for s in builtin if owner(s.family) == KUBE]
+    template.sources[KUBE] = "builtin"
+    template.series = _own_series(collectors) + template.series
+    template.sources[EXPORTER] = "kube_scale_exporter/scrape.py (build_info, success, duration)"
     if mode == "cluster":
         template.series = _widen_etcd(template.series, builtin)
     return template

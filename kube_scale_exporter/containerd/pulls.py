@@ -16,6 +16,19 @@ Limits, by construction:
   imports) are not pulls and are ignored.
 - The source label names a repository, not a tag: two tags of one repository being
   pulled at once are told apart only by count.
+
+Without the manifests (the ingest directory read with no socket, containerd/ingestdir.py)
+`by_download_slots` estimates the pulls instead: a pull downloads at most
+max_concurrent_downloads blobs at once (the CRI of 1.6 and 1.7 here: 3 of a 6-layer
+image), so the ingests make at least that many fewer pulls; a pull is stalled only when
+none of its blobs moves, so idle ingests count as stalled pulls only while no ingest
+moves (a client killed beside a live pull is not seen stalled); and the kubelet runs at most its pull slots at once for at most the
+images its pods wait for. Exact while each pull has as many blobs left as it may
+download at once, or under a kubelet that pulls one image at a time; pulls near their
+end, or of images with fewer layers, that run at the same time count as fewer. On
+containerd 2.1 the transfer service opens the ingests of all 6 layers of an image at
+once and writes 3 of them: an image with more layers than max_concurrent_downloads
+counts as more than one unless the kubelet's slots bound it.
 """
 
 from __future__ import annotations
@@ -117,6 +130,37 @@ class ManifestIndex:
         live = {m.digest for d, m in self._owner.items() if d in digests}
         self._owner = {d: m for d, m in self._owner.items() if m.digest in live}
         return {d: m for d, m in self._owner.items() if d in digests}
+
+
+def by_download_slots(
+    ingests: list[Ingest],
+    per_pull: int,
+    now: float,
+    stall_after: float,
+    most_moving: int | None = None,
+) -> list[Pull]:
+    """Pulls in progress estimated from the ingests alone, `per_pull` blobs to a pull (0:
+    no limit). While a blob moves, every blob is a moving pull's, in at most as many pulls
+    as blobs move and `most_moving` (the kubelet's bound, when known), each holding one
+    that moves; else all are stalled. Such a pull has no sources: its image is not known."""
+    blobs = sorted(
+        (i for i in ingests if i.digest is not None), key=lambda i: (i.started_at or 0.0, i.ref)
+    )
+    if not blobs:
+        return []
+    alive = [i for i in blobs if not Pull(i.ref, ingests=[i]).stalled(now, stall_after)]
+    count = -(-len(blobs) // per_pull) if per_pull else 1
+    if alive:
+        count = min(count, len(alive), most_moving or count)
+        moving = set(alive)
+        idle = [i for i in blobs if i not in moving]
+        order = [*alive, *idle]
+    else:
+        order = blobs
+    parts: list[list[Ingest]] = [[] for _ in range(count)]
+    for n, ingest in enumerate(order):
+        parts[n % count].append(ingest)
+    return sorted((Pull(key=p[0].digest, ingests=p) for p in parts), key=lambda p: p.key)
 
 
 def group(ingests: list[Ingest], owners: dict[str, Manifest]) -> list[Pull]:

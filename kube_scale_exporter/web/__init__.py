@@ -1,4 +1,5 @@
-"""The exporter's own HTTP/1.1 server: a selector loop holds idle connections, a bounded
-pool of threads answers requests (kube_scale_exporter/web/server.py); request parsing and
-answers (request.py); basic auth (auth.py). No collector is imported here.
+"""The exporter's HTTP side: its own HTTP/1.1 server (a selector loop holds idle
+connections, a bounded pool of threads answers requests: server.py), the routes
+(routes.py), request parsing (request.py), answers (answer.py), basic auth (auth.py).
+No collector is imported here.
 """

@@ -1,4 +1,5 @@
-"""Answering one complete request, on a worker thread of the server."""
+"""Answering one complete request, on a worker thread of the server: the Response and its
+bytes on the wire."""
 
 from __future__ import annotations
 
@@ -6,12 +7,44 @@ import logging
 import socket
 import ssl
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from http import HTTPStatus
 
-from kube_scale_exporter.web.conn import Conn
+from kube_scale_exporter.web.connections import Conn
 from kube_scale_exporter.web.ratelog import RateLimitedLog
-from kube_scale_exporter.web.request import BadRequest, Request, Response, parse
+from kube_scale_exporter.web.request import BadRequest, Request, parse
 
 log = logging.getLogger("kube_scale_exporter.http")
+
+
+@dataclass
+class Response:
+    """One answer; `close` ends the connection once it is written."""
+
+    status: int
+    body: bytes = b""
+    content_type: str = "text/plain; charset=utf-8"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    close: bool = False
+
+    def encode(self, head_only: bool, keep_alive: bool) -> bytes:
+        """Status line, headers and body as one write (two writes meet Nagle's delay)."""
+        reason = (
+            HTTPStatus(self.status).phrase if self.status in HTTPStatus._value2member_map_ else ""
+        )
+        lines = [
+            f"HTTP/1.1 {self.status} {reason}",
+            "Server: kube-scale-exporter",
+            f"Date: {formatdate(usegmt=True)}",
+            f"Content-Type: {self.content_type}",
+            f"Content-Length: {len(self.body)}",
+        ]
+        lines += [f"{k}: {v}" for k, v in self.headers]
+        if not keep_alive:
+            lines.append("Connection: close")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return head if head_only else head + self.body
 
 
 def answer(

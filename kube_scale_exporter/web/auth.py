@@ -11,9 +11,12 @@ What a hostile file or client could otherwise do, and what stops it:
   (`hash_problem`), never discovered at the first login.
 - Nothing here hashes at load time or under the config lock: unknown users are checked
   against DUMMY_HASH, a constant of the lowest cost.
-- Checks run in parallel (bcrypt releases the GIL), at most AUTH_SLOTS at once; a check
-  that finds every slot taken is answered 503 at once instead of waiting, so a guessing
-  flood holds a few worker threads, never all of them.
+- Checks run in parallel (bcrypt releases the GIL), AUTH_SLOTS at once, shared fairly
+  between client addresses (web/fairslots.py): one address has at most AUTH_PER_CLIENT
+  checks running or waiting, at most AUTH_WAITING wait (AUTH_WAIT_SECONDS at most), and
+  a freed slot goes to the address running the fewest. A check that gets no slot is
+  answered 503 at once: a guessing flood holds a few worker threads, never all of them,
+  and a scraper at another address waits for one check, not for the flood's.
 - Timing: every uncached check, for a known user or not, right password or not, lasts
   at least as long as a check at the file's highest cost takes on this machine
   (measured as checks run, with a margin): response times do not tell which users
@@ -31,6 +34,8 @@ import threading
 import time
 from collections import OrderedDict, deque
 
+from kube_scale_exporter.web.fairslots import FairSlots, NoSlot
+
 MIN_COST, MAX_COST = 4, 14  # 14: ~1.3 s a check on one core here, ~6.5 s at 200m CPU
 BCRYPT_ALPHABET = "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 BCRYPT_HASH = re.compile(r"^\$2[aby]\$(\d\d)\$([./A-Za-z0-9]{22})([./A-Za-z0-9]{31})$")
@@ -38,7 +43,14 @@ BCRYPT_HASH = re.compile(r"^\$2[aby]\$(\d\d)\$([./A-Za-z0-9]{22})([./A-Za-z0-9]{
 DUMMY_HASH = b"$2b$04$o2MUlidm/Xl7itl0X57usenafspOV1fnISU78Nf22YXX5XEeyq90O"
 
 AUTH_CACHE_SIZE = 64  # successful checks remembered; a handful of scrapers is normal
-AUTH_SLOTS = 4
+# Two checks at once already take a 2-core node's CPU (the DaemonSet has less); more would
+# only slow each down, a valid scraper's with them.
+AUTH_SLOTS = 2
+AUTH_WAITING = 4
+AUTH_PER_CLIENT = 2
+# A valid scraper waits for one check (~0.1-1.3 s at cost 10-14); a waiter passed over
+# for this long belongs to a flood.
+AUTH_WAIT_SECONDS = 5.0
 TIMING_MARGIN = 1.25
 # Costs below this are timed mostly by call overhead, too noisy to extrapolate from.
 CALIBRATION_COST = 8
@@ -46,7 +58,7 @@ CLOCK_SAMPLES = 16
 
 
 class AuthBusy(Exception):
-    """Every check slot is taken: answer 503, do not queue."""
+    """No check slot for this client now: answer 503, do not queue."""
 
 
 def hash_problem(hashed: str) -> str | None:
@@ -118,11 +130,12 @@ class BasicAuth:
         self._key = secrets.token_bytes(32)
         self._ok: OrderedDict[bytes, None] = OrderedDict()
         self._cache_lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(AUTH_SLOTS)
+        self._slots = FairSlots(AUTH_SLOTS, AUTH_WAITING, AUTH_PER_CLIENT, AUTH_WAIT_SECONDS)
         self.max_cost = max((hash_cost(h) for h in users.values()), default=MIN_COST)
 
-    def check(self, header: str | None) -> bool:
-        """True for valid credentials; raises AuthBusy when every check slot is taken."""
+    def check(self, header: str | None, client: str = "") -> bool:
+        """True for valid credentials; raises AuthBusy when `client` (the peer's address)
+        gets no check slot."""
         credentials = _parse_basic(header)
         if credentials is None:
             return False
@@ -136,12 +149,11 @@ class BasicAuth:
             if key in self._ok:
                 self._ok.move_to_end(key)
                 return True
-        if not self._slots.acquire(blocking=False):
-            raise AuthBusy
         try:
-            ok = self._timed_check(password, hashed) and stored is not None
-        finally:
-            self._slots.release()
+            with self._slots.slot(client):
+                ok = self._timed_check(password, hashed) and stored is not None
+        except NoSlot:
+            raise AuthBusy from None
         if ok:
             with self._cache_lock:
                 self._ok[key] = None

@@ -48,7 +48,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 
 from kube_scale_exporter.files import WEB_CONFIG_BYTES, FileRefused, read_capped
 from kube_scale_exporter.web.auth import BasicAuth, hash_problem
-from kube_scale_exporter.web.configreader import ConfigReader, WebConfigError
+from kube_scale_exporter.web.configreader import ConfigReader, WebConfigError, shown
 from kube_scale_exporter.web.tlsconfig import TLSConfig, read_tls
 
 __all__ = ["BasicAuth", "TLSConfig", "WebConfig", "WebConfigError", "load"]
@@ -141,12 +141,13 @@ def _read_users(reader: ConfigReader, node: Node) -> dict[str, bytes]:
     for key, value in node.value:
         user = reader.string(key, "a user name")
         if user in users:
-            raise reader.error(key, f"user {user!r} given twice")
-        hashed = reader.string(value, f"the hash of {user!r}")
+            raise reader.error(key, f"user {shown(user)} given twice")
+        hashed = reader.string(value, f"the hash of {shown(user)}")
         problem = hash_problem(hashed)
         if problem is not None:
             raise BadHashError(
-                f"{reader.path}:{value.start_mark.line + 1}: the password of {user!r}: {problem}"
+                f"{reader.path}:{value.start_mark.line + 1}: the password of {shown(user)}: "
+                f"{problem}"
             )
         users[user] = hashed.encode()
     return users

@@ -1,5 +1,5 @@
-"""The server loop's book of open connections: what each waits for, until when, and which
-to close first when there are too many.
+"""The open connections: what the server keeps of each (Conn), and the loop's book of
+them: what each waits for, until when, and which to close first when there are too many.
 
 A connection is idle (waiting for a request, under the idle deadline), pending (in its
 TLS handshake, part way through a request, or with an answer still to write, each under
@@ -16,11 +16,42 @@ from __future__ import annotations
 
 import math
 import selectors
+import socket
+import ssl
 import time
 from collections import OrderedDict
 
-from kube_scale_exporter.web.conn import Conn
 from kube_scale_exporter.web.tls import HandshakeSlots
+
+
+class Conn:
+    """One open connection: its socket, the bytes read and not yet answered, its deadline
+    and TLS state, and the rest of an answer the client has not taken."""
+
+    __slots__ = (
+        "buf",
+        "client",
+        "closed",
+        "context",
+        "deadline",
+        "handshaking",
+        "keep",
+        "out",
+        "sock",
+        "tls",
+    )
+
+    def __init__(self, sock: socket.socket, client: str):
+        self.sock = sock
+        self.client = client
+        self.buf = bytearray()
+        self.deadline = 0.0
+        self.handshaking = False
+        self.context: ssl.SSLContext | None = None  # TLS to start when the client speaks
+        self.tls = False
+        self.closed = False
+        self.out: memoryview | None = None  # the rest of an answer the client has not taken
+        self.keep = False  # whether the connection stays open once `out` is written
 
 
 class Connections:

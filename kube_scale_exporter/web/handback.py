@@ -11,7 +11,7 @@ import socket
 from collections import deque
 from collections.abc import Iterator
 
-from kube_scale_exporter.web.conn import Conn
+from kube_scale_exporter.web.connections import Conn
 
 
 class HandBack:

@@ -16,7 +16,7 @@ What it costs, and why a flood cannot starve Prometheus:
   serving it until it really expires.
 - One token is reviewed once at a time; other requests with it meanwhile get 429 (none
   waits on a worker thread).
-- This runs before a request takes a --web.max-requests slot (kube_scale_exporter/http.py).
+- This runs before a request takes a --web.max-requests slot (kube_scale_exporter/web/routes.py).
 - The API server failing or unreachable: 503 for tokens not cached (fail closed), logged
   at most every 10 s.
 """

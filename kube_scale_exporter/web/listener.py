@@ -1,11 +1,15 @@
-"""The server's listening socket: a deep backlog, and out of the poll for a moment when
-accepting fails and nothing can be closed to make room."""
+"""The server's listening socket: a deep backlog, the open-files limit raised, and out of
+the poll for a moment when accepting fails and nothing can be closed to make room."""
 
 from __future__ import annotations
 
+import logging
+import resource
 import selectors
 import socket
 import time
+
+log = logging.getLogger("kube_scale_exporter.http")
 
 # Listen backlog; the kernel caps it at net.core.somaxconn (4096 on current kernels). The
 # stdlib's 5 made 300 simultaneous connects wait on SYN retries for 47 s.
@@ -59,3 +63,16 @@ class Listener:
 
     def close(self) -> None:
         self._sock.close()
+
+
+def raise_nofile_limit() -> int:
+    """Soft RLIMIT_NOFILE up to the hard one (containerd 2 gives 1024 soft); returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft != hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, target, exc)
+    return soft

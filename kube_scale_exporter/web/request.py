@@ -1,4 +1,4 @@
-"""HTTP/1.1 requests parsed from a connection's bytes, and answers written back.
+"""HTTP/1.1 requests parsed from a connection's bytes.
 
 Only what an exporter needs: GET and HEAD, no request bodies. A body announced with
 Content-Length is read and discarded (up to MAX_BODY) so it is never taken for a second
@@ -7,9 +7,7 @@ request; Transfer-Encoding is refused and the connection closed, for the same re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from email.utils import formatdate
-from http import HTTPStatus
+from dataclasses import dataclass
 
 # Largest request head (request line and headers). Prometheus sends ~300 bytes.
 MAX_HEAD = 16 * 1024
@@ -38,33 +36,6 @@ class Request:
 
     def header(self, name: str, default: str = "") -> str:
         return self.headers.get(name.lower(), default)
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes = b""
-    content_type: str = "text/plain; charset=utf-8"
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    close: bool = False
-
-    def encode(self, head_only: bool, keep_alive: bool) -> bytes:
-        """Status line, headers and body as one write (two writes meet Nagle's delay)."""
-        reason = (
-            HTTPStatus(self.status).phrase if self.status in HTTPStatus._value2member_map_ else ""
-        )
-        lines = [
-            f"HTTP/1.1 {self.status} {reason}",
-            "Server: kube-scale-exporter",
-            f"Date: {formatdate(usegmt=True)}",
-            f"Content-Type: {self.content_type}",
-            f"Content-Length: {len(self.body)}",
-        ]
-        lines += [f"{k}: {v}" for k, v in self.headers]
-        if not keep_alive:
-            lines.append("Connection: close")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        return head if head_only else head + self.body
 
 
 def request_length(buf: bytes | bytearray) -> int | None:

@@ -26,15 +26,15 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from kube_scale_exporter.web.answer import answer, send_now
-from kube_scale_exporter.web.conn import Conn, Limits, Refused, raise_nofile_limit
-from kube_scale_exporter.web.connections import Connections
+from kube_scale_exporter.web.answer import Response, answer, send_now
+from kube_scale_exporter.web.connections import Conn, Connections
 from kube_scale_exporter.web.handback import HandBack
-from kube_scale_exporter.web.listener import Listener
+from kube_scale_exporter.web.listener import Listener, raise_nofile_limit
 from kube_scale_exporter.web.pool import Pool
 from kube_scale_exporter.web.ratelog import RateLimitedLog
-from kube_scale_exporter.web.request import BadRequest, Request, Response, request_length
+from kube_scale_exporter.web.request import BadRequest, Request, request_length
 
 log = logging.getLogger("kube_scale_exporter.http")
 
@@ -43,6 +43,22 @@ FD_RESERVE = 64
 ACCEPT_BATCH = 64
 # Each poll wakes at least this often to expire deadlines and notice shutdown.
 TICK_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The server's bounds: connections held, workers, and each deadline (seconds)."""
+
+    idle_timeout: float = 120.0
+    max_connections: int = 512
+    workers: int = 48
+    handshake_timeout: float = 10.0
+    header_timeout: float = 10.0
+    write_timeout: float = 10.0
+
+
+class Refused(Exception):
+    """Raised by the TLS hook: close this new connection without a word."""
 
 
 class HTTPServer:

@@ -12,14 +12,23 @@ and the oldest waiting ones run into the handshake deadline instead.
 from __future__ import annotations
 
 import selectors
+import socket
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-
-from kube_scale_exporter.web.conn import Conn
+from typing import Protocol
 
 MAX_HANDSHAKES = 64
 HANDSHAKE_SLOT_SECONDS = 1.0
+
+
+class Conn(Protocol):
+    """What a handshake needs of a connection (web/connections.py's Conn)."""
+
+    sock: socket.socket
+    context: ssl.SSLContext | None
+    tls: bool
 
 
 class HandshakeSlots:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from yaml.nodes import Node
 
-from kube_scale_exporter.web.configreader import ConfigReader
+from kube_scale_exporter.web.configreader import ConfigReader, shown
 
 TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -173,7 +173,7 @@ def read_tls(reader: ConfigReader, node: Node) -> TLSConfig:
         suites = reader.strings(suites_node, "cipher_suites")
         for item, name in zip(suites_node.value, suites, strict=True):
             if name not in CIPHER_SUITES:
-                raise reader.error(item, f"cipher_suites: unknown or insecure suite {name!r}")
+                raise reader.error(item, f"cipher_suites: unknown or insecure suite {shown(name)}")
         kwargs["cipher_suites"] = suites
     if "prefer_server_cipher_suites" in fields:
         kwargs["prefer_server_cipher_suites"] = reader.boolean(

@@ -16,6 +16,8 @@ from testbed.exporter import REPO, start_exporter
 from testbed.kube_apiserver import LIMITED_USER, pod_manifest
 from testbed.metrics import parse_exposition, sample, wait_until
 
+pytestmark = pytest.mark.integration
+
 NODE_SIZE = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "8", "pods": "110"}
 
 

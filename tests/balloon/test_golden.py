@@ -2,11 +2,15 @@
 
 from datetime import UTC, datetime
 
+import pytest
+
 from kube_scale_exporter import kube
 from kube_scale_exporter.collectors.balloon.selector import valid_selector
 from kube_scale_exporter.collectors.balloon.state import BalloonState, families, resource_label
 from kube_scale_exporter.collectors.balloon.summary import REASONS, summarize
 from testbed.golden import GOLDEN_DIR, assert_golden
+
+pytestmark = pytest.mark.unit
 
 DOCS = GOLDEN_DIR.parent.parent / "docs"
 

@@ -2,8 +2,12 @@
 
 import io
 
+import pytest
+
 from kube_scale_exporter.check import run_check
 from kube_scale_exporter.registry import Finding
+
+pytestmark = pytest.mark.unit
 
 
 def test_nothing_to_change_exits_0(scripted):

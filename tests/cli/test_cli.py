@@ -12,6 +12,8 @@ from kube_scale_exporter.collectors import COLLECTORS
 from testbed.exporter import MODULE, REPO, start_exporter
 from testbed.metrics import parse_exposition
 
+pytestmark = pytest.mark.integration
+
 EXPORTER = [sys.executable, "-m", MODULE]
 
 

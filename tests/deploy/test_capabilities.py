@@ -13,6 +13,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 SCRIPT = r"""
 import json, os, socket, struct
 RTM_NEWNEIGH, RTM_GETNEIGH, RTM_GETNEIGHTBL = 28, 30, 66

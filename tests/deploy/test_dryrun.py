@@ -17,6 +17,8 @@ from testbed.exporter import start_exporter
 from testbed.kustomize import kustomize, kustomize_kubectl
 from tests.deploy.conftest import DEPLOY, OVERLAY, Kubectl
 
+pytestmark = pytest.mark.integration
+
 NAMESPACE = "kube-scale-exporter"
 
 

@@ -26,7 +26,8 @@ import requests
 from kube_scale_exporter import __version__
 from kube_scale_exporter.cli import DEFAULT_PORT
 from testbed.ports import free_port
-from testbed.procs import wait_for_port
+from testbed.metrics import wait_until
+from testbed.procs import listening_ports
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The image's Python lives in world-readable /usr/local; the test's own (pyenv, below
@@ -149,6 +150,7 @@ def own_wheel(directory):
     return os.path.join(directory, wheel)
 
 
+@pytest.mark.unit
 def test_stages_base_and_final_image_settings(dockerfile):
     assert [name for name, _ in dockerfile] == [None, "build", None]
     base = args_defaults(dockerfile[0][1])["PYTHON_IMAGE"]
@@ -166,6 +168,7 @@ def test_stages_base_and_final_image_settings(dockerfile):
     assert "PYTHONDONTWRITEBYTECODE=1" in final["ENV"]
 
 
+@pytest.mark.unit
 def test_the_context_holds_what_the_build_copies(dockerfile):
     ignore = open(os.path.join(REPO, ".dockerignore")).read().split()
     kept = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
@@ -173,6 +176,7 @@ def test_the_context_holds_what_the_build_copies(dockerfile):
     assert copied == kept
 
 
+@pytest.mark.integration
 def test_the_image_wheel_is_the_wheel_the_repository_builds(built, world):
     # From the committed files, as a fresh clone in CI has them (a build in the work tree
     # would also leave build/ behind, whose stale copies can end up in later wheels).
@@ -209,6 +213,7 @@ def test_the_image_wheel_is_the_wheel_the_repository_builds(built, world):
     assert any(p == "kube_scale_exporter/web/config.py" for p in record(from_image))
 
 
+@pytest.mark.integration
 def test_the_final_stage_installs_offline_and_serves_as_its_user(dockerfile, built, world):
     venv = os.path.join(world, "venv")
     subprocess.run([SYSTEM_PYTHON, "-m", "venv", venv], check=True, timeout=120)
@@ -259,7 +264,8 @@ def test_the_final_stage_installs_offline_and_serves_as_its_user(dockerfile, bui
         start_new_session=True,
     )
     try:
-        wait_for_port(port, timeout=30)
+        # Its own listener, not whatever took the port meanwhile: then it failed.
+        assert wait_until(lambda: port in listening_ports(proc.pid), 30), f"not listening on {port}"
         with open(f"/proc/{proc.pid}/status") as f:
             status = dict(line.split(":", 1) for line in f)
         assert int(status["CapEff"], 16) == 0 and status["Uid"].split()[0] == str(uid)

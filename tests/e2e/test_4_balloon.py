@@ -9,10 +9,11 @@ with a PriorityClass below the autoscaler's cutoff (-10) is flagged as misconfig
 
 import time
 
+from testbed.node import PAUSE_IMAGE as PAUSE
+
 from .conftest import NODE_NAME, TIMINGS, wait_for
 
 NS = "e2e-balloon"
-PAUSE = "k8s.gcr.io/pause:3.2"
 CLUSTER = '{job="kube-scale-exporter-cluster"}'
 
 

@@ -3,9 +3,11 @@
 The API server restarted, the kubelet restarted, containerd restarted in the middle of a
 pull, and the leader of the 3-member main etcd stopped (then started again). For each: the
 exporter's targets, collectors and watches come back without anyone touching its pods;
-the pull in progress is seen again once the kubelet retries it; the alert that fires all
-along on this host (`KubeScaleNeighborThresholdsAtKernelDefault`: the kernel's gc_thresh
-defaults) stays firing at every look, and no other alert fires. The mixin's `for:` are 15 s
+the pull in progress is seen again once the kubelet retries it; an alert that fires all
+along (`KubeScaleBalloonMisconfigured`: a balloon whose PriorityClass is below the
+autoscaler's cutoff, read through the cluster Deployment's watches) stays firing at every
+look, and no other alert fires but etcd's latency alerts, which read the machine's real
+disk latency (recorded in the e2e timings when they fire). The mixin's `for:` are 15 s
 here (conftest.SHORT_FOR), so an outage the exporter did not ride out would show.
 """
 
@@ -19,10 +21,17 @@ from testbed.control_plane import MAIN_MEMBERS
 from testbed.node import NODE_IP
 
 from .conftest import NS, TIMINGS, wait_for
+from .test_4_balloon import deployment as balloon_deployment
 
 CLUSTER_JOB = 'job="kube-scale-exporter-cluster"'
 NODE_JOB = 'job="kube-scale-exporter-node"'
-STEADY = "KubeScaleNeighborThresholdsAtKernelDefault"
+STEADY = "KubeScaleBalloonMisconfigured"
+STEADY_NS = "e2e-fault-steady"
+STEADY_PRIORITY = "e2e-fault-below-cutoff"
+# etcd's real disk latency on this shared 2-core machine, which a restart's burst of writes
+# (the API server's bootstrap, a member catching up) can push past the thresholds for the
+# 15 s `for:` here: what these alerts are for, not a fault of the exporter's.
+MACHINE_LATENCY = {"KubeScaleEtcdBackendCommitSlow", "KubeScaleEtcdWalFsyncSlow"}
 
 
 class AlertWatch:
@@ -56,37 +65,77 @@ class AlertWatch:
         gaps = [i for i, firing in enumerate(self.looks) if STEADY not in firing]
         assert not gaps, f"{STEADY} resolved at looks {gaps} of {len(self.looks)}"
         new = set().union(*self.looks) - self.before
+        if new & MACHINE_LATENCY:
+            TIMINGS.setdefault("fault_latency_alerts", []).append(sorted(new & MACHINE_LATENCY))
+        new -= MACHINE_LATENCY
         assert not new, f"alerts fired by the fault: {sorted(new)}"
 
 
-@pytest.fixture
-def steady(prom):
-    wait_for(f"{STEADY} firing", lambda: prom.firing(STEADY), timeout=90)
-    return prom
+@pytest.fixture(scope="module")
+def steady(prom, kube):
+    """One balloon below the autoscaler's cutoff, firing STEADY for the whole module."""
+    kube.post(
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        {"metadata": {"name": STEADY_PRIORITY}, "value": -20, "globalDefault": False},
+    )
+    kube.namespace(STEADY_NS)
+    try:
+        kube.post(
+            f"/apis/apps/v1/namespaces/{STEADY_NS}/deployments",
+            balloon_deployment("steady", 1, 1, STEADY_PRIORITY),
+        )
+        wait_for(f"{STEADY} firing", lambda: prom.firing(STEADY), timeout=120)
+        yield prom
+    finally:
+        kube.delete(f"/api/v1/namespaces/{STEADY_NS}")
+        kube.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{STEADY_PRIORITY}")
+    wait_for(
+        "namespace gone",
+        lambda: (
+            kube.s.get(f"{kube.server}/api/v1/namespaces/{STEADY_NS}", timeout=10).status_code
+            == 404
+        ),
+        timeout=120,
+        interval=2,
+    )
 
 
-def exporter_healthy(prom):
-    """Both targets up, every collector's last scrape a success, every watch up."""
+def unhealthy(prom):
+    """What keeps the exporter from healthy: a target down, a collector whose last scrape
+    failed, a watch down (empty when all is well)."""
+    found = []
     for job in (CLUSTER_JOB, NODE_JOB):
-        if prom.value(f"min(up{{{job}}})") != 1:
-            return False
-        if prom.value(f"min(kubescale_scrape_collector_success{{{job}}})") != 1:
-            return False
-    return prom.value("min(kubescale_kube_watch_up)") == 1
+        found += [f"down: {r['metric']}" for r in prom.query(f"up{{{job}}} != 1")]
+        found += [
+            f"failed: {r['metric']}"
+            for r in prom.query(f"kubescale_scrape_collector_success{{{job}}} != 1")
+        ]
+    found += [f"watch down: {r['metric']}" for r in prom.query("kubescale_kube_watch_up != 1")]
+    return found
+
+
+def wait_healthy(prom, what, timeout=120):
+    deadline = time.monotonic() + timeout
+    problems = None
+    while time.monotonic() < deadline:
+        try:
+            problems = unhealthy(prom)
+        except requests.RequestException as e:
+            problems = [repr(e)]
+        if not problems:
+            return
+        time.sleep(1)
+    raise TimeoutError(f"exporter not healthy {what} after {timeout}s: {problems}")
 
 
 def recovered_after(prom, what, started, timeout=120):
-    wait_for(f"exporter healthy after {what}", lambda: exporter_healthy(prom), timeout=timeout)
+    wait_healthy(prom, f"after {what}", timeout)
     TIMINGS[f"fault_{what}_recovered"] = time.monotonic() - started
-
-
-def watch_relists(prom):
-    return prom.value("sum(kubescale_kube_relists_total)") or 0
 
 
 def test_api_server_restarted(steady, cluster):
     prom = steady
-    wait_for("healthy before", lambda: exporter_healthy(prom), timeout=60)
+    wait_healthy(prom, "before", 90)
     with AlertWatch(prom) as watch:
         t = time.monotonic()
         cluster.restart("kube-apiserver", down_seconds=3)
@@ -99,7 +148,7 @@ def test_api_server_restarted(steady, cluster):
 
 def test_kubelet_restarted(steady, cluster, kube):
     prom = steady
-    wait_for("healthy before", lambda: exporter_healthy(prom), timeout=60)
+    wait_healthy(prom, "before", 90)
     pods_before = {p["metadata"]["uid"] for p in kube.pods(NS)}
     with AlertWatch(prom) as watch:
         t = time.monotonic()
@@ -174,9 +223,11 @@ def main_leader(cluster):
 
 def test_main_etcd_leader_stopped(steady, cluster):
     prom = steady
-    wait_for("healthy before", lambda: exporter_healthy(prom), timeout=60)
+    wait_healthy(prom, "before", 90)
     leader = wait_for("main's leader", lambda: main_leader(cluster), timeout=30)
     members = f'kubescale_etcd_up{{{CLUSTER_JOB},etcd_cluster="main"}}'
+    # test_5_etcd.py left the e2e overlay applied: the Deployment watches main's members.
+    assert prom.value(members) == 1, "the cluster Deployment does not watch main"
     with AlertWatch(prom) as watch:
         t = time.monotonic()
         cluster.stop_process(f"etcd-{leader}")

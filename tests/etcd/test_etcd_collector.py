@@ -4,6 +4,8 @@ import os
 import subprocess
 import time
 
+import pytest
+
 from tests.etcd.conftest import quota_source, samples, value
 from testbed.etcd_server import etcd_metric, etcdctl_binary, put_many
 from testbed.metrics import collect
@@ -14,6 +16,7 @@ import base64
 MiB = 1024 * 1024
 
 
+@pytest.mark.integration
 def test_sizes_and_quota_match_etcds_own_metrics(etcd_factory, collector_factory, version):
     etcd = etcd_factory(version=version, quota_bytes=64 * MiB)
     session = etcd.session()
@@ -59,6 +62,7 @@ def settle(session, url):
     raise AssertionError("etcd's database size kept changing")
 
 
+@pytest.mark.integration
 def test_status_is_cached_for_min_interval(etcd_factory, collector_factory):
     etcd = etcd_factory()
     collector = collector_factory(
@@ -102,6 +106,7 @@ def etcdctl(url, *args):
     return out.stdout
 
 
+@pytest.mark.integration
 def test_nospace_alarm_then_compact_defrag_disarm_clears_it(
     etcd_factory, collector_factory, version
 ):
@@ -150,6 +155,7 @@ def test_nospace_alarm_then_compact_defrag_disarm_clears_it(
     assert reply.ok, reply.text  # writes are accepted again
 
 
+@pytest.mark.integration
 def test_fragmentation_worth_a_defrag_is_reported(etcd_factory, collector_factory):
     etcd = etcd_factory(version="3.5", quota_bytes=32 * MiB)
     session = etcd.session()
@@ -178,6 +184,7 @@ def test_fragmentation_worth_a_defrag_is_reported(etcd_factory, collector_factor
     assert defrag and "etcdctl" in defrag[0].advice and "defrag" in defrag[0].advice
 
 
+@pytest.mark.integration
 def test_three_members_each_asked_at_its_own_url_and_exactly_one_leader(
     etcd_factory, collector_factory, version
 ):
@@ -213,6 +220,7 @@ def test_three_members_each_asked_at_its_own_url_and_exactly_one_leader(
     ) not in found
 
 
+@pytest.mark.integration
 def test_local_mode_reports_only_its_member_and_counts_keys_only_beside_the_leader(
     etcd_factory, collector_factory
 ):
@@ -255,6 +263,7 @@ def test_local_mode_reports_only_its_member_and_counts_keys_only_beside_the_lead
     )
 
 
+@pytest.mark.unit
 def test_member_url_skips_unix_sockets():
 
     assert (

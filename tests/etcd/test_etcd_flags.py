@@ -106,6 +106,7 @@ BAD = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("argv,flag", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_values_exit_2_naming_the_flag(argv, flag, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -114,6 +115,7 @@ def test_bad_values_exit_2_naming_the_flag(argv, flag, capsys):
     assert flag in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_exit_status_of_the_real_command():
     run = subprocess.run(
         [sys.executable, "-m", "kube_scale_exporter", "--etcd.cluster", "main=nope"],
@@ -125,6 +127,7 @@ def test_exit_status_of_the_real_command():
     assert run.returncode == 2 and "--etcd.cluster" in run.stderr
 
 
+@pytest.mark.unit
 def test_good_values_and_defaults():
     args, classes = parse(
         [
@@ -170,6 +173,7 @@ def test_good_values_and_defaults():
     assert tls_files(args) == TLSFiles()
 
 
+@pytest.mark.unit
 def test_off_unless_configured():
     _, classes = parse(["--mode", "cluster"])
     assert "etcd" not in [c.name for c in classes]

@@ -1,5 +1,7 @@
 """Golden exposition and `check` findings from fixed cluster states (UPDATE_GOLDEN=1 rewrites)."""
 
+import pytest
+
 from kube_scale_exporter.collectors.etcd.advice import advise
 from kube_scale_exporter.collectors.etcd.state import EtcdState, families
 from kube_scale_exporter.etcd.answers import Status
@@ -8,6 +10,8 @@ from kube_scale_exporter.etcd.cluster import ClusterState, MemberState
 from kube_scale_exporter.etcd.metrics_only import status_of
 from kube_scale_exporter.etcd.page import Histogram, MemberMetrics
 from testbed.golden import assert_golden, series_count
+
+pytestmark = pytest.mark.unit
 
 MiB = 1024 * 1024
 METRICS_ONLY = frozenset({"local"})

@@ -14,6 +14,8 @@ from testbed.etcd_server import put_many
 from testbed.faultproxy import FaultProxy
 from testbed.metrics import collect
 
+pytestmark = pytest.mark.integration
+
 MEMBER = {"etcd_cluster": "main", "member": "default"}
 
 

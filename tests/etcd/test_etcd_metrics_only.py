@@ -9,8 +9,10 @@ import pytest
 
 from testbed.etcd_server import make_tls
 from testbed.faultproxy import FaultProxy
-from testbed.ports import free_ports
 from tests.etcd.conftest import samples, value
+from tests.etcd.test_etcd_collector import settle
+
+pytestmark = pytest.mark.integration
 
 QUOTA = 16 * 1024 * 1024
 STATUS_SERIES = (
@@ -52,11 +54,10 @@ def keyless(collector_factory, url, *flags):
 def test_the_page_gives_what_status_gives_and_nothing_that_needs_a_key(
     version, etcd_factory, collector_factory
 ):
-    etcd = etcd_factory(version=version, quota_bytes=QUOTA, metrics_port=free_ports(1)[0])
+    etcd = etcd_factory(version=version, quota_bytes=QUOTA, metrics_port=True)
     for i in range(20):
         put(etcd, f"/registry/pods/ns/p{i}".encode(), b"x" * 2048)
-    # The size is etcd's at its last backend commit (every 100 ms): let the writes settle.
-    time.sleep(0.5)
+    settle(etcd.session(), etcd.client_url)
     collector = keyless(collector_factory, etcd.metrics_url)
     found = samples(collector)
     truth = status(etcd)
@@ -82,7 +83,7 @@ def test_a_kubeadm_member_is_read_without_its_certificates(
     """kubeadm's layout: client port with TLS and client-certificate auth, metrics on a plain
     listener. The key-less pod reads the latter with no TLS file at all."""
     tls = make_tls(tmp_path / "pki")
-    etcd = etcd_factory(version="3.5.30", tls=tls, metrics_port=free_ports(1)[0])
+    etcd = etcd_factory(version="3.5.30", tls=tls, metrics_port=True)
     collector = keyless(collector_factory, etcd.metrics_url)
     assert collector.tls.cert is None and collector.tls.key is None
     found = samples(collector)
@@ -94,7 +95,7 @@ def test_a_kubeadm_member_is_read_without_its_certificates(
 def test_nospace_shows_as_writes_refused_and_the_size_at_the_quota(
     version, etcd_factory, collector_factory
 ):
-    etcd = etcd_factory(version=version, quota_bytes=QUOTA, metrics_port=free_ports(1)[0])
+    etcd = etcd_factory(version=version, quota_bytes=QUOTA, metrics_port=True)
     collector = keyless(collector_factory, etcd.metrics_url, "--etcd.min-interval", "0.01")
     member = {"etcd_cluster": "main", "member": status(etcd)["id"]}
     big = b"x" * (512 * 1024)
@@ -139,7 +140,7 @@ def test_only_the_leader_says_so_in_a_three_member_cluster(etcd_factory, collect
 
 
 def test_a_page_that_fails_fails_the_collector_then_recovers(etcd_factory, collector_factory):
-    etcd = etcd_factory(version="3.5", metrics_port=free_ports(1)[0])
+    etcd = etcd_factory(version="3.5", metrics_port=True)
     proxy = FaultProxy(upstream=etcd.metrics_url).start()
     try:
         collector = keyless(

@@ -4,6 +4,8 @@ import pytest
 
 from kube_scale_exporter.etcd.page import MetricsError, parse
 
+pytestmark = pytest.mark.unit
+
 FSYNC = "etcd_disk_wal_fsync_duration_seconds_bucket"
 BOUNDS = [
     "0.001",

@@ -4,10 +4,14 @@
 import base64
 import logging
 
+import pytest
+
 from kube_scale_exporter.collectors.etcd.advice import advise
 from kube_scale_exporter.etcd.page import BUCKETS
 from testbed.etcd_server import etcd_metric, put_many
 from testbed.golden import promtool_check, render, series_count
+
+pytestmark = pytest.mark.integration
 
 PER_MEMBER = 16  # docs/etcd.md, "Performance series"
 PERF = (

@@ -123,6 +123,7 @@ def server_for():
         server.wipe()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "runtime,case", [(r, c) for r, (_, cases) in RUNTIMES.items() for c in cases]
 )
@@ -140,6 +141,7 @@ def test_exported_settings_match_containerd_config_dump(runtime, case, server_fo
     )
 
 
+@pytest.mark.integration
 def test_a_v2_file_migrated_to_containerd_2_loses_the_download_tuning(server_for, make_collector):
     server = server_for(BIN2, "v2-tuned")
     c = make_collector(server.address, "--containerd.config", server.config)
@@ -150,6 +152,7 @@ def test_a_v2_file_migrated_to_containerd_2_loses_the_download_tuning(server_for
     ), advice
 
 
+@pytest.mark.unit
 def test_version_unknown_decides_by_the_file(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text(f"version = 2\n[plugins.{CRI}]\n  max_concurrent_downloads = 5\n")
@@ -160,6 +163,7 @@ def test_version_unknown_decides_by_the_file(tmp_path):
     assert config.settings(str(path), None).max_concurrent_downloads == 5
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "text,error",
     [
@@ -181,6 +185,7 @@ def test_bad_configs_are_refused_with_the_file_named(tmp_path, text, error):
     assert str(path) in str(exc.value)
 
 
+@pytest.mark.unit
 def test_hostile_files_cost_nothing(tmp_path):
     fifo = tmp_path / "fifo.toml"
     os.mkfifo(fifo)
@@ -207,6 +212,7 @@ def test_hostile_files_cost_nothing(tmp_path):
         config.settings(str(loop), (2, 1))
 
 
+@pytest.mark.unit
 def test_flag_must_name_a_file():
     with pytest.raises(SystemExit) as exc:
         parse(["--collector.imagepull", "--containerd.config", "/nonexistent.toml"])

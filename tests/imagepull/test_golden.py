@@ -2,15 +2,19 @@
 
 from datetime import UTC, datetime
 
+import pytest
+
 from kube_scale_exporter.collectors.imagepull.advice import advise
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletPullSettings
 from kube_scale_exporter.collectors.imagepull.pods import images_failing, images_wanted
 from kube_scale_exporter.collectors.imagepull.state import combine, families
 from kube_scale_exporter.containerd.client import ContentInfo, Ingest
 from kube_scale_exporter.containerd.config import PullSettings
-from kube_scale_exporter.containerd.pulls import ManifestIndex
+from kube_scale_exporter.containerd.pulls import ManifestIndex, group
 from kube_scale_exporter.containerd.reference import parse
 from testbed.golden import assert_golden, series_count
+
+pytestmark = pytest.mark.unit
 
 NOW = 1_800_000_000.0
 GiB = 1 << 30
@@ -140,8 +144,7 @@ def state():
     return combine(
         NOW,
         120.0,
-        INGESTS,
-        owners,
+        group(INGESTS, owners),
         PRESENT,
         images_wanted(PODS),
         KubeletPullSettings(serialize=True, max_parallel=1),
@@ -184,7 +187,6 @@ def test_no_serialized_backlog_warning_without_a_pull_in_progress():
         NOW,
         120.0,
         [],
-        {},
         PRESENT,
         images_wanted(PODS),
         KubeletPullSettings(serialize=True, max_parallel=1),
@@ -198,7 +200,7 @@ def test_no_serialized_backlog_warning_without_a_pull_in_progress():
 
 def test_containerd_settings_advice():
     def warnings(settings, stall_after=120.0):
-        s = combine(NOW, stall_after, [], {}, PRESENT, {}, None, [], containerd=settings)
+        s = combine(NOW, stall_after, [], PRESENT, {}, None, [], containerd=settings)
         return [f.summary for f in advise(s) if f.severity == "warning"]
 
     key = "plugins.'io.containerd.transfer.v1.local'.max_concurrent_downloads"
@@ -212,5 +214,5 @@ def test_containerd_settings_advice():
     assert len(warnings(PullSettings(3, 1800.0, key), stall_after=1000.0)) == 1
     ignored = warnings(PullSettings(3, 300.0, key, ignored_downloads=10))
     assert "max_concurrent_downloads = 10 in the CRI images plugin is ignored" in ignored[0]
-    unknown = combine(NOW, 120.0, [], {}, PRESENT, {}, None, [], containerd_error="x: nope")
+    unknown = combine(NOW, 120.0, [], PRESENT, {}, None, [], containerd_error="x: nope")
     assert any("containerd pull settings unknown: x: nope" in f.summary for f in advise(unknown))

@@ -8,10 +8,14 @@ container statuses itself, as the kubelet would while it waits for images.
 import time
 import uuid
 
+import pytest
+
 from kube_scale_exporter.collectors.imagepull import ImagePullCollector
 from kube_scale_exporter.cli import make_scraper
 from testbed.kube_apiserver import pod_manifest
 from testbed.metrics import collect, sample
+
+pytestmark = pytest.mark.integration
 
 NODE = "node-a"
 MiB = 1 << 20
@@ -56,6 +60,17 @@ def waiting_status(name, image, reason, message=None):
     }
 
 
+def three_images(containerd, registry, proxy):
+    """(tag, present, slow, absent): an image containerd has, one pushed behind the
+    throttling proxy (24 MiB: seconds to pull) and one never pushed."""
+    tag = uuid.uuid4().hex[:8]
+    present = f"{registry.host}/present-{tag}:v1"
+    registry.push_image(f"present-{tag}", "v1", [MiB])
+    containerd.ctr("content", "fetch", "--plain-http", present)
+    registry.push_image(f"slow-{tag}", "v1", [24 * MiB])
+    return tag, present, f"{proxy.host}/slow-{tag}:v1", f"{registry.host}/absent-{tag}:v1"
+
+
 def scrape_until(c, name, want, timeout=10.0):
     deadline = time.monotonic() + timeout
     while True:
@@ -82,13 +97,7 @@ def test_queued_counts_images_neither_present_nor_downloading(
     tmp_path,
     kubeconfig_for,
 ):
-    tag = uuid.uuid4().hex[:8]
-    present = f"{registry.host}/present-{tag}:v1"
-    registry.push_image(f"present-{tag}", "v1", [MiB])
-    containerd.ctr("content", "fetch", "--plain-http", present)
-    registry.push_image(f"slow-{tag}", "v1", [24 * MiB])
-    slow = f"{proxy.host}/slow-{tag}:v1"
-    absent = f"{registry.host}/absent-{tag}:v1"
+    tag, present, slow, absent = three_images(containerd, registry, proxy)
 
     kubelet = tmp_path / "kubelet.yaml"
     kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
@@ -204,3 +213,75 @@ def test_pulls_in_back_off_or_failed_are_not_queued(
     )
     families = scrape_until(c, "kubescale_image_pulls_queued", 1)
     assert sample(families, "kubescale_image_pulls_failing") == len(FAILED_STATES) - 1
+
+
+def running_status(name, image, image_id):
+    return {
+        "name": name,
+        "image": image,
+        "imageID": image_id,
+        "ready": True,
+        "restartCount": 0,
+        "state": {"running": {"startedAt": "2027-01-01T00:00:00Z"}},
+    }
+
+
+def test_both_sources_queue_the_same_images(
+    apiserver, namespace, containerd, registry, proxy, make_collector, workdir, kubeconfig_for
+):
+    """The same pods and pulls seen from the socket and from the ingest directory. The
+    ingest source knows an image is present from a container created from it, as the
+    kubelet reports it: so the pod using the present image runs here, with its imageID."""
+    tag, present, slow, absent = three_images(containerd, registry, proxy)
+    node = f"node-{tag}"
+    api = kubeconfig_for("imagepull", ImagePullCollector.needs_in("node").rbac_rules)
+    common = ("--kube.kubeconfig", api, "--kube.node-name", node)
+    socket = make_collector(containerd.address, *common)
+    ingest_dir = f"{containerd.workdir}/root/io.containerd.content.v1.content/ingest"
+    ingest = make_collector(
+        containerd.address,
+        "--image-pull.source=ingest",
+        "--containerd.ingest-dir",
+        ingest_dir,
+        *common,
+    )
+    for c in (socket, ingest):
+        scrape_until(c, "kubescale_image_pulls_queued", 0)
+    base = f"/api/v1/namespaces/{namespace}/pods"
+    add_pod(apiserver, namespace, "uses-present", present, node=node)
+    apiserver.admin.merge_patch(
+        f"{base}/uses-present/status",
+        {
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [running_status("pause", present, f"sha256:{tag:0>64}")],
+            }
+        },
+    )
+    add_pod(apiserver, namespace, "needs-absent", absent, node=node)
+    add_pod(apiserver, namespace, "needs-absent-too", absent, node=node)
+    add_pod(apiserver, namespace, "needs-slow", slow, node=node)
+    for c in (socket, ingest):
+        scrape_until(c, "kubescale_image_pulls_queued", 2)  # absent and slow, not present
+
+    fetch = containerd.fetch(slow, f"{workdir}/slow-{tag}.log")
+    try:
+        for c in (socket, ingest):
+            families = scrape_until(c, "kubescale_image_pulls_queued", 1)
+            assert sample(families, "kubescale_image_pulls_in_progress") == 1
+        assert fetch.popen.wait(60) == 0, fetch.log_tail()
+    finally:
+        fetch.stop()
+    # The kubelet starts the container once its image is in.
+    apiserver.admin.merge_patch(
+        f"{base}/needs-slow/status",
+        {
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [running_status("pause", slow, f"sha256:{tag:1>64}")],
+            }
+        },
+    )
+    for c in (socket, ingest):
+        families = scrape_until(c, "kubescale_image_pulls_queued", 1)  # absent still
+        assert sample(families, "kubescale_image_pulls_in_progress") == 0

@@ -27,10 +27,11 @@ from kube_scale_exporter.containerd import grpc_h2
 from kube_scale_exporter.pullfailures import parse_failed
 from testbed.containerd_server import ContainerdServer
 from testbed.pki import TestCA
-from testbed.ports import free_port
-from testbed.procs import Proc, wait_for_port
+from testbed.procs import Proc, start_on_free_port
 
 from .test_containerd_config import BIN2
+
+pytestmark = pytest.mark.integration
 
 PULL_IMAGE = "/runtime.v1.ImageService/PullImage"
 GO_CODES = {
@@ -100,7 +101,7 @@ class TooManyRequests(http.server.BaseHTTPRequestHandler):
         pass
 
 
-async def _freeze_after(listen, target, limit):
+async def _freeze_after(listening, target, limit):
     """Forwards to target until `limit` bytes went back on a connection, then holds it
     open without a byte more: a registry path that stalls mid-layer."""
 
@@ -118,52 +119,51 @@ async def _freeze_after(listen, target, limit):
         sr, sw = await asyncio.open_connection("127.0.0.1", target)
         await asyncio.gather(pump(r, sw, None), pump(sr, w, limit))
 
-    server = await asyncio.start_server(handle, "127.0.0.1", listen)
+    server = await asyncio.start_server(handle, sock=listening)
     async with server:
         await server.serve_forever()
+
+
+def registry_on(port, root, auth, tls=""):
+    """docker-registry on `port` with its storage under `root`; `auth` and `tls` its
+    config's auth section and the http section's TLS fields."""
+    with open(f"{root}/config.yml", "w") as f:
+        f.write(
+            f"version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: "
+            f"{{rootdirectory: {root}/s}}}}\nhttp: {{addr: 127.0.0.1:{port}{tls}}}\n{auth}"
+        )
+    return Proc(["/usr/bin/docker-registry", "serve", f"{root}/config.yml"], f"{root}/log-{port}")
 
 
 @pytest.fixture(scope="module")
 def remotes(registry, workdir):
     """Hosts to pull from: the module's registry, an htpasswd one, 429, silent, freezing,
     and one over HTTPS with a certificate from a CA containerd is not given."""
-    auth_port = free_port()
     root = f"{workdir}/auth-registry"
     os.makedirs(root, exist_ok=True)
     with open(f"{root}/htpasswd", "w") as f:
         f.write("user:" + bcrypt.hashpw(b"secret", bcrypt.gensalt(5)).decode() + "\n")
-    with open(f"{root}/config.yml", "w") as f:
-        f.write(
-            f"version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: "
-            f"{{rootdirectory: {root}/s}}}}\nhttp: {{addr: 127.0.0.1:{auth_port}}}\n"
-            f"auth: {{htpasswd: {{realm: test, path: {root}/htpasswd}}}}\n"
+    auth, auth_port = start_on_free_port(
+        lambda port: registry_on(
+            port, root, f"auth: {{htpasswd: {{realm: test, path: {root}/htpasswd}}}}\n"
         )
-    auth = Proc(["/usr/bin/docker-registry", "serve", f"{root}/config.yml"], f"{root}/log")
-    wait_for_port(auth_port, proc=auth)
-    tls_port = free_port()
+    )
     tls_root = f"{workdir}/tls-registry"
     cert, key = TestCA(tls_root, "untrusted-ca").issue(
         "registry", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"
     )
-    with open(f"{tls_root}/config.yml", "w") as f:
-        f.write(
-            f"version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: "
-            f"{{rootdirectory: {tls_root}/s}}}}\nhttp: {{addr: 127.0.0.1:{tls_port}, "
-            f"tls: {{certificate: {cert}, key: {key}}}}}\n"
-        )
-    untrusted = Proc(
-        ["/usr/bin/docker-registry", "serve", f"{tls_root}/config.yml"], f"{tls_root}/log"
+    untrusted, tls_port = start_on_free_port(
+        lambda port: registry_on(port, tls_root, "", f", tls: {{certificate: {cert}, key: {key}}}")
     )
-    wait_for_port(tls_port, proc=untrusted)
     limited = socketserver.ThreadingTCPServer(("127.0.0.1", 0), TooManyRequests)
     threading.Thread(target=limited.serve_forever, daemon=True).start()
     silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
-    frozen_port = free_port()
+    frozen = socket.create_server(("127.0.0.1", 0))  # bound now: nothing can take it
     loop = asyncio.new_event_loop()
     threading.Thread(
         target=loop.run_until_complete,
         daemon=True,
-        args=(_freeze_after(frozen_port, registry.port, 256 << 10),),
+        args=(_freeze_after(frozen, registry.port, 256 << 10),),
     ).start()
     registry.push_image("big", "v1", [8 * MiB])
     yield {
@@ -171,7 +171,7 @@ def remotes(registry, workdir):
         "auth": f"127.0.0.1:{auth_port}",
         "limited": f"127.0.0.1:{limited.server_address[1]}",
         "silent": f"127.0.0.1:{silent.getsockname()[1]}",
-        "frozen": f"127.0.0.1:{frozen_port}",
+        "frozen": f"127.0.0.1:{frozen.getsockname()[1]}",
         "untrusted": f"127.0.0.1:{tls_port}",
     }
     auth.stop()

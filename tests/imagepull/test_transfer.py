@@ -8,11 +8,14 @@ way the collector must see one pull in progress with its bytes moving, then none
 
 import time
 
-from testbed.containerd_server import CONTAINERD
+import pytest
+
 from testbed.metrics import sample
 from testbed.procs import Proc
 
-from .test_containerd import MiB, fresh_repo, scrape, wait_for
+from .test_containerd import MiB, fresh_repo, scrape, wait_for_layer
+
+pytestmark = pytest.mark.integration
 
 
 def test_images_pull_seen_while_downloading(containerd, registry, proxy, make_collector, workdir):
@@ -22,14 +25,7 @@ def test_images_pull_seen_while_downloading(containerd, registry, proxy, make_co
     ref = f"{proxy.host}/{repo}:v1"
     pull = Proc(containerd.ctr_argv("images", "pull", "--plain-http", ref), f"{workdir}/{repo}.log")
     try:
-        first = wait_for(
-            c,
-            lambda f: sample(f, "kubescale_image_pull_downloaded_bytes") > 0,
-            15,
-            f"downloading ({CONTAINERD})",
-        )
-        assert sample(first, "kubescale_image_pulls_in_progress") == 1
-        assert sample(first, "kubescale_image_pull_expected_bytes") == image["layer_sizes"][0]
+        first = wait_for_layer(c, image, 15)
         time.sleep(1.0)
         later = scrape(c)
         assert sample(later, "kubescale_image_pull_downloaded_bytes") > sample(

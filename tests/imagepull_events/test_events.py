@@ -20,6 +20,7 @@ from testbed.golden import assert_golden
 from testbed.metrics import collect, sample
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "text,seconds",
     [
@@ -36,12 +37,14 @@ def test_go_durations(text, seconds):
     assert go_duration(text) == pytest.approx(seconds)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad", ["", "1", "1x", "s", "1m 2s"])
 def test_not_go_durations(bad):
     with pytest.raises(ValueError):
         go_duration(bad)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "message,parsed",
     [
@@ -74,6 +77,7 @@ def event(message, created="2027-01-15T08:00:00Z", count=1, name="e"):
     }
 
 
+@pytest.mark.unit
 def test_golden_exposition():
     failures = FailureCounts(0, RegistryLabels(10), clock=lambda: 0.0)
     events = PulledEvents(since=0, failures=failures)
@@ -105,6 +109,7 @@ def test_golden_exposition():
     assert_golden("imagepull_events", families(events.snapshot()))
 
 
+@pytest.mark.unit
 def test_events_from_before_the_start_do_not_count():
     events = PulledEvents(since=1_800_000_000.0)  # 2027-01-15T08:00:00Z
     events.on_add(event('Successfully pulled image "a" in 1s', created="2027-01-15T07:59:59Z"))
@@ -132,6 +137,7 @@ def post_event(api, ns, reason, message, count=1, host="node-a"):
     return name
 
 
+@pytest.mark.integration
 def test_histograms_from_pulled_events_in_a_real_apiserver(apiserver, namespace, events_collector):
     post_event(
         apiserver,

@@ -155,6 +155,7 @@ REAL = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "message,registry,reason", REAL, ids=[f"{r}-{i}" for i, (_, _, r) in enumerate(REAL)]
 )
@@ -162,6 +163,7 @@ def test_real_messages_land_in_their_class(message, registry, reason):
     assert parse_failed(message) == (registry.replace(":", "_"), reason)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "message",
     [
@@ -175,6 +177,7 @@ def test_other_failed_messages_are_not_pulls(message):
     assert parse_failed(message) is None
 
 
+@pytest.mark.unit
 def test_names_in_the_text_do_not_pick_the_class():
     # A registry or repository named after a class word, in a plain connection error.
     message = (
@@ -187,6 +190,7 @@ def test_names_in_the_text_do_not_pick_the_class():
     assert classify("") == "other"
 
 
+@pytest.mark.unit
 def test_hostile_messages_cannot_grow_the_label_set():
     counts = FailureCounts(0, RegistryLabels(5))
     for i in range(2000):
@@ -205,6 +209,7 @@ def test_hostile_messages_cannot_grow_the_label_set():
     assert sum(s.value for s in failures) == 4000
 
 
+@pytest.mark.unit
 def test_golden_exposition():
     counts = FailureCounts(0, RegistryLabels(3), clock=lambda: 1000.0)
     pulled = PulledEvents(since=0, failures=counts)
@@ -218,6 +223,7 @@ def test_golden_exposition():
     assert_golden("imagepull_failures", failure_families(counts.snapshot()))
 
 
+@pytest.mark.unit
 def test_failing_nodes_forget_failures_older_than_the_window():
     now = [0.0]
     counts = FailureCounts(0, RegistryLabels(10), clock=lambda: now[0])
@@ -228,6 +234,7 @@ def test_failing_nodes_forget_failures_older_than_the_window():
     assert counts.snapshot().failing_nodes == {"index.docker.io": 0}
 
 
+@pytest.mark.integration
 def test_failures_from_failed_events_in_a_real_apiserver(apiserver, namespace, events_collector):
     post_event(apiserver, namespace, "Failed", REAL[0][0])  # before the start: not counted
     time.sleep(1.1)
@@ -292,6 +299,7 @@ def test_failures_from_failed_events_in_a_real_apiserver(apiserver, namespace, e
     assert sample(families, "kubescale_image_pull_failing_nodes", registry="other") == 3
 
 
+@pytest.mark.integration
 def test_an_event_written_through_events_k8s_io_v1_counts_with_its_node(
     apiserver, namespace, events_collector
 ):

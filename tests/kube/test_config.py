@@ -15,11 +15,13 @@ def _version(client):
     return client.get("/version")["gitVersion"]
 
 
+@pytest.mark.integration
 def test_kubeconfig_with_token_and_ca_file(apiserver, make_client):
     client = make_client(apiserver)
     assert _version(client) == kube_version()
 
 
+@pytest.mark.integration
 def test_kubeconfig_with_inline_ca(apiserver, make_client):
     client = make_client(apiserver, ca_inline=True)
     assert client.config.verify.startswith(client.config._tmpdir.name)
@@ -29,12 +31,14 @@ def test_kubeconfig_with_inline_ca(apiserver, make_client):
     assert "items" in client.get("/api/v1/namespaces")
 
 
+@pytest.mark.integration
 def test_kubeconfig_with_client_certificate(apiserver, make_client):
     client = make_client(apiserver, client_cert=apiserver.admin_cert)
     assert client.config.token is None
     assert "items" in client.get("/api/v1/namespaces")
 
 
+@pytest.mark.integration
 def test_wrong_ca_is_refused(apiserver, make_client, tmp_path):
     client = make_client(apiserver)
     client.config.verify = apiserver.client_ca[0]  # a CA that did not sign the server
@@ -42,6 +46,7 @@ def test_wrong_ca_is_refused(apiserver, make_client, tmp_path):
         client.get("/version")
 
 
+@pytest.mark.integration
 def test_requests_ca_bundle_in_environment_does_not_replace_the_cluster_ca(
     apiserver, make_client, monkeypatch
 ):
@@ -50,6 +55,7 @@ def test_requests_ca_bundle_in_environment_does_not_replace_the_cluster_ca(
     assert _version(client) == kube_version()
 
 
+@pytest.mark.integration
 def test_limited_user_gets_403_as_api_error(apiserver, make_client):
     client = make_client(apiserver, token=apiserver.limited_token)
     with pytest.raises(kube.ApiError) as err:
@@ -57,6 +63,7 @@ def test_limited_user_gets_403_as_api_error(apiserver, make_client):
     assert err.value.status == 403 and err.value.reason == "Forbidden"
 
 
+@pytest.mark.integration
 def test_in_cluster_config_reads_the_service_account_files(apiserver, tmp_path):
     sa = tmp_path / "sa"
     sa.mkdir()
@@ -70,6 +77,7 @@ def test_in_cluster_config_reads_the_service_account_files(apiserver, tmp_path):
         client.close()
 
 
+@pytest.mark.integration
 def test_load_order_flag_then_env_then_in_cluster(apiserver, tmp_path):
     flag = apiserver.write_kubeconfig(tmp_path / "flag")
     env_file = tmp_path / "env"
@@ -84,6 +92,7 @@ def test_load_order_flag_then_env_then_in_cluster(apiserver, tmp_path):
         kube.load(None, environ={})
 
 
+@pytest.mark.integration
 def test_kubeconfig_list_first_file_wins_and_missing_files_are_skipped(apiserver, tmp_path):
     first = apiserver.write_kubeconfig(tmp_path / "a", token="first-token")
     second = apiserver.write_kubeconfig(tmp_path / "b", token="second-token")
@@ -91,6 +100,7 @@ def test_kubeconfig_list_first_file_wins_and_missing_files_are_skipped(apiserver
     assert cfg.token.get() == "first-token"
 
 
+@pytest.mark.integration
 def test_relative_paths_resolve_against_the_kubeconfig_directory(apiserver, tmp_path):
     shutil.copy(apiserver.ca, tmp_path / "ca.crt")
     (tmp_path / "tok").write_text(apiserver.admin_token)
@@ -116,6 +126,7 @@ def test_relative_paths_resolve_against_the_kubeconfig_directory(apiserver, tmp_
         client.close()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "user, message",
     [
@@ -146,6 +157,7 @@ def test_unusable_kubeconfigs_say_why(tmp_path, user, message):
         from_kubeconfig([str(tmp_path / "kc")])
 
 
+@pytest.mark.unit
 def test_unknown_current_context(tmp_path):
     (tmp_path / "kc").write_text(yaml.safe_dump({"current-context": "nope", "contexts": []}))
     with pytest.raises(ConfigError, match="current-context 'nope'"):

@@ -1,8 +1,12 @@
 """The watches' health series every scrape carries, from fixed health readings."""
 
+import pytest
+
 from kube_scale_exporter.kube import Resource, health_families
 from kube_scale_exporter.kube.health import Health
 from testbed.golden import assert_golden
+
+pytestmark = pytest.mark.unit
 
 
 class Reading:

@@ -55,6 +55,7 @@ def create_pods(api, ns, count, prefix="p", **kw):
         api.admin.create(f"/api/v1/namespaces/{ns}/pods", pod_manifest(f"{prefix}{i}", **kw))
 
 
+@pytest.mark.unit
 def test_backoff_doubles_with_jitter_up_to_the_cap_and_resets():
     lows = Backoff(initial=1.0, cap=30.0, rand=lambda: 0.0)
     assert [lows.next_delay() for _ in range(7)] == [0.5, 1, 2, 4, 8, 15, 15]
@@ -68,6 +69,7 @@ def test_backoff_doubles_with_jitter_up_to_the_cap_and_resets():
     assert 0.5 <= delays[0] <= 1 and 1 <= delays[1] <= 2 and 2 <= delays[2] <= 4
 
 
+@pytest.mark.integration
 def test_paged_list_then_events_in_order(apiserver, namespace, make_client, informers):
     create_pods(apiserver, namespace, 7)
     client = make_client(apiserver)
@@ -96,6 +98,7 @@ def test_paged_list_then_events_in_order(apiserver, namespace, make_client, info
     assert h.up and h.relists == 0 and h.last_sync_age < 10
 
 
+@pytest.mark.integration
 def test_label_selector_is_applied_by_the_server(apiserver, namespace, make_client, informers):
     create_pods(apiserver, namespace, 2, prefix="in", labels={"role": "balloon"})
     create_pods(apiserver, namespace, 2, prefix="out", labels={"role": "other"})
@@ -106,6 +109,7 @@ def test_label_selector_is_applied_by_the_server(apiserver, namespace, make_clie
     ] == ["in0", "in1"]
 
 
+@pytest.mark.integration
 def test_resumes_from_last_resource_version_when_the_server_ends_the_watch(
     apiserver, namespace, make_client, informers
 ):
@@ -130,6 +134,7 @@ def test_resumes_from_last_resource_version_when_the_server_ends_the_watch(
     assert rec.of("update") == [] and rec.of("delete") == []
 
 
+@pytest.mark.integration
 def test_relists_after_410_gone_and_delivers_missed_deletions(
     fresh_apiserver, make_client, informers
 ):
@@ -161,6 +166,7 @@ def test_relists_after_410_gone_and_delivers_missed_deletions(
     assert inf.health().up and inf.health().relists == 1
 
 
+@pytest.mark.integration
 def test_a_continue_token_expired_mid_list_lists_again_from_the_start(
     fresh_apiserver, make_client, informers
 ):
@@ -195,6 +201,7 @@ def test_a_continue_token_expired_mid_list_lists_again_from_the_start(
     assert inf.health().up
 
 
+@pytest.mark.integration
 def test_recovers_after_the_api_server_restarts(fresh_apiserver, make_client, informers):
     api = fresh_apiserver()
     client = make_client(api)
@@ -265,6 +272,7 @@ def _in_cluster_client(api, sa_dir):
     return kube.KubeClient(kube.config.in_cluster(sa_dir=str(sa_dir), environ=env))
 
 
+@pytest.mark.integration
 def test_rotated_token_file_is_picked_up(apiserver, namespace, tmp_path, informers):
     """The kubelet swaps the projected token file; the next request uses the new token."""
     _reader_sa(apiserver, namespace)
@@ -292,6 +300,7 @@ def test_rotated_token_file_is_picked_up(apiserver, namespace, tmp_path, informe
     client.close()
 
 
+@pytest.mark.integration
 def test_401_makes_the_client_read_the_token_again(apiserver, namespace, tmp_path):
     """A rewrite the file's stamp cannot show (same inode, size and mtime) is caught by 401."""
     _reader_sa(apiserver, namespace)
@@ -319,6 +328,7 @@ def test_401_makes_the_client_read_the_token_again(apiserver, namespace, tmp_pat
     client.close()
 
 
+@pytest.mark.integration
 def test_node_mode_steady_state_is_one_list_and_one_watch(
     apiserver, namespace, make_client, informers
 ):
@@ -375,11 +385,13 @@ def test_node_mode_steady_state_is_one_list_and_one_watch(
     assert not [n for n in rec.events if n[1].startswith("other")]
 
 
+@pytest.mark.integration
 def test_node_mode_needs_a_node_name(apiserver, make_client):
     with pytest.raises(ValueError, match="NODE_NAME"):
         kube.for_node(make_client(apiserver), kube.PODS, "")
 
 
+@pytest.mark.integration
 def test_stop_interrupts_a_blocked_watch_promptly(apiserver, namespace, make_client):
     inf = kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace).start()
     assert inf.wait_synced(10)
@@ -390,6 +402,7 @@ def test_stop_interrupts_a_blocked_watch_promptly(apiserver, namespace, make_cli
     assert not inf._thread.is_alive()
 
 
+@pytest.mark.integration
 def test_health_families(apiserver, namespace, make_client, informers):
     inf = informers(kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace))
     assert inf.wait_synced(10)
@@ -412,6 +425,7 @@ def proxied(apiserver, make_client):
     proxy.stop()
 
 
+@pytest.mark.integration
 def test_a_watch_hung_before_answering_times_out_and_recovers(
     apiserver, namespace, proxied, informers
 ):
@@ -430,6 +444,7 @@ def test_a_watch_hung_before_answering_times_out_and_recovers(
     assert inf.health().relists == 0
 
 
+@pytest.mark.integration
 def test_watches_closed_at_once_back_off_instead_of_spinning(
     apiserver, namespace, proxied, informers
 ):
@@ -448,6 +463,7 @@ def test_watches_closed_at_once_back_off_instead_of_spinning(
     assert wait_until(lambda: names(inf) == ["ok"], 10)
 
 
+@pytest.mark.integration
 def test_a_silent_watch_is_resumed_without_an_error(
     apiserver, namespace, make_client, informers, caplog
 ):
@@ -471,6 +487,7 @@ def test_a_silent_watch_is_resumed_without_an_error(
     assert inf.health().relists == 0
 
 
+@pytest.mark.integration
 def test_bookmarks_carry_a_quiet_node_watch_forward(apiserver, namespace, make_client, informers):
     """Nothing happens on this node while the cluster changes: BOOKMARKs move the
     informer's resourceVersion forward anyway, so resuming never falls behind into 410."""
@@ -494,6 +511,7 @@ def test_bookmarks_carry_a_quiet_node_watch_forward(apiserver, namespace, make_c
     assert inf.items() == [] and inf.health().relists == 0
 
 
+@pytest.mark.integration
 def test_health_reports_informers_of_one_resource_together(
     apiserver, namespace, make_client, informers, tmp_path
 ):

@@ -55,6 +55,7 @@ def page(apiserver):
     return raw(apiserver, f"/api/v1/namespaces/{ns}/pods", limit="3")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("long_value", [jsonstream.LONG_VALUE, 64], ids=["parsed", "extent"])
 @pytest.mark.parametrize("size", [1, 7, 4096, 65536])
 def test_a_real_page_in_pieces_of_any_size(page, size, long_value, monkeypatch):
@@ -67,6 +68,7 @@ def test_a_real_page_in_pieces_of_any_size(page, size, long_value, monkeypatch):
     assert items[0]["metadata"]["annotations"] == ANNOTATIONS
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "body,words",
     [
@@ -95,6 +97,7 @@ def endless(head, piece):
         yield piece * (65536 // len(piece))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "chunks,cap",
     [

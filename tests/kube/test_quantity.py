@@ -1,6 +1,10 @@
 """Resource quantities and a pod's effective requests (kube/quantity.py)."""
 
+import pytest
+
 from kube_scale_exporter import kube
+
+pytestmark = pytest.mark.unit
 
 
 def test_quantities():

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import _jsonnet
+import pytest
 
 from testbed.kustomize import render
 from tests.mixin.support import REPO, alert_rules, binary, build
@@ -30,12 +31,14 @@ def names(m):
     return {r["alert"] for r in alert_rules(m)}
 
 
+@pytest.mark.unit
 def test_jsonnetfile_uses_absolute_imports_like_other_mixins():
     jsonnetfile = json.loads((REPO / "mixin" / "jsonnetfile.json").read_text())
     assert jsonnetfile["legacyImports"] is False
     assert jsonnetfile["dependencies"] == []
 
 
+@pytest.mark.unit
 def test_documented_import_path_is_the_one_jsonnet_bundler_creates():
     path = f"{IMPORT_PATH}/mixin.libsonnet"
     assert path in (REPO / "mixin" / "config.libsonnet").read_text()
@@ -47,6 +50,7 @@ def test_documented_import_path_is_the_one_jsonnet_bundler_creates():
     )
 
 
+@pytest.mark.integration
 def test_vendored_mixin_evaluates_with_overrides(tmp_path):
     """The mixin copied where `jb install` puts it and imported by that absolute path, as a
     kube-prometheus style stack does, gives what the repository's own build gives."""
@@ -81,6 +85,7 @@ def test_vendored_mixin_evaluates_with_overrides(tmp_path):
     assert names(got) & ETCD_MIXIN_OVERLAP == set()
 
 
+@pytest.mark.unit
 def test_prometheus_self_protection_is_opt_in_with_kube_prometheus_job(mixin, everything):
     assert mixin["config"]["prometheusSelfProtection"] is False
     assert mixin["config"]["prometheusSelector"] == 'job="prometheus-k8s"'
@@ -92,6 +97,7 @@ def test_prometheus_self_protection_is_opt_in_with_kube_prometheus_job(mixin, ev
     )
 
 
+@pytest.mark.unit
 def test_opt_in_group_is_rendered_on_its_own(rendered, everything):
     """Users of the rendered files opt in by adding rules/prometheus_selfprotection_alerts.yaml."""
 
@@ -102,6 +108,7 @@ def test_opt_in_group_is_rendered_on_its_own(rendered, everything):
     assert "kube-scale-exporter-prometheus" not in [g["name"] for g in default["groups"]]
 
 
+@pytest.mark.unit
 def test_query_error_alert_says_it_counts_every_422(everything):
     (rule,) = [
         r
@@ -113,6 +120,7 @@ def test_query_error_alert_says_it_counts_every_422(everything):
     assert "all execution errors" in rule["annotations"]["description"]
 
 
+@pytest.mark.unit
 def test_etcd_mixin_overlap_can_be_switched_off(mixin):
     off = build.mixin_object({"etcdQuotaAlerts": False})
     assert names(mixin) - names(off) == ETCD_MIXIN_OVERLAP
@@ -126,6 +134,7 @@ def test_etcd_mixin_overlap_can_be_switched_off(mixin):
         assert theirs in docs
 
 
+@pytest.mark.unit
 def test_an_overflow_never_ranks_below_the_near_full_predictor(mixin):
     rules = alert_rules(mixin)
     overflow = {
@@ -138,6 +147,7 @@ def test_an_overflow_never_ranks_below_the_near_full_predictor(mixin):
     assert max(near_full, key=["info", "warning", "critical"].index) in overflow
 
 
+@pytest.mark.integration
 def test_targets_down_threshold_sits_below_the_daemonset_max_unavailable(mixin):
     unavailable = {
         d["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]

@@ -12,6 +12,8 @@ import pytest
 
 from tests.mixin.support import REPO
 
+pytestmark = pytest.mark.integration
+
 SCHEMA = os.path.join(
     os.environ.get("KSE_CACHE", REPO / ".cache"), "grafana-schema", "dashboard.schema.json"
 )

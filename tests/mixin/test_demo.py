@@ -7,7 +7,11 @@ suite checks what it hands to Prometheus; `make demo` is the end-to-end run.
 import json
 import subprocess
 
+import pytest
+
 from tools import demo
+
+pytestmark = pytest.mark.integration
 
 
 def test_demo_prometheus_config_is_valid_and_matches_the_mixin(promtool, mixin, tmp_path):

@@ -3,16 +3,19 @@
 import json
 import subprocess
 
+import pytest
 import yaml
 
 from tests.mixin.support import REPO, binary, build
 
 
+@pytest.mark.unit
 def test_committed_files_match_the_jsonnet(rendered):
     problems = build.drift(rendered)
     assert problems == [], "run `make generate` and commit:\n" + "\n".join(problems)
 
 
+@pytest.mark.unit
 def test_drift_check_notices_edited_missing_and_stale_files(rendered, tmp_path, monkeypatch):
     monkeypatch.setattr(build, "REPO", tmp_path)
     monkeypatch.setattr(build, "GENERATED", tmp_path / "rules")
@@ -36,6 +39,7 @@ def test_drift_check_notices_edited_missing_and_stale_files(rendered, tmp_path, 
     assert build.main(["--check"]) == 1
 
 
+@pytest.mark.integration
 def test_promtool_accepts_the_generated_rules(promtool):
     out = subprocess.run(
         [
@@ -51,6 +55,7 @@ def test_promtool_accepts_the_generated_rules(promtool):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.integration
 def test_prometheus_rule_manifest_holds_every_group(promtool, tmp_path):
     manifest = yaml.safe_load((build.GENERATED / "prometheus-rule.yaml").read_text())
     assert manifest["apiVersion"] == "monitoring.coreos.com/v1"
@@ -64,6 +69,7 @@ def test_prometheus_rule_manifest_holds_every_group(promtool, tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.integration
 def test_generated_yaml_and_json_are_what_the_jsonnet_cli_renders():
     """Users without Python render with the jsonnet CLI; both paths must give the same data."""
     for entry, generated in [

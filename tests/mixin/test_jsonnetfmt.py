@@ -2,15 +2,19 @@
 
 import subprocess
 
+import pytest
+
 from tests.mixin.support import REPO, binary
 
 SOURCES = sorted([*(REPO / "mixin").rglob("*.jsonnet"), *(REPO / "mixin").rglob("*.libsonnet")])
 
 
+@pytest.mark.unit
 def test_there_are_sources():
     assert len(SOURCES) >= 15
 
 
+@pytest.mark.integration
 def test_jsonnetfmt():
     out = subprocess.run(
         [binary("jsonnetfmt"), "--test", *map(str, SOURCES)], capture_output=True, text=True

@@ -3,6 +3,7 @@
 import re
 import subprocess
 
+import pytest
 import yaml
 
 from tests.mixin.support import REPO, alert_rules, dashboard_queries, panels, recording_rules
@@ -23,6 +24,7 @@ def all_exprs(m):
 # --- alerts ---------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_alert_names_are_camel_case_with_our_prefix(everything):
     for rule in alert_rules(everything):
         assert re.fullmatch(r"KubeScale(?:[A-Z][a-z0-9]*|[A-Z]+(?=[A-Z]|$))+", rule["alert"]), rule[
@@ -30,6 +32,7 @@ def test_alert_names_are_camel_case_with_our_prefix(everything):
         ]
 
 
+@pytest.mark.unit
 def test_alerts_have_a_known_severity_once_per_name(everything):
     seen = set()
     for rule in alert_rules(everything):
@@ -39,11 +42,13 @@ def test_alerts_have_a_known_severity_once_per_name(everything):
         seen.add((rule["alert"], severity))
 
 
+@pytest.mark.unit
 def test_paging_can_be_turned_off(mixin, customised):
     assert "critical" in {r["labels"]["severity"] for r in alert_rules(mixin)}
     assert {r["labels"]["severity"] for r in alert_rules(customised)} <= {"warning", "info"}
 
 
+@pytest.mark.unit
 def test_alert_annotations(everything):
     pattern = everything["config"]["runbookURLPattern"]
     for rule in alert_rules(everything):
@@ -55,6 +60,7 @@ def test_alert_annotations(everything):
         assert annotations["runbook_url"] == pattern % rule["alert"].lower()
 
 
+@pytest.mark.unit
 def test_runbook_url_pattern_is_a_knob(customised):
     for rule in alert_rules(customised):
         assert (
@@ -70,6 +76,7 @@ def runbook_sections():
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
+@pytest.mark.unit
 def test_every_alert_has_a_runbook_section(everything):
     sections = runbook_sections()
     for name in {r["alert"] for r in alert_rules(everything)}:
@@ -79,6 +86,7 @@ def test_every_alert_has_a_runbook_section(everything):
             assert re.search(rf"^\*\*{part}", body, re.M), f"{name}: runbook lacks **{part}**"
 
 
+@pytest.mark.unit
 def test_runbooks_hold_no_section_for_an_alert_that_does_not_exist(everything):
     names = {r["alert"] for r in alert_rules(everything)}
     assert set(runbook_sections()) - names == set()
@@ -87,11 +95,13 @@ def test_runbooks_hold_no_section_for_an_alert_that_does_not_exist(everything):
 # --- rules ----------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_recording_rule_names_are_level_metric_operation(mixin):
     for rule in recording_rules(mixin):
         assert RECORD_NAME.match(rule["record"]), rule["record"]
 
 
+@pytest.mark.unit
 def test_groups_are_small_and_uniquely_named(everything):
     groups = everything["rules"]["groups"] + everything["alerts"]["groups"]
     names = [g["name"] for g in groups]
@@ -101,6 +111,7 @@ def test_groups_are_small_and_uniquely_named(everything):
         assert g["name"].startswith("kube-scale-exporter-")
 
 
+@pytest.mark.unit
 def test_every_raw_series_is_selected_by_job(everything):
     """A raw metric without our selector would pick up another job's series of that name."""
     c = everything["config"]
@@ -120,6 +131,7 @@ def test_every_raw_series_is_selected_by_job(everything):
             )
 
 
+@pytest.mark.integration
 def test_promtool_rejects_nothing_in_the_rules(promtool, everything, tmp_path):
     path = tmp_path / "rules.yaml"
     path.write_text(
@@ -137,6 +149,7 @@ def without_names_and_strings(text):
     return re.sub(r'"[^"]*"', '""', RECORDING_NAME.sub("RULE", text))
 
 
+@pytest.mark.unit
 def test_changing_cluster_label_leaves_no_hard_coded_cluster(customised):
     for rule in alert_rules(customised):
         assert not re.search(r"\$labels\.cluster\b", rule["annotations"]["description"]), rule[
@@ -153,12 +166,14 @@ def test_changing_cluster_label_leaves_no_hard_coded_cluster(customised):
         assert not re.search(r"\bcluster\b", without_names_and_strings(text)), text
 
 
+@pytest.mark.unit
 def test_every_aggregation_keeps_the_cluster_label(customised):
     for expr in all_exprs(customised):
         for by in re.findall(r"\bby \(([^)]*)\)", expr):
             assert "k8s_cluster" in [label.strip() for label in by.split(",")], expr
 
 
+@pytest.mark.unit
 def test_multi_cluster_dashboards_filter_every_query_on_the_cluster(customised):
     for name, dashboard in customised["dashboards"].items():
         variables = [v["name"] for v in dashboard["templating"]["list"]]
@@ -169,6 +184,7 @@ def test_multi_cluster_dashboards_filter_every_query_on_the_cluster(customised):
             assert 'k8s_cluster="$k8s_cluster"' in expr, f"{name} / {title}: {expr}"
 
 
+@pytest.mark.unit
 def test_single_cluster_dashboards_have_no_cluster_variable(mixin):
     for dashboard in mixin["dashboards"].values():
         assert mixin["config"]["clusterLabel"] not in [
@@ -179,6 +195,7 @@ def test_single_cluster_dashboards_have_no_cluster_variable(mixin):
 # --- dashboards -----------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_dashboard_uids_are_stable_unique_and_short(mixin, customised):
     uids = {name: d["uid"] for name, d in mixin["dashboards"].items()}
     assert uids == mixin["config"]["grafanaDashboardIDs"]
@@ -187,6 +204,7 @@ def test_dashboard_uids_are_stable_unique_and_short(mixin, customised):
     assert all(re.fullmatch(r"[a-z0-9-]{1,40}", uid) for uid in uids.values())
 
 
+@pytest.mark.unit
 def test_dashboards_use_a_datasource_variable(mixin):
     for dashboard in mixin["dashboards"].values():
         (ds,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
@@ -199,6 +217,7 @@ def test_dashboards_use_a_datasource_variable(mixin):
                 assert t["datasource"]["uid"] == "${datasource}", p["title"]
 
 
+@pytest.mark.unit
 def test_dashboards_use_rate_interval(mixin):
     for name, dashboard in mixin["dashboards"].items():
         for title, expr in dashboard_queries(dashboard):
@@ -206,12 +225,14 @@ def test_dashboards_use_rate_interval(mixin):
                 assert window == "$__rate_interval", f"{name} / {title}: [{window}]"
 
 
+@pytest.mark.unit
 def test_dashboards_use_modern_panel_types_only(mixin):
     for dashboard in mixin["dashboards"].values():
         for p in panels(dashboard):
             assert p["type"] in {"row", "timeseries", "stat", "table", "bargauge"}, p["type"]
 
 
+@pytest.mark.unit
 def test_panels_have_unique_ids_and_do_not_overlap(mixin):
     for name, dashboard in mixin["dashboards"].items():
         ids = [p["id"] for p in panels(dashboard)]
@@ -229,6 +250,7 @@ def test_panels_have_unique_ids_and_do_not_overlap(mixin):
             cells |= mine
 
 
+@pytest.mark.unit
 def test_every_panel_has_a_title_and_queries(mixin):
     for dashboard in mixin["dashboards"].values():
         for p in panels(dashboard):
@@ -237,6 +259,7 @@ def test_every_panel_has_a_title_and_queries(mixin):
                 assert p["targets"] and all(t["expr"] for t in p["targets"]), p["title"]
 
 
+@pytest.mark.unit
 def test_fleet_dashboards_read_recording_rules_only(mixin):
     """At 7,500 nodes a panel over raw per-node series is what takes Grafana and Prometheus
     down; fleet-wide panels read recording rules (ALERTS is Prometheus' own, and small)."""
@@ -248,6 +271,7 @@ def test_fleet_dashboards_read_recording_rules_only(mixin):
             assert raw == set(), f"{name} / {title} reads raw series {raw}: {expr}"
 
 
+@pytest.mark.unit
 def test_node_dashboard_queries_are_pinned_to_one_node(mixin):
     dashboard = mixin["dashboards"]["kubescale-node.json"]
     node = '%s="$node"' % mixin["config"]["nodeLabel"]
@@ -256,6 +280,7 @@ def test_node_dashboard_queries_are_pinned_to_one_node(mixin):
             assert node in expr, f"{title}: {expr}"
 
 
+@pytest.mark.unit
 def test_node_label_is_a_knob(customised):
     m = customised
     node = m["dashboards"]["kubescale-node.json"]
@@ -269,6 +294,7 @@ def test_node_label_is_a_knob(customised):
     assert any("$labels.kubernetes_node" in d for d in descriptions)
 
 
+@pytest.mark.integration
 def test_dashboard_queries_are_valid_promql(promtool, mixin, customised, tmp_path):
     """promtool has no expression checker, so each query becomes a recording rule."""
     substitutions = {"$__rate_interval": "5m", "${datasource}": "x"}
@@ -288,6 +314,7 @@ def test_dashboard_queries_are_valid_promql(promtool, mixin, customised, tmp_pat
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.unit
 def test_dashboards_follow_the_config(mixin):
     c = mixin["config"]
     for dashboard in mixin["dashboards"].values():
@@ -300,6 +327,7 @@ def test_dashboards_follow_the_config(mixin):
 # --- config ---------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_every_knob_is_used_and_documented(mixin):
     sources = [p for p in (REPO / "mixin").rglob("*sonnet") if p.name != "config.libsonnet"]
     text = "\n".join(p.read_text() for p in sources)

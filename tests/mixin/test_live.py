@@ -9,11 +9,15 @@ import time
 
 import pytest
 
+from kube_scale_exporter.budgets import CLUSTER_SERIES, NODE_SERIES
 from testbed.etcd_server import EtcdServer
+from testbed.metrics import parse_exposition
 from testbed.ports import free_port
 from testbed.prometheus import PrometheusServer
 from tests.mixin.support import PROMETHEUS_RELEASES, prometheus_binary, prometheus_version
 from tools import demo
+
+pytestmark = pytest.mark.integration
 
 
 def working_collectors():
@@ -32,6 +36,26 @@ class Live:
     def values(self, expr):
         """{frozenset(labels): value} of an instant query."""
         return {frozenset(r["metric"].items()): float(r["value"][1]) for r in self.prom.query(expr)}
+
+    def rule_group_runs(self):
+        """{rule group: evaluations so far}, from Prometheus' own /metrics."""
+        text = self.prom.session.get(self.prom.url + "/metrics", timeout=5).text
+        return {
+            s.labels["rule_group"]: s.value
+            for family in parse_exposition(text)
+            for s in family.samples
+            if s.name == "prometheus_rule_group_iterations_total"
+        }
+
+    def wait_for_evaluations(self, n, timeout=30):
+        """Until every rule group has been evaluated `n` more times than now."""
+        start = self.rule_group_runs()
+        assert start, "no rule groups loaded"
+        deadline = time.monotonic() + timeout
+        while any(runs < start.get(group, 0) + n for group, runs in self.rule_group_runs().items()):
+            if time.monotonic() > deadline:
+                pytest.fail(f"rule groups not evaluated {n} more times in {timeout}s")
+            time.sleep(0.2)
 
     def wait_for(self, expr, until=bool, timeout=30):
         """Poll an instant query until `until(result)` holds: targets and rule groups start
@@ -104,7 +128,7 @@ def test_exporter_health_rules_see_both_jobs(live):
     samples = live.wait_for(
         "cluster_job:kubescale_exporter_samples_scraped:max", lambda f: len(f) == 2
     )
-    budgets = {demo.NODE_JOB: 43, demo.CLUSTER_JOB: 500}
+    budgets = {demo.NODE_JOB: NODE_SERIES, demo.CLUSTER_JOB: CLUSTER_SERIES}
     for labels, value in samples.items():
         assert 0 < value <= budgets[dict(labels)["job"]]
 
@@ -163,6 +187,6 @@ def test_blind_spot_alerts_stay_quiet_while_everything_reports(live):
     )
     live.wait_for('kubescale_etcd_up{etcd_cluster="main"}', lambda f: list(f.values()) == [1.0])
     live.wait_for("prometheus_tsdb_head_series", lambda f: len(f) == 1)
-    time.sleep(3)  # a few evaluations after every series is there
+    live.wait_for_evaluations(3)  # every rule group has run on those series
     quiet = 'ALERTS{alertname=~"KubeScale(ExporterTargetMissing|EtcdNotObserved|PrometheusNotObserved)"}'
     assert live.values(quiet) == {}

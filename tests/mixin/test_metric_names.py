@@ -6,7 +6,11 @@ and labels the collector issues fixed (the public API) must all be in them, unch
 
 import re
 
+import pytest
+
 from tests.mixin.support import REPO, alert_rules, dashboard_queries, recording_rules
+
+pytestmark = pytest.mark.unit
 
 GOLDEN = REPO / "tests" / "golden"
 

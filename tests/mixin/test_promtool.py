@@ -13,6 +13,7 @@ from tests.mixin.support import PROMTOOL_TESTS, alert_rules, recording_rules
 from tests.mixin.support import build
 
 
+@pytest.mark.unit
 def test_there_are_promtool_tests():
     assert len(PROMTOOL_TESTS) >= 7
 
@@ -25,11 +26,13 @@ def _promtool_test(promtool, path):
     assert "SUCCESS" in out.stdout + out.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("path", PROMTOOL_TESTS, ids=lambda p: p.name)
 def test_promtool_unit_tests_pass(promtool, path):
     _promtool_test(promtool, path)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(fleet.GENERATED))
 def test_promtool_fleet_tests_pass(promtool, name, tmp_path):
     """Fleets too large to write by hand (a 1,000-target DaemonSet rollout)."""
@@ -40,6 +43,7 @@ def _loaded_tests():
     return [t for path in PROMTOOL_TESTS for t in yaml.safe_load(path.read_text())["tests"]]
 
 
+@pytest.mark.unit
 def test_every_alert_fires_and_stays_quiet_in_some_test(everything):
     fires, quiet = set(), set()
     for test in _loaded_tests():
@@ -51,6 +55,7 @@ def test_every_alert_fires_and_stays_quiet_in_some_test(everything):
     assert (fires | quiet) - names == set(), "tests for alerts that do not exist"
 
 
+@pytest.mark.unit
 def test_a_healthy_fleet_keeps_every_alert_silent(everything):
     """healthy_test.yaml holds one healthy cluster and expects nothing of any alert."""
     (test,) = yaml.safe_load((PROMTOOL_TESTS[0].parent / "healthy_test.yaml").read_text())["tests"]
@@ -59,6 +64,7 @@ def test_a_healthy_fleet_keeps_every_alert_silent(everything):
     assert silent == {r["alert"] for r in alert_rules(everything)}
 
 
+@pytest.mark.unit
 def test_every_severity_of_every_alert_fires_in_some_test(everything):
     fired = {
         (case["alertname"], alert["exp_labels"]["severity"])
@@ -70,6 +76,7 @@ def test_every_severity_of_every_alert_fires_in_some_test(everything):
     assert defined - fired == set()
 
 
+@pytest.mark.unit
 def test_every_recording_rule_is_checked_in_some_test(mixin):
     checked = set()
     for test in _loaded_tests():
@@ -100,6 +107,7 @@ BENT = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(BENT))
 def test_production_cases_catch_the_behaviour_they_were_written_against(promtool, case, tmp_path):
     name, config, symptom = BENT[case]

@@ -2,6 +2,7 @@
 
 from hypothesis import given
 from hypothesis import strategies as st
+import pytest
 
 from kube_scale_exporter.collectors.neighbor import (
     HEADROOM,
@@ -10,6 +11,8 @@ from kube_scale_exporter.collectors.neighbor import (
     recommended_thresholds,
 )
 from kube_scale_exporter.netlink.neighbor import NeighborCount, NeighborTable
+
+pytestmark = pytest.mark.unit
 
 
 def table(family="ipv4", t1=128, t2=512, t3=1024, entries=0, fulls=0):

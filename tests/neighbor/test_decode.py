@@ -9,6 +9,7 @@ import random
 import socket
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,8 @@ NDA_DST, NDA_LLADDR, NDA_CACHEINFO, NDA_PROBES, NDA_PROTOCOL = 1, 2, 3, 4, 12
 NLM_F_MULTI = 0x2
 NUD_STATES = (0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, NUD_PERMANENT)
 AF_OTHER = 7  # neither IPv4 nor IPv6: not counted
+
+pytestmark = pytest.mark.unit
 
 
 def attribute(attr_type: int, value: bytes) -> bytes:

@@ -63,6 +63,7 @@ def exporter(tmp_path):
         p.stop()
 
 
+@pytest.mark.integration
 def test_node_mode_scrape_stays_within_the_series_budget(exporter):
     """Default node-mode collectors, run without any capability (netlink dumps and
     /proc/net/stat need none)."""
@@ -78,6 +79,7 @@ def test_node_mode_scrape_stays_within_the_series_budget(exporter):
     assert series_count(text) <= SERIES_BUDGET, text
 
 
+@pytest.mark.integration
 def test_netlink_refused_by_seccomp_fails_only_the_collectors(exporter):
     """The process answers, reports both collectors failed, and logs why (see no_netlink)."""
     proc, url = exporter(module="tests.neighbor.no_netlink")
@@ -97,6 +99,7 @@ def test_netlink_refused_by_seccomp_fails_only_the_collectors(exporter):
     assert "allow AF_NETLINK sockets in the pod's seccomp profile" in proc.log_tail()
 
 
+@pytest.mark.unit
 def test_collector_recovers_when_netlink_comes_back(collectors):
     """No descriptors left (RLIMIT_NOFILE 0, a real EMFILE) then restored: the same
     collector, through the scraper, fails with a clear error and then recovers by itself."""
@@ -141,6 +144,7 @@ def run_check(*argv, within=()):
     )
 
 
+@pytest.mark.integration
 def test_check_prints_the_sysctl_lines_for_expected_peers():
     """Sized for 100,000 peers: thresh3 = 2 x that, rounded up to 1024; 3/4 and 1/4 of it."""
     result = run_check("--neighbor.expected-peers", "100000")
@@ -153,6 +157,7 @@ def test_check_prints_the_sysctl_lines_for_expected_peers():
     assert "100000 expected peers" in result.stdout
 
 
+@pytest.mark.integration
 def test_check_rejects_a_bad_expected_peers_value():
     result = run_check("--neighbor.expected-peers", "many")
     assert result.returncode == 2
@@ -164,6 +169,7 @@ def host_entries():
     return {family: proc_stat(family)["entries"] for family in ("ipv4", "ipv6")}
 
 
+@pytest.mark.integration
 def test_exporter_inside_a_namespace_subtracts_that_namespaces_exempt_entries(tmp_path, netns):
     """The process as a pod runs it: started in a namespace, scraped over its loopback.
     Its GC-eligible bound is the host's entries less the exempt entries of its namespace,
@@ -215,6 +221,7 @@ def test_exporter_inside_a_namespace_subtracts_that_namespaces_exempt_entries(tm
     ]
 
 
+@pytest.mark.integration
 def test_check_outside_the_host_namespace_says_so(netns):
     result = run_check(within=("ip", "netns", "exec", netns.name))
     assert result.returncode == 1, result.stdout + result.stderr

@@ -10,6 +10,7 @@ from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+import pytest
 
 from kube_scale_exporter.collectors.neighbor import read_unresolved_discards, table_families
 from kube_scale_exporter.collectors.neighbor_gc import count_families
@@ -17,6 +18,8 @@ from kube_scale_exporter.netlink.neighbor import EntryCounter, TableReader
 from testbed.golden import assert_golden
 from tests.neighbor.recorded import FIXTURES, RECORDED_ENTRIES, load, replay
 from tests.neighbor.test_kernel import PROC_COLUMNS
+
+pytestmark = pytest.mark.unit
 
 PROCFS = str(FIXTURES / "procfs")
 

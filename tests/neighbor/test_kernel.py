@@ -9,6 +9,8 @@ are compared with `ip neigh show nud all` of a namespace only this test touches.
 import json
 from pathlib import Path
 
+import pytest
+
 from kube_scale_exporter.netlink.neighbor import count_entries
 from kube_scale_exporter.netlink.route import RouteSocket
 from testbed.metrics import collect, sample
@@ -43,6 +45,7 @@ def scrape(collector):
     return collect(collector)
 
 
+@pytest.mark.unit
 def test_every_table_metric_matches_the_kernels_own_files(collectors):
     (neighbor,) = collectors("--collector.neighbor")
     for _ in range(20):
@@ -66,6 +69,7 @@ def global_entries(collector):
     return {f: sample(families, "kubescale_neighbor_entries", family=f) for f in FAMILIES}
 
 
+@pytest.mark.integration
 def test_entries_count_what_a_namespace_adds(collectors, netns):
     """Entries in a pod-like namespace count in the host-wide entries metric."""
     (neighbor,) = collectors("--collector.neighbor")
@@ -131,6 +135,7 @@ def assert_counts_are_ips(netns, counts, added: int) -> None:
         assert (counts[family].entries, counts[family].gc_exempt) == (len(mine), len(exempt))
 
 
+@pytest.mark.integration
 def test_count_entries_in_a_namespace_matches_ip(netns):
     """The netlink layer's dump of its own namespace, against ip's own dump of it."""
     netns.batch(MIXED_ENTRIES)
@@ -140,6 +145,7 @@ def test_count_entries_in_a_namespace_matches_ip(netns):
     assert (counts["ipv6"].gc_eligible, counts["ipv6"].gc_exempt) == (6, MIXED_EXEMPT["ipv6"])
 
 
+@pytest.mark.integration
 def test_gc_eligible_is_the_hosts_entries_less_the_namespaces_exempt_ones(collectors, netns):
     """Run in a namespace holding only our entries, the collector's value is the host-wide
     entry count of the same scrape less the exempt entries added there; compared in an
@@ -162,6 +168,7 @@ def test_gc_eligible_is_the_hosts_entries_less_the_namespaces_exempt_ones(collec
         ), family
 
 
+@pytest.mark.integration
 def test_a_dump_larger_than_one_reply_chunk_counts_every_entry(netns):
     """5,000 entries span many 32 KiB chunks; the count must not lose any at the seams."""
     netns.batch(neighbor_adds(3000, "ipv4", "permanent") + neighbor_adds(2000, "ipv6", "permanent"))
@@ -170,6 +177,7 @@ def test_a_dump_larger_than_one_reply_chunk_counts_every_entry(netns):
     assert (counts["ipv6"].entries, counts["ipv6"].gc_exempt) == (2000, 2000)
 
 
+@pytest.mark.integration
 def test_long_runs_of_one_layout_count_every_entry_by_its_own_state_and_flags(netns):
     """Thousands of entries of one layout (which the counter reads a field at a time)
     holding PERMANENT, stale and externally learned entries together, with a few of other

@@ -5,8 +5,12 @@ neighbors, so the namespace is deleted (which flushes its entries) as soon as th
 overflow has been scraped, and the test checks that the table has room again.
 """
 
+import pytest
+
 from testbed.metrics import collect, sample, wait_until
 from testbed.netns import NetNS, neighbor_adds
+
+pytestmark = pytest.mark.integration
 
 
 def test_overflow_raises_table_overflows_total(collectors):

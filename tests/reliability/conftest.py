@@ -10,6 +10,7 @@ import tempfile
 
 import pytest
 
+from kube_scale_exporter.collectors import COLLECTORS as REGISTERED
 from testbed.containerd_server import ContainerdServer
 from testbed.etcd_server import EtcdServer
 from testbed.faultproxy import FaultProxy
@@ -17,8 +18,9 @@ from testbed.metrics import wait_until
 from testbed.kube_apiserver import KubeApiServer
 from tests.reliability.running import RunningExporter
 
-# The cluster-mode exporter under test and the watch the faults are aimed at.
-COLLECTORS = {"balloon", "imagepull_events", "etcd"}
+# The cluster-mode exporter under test runs every cluster collector (each named on its
+# command line: one without the options it needs exits 2), and the watch the faults are aimed at.
+COLLECTORS = {c.name for c in REGISTERED if "cluster" in c.modes}
 WATCH = r"/api/v1/pods\?.*watch=1"
 
 
@@ -100,6 +102,7 @@ def cluster_exporter(cluster, proxy, run_exporter, workdir):
             "1",
             "--etcd.min-interval",
             "0.5",
+            *(f"--collector.{name}" for name in sorted(COLLECTORS)),
         ]
     )
     exporter.wait_for(

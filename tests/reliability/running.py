@@ -18,8 +18,7 @@ import requests
 
 from testbed.exporter import MODULE, REPO, exporter_argv
 from testbed.metrics import parse_exposition
-from testbed.ports import free_port
-from testbed.procs import Proc, wait_for_port
+from testbed.procs import Proc, start_on_free_port
 
 
 @dataclass
@@ -39,17 +38,19 @@ class Scrape:
 
 class RunningExporter:
     def __init__(self, flags: list[str], log_dir, module: str = MODULE):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.argv = exporter_argv(self.port, flags, module)
-        self.log_path = os.path.join(str(log_dir), f"exporter-{self.port}.log")
+        self.flags, self.module, self.log_dir = flags, module, str(log_dir)
         self.proc: Proc | None = None
         self.session = requests.Session()
         self.session.trust_env = False
 
     def start(self) -> RunningExporter:
-        self.proc = Proc(self.argv, self.log_path, cwd=str(REPO))
-        wait_for_port(self.port, proc=self.proc)
+        def start(port: int) -> Proc:
+            self.port = port
+            self.url = f"http://127.0.0.1:{port}"
+            self.log_path = os.path.join(self.log_dir, f"exporter-{port}.log")
+            return Proc(exporter_argv(port, self.flags, self.module), self.log_path, cwd=str(REPO))
+
+        self.proc, _ = start_on_free_port(start)
         return self
 
     def alive(self) -> bool:

@@ -12,6 +12,8 @@ import pytest
 
 from kube_scale_exporter.kube import Backoff
 
+pytestmark = pytest.mark.unit
+
 PODS = 7_500
 CAP = 30.0
 

@@ -21,6 +21,8 @@ from kube_scale_exporter.containerd.client import IMAGES_BYTES, LIST_IMAGES, LIS
 from testbed.hostile_grpc import HostileGrpc, endless, frame, repeat
 from testbed.procs import rss_mib
 
+pytestmark = pytest.mark.integration
+
 SLACK_MIB = 6.0
 
 
@@ -46,8 +48,7 @@ def server(workdir):
     grpc.stop()
 
 
-@pytest.fixture
-def exporter(server, run_exporter, workdir):
+def imagepull_exporter(run_exporter, server, timeout):
     running = run_exporter(
         [
             "--mode",
@@ -57,7 +58,7 @@ def exporter(server, run_exporter, workdir):
             "--containerd.address",
             server.path,
             "--containerd.timeout",
-            "1s",
+            timeout,
             "--image-pull.preload",
             "registry.example/app:1",
         ]
@@ -66,6 +67,19 @@ def exporter(server, run_exporter, workdir):
     for _ in range(5):
         running.scrape()
     return running
+
+
+@pytest.fixture
+def exporter(server, run_exporter):
+    return imagepull_exporter(run_exporter, server, "1s")
+
+
+@pytest.fixture
+def patient_exporter(server, run_exporter):
+    """Time to read a response up to its cap: on the loaded 2-core machine 16 MiB of
+    images took longer than 1 s, and the call ended at its deadline, not at the cap.
+    Within the scrapes' 3 s all the same."""
+    return imagepull_exporter(run_exporter, server, "2.5s")
 
 
 def peak(exporter):
@@ -140,7 +154,8 @@ IMAGE = b"\x0a" + wire_len(2 + len(NAME) + 1) + b"\x0a" + wire_len(len(NAME)) + 
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_hostile_response_costs_at_most_its_cap(exporter, server, case):
+def test_a_hostile_response_costs_at_most_its_cap(patient_exporter, server, case):
+    exporter = patient_exporter
     method, answer, cap, allowed_mib = CASES[case]
     before = peak(exporter)
     server.answer(method, **answer)

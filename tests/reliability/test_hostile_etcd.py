@@ -28,6 +28,8 @@ from testbed.etcd_server import EtcdServer
 from testbed.faultproxy import FaultProxy
 from testbed.metrics import collect, sample
 
+pytestmark = pytest.mark.integration
+
 SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

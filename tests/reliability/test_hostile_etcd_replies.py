@@ -112,6 +112,7 @@ def hold(exporter, seconds=3.0):
         assert scrape.status == 200 and scrape.seconds < 3.5
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("length", [400 << 20, None], ids=["400MiB", "400MiB-chunked"])
 def test_a_huge_member_list_costs_its_cap_not_its_size(exporter, proxy, length):
     before = peak(exporter)
@@ -130,6 +131,7 @@ def test_a_huge_member_list_costs_its_cap_not_its_size(exporter, proxy, length):
     recovers(exporter, proxy)
 
 
+@pytest.mark.integration
 def test_an_endless_chunked_reply_costs_its_cap(exporter, proxy):
     before = peak(exporter)
     hostile(proxy, r"/v3/maintenance/status", status=200, chunks=lambda: endless(b"[" * 7 + b"0,"))
@@ -141,6 +143,7 @@ def test_an_endless_chunked_reply_costs_its_cap(exporter, proxy):
     recovers(exporter, proxy)
 
 
+@pytest.mark.integration
 def test_an_endless_metrics_line_costs_its_cap(exporter, proxy):
     before = peak(exporter)
     hostile(proxy, r"/metrics", status=200, chunks=lambda: endless(b"etcd_"))
@@ -156,6 +159,7 @@ def test_an_endless_metrics_line_costs_its_cap(exporter, proxy):
     )
 
 
+@pytest.mark.integration
 def test_a_reply_dripping_a_byte_a_second_ends_at_the_timeout(exporter, proxy):
     hostile(proxy, MEMBERS, status=200, chunks=lambda: drip(b'{"members": []}', every=0.3))
     failed = fails_naming(exporter, ["no complete answer within 1s"])
@@ -173,6 +177,7 @@ def member_list(n, url):
     ).encode()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("n", [300, 2000])
 def test_a_member_list_past_the_cap_fails_the_cluster_with_bounded_series(exporter, proxy, n):
     before = peak(exporter)
@@ -194,6 +199,7 @@ def test_a_member_list_past_the_cap_fails_the_cluster_with_bounded_series(export
     recovers(exporter, proxy)
 
 
+@pytest.mark.unit
 def test_headers_dripping_a_byte_at_a_time_end_at_the_timeout():
     """The deadline covers the status line and headers too, not only the body: a server
     sending them a byte every 0.2 s (each read well within the timeout) is cut at 1 s."""
@@ -228,6 +234,7 @@ def test_headers_dripping_a_byte_at_a_time_end_at_the_timeout():
         listener.close()
 
 
+@pytest.mark.integration
 def test_a_gzip_bomb_costs_the_cap_of_its_decoded_bytes(proxy):
     bomb = gzip.compress(b" " * (64 << 20), compresslevel=9)  # ~64 KiB on the wire
     hostile(

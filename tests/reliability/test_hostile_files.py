@@ -73,6 +73,7 @@ def _write(tmp_path, data: bytes) -> str:
     return str(path)
 
 
+@pytest.mark.unit
 @FILES
 @given(text=yaml_like)
 def test_web_config_text_loads_or_names_the_problem(tmp_path, text):
@@ -82,6 +83,7 @@ def test_web_config_text_loads_or_names_the_problem(tmp_path, text):
         assert str(exc).startswith(str(tmp_path))
 
 
+@pytest.mark.unit
 @FILES
 @given(doc=structured)
 def test_web_config_documents_load_or_name_the_problem(tmp_path, doc):
@@ -92,12 +94,14 @@ def test_web_config_documents_load_or_name_the_problem(tmp_path, doc):
         pass
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("data", [NOT_UTF8, NESTED_TOO_DEEP.encode()], ids=["not-utf8", "deep"])
 def test_web_config_bytes_that_are_not_yaml_are_a_web_config_error(tmp_path, data):
     with pytest.raises(WebConfigError):
         load(_write(tmp_path, data))
 
 
+@pytest.mark.integration
 def test_a_web_config_broken_by_bytes_refuses_until_fixed(tmp_path, run_exporter):
     hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
     path = tmp_path / "web.yml"
@@ -133,6 +137,7 @@ kubelet_docs = (
 )
 
 
+@pytest.mark.unit
 @FILES
 @given(doc=kubelet_docs)
 def test_kubelet_config_documents_give_settings_or_an_error(tmp_path, doc):
@@ -146,6 +151,7 @@ def test_kubelet_config_documents_give_settings_or_an_error(tmp_path, doc):
     assert isinstance(got.max_parallel, int) and got.max_parallel >= 0
 
 
+@pytest.mark.unit
 @FILES
 @given(data=st.binary(max_size=200) | yaml_like.map(str.encode))
 def test_kubelet_config_bytes_give_settings_or_an_error(tmp_path, data):
@@ -155,6 +161,7 @@ def test_kubelet_config_bytes_give_settings_or_an_error(tmp_path, data):
     assert reader.read() is not None or reader.error
 
 
+@pytest.mark.unit
 def test_kubelet_config_nested_too_deep_is_an_error_not_stale_settings(tmp_path):
     path = tmp_path / "kubelet.yaml"
     path.write_text("serializeImagePulls: false\nmaxParallelImagePulls: 5\n")
@@ -175,6 +182,7 @@ def test_kubelet_config_nested_too_deep_is_an_error_not_stale_settings(tmp_path)
 durations = st.from_regex(r"\A(\d{1,400}(\.\d{0,5})?(ns|us|µs|ms|s|m|h)){1,3}\Z") | st.just("0")
 
 
+@pytest.mark.unit
 @settings(max_examples=300, deadline=None)
 @given(
     message=st.text(max_size=300)
@@ -197,6 +205,7 @@ def test_pulled_messages_parse_to_finite_seconds_or_are_skipped(message):
     assert waited is None or (math.isfinite(waited) and waited >= 0)
 
 
+@pytest.mark.unit
 def test_one_absurd_pulled_event_cannot_poison_the_histograms():
     events = PulledEvents(since=0)
     absurd = {
@@ -231,6 +240,7 @@ extended = st.from_regex(r"\A[a-z]{1,12}\.example\.com/[a-z0-9-]{1,20}\Z")
 quantities = st.sampled_from(["1", "100m", "1Gi", "0", "2e3", "123456789012345678901234567890"])
 
 
+@pytest.mark.unit
 @settings(max_examples=100, deadline=None)
 @given(
     pods=st.lists(
@@ -245,6 +255,7 @@ def test_balloon_summaries_of_valid_pods_never_raise(pods):
             assert math.isfinite(sample.value)
 
 
+@pytest.mark.unit
 def test_a_flood_of_extended_resources_stays_within_the_series_budget():
     pods = [balloon(f"p{i}", {f"vendor{i}.example.com/dev": "1", "cpu": "1"}) for i in range(500)]
     s = summarize(pods, [], [], time.time(), -10)
@@ -276,6 +287,7 @@ def node_pod(i, images, reason, phase):
     }
 
 
+@pytest.mark.unit
 @settings(max_examples=200, deadline=None)
 @given(
     pods=st.lists(
@@ -303,6 +315,7 @@ def replace_with_fifo(path):
     os.mkfifo(path)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("make", ["fifo", "directory", "device", "huge"])
 def test_kubelet_config_that_is_not_a_small_file_is_refused_at_once(tmp_path, make):
     path = tmp_path / "kubelet.yaml"
@@ -326,6 +339,7 @@ def test_kubelet_config_that_is_not_a_small_file_is_refused_at_once(tmp_path, ma
     assert expected in reader.error, reader.error
 
 
+@pytest.mark.integration
 def test_kubelet_config_fifo_and_200_mib_under_a_real_exporter(tmp_path, workdir, run_exporter):
     server = HostileGrpc(f"{workdir}/cd.sock").start()
     path = tmp_path / "kubelet.yaml"
@@ -367,6 +381,7 @@ def test_kubelet_config_fifo_and_200_mib_under_a_real_exporter(tmp_path, workdir
         server.stop()
 
 
+@pytest.mark.unit
 def test_proc_stat_that_is_not_a_small_file_is_refused(tmp_path):
     stat_dir = tmp_path / "net" / "stat"
     stat_dir.mkdir(parents=True)

@@ -84,6 +84,7 @@ STREAMS = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", list(STREAMS))
 def test_a_malformed_watch_stream_costs_at_most_a_rewatch(proxy, cluster_exporter, name):
     proxy.inject(
@@ -119,6 +120,7 @@ def settled_after(proxy):
     return last + 3
 
 
+@pytest.mark.integration
 def test_an_absurd_pulled_event_through_the_api_server(cluster, cluster_exporter):
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))
     for i, message in enumerate(
@@ -177,6 +179,7 @@ def watch_back(exporter, proxy):
     )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "line",
     [b'{"type":"ADDED","object":{"metadata":{"name":"' + b"x" * 90, b"x" * 100],
@@ -257,6 +260,7 @@ PAGES = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("page", list(PAGES))
 def test_a_hostile_list_page_costs_about_one_object(proxy, cluster_exporter, page):
     answer, cap, allowed_mib = PAGES[page]
@@ -273,6 +277,7 @@ def test_a_hostile_list_page_costs_about_one_object(proxy, cluster_exporter, pag
     watch_back(cluster_exporter, proxy)
 
 
+@pytest.mark.integration
 def test_a_dripping_list_ends_at_the_request_timeout(cluster, proxy, workdir):
     config = load(cluster.write_kubeconfig(f"{workdir}/kubeconfig", server=proxy.url))
     client = KubeClient(config, request_timeout=1.0)
@@ -290,6 +295,7 @@ def test_a_dripping_list_ends_at_the_request_timeout(cluster, proxy, workdir):
     assert "items" in client.get("/api/v1/pods", {"limit": "1"})
 
 
+@pytest.mark.unit
 def test_watch_headers_dripping_end_at_the_read_timeout():
     """Watches stay open for minutes, bounded per read; their headers are bounded in all."""
     listener = socket.socket()

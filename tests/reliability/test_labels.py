@@ -4,8 +4,11 @@ from collections import Counter
 
 from hypothesis import given
 from hypothesis import strategies as st
+import pytest
 
 from kube_scale_exporter.labels import MAX_LENGTH, OTHER, sanitize, top
+
+pytestmark = pytest.mark.unit
 
 SAFE = set("abcdefghijklmnopqrstuvwxyz0123456789._/-_")
 

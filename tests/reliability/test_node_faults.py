@@ -10,14 +10,23 @@ collector recovers on its own once its source is back.
 
 import math
 import os
+import socket
 import threading
 import time
 
 import pytest
-import requests
+
+from testbed.metrics import wait_until
+from testbed.ports import unread_by_server
+
+from kube_scale_exporter.collectors import COLLECTORS
+
+pytestmark = pytest.mark.integration
 
 SCRAPE_TIMEOUT = 3.0  # what Prometheus would send in X-Prometheus-Scrape-Timeout-Seconds
-NODE_COLLECTORS = {"neighbor", "neighbor_gc", "imagepull", "etcd"}
+# Every node collector, each named on the command line (one without the options it needs
+# exits 2).
+NODE_COLLECTORS = {c.name for c in COLLECTORS if "node" in c.modes}
 
 
 def node_flags(etcd, containerd):
@@ -34,6 +43,7 @@ def node_flags(etcd, containerd):
         "1",
         "--etcd.min-interval",
         "0.5",
+        *(f"--collector.{name}" for name in sorted(NODE_COLLECTORS)),
     ]
 
 
@@ -131,19 +141,19 @@ def test_sigterm_exits_within_seconds_while_a_source_hangs(run_exporter, etcd, c
     exporter.wait_for(all_up, within=10)
     etcd.proc.pause()
     containerd.proc.pause()
+    # A scrape in flight, stuck on both frozen servers, when the signal comes: the
+    # exporter has read the request and cannot answer it.
+    scrape = socket.create_connection(("127.0.0.1", exporter.port), timeout=30)
     try:
-        # A scrape in flight, stuck on both frozen servers, when the signal comes; the
-        # exporter may close its connection as it exits.
-        def in_flight():
-            try:
-                exporter.scrape(SCRAPE_TIMEOUT)
-            except requests.RequestException:
-                pass
-
-        threading.Thread(target=in_flight, daemon=True).start()
-        time.sleep(0.3)
+        scrape.sendall(
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+            b"X-Prometheus-Scrape-Timeout-Seconds: %g\r\n\r\n" % SCRAPE_TIMEOUT
+        )
+        client_port = scrape.getsockname()[1]
+        assert wait_until(lambda: unread_by_server(exporter.port, client_port) == 0)
         code, took = exporter.terminate()
     finally:
+        scrape.close()
         etcd.proc.resume()
         containerd.proc.resume()
     assert code == 0

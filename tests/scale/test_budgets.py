@@ -8,8 +8,12 @@ run at the full 7,500.
 
 from collections import Counter
 
+import pytest
+
 from bench.scale import budget, template
 from tests.scale.conftest import LARGE_FLEET, SMALL_FLEET
+
+pytestmark = pytest.mark.integration
 
 
 def _large(scale_run):

@@ -1,5 +1,6 @@
 """The series template the scale bench and budgets rest on is what the exporter exports."""
 
+import pytest
 import requests
 
 from bench.scale import template
@@ -9,6 +10,7 @@ from testbed.golden import promtool_check
 from testbed.metrics import parse_exposition
 
 
+@pytest.mark.integration
 def test_real_node_mode_exporter_emits_nothing_the_template_lacks(tmp_path):
     """Run the exporter in node mode with its default collectors and scrape it: every
     series name it emits must be in the node template, or the budget would undercount."""
@@ -25,6 +27,7 @@ def test_real_node_mode_exporter_emits_nothing_the_template_lacks(tmp_path):
     )
 
 
+@pytest.mark.unit
 def test_template_sources_cover_default_collectors():
     node = template.load("node")
     cluster = template.load("cluster")
@@ -43,6 +46,7 @@ def test_template_sources_cover_default_collectors():
     assert not any({"node", "pod", "instance"} & dict(s.labels).keys() for s in node.series)
 
 
+@pytest.mark.integration
 def test_synthetic_target_serves_lint_clean_expositions():
     fleet = Fleet(nodes=3, origin=0)
     for path in ("/node/0", "/node/2", "/cluster"):

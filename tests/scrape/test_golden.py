@@ -1,7 +1,11 @@
 """The exporter's own series, as every scrape carries them."""
 
+import pytest
+
 from kube_scale_exporter.scrape import Outcome, build_info, collector_status
 from testbed.golden import assert_golden
+
+pytestmark = pytest.mark.unit
 
 
 def test_exporter_series_golden():

@@ -6,9 +6,11 @@ import time
 import pytest
 import requests
 
-from kube_scale_exporter.http import App, make_server
+from kube_scale_exporter.web.routes import App, make_server
 from kube_scale_exporter.scrape import Scraper
-from testbed.metrics import parse_exposition, sample
+from testbed.metrics import parse_exposition, sample, wait_until
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
@@ -85,7 +87,7 @@ def test_scrapes_past_the_cap_get_503(serve, scripted):
     base = serve([hung], max_timeout=2, max_requests=1)
     first = threading.Thread(target=get, args=(base + "/metrics",))
     first.start()
-    time.sleep(0.3)
+    assert wait_until(lambda: hung.calls == 1)  # it holds the one slot
     assert get(base + "/metrics").status_code == 503
     first.join()
     hung.release.set()

@@ -2,9 +2,12 @@
 
 import time
 
+import pytest
 import requests
 
 from testbed.prometheus import PrometheusServer
+
+pytestmark = pytest.mark.integration
 
 
 def scrape_job(name, port, pki, username, password):

@@ -9,6 +9,8 @@ import bcrypt
 import pytest
 import requests
 
+pytestmark = pytest.mark.integration
+
 
 def get(url, **kw):
     """One request on a new connection (a kept-alive one keeps its old settings)."""

@@ -10,6 +10,8 @@ import requests
 
 from kube_scale_exporter.web.config import BasicAuth
 
+from .test_reload import eventually, replace_file
+
 
 def tls_block(pki, **extra):
     cert, key = pki.server
@@ -37,6 +39,7 @@ def curl(*args):
 # --- TLS and basic auth with requests --------------------------------------------------
 
 
+@pytest.mark.integration
 def test_requests_scrapes_over_tls_with_basic_auth(pki, password, start_exporter):
     exp = start_exporter(tls_block(pki) + users_block(password))
     r = session().get(
@@ -46,6 +49,7 @@ def test_requests_scrapes_over_tls_with_basic_auth(pki, password, start_exporter
     assert "kubescale_build_info{" in r.text
 
 
+@pytest.mark.integration
 def test_missing_or_wrong_credentials_get_401_with_a_challenge(pki, password, start_exporter):
     exp = start_exporter(tls_block(pki) + users_block(password))
     s = session()
@@ -57,12 +61,14 @@ def test_missing_or_wrong_credentials_get_401_with_a_challenge(pki, password, st
     assert s.get(exp.url + "/", verify=pki.ca, timeout=10).status_code == 401
 
 
+@pytest.mark.integration
 def test_healthz_answers_without_credentials_for_kubelet_probes(pki, password, start_exporter):
     exp = start_exporter(tls_block(pki) + users_block(password))
     r = session().get(exp.url + "/healthz", verify=pki.ca, timeout=10)
     assert (r.status_code, r.text) == (200, "ok\n")
 
 
+@pytest.mark.integration
 def test_basic_auth_without_tls(password, start_exporter):
     exp = start_exporter(users_block(password), scheme="http")
     s = session()
@@ -70,6 +76,7 @@ def test_basic_auth_without_tls(password, start_exporter):
     assert s.get(exp.url + "/metrics", auth=("prometheus", password[0]), timeout=10).ok
 
 
+@pytest.mark.integration
 def test_plain_http_to_the_tls_port_gets_no_metrics(pki, start_exporter):
     exp = start_exporter(tls_block(pki))
     with pytest.raises(requests.ConnectionError):
@@ -78,12 +85,14 @@ def test_plain_http_to_the_tls_port_gets_no_metrics(pki, start_exporter):
     assert session().get(exp.url + "/metrics", verify=pki.ca, timeout=10).ok
 
 
+@pytest.mark.integration
 def test_server_certificate_is_checked_by_the_client(pki, start_exporter):
     exp = start_exporter(tls_block(pki))
     with pytest.raises(requests.exceptions.SSLError):
         session().get(exp.url + "/metrics", verify=pki.rogue_ca, timeout=10)
 
 
+@pytest.mark.integration
 def test_configured_headers_are_on_every_answer(pki, password, start_exporter):
     exp = start_exporter(
         tls_block(pki)
@@ -105,6 +114,7 @@ def test_configured_headers_are_on_every_answer(pki, password, start_exporter):
 # --- mutual TLS ------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_mtls_requires_a_client_certificate_from_the_ca(pki, start_exporter):
     exp = start_exporter(
         tls_block(pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=pki.ca)
@@ -116,6 +126,7 @@ def test_mtls_requires_a_client_certificate_from_the_ca(pki, start_exporter):
             s.get(exp.url + "/metrics", verify=pki.ca, cert=cert, timeout=10)
 
 
+@pytest.mark.integration
 def test_client_allowed_sans_refuses_other_certificates_of_the_same_ca(pki, start_exporter):
     exp = start_exporter(
         tls_block(
@@ -131,6 +142,7 @@ def test_client_allowed_sans_refuses_other_certificates_of_the_same_ca(pki, star
     assert r.status_code == 403
 
 
+@pytest.mark.integration
 def test_verify_if_given_accepts_no_certificate_but_refuses_a_foreign_one(pki, start_exporter):
     exp = start_exporter(
         tls_block(pki, client_auth_type="VerifyClientCertIfGiven", client_ca_file=pki.ca)
@@ -144,6 +156,7 @@ def test_verify_if_given_accepts_no_certificate_but_refuses_a_foreign_one(pki, s
 # --- curl: TLS versions, cipher suites -------------------------------------------------
 
 
+@pytest.mark.integration
 def test_curl_with_basic_auth_and_mtls(pki, password, start_exporter):
     exp = start_exporter(
         tls_block(pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=pki.ca)
@@ -167,6 +180,7 @@ def test_curl_with_basic_auth_and_mtls(pki, password, start_exporter):
     assert no_cert.returncode != 0 and "kubescale_" not in no_cert.stdout
 
 
+@pytest.mark.integration
 def test_min_version_tls13_refuses_a_tls12_client(pki, start_exporter):
     exp = start_exporter(tls_block(pki, min_version="TLS13"))
     assert curl("--cacert", pki.ca, exp.url + "/healthz").stdout == "ok\n"
@@ -174,6 +188,7 @@ def test_min_version_tls13_refuses_a_tls12_client(pki, start_exporter):
     assert old.returncode == 35, old  # CURLE_SSL_CONNECT_ERROR
 
 
+@pytest.mark.integration
 def test_max_version_tls12_and_cipher_suites_are_enforced(pki, start_exporter):
     exp = start_exporter(
         tls_block(pki, max_version="TLS12", cipher_suites="[TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]")
@@ -274,6 +289,7 @@ BAD_CONFIGS = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
 def test_bad_config_exits_2_naming_file_and_line(case, pki, tmp_path, run_exporter):
     text, line, message = BAD_CONFIGS[case]
@@ -287,6 +303,7 @@ def test_bad_config_exits_2_naming_file_and_line(case, pki, tmp_path, run_export
     assert message in result.stderr
 
 
+@pytest.mark.integration
 def test_relative_paths_are_relative_to_the_config_file(
     pki, tmp_path, start_exporter, run_exporter
 ):
@@ -302,6 +319,7 @@ def test_relative_paths_are_relative_to_the_config_file(
     assert result.returncode == 2 and f"no such file: {tmp_path}/server.crt" in result.stderr
 
 
+@pytest.mark.integration
 def test_an_empty_file_means_plain_http_without_auth(start_exporter):
     exp = start_exporter("", scheme="http")
     assert session().get(exp.url + "/metrics", timeout=10).ok
@@ -328,6 +346,7 @@ def basic(user, password):
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
+@pytest.mark.unit
 def test_a_successful_check_is_remembered_and_a_wrong_password_is_not(password, monkeypatch):
     auth = BasicAuth({"prometheus": password[1].encode()})
     counter = CountingCheckpw(monkeypatch)
@@ -341,6 +360,7 @@ def test_a_successful_check_is_remembered_and_a_wrong_password_is_not(password, 
     assert counter.calls == 5  # an unknown user pays bcrypt too, so timing hides who exists
 
 
+@pytest.mark.unit
 def test_the_cache_is_per_hash(password):
     first = BasicAuth({"prometheus": password[1].encode()})
     assert first.check(basic("prometheus", password[0]))
@@ -350,6 +370,7 @@ def test_the_cache_is_per_hash(password):
     assert second.check(basic("prometheus", "new password"))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "header",
     [
@@ -365,6 +386,97 @@ def test_malformed_or_overlong_credentials_are_refused(password, header):
     assert not BasicAuth({"prometheus": password[1].encode()}).check(header)
 
 
+@pytest.mark.unit
 def test_htpasswd_style_2y_hashes_work(password):
     y = password[1].replace("$2b$", "$2y$", 1).encode()
     assert BasicAuth({"prometheus": y}).check(basic("prometheus", password[0]))
+
+
+# --- key material pasted where a file name belongs: named, never shown ----------------
+
+
+def pasted(text):
+    """`text` as a YAML block scalar, as someone pastes a key into the field."""
+    return "|\n" + "".join(f"    {line}\n" for line in text.splitlines())
+
+
+def assert_not_shown(secret, stderr):
+    assert "BEGIN" not in stderr
+    for chunk in (secret[i : i + 16] for i in range(0, len(secret) - 16, 16)):
+        assert chunk not in stderr, chunk
+
+
+def mtls_fields(pki):
+    cert, key = pki.server
+    return {
+        "cert_file": cert,
+        "key_file": key,
+        "client_auth_type": "RequireAndVerifyClientCert",
+        "client_ca_file": pki.ca,
+    }
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("field", ["cert_file", "key_file", "client_ca_file", "client_auth_type"])
+def test_a_private_key_pasted_into_a_field_is_named_never_shown(field, pki, tmp_path, run_exporter):
+    key_pem = open(pki.server[1]).read()
+    fields = mtls_fields(pki)
+    text = "tls_server_config:\n" + "".join(
+        f"  {name}: {pasted(key_pem) if name == field else value + chr(10)}"
+        for name, value in fields.items()
+    )
+    config = tmp_path / "web.yml"
+    config.write_text(text)
+    result = run_exporter("--web.config.file", str(config), "--collector.disable-defaults")
+    assert result.returncode == 2, result
+    line = 2 + list(fields).index(field)
+    assert f"{config}:{line}: {field}" in result.stderr, result.stderr
+    assert "looks like PEM text" in result.stderr
+    assert_not_shown("".join(key_pem.splitlines()[1:-1]), result.stderr)
+
+
+LONG_VALUES = {
+    # A key's base64 pasted as one line, without its PEM header (which rule names it
+    # depends on where its "/" fall).
+    "one line of base64": (lambda key: "".join(key.splitlines()[1:-1]), "(not shown)"),
+    "longer than PATH_MAX": (lambda key: "/srv" * 1200, "longer than a path can be (4096)"),
+    "a name longer than NAME_MAX": (lambda key: "/etc/" + "x" * 300, "longer than a file name"),
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", sorted(LONG_VALUES))
+def test_a_value_no_path_can_be_is_named_never_shown(case, pki, tmp_path, run_exporter):
+    make, message = LONG_VALUES[case]
+    value = make(open(pki.server[1]).read())
+    config = tmp_path / "web.yml"
+    config.write_text(f"tls_server_config:\n  cert_file: {pki.server[0]}\n  key_file: '{value}'\n")
+    result = run_exporter("--web.config.file", str(config), "--collector.disable-defaults")
+    assert result.returncode == 2, result
+    assert f"{config}:3: key_file must be the path of a file" in result.stderr, result.stderr
+    assert message in result.stderr
+    assert_not_shown(value, result.stderr)
+
+
+@pytest.mark.integration
+def test_a_key_pasted_on_reload_is_logged_never_shown(pki, tmp_path, start_exporter):
+    config = tmp_path / "web.yml"
+    exp = start_exporter(tls_block(pki), config_path=config)
+    key_pem = open(pki.server[1]).read()
+    (tmp_path / "next.yml").write_text(
+        f"tls_server_config:\n  cert_file: {pasted(key_pem)}  key_file: {pki.server[1]}\n"
+    )
+    replace_file(config, tmp_path / "next.yml")
+
+    def refused_and_logged():
+        # The files are looked at when connections come, at most once a second.
+        try:
+            session().get(exp.url + "/healthz", verify=pki.ca, timeout=10)
+        except requests.RequestException:
+            pass
+        return "refusing connections" in exp.proc.log_tail()
+
+    assert eventually(refused_and_logged), exp.proc.log_tail()
+    log = exp.proc.log_tail(200)
+    assert f"{config}:2: cert_file must be the path of a file" in log
+    assert_not_shown("".join(key_pem.splitlines()[1:-1]), log)

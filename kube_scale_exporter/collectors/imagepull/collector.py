@@ -16,26 +16,46 @@ from kube_scale_exporter.collectors.imagepull.kubelet import (
 )
 from kube_scale_exporter.collectors.imagepull.pods import (
     images_failing,
+    images_in_use,
     images_wanted,
     start_pod_watch,
 )
-from kube_scale_exporter.collectors.imagepull.state import PullState, combine, families
-from kube_scale_exporter.containerd import pulls as pullmap
-from kube_scale_exporter.containerd import config as containerd_config
-from kube_scale_exporter.containerd.client import (
-    DEFAULT_ADDRESS,
-    ContainerdClient,
-    ContainerdError,
-    socket_path,
+from kube_scale_exporter.collectors.imagepull.sources import SOURCES
+from kube_scale_exporter.collectors.imagepull.state import (
+    PullState,
+    combine,
+    families,
+    most_pulls,
 )
+from kube_scale_exporter.containerd import config as containerd_config
+from kube_scale_exporter.containerd.client import DEFAULT_ADDRESS, socket_path
+from kube_scale_exporter.containerd.ingestdir import DEFAULT_INGEST_DIR
 from kube_scale_exporter.containerd.reference import parse
 from kube_scale_exporter.flagtypes import duration
 from kube_scale_exporter.registry import Collector, HostPath, Needs, UsageError
 
 
 CONTAINERD_CONFIG_DIR = os.path.dirname(containerd_config.DEFAULT_CONFIG)
-# containerd's version is asked again this often: it changes only with an upgrade.
-VERSION_TTL = 600.0
+# The pod watch is filtered to this node's pods, which RBAC cannot express.
+POD_RULES = ({"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},)
+SETTINGS_FILES = (
+    HostPath("kubelet-config", DEFAULT_KUBELET_CONFIG, "File"),
+    # The directory, not the file: drop-ins it imports live beside it.
+    HostPath("containerd-config", CONTAINERD_CONFIG_DIR, "Directory"),
+)
+# --image-pull.source=socket: containerd's socket is node root, so its group is all the pod
+# joins (docs/deploy.md).
+SOCKET_NEEDS = Needs(
+    rbac_rules=POD_RULES,
+    host_paths=(HostPath("containerd-socket", DEFAULT_ADDRESS, "Socket"), *SETTINGS_FILES),
+    socket_group=True,
+)
+# --image-pull.source=ingest: the ingest directory read-only (0755 and 0644: no group).
+INGEST_NEEDS = Needs(
+    rbac_rules=POD_RULES,
+    host_paths=(HostPath("containerd-ingest", DEFAULT_INGEST_DIR, "Directory"), *SETTINGS_FILES),
+    args=("--image-pull.source=ingest",),
+)
 
 
 class ImagePullCollector(Collector):
@@ -44,29 +64,41 @@ class ImagePullCollector(Collector):
     name = "imagepull"
     modes = frozenset({"node"})
     default_enabled = True
-    default_condition = " where --containerd.address exists"
+    default_condition = " where --containerd.address (or --containerd.ingest-dir) exists"
     help = (
         "Image pulls on this node from containerd (downloading, queued, failing, "
         "stalled), containerd's and the kubelet's pull settings and missing preloaded "
         "images."
     )
-    # The pod watch is filtered to this node's pods, which RBAC cannot express; containerd's
-    # socket is node root, so its group is all the pod joins (docs/deploy.md).
-    needs = {
-        "node": Needs(
-            rbac_rules=({"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},),
-            host_paths=(
-                HostPath("containerd-socket", DEFAULT_ADDRESS, "Socket"),
-                HostPath("kubelet-config", DEFAULT_KUBELET_CONFIG, "File"),
-                # The directory, not the file: drop-ins it imports live beside it.
-                HostPath("containerd-config", CONTAINERD_CONFIG_DIR, "Directory"),
-            ),
-            socket_group=True,
-        )
-    }
+    # What the default source, the socket, needs; needs_for() gives the ingest source's.
+    needs = {"node": SOCKET_NEEDS}
+
+    @classmethod
+    def needs_for(cls, args) -> Needs:
+        if args.mode == "node" and args.image_pull_source == "ingest":
+            return INGEST_NEEDS
+        return super().needs_for(args)
 
     @classmethod
     def add_arguments(cls, group):
+        group.add_argument(
+            "--image-pull.source",
+            dest="image_pull_source",
+            choices=sorted(SOURCES),
+            default="socket",
+            help="Where downloads are read: 'socket', containerd's gRPC API (which grants "
+            "control of containerd: node root), or 'ingest', its ingest directory "
+            "mounted read-only plus the pods' statuses (no socket; pulls in progress are "
+            "estimated, --image-pull.preload is not available). Default socket.",
+        )
+        group.add_argument(
+            "--containerd.ingest-dir",
+            dest="containerd_ingest_dir",
+            default=DEFAULT_INGEST_DIR,
+            metavar="PATH",
+            help=f"containerd's content store ingest directory, read with "
+            f"--image-pull.source=ingest (default {DEFAULT_INGEST_DIR}).",
+        )
         group.add_argument(
             "--containerd.address",
             dest="containerd_address",
@@ -127,7 +159,9 @@ class ImagePullCollector(Collector):
     @classmethod
     def enabled_by_default(cls, args):
         # A plain Linux host has no containerd: stay quiet there. The DaemonSet passes
-        # --collector.imagepull, so a socket left unmounted fails loudly instead.
+        # --collector.imagepull, so a source left unmounted fails loudly instead.
+        if args.image_pull_source == "ingest":
+            return os.path.isdir(args.containerd_ingest_dir)
         return os.path.exists(socket_path(args.containerd_address))
 
     @classmethod
@@ -140,6 +174,16 @@ class ImagePullCollector(Collector):
             )
         if not args.containerd_namespace:
             raise UsageError("--containerd.namespace: must not be empty")
+        if not args.containerd_ingest_dir.startswith("/"):
+            raise UsageError(
+                f"--containerd.ingest-dir: expected an absolute path, got "
+                f"{args.containerd_ingest_dir!r}"
+            )
+        if args.image_pull_source == "ingest" and cls._preload_items(args):
+            raise UsageError(
+                "--image-pull.preload: needs --image-pull.source=socket (the ingest "
+                "source sees only the images this node's pods use)"
+            )
         path = args.kubelet_config_file
         if path is not None and not os.path.isfile(path):
             raise UsageError(f"--kubelet.config-file: no such file: {path!r}")
@@ -162,9 +206,7 @@ class ImagePullCollector(Collector):
         self.preload = [parse(i) for i in self._preload_items(args)]
         self.kubelet = KubeletConfigFile(args.kubelet_config_file or DEFAULT_KUBELET_CONFIG)
         self.containerd_config = args.containerd_config or containerd_config.DEFAULT_CONFIG
-        self._version: tuple = (None, float("-inf"))  # ((major, minor) or None, asked at)
-        self.client = None
-        self.manifests = None
+        self.source = SOURCES[args.image_pull_source](args)
         self.pods = None
         self.pods_error = None
         self._wanted_at: tuple = (None, None)
@@ -172,68 +214,52 @@ class ImagePullCollector(Collector):
     def start(self):
         self.pods, self.pods_error = start_pod_watch(self.args)
 
-    def _containerd(self):
-        """The client, made on first use so h2 is imported only where this collector runs."""
-        if self.client is None:
-            client = ContainerdClient(
-                self.args.containerd_address,
-                self.args.containerd_namespace,
-                self.args.containerd_timeout,
-            )
-            self.manifests = pullmap.ManifestIndex(lambda: client.content(pullmap.MANIFEST_FILTER))
-            self.client = client
-        return self.client
-
     def observe(self) -> PullState:
-        client = self._containerd()
-        ingests = client.ingests()
-        digests = {i.digest for i in ingests if i.digest}
-        owners = self.manifests.lookup(digests) if digests else {}
-        wanted, failing = self._wanted()
+        now = time.time()
+        ingests = self.source.ingests()  # first: an unreachable source fails the scrape
+        settings, settings_error = self._containerd_settings()
+        wanted, failing, in_use = self._wanted()
         present = None
         if wanted or self.preload:
-            present = client.image_names([*(wanted or ()), *(r.name for r in self.preload)])
-        settings, settings_error = self._containerd_settings(client)
+            names = [*(wanted or ()), *(r.name for r in self.preload)]
+            present = self.source.present(names, in_use)
+        kubelet = self.kubelet.read()
+        most = most_pulls(kubelet, wanted, present) if self.source.by_count else None
+        pulls = self.source.pulls(ingests, now, self.stall_after, settings, most)
         return combine(
-            time.time(),
+            now,
             self.stall_after,
-            ingests,
-            owners,
+            pulls,
             present,
             wanted,
-            self.kubelet.read(),
+            kubelet,
             self.preload,
             kubelet_error=self.kubelet.error,
             pods_error=self.pods_error,
             failing=failing,
             containerd=settings,
             containerd_error=settings_error,
+            by_count=self.source.by_count,
         )
 
-    def _containerd_settings(self, client):
+    def _containerd_settings(self):
         """(PullSettings or None, why not); a config that cannot be read costs its series,
         not the scrape. The files are read every scrape: a few KB, well under 1 ms."""
-        version, asked = self._version
-        if time.monotonic() - asked > VERSION_TTL:
-            try:
-                version = containerd_config.parse_version(client.version())
-            except ContainerdError:
-                version = None  # decided by the config's version, see config.settings
-            self._version = (version, time.monotonic())
         try:
-            return containerd_config.settings(self.containerd_config, version), None
+            return containerd_config.settings(self.containerd_config, self.source.version()), None
         except containerd_config.ConfigError as exc:
             return None, f"containerd config {exc}"
 
     def _wanted(self):
-        """(images_wanted, images_failing) of the cached pods, worked out again only when
-        the cache moved; (None, None) while the pods are not known."""
+        """(images_wanted, images_failing, images_in_use) of the cached pods, worked out
+        again only when the cache moved; (None, None, set()) while the pods are not known."""
         if self.pods is None or not self.pods.has_synced:
-            return None, None
+            return None, None, set()
         version = self.pods.resource_version
         if version is None or version != self._wanted_at[0]:
             items = list(self.pods.items())
-            self._wanted_at = (version, (images_wanted(items), images_failing(items)))
+            found = (images_wanted(items), images_failing(items), images_in_use(items))
+            self._wanted_at = (version, found)
         return self._wanted_at[1]
 
     families = staticmethod(families)

@@ -32,6 +32,21 @@ PULL_FAILED = frozenset(
 )
 
 
+# Waiting reasons the kubelet gives only after the image was pulled: creating or starting
+# the container failed, or it exited and waits to restart.
+PULLED = frozenset(
+    {
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "PreCreateHookError",
+        "PreStartHookError",
+        "PostStartHookError",
+        "RunContainerError",
+        "CrashLoopBackOff",
+    }
+)
+
+
 def _rfc3339(value) -> float | None:
     if not value:
         return None
@@ -96,6 +111,27 @@ def images_failing(pods) -> set[str]:
     return failing
 
 
+def images_in_use(pods) -> set[str]:
+    """Images the pods' statuses show present on this node (by containerd name): those
+    of containers the runtime created (an imageID) or that wait after their pull."""
+    present = set()
+    for pod in pods:
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        for specs, statuses in (
+            ("initContainers", "initContainerStatuses"),
+            ("containers", "containerStatuses"),
+        ):
+            images = {c.get("name"): c.get("image") for c in spec.get(specs) or ()}
+            for s in status.get(statuses) or ():
+                waiting = (s.get("state") or {}).get("waiting") or {}
+                if s.get("imageID") or waiting.get("reason") in PULLED:
+                    try:
+                        present.add(parse(images.get(s.get("name")) or "").name)
+                    except ValueError:
+                        continue
+    return present
+
+
 def pod_summary(pod: dict) -> dict:
     """The fields this collector reads, so 300 cached pods stay small."""
     meta = pod.get("metadata") or {}
@@ -113,6 +149,7 @@ def pod_summary(pod: dict) -> dict:
             out.append(
                 {
                     "name": s.get("name"),
+                    "imageID": s.get("imageID") or "",
                     "state": {}
                     if waiting is None
                     else {"waiting": {"reason": waiting.get("reason")}},

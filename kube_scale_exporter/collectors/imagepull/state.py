@@ -1,11 +1,12 @@
 """Image pulls on this node: what is downloading, what waits for a pull slot, what is stuck.
 
 Sources: containerd's content ingests, images and version (gRPC socket, namespace
-k8s.io) and its config file (containerd/config.py), the pods on this node (one watch
-filtered on spec.nodeName) and the kubelet's config file. No series has a label, so a
+k8s.io; or, with --image-pull.source=ingest, its ingest directory alone) and its config
+file (containerd/config.py), the pods on this node (one watch filtered on spec.nodeName)
+and the kubelet's config file. No series has a label, so a
 node costs at most twelve series.
 
-    # HELP kubescale_image_pulls_in_progress Images downloading now (containerd ingests grouped by manifest).
+    # HELP kubescale_image_pulls_in_progress Images downloading now (containerd ingests grouped by manifest; estimated from download slots with --image-pull.source=ingest).
     # TYPE kubescale_image_pulls_in_progress gauge
     kubescale_image_pulls_in_progress 2.0
     # HELP kubescale_image_pulls_queued Images waiting for a pull slot on this node: needed by waiting containers, neither present nor downloading, not in pull back-off or failed.
@@ -60,7 +61,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletPullSettings
 from kube_scale_exporter.containerd import pulls as pullmap
-from kube_scale_exporter.containerd.client import Ingest
 from kube_scale_exporter.containerd.config import PullSettings
 from kube_scale_exporter.containerd.reference import Reference
 
@@ -91,11 +91,22 @@ class PullState:
         self.oldest_seconds = max(0.0, self.now - min(starts)) if starts else 0.0
 
 
+def most_pulls(kubelet, wanted, present) -> int | None:
+    """The most pulls that can be downloading for the kubelet: its pull slots (1 when it
+    serializes them) and the images its pods wait for that are not present; None when
+    neither is known."""
+    bounds = []
+    if kubelet is not None and (kubelet.serialize or kubelet.max_parallel):
+        bounds.append(1 if kubelet.serialize else kubelet.max_parallel)
+    if wanted is not None:
+        bounds.append(sum(1 for name in wanted if name not in (present or ())))
+    return max(1, min(bounds)) if bounds else None
+
+
 def combine(
     now,
     stall_after,
-    ingests: list[Ingest],
-    owners,
+    pulls: list[pullmap.Pull],
     present: set[str] | None,
     wanted,
     kubelet,
@@ -105,29 +116,34 @@ def combine(
     failing: set[str] | None = None,
     containerd=None,
     containerd_error=None,
+    by_count: bool = False,
 ) -> PullState:
     """Combine the sources into a PullState (pure: the golden test feeds it fixed input).
 
-    `wanted` is images_wanted(pods) or None when pods are not known, `failing`
-    images_failing(pods); `present` is the set of image names containerd has (None when
-    it was not needed); `containerd` its pull settings (config.PullSettings) or None."""
-    in_progress = pullmap.group(ingests, owners)
+    `pulls` are pullmap.group(...) of the ingests (or pullmap.by_download_slots without
+    manifests); `wanted` is images_wanted(pods) or None when pods are not known, `failing`
+    images_failing(pods); `present` is the set of image names present (None when it was
+    not needed); `containerd` its pull settings (config.PullSettings) or None. A missing
+    image is downloading when a pull came from its repository; with `by_count` (pulls
+    whose image is not known) each such pull takes the longest-waiting missing image, as
+    the kubelet pulls in the order pods asked."""
     present = present or set()
     queued, waiting_since = None, []
     if wanted is not None:
-        downloading = set().union(*(p.sources for p in in_progress))
+        downloading = set().union(*(p.sources for p in pulls))
         missing = [(ref, since) for name, (ref, since) in wanted.items() if name not in present]
-        queued = sorted(
-            ((ref, since) for ref, since in missing if ref.source not in downloading),
-            key=lambda item: item[0].name,
-        )
+        waiting = [(ref, since) for ref, since in missing if ref.source not in downloading]
+        if by_count:
+            waiting.sort(key=lambda item: (item[1] is None, item[1] or 0.0, item[0].name))
+            waiting = waiting[sum(1 for p in pulls if not p.sources) :]
+        queued = sorted(waiting, key=lambda item: item[0].name)
         # A pod's pull began when it started waiting, even if the download began later.
         waiting_since = [since for _ref, since in missing if since is not None]
     preload_missing = [r.name for r in preload if r.name not in present] if preload else None
     return PullState(
         now=now,
         stall_after=stall_after,
-        pulls=in_progress,
+        pulls=pulls,
         queued=queued,
         failing=None if wanted is None else len(failing or ()),
         containerd=containerd,
@@ -150,7 +166,8 @@ def families(state: PullState) -> list[Metric]:
     out = [
         gauge(
             "kubescale_image_pulls_in_progress",
-            "Images downloading now (containerd ingests grouped by manifest).",
+            "Images downloading now (containerd ingests grouped by manifest; estimated from "
+            "download slots with --image-pull.source=ingest).",
             len(state.pulls),
         ),
     ]

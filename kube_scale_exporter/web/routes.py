@@ -1,4 +1,4 @@
-"""The HTTP side: a landing page at /, metrics at the telemetry path, /healthz.
+"""The routes: a landing page at /, metrics at the telemetry path, /healthz.
 
 Each metrics request runs one scrape under a deadline taken from Prometheus'
 X-Prometheus-Scrape-Timeout-Seconds header (less a margin for the reply), capped by
@@ -9,8 +9,8 @@ With --web.config.file (kube_scale_exporter/web/config.py) connections are TLS, 
 and every path but /healthz asks for basic auth before doing any work. The web config
 is taken as it is on disk at each handshake and each request, so renewed certificates
 and changed users apply without a restart.
-Connections, TLS handshakes and deadlines belong to kube_scale_exporter/web/server.py;
-this module only answers complete requests.
+Connections, TLS handshakes and deadlines belong to the server (web/server.py); this
+module only answers complete requests, and knows a scraper's interface, never a collector.
 """
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ from kube_scale_exporter.scrape import Scraper
 from kube_scale_exporter.web import kuberbac
 from kube_scale_exporter.web.auth import AuthBusy
 from kube_scale_exporter.web.kuberbac import KubeRBAC
-from kube_scale_exporter.web.request import Request, Response, accepts_gzip
+from kube_scale_exporter.web.answer import Response
+from kube_scale_exporter.web.request import Request, accepts_gzip
 from kube_scale_exporter.web.server import HTTPServer, Limits, Refused
 
 if TYPE_CHECKING:  # the web config's reader (yaml, bcrypt) loads only where one is given
     from kube_scale_exporter.web.live import Active, LiveWebConfig
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kube_scale_exporter.http")
 
 # Time kept back from Prometheus' scrape timeout to encode and send the answer.
 TIMEOUT_MARGIN_SECONDS = 0.25
@@ -154,7 +155,7 @@ class App:
         if auth is None:
             return None
         try:
-            if auth.check(request.header("Authorization")):
+            if auth.check(request.header("Authorization"), request.client):
                 return None
         except AuthBusy:
             return Response(

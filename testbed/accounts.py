@@ -1,0 +1,45 @@
+"""Service accounts on the test API server, each holding exactly one ClusterRole of its own.
+
+account = service_account(api, "prometheus", rules, directory)
+account.name, account.kubeconfig, account.token
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import NamedTuple
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+class Account(NamedTuple):
+    name: str  # as the API server's audit log has it, less system:serviceaccount:default:
+    kubeconfig: str  # a kubeconfig with its token
+    token: str  # from the TokenRequest API, valid for an hour
+
+
+def service_account(api, name: str, rules: list, directory) -> Account:
+    """A new service account in `default` (`name` plus a random suffix) bound to a ClusterRole
+    of exactly `rules`; its kubeconfig is written in `directory`."""
+    sa = f"{name}-{uuid.uuid4().hex[:6]}"
+    api.admin.create("/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": sa}})
+    api.admin.create(f"{RBAC}/clusterroles", {"metadata": {"name": sa}, "rules": rules})
+    api.admin.create(
+        f"{RBAC}/clusterrolebindings",
+        {
+            "metadata": {"name": sa},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": sa},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "default"}],
+        },
+    )
+    token = api.admin.create(
+        f"/api/v1/namespaces/default/serviceaccounts/{sa}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )["status"]["token"]
+    path = os.path.join(str(directory), f"kubeconfig-{sa}")
+    return Account(sa, api.write_kubeconfig(path, token=token), token)

@@ -1,0 +1,34 @@
+"""The command line both generators share: write what changed, or check and name every
+committed file that drifted."""
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main(
+    description: str,
+    render: Callable[[], dict[Path, str]],
+    drift: Callable[[dict[Path, str]], list[str]],
+    argv=None,
+) -> int:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--check", action="store_true", help="compare instead of writing")
+    args = parser.parse_args(argv)
+    files = render()
+    if args.check:
+        problems = drift(files)
+        for p in problems:
+            print(p, file=sys.stderr)
+        if problems:
+            print("generated files drifted: run `make generate` and commit", file=sys.stderr)
+        return 1 if problems else 0
+    for path, content in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text() != content:
+            path.write_text(content)
+            print(f"wrote {path.relative_to(REPO)}")
+    return 0
