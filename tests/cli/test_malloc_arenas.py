@@ -8,7 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kube_scale_exporter.cli import MALLOC_ARENAS
+
+# Each count needs a fresh process: arenas are per process and the limit precedes threads.
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 ARENAS_AFTER_THREADS = """\
