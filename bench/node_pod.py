@@ -1,10 +1,11 @@
 """The default node pod as deploy/ runs it, for the node benches (node_memory, scrape_cost).
 
-deploy/ runs node mode with `neighbor`, `neighbor_gc` and `imagepull` (containerd's socket
-and config, the kubelet's config file, and a pod watch on this node's pods). Here: the
-host's own neighbor tables (hostNetwork), a real containerd in a work dir, a kubelet config
-file, and, unless the bench is told otherwise, a real API server holding MAX_PODS pods
-bound to this node for the pod watch. Every piece is stopped by PID on exit.
+deploy/ runs node mode with `neighbor`, `neighbor_gc` and `imagepull` (its ingest source:
+containerd's ingest directory read-only, containerd's config, the kubelet's config file,
+and a pod watch on this node's pods). Here: the host's own neighbor tables (hostNetwork),
+a real containerd in a work dir, a kubelet config file, and, unless the bench is told
+otherwise, a real API server holding MAX_PODS pods bound to this node for the pod watch.
+Every piece is stopped by PID on exit.
 """
 
 from __future__ import annotations
@@ -92,10 +93,13 @@ def default_pod(workdir: Path, pod_watch: bool) -> Iterator[Pod]:
     with contextlib.ExitStack() as stack:
         containerd = ContainerdServer(workdir / "cd").start()
         stack.callback(containerd.stop)
+        ingest = Path(containerd.workdir, "root", "io.containerd.content.v1.content", "ingest")
+        ingest.mkdir(parents=True, exist_ok=True)  # containerd makes it at its first pull
         pod = Pod(
             containerd,
             [
-                f"--containerd.address={containerd.address}",
+                "--image-pull.source=ingest",  # deploy/components/imagepull's
+                f"--containerd.ingest-dir={ingest}",
                 f"--containerd.config={containerd.config}",
                 f"--kubelet.config-file={kubelet}",
             ],
@@ -194,11 +198,7 @@ IMPORT_STEPS = (
     ),
     (
         "kube_scale_exporter: cli, the HTTP server, the collectors' modules",
-        "kube_scale_exporter.cli,kube_scale_exporter.http",
-    ),
-    (
-        "h2, hpack, hyperframe (`imagepull`: containerd's gRPC)",
-        "kube_scale_exporter.containerd.grpc_h2",
+        "kube_scale_exporter.cli,kube_scale_exporter.web.routes",
     ),
     ("yaml (`imagepull`: the kubelet's config)", "yaml"),
     ("urllib3 (the pod watch: requests' transport)", "urllib3"),
