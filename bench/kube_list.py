@@ -1,7 +1,7 @@
 """Kubernetes API client cost: our raw-JSON informer beside the official `kubernetes`
 client and lightkube.
 
-    python -m bench.kube_list [--pods 2000] [--nodes 50] [--rounds 5]
+    python -m bench.kube_list [--pods 2000] [--nodes 50] [--rounds 9]
 
 Starts a real etcd + kube-apiserver (testbed), creates `--pods` pods spread over
 `--nodes` node names, then runs each client in its own fresh process:
@@ -176,7 +176,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pods", type=int, default=2000)
     ap.add_argument("--nodes", type=int, default=50)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=9)
     opts = ap.parse_args()
     peer_dirs = {"kubernetes": peers.install(*KUBERNETES), "lightkube": peers.install(*LIGHTKUBE)}
     codes = {"ours": OURS, "kubernetes": KUBERNETES_CODE, "lightkube": LIGHTKUBE_CODE}
