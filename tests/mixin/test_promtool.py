@@ -81,12 +81,14 @@ def production_files(tmp_path_factory):
     return files
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(production.CASES))
 def test_promtool_production_cases_pass(promtool, name, production_files):
     """Restarts, lost scrapes, clusters sharing a store, a 2,500-node pool rolling an image."""
     _promtool_test(promtool, production_files[name])
 
 
+@pytest.mark.integration
 def test_the_noisy_fleet_keeps_every_alert_silent(everything):
     """noisy_test.yaml expects nothing of any alert at any of its times, while its targets
     time out, restart and move."""
