@@ -8,6 +8,10 @@ version bump there moves the setup step, the tests and the benches together:
     kube_rbac_proxy_binary()        kube-rbac-proxy (.ci/setup.d/42-kube-rbac-proxy.sh),
                                     $KUBE_RBAC_PROXY_BIN
     kwok_binary()                   kwok (.ci/setup.d/47-kwok.sh), $KWOK_BIN
+    jb_binary()                     jsonnet-bundler (.ci/setup.d/48-mixin-tools.sh), $JB_BIN
+    go_jsonnet_binary("jsonnet")    go-jsonnet's jsonnet and jsonnetfmt (the same step),
+                                    $GO_JSONNET_DIR
+    pint_binary()                   pint (the same step), $PINT_BIN
 """
 
 import functools
@@ -78,6 +82,40 @@ def kwok_binary() -> str:
     if not os.access(path, os.X_OK):
         raise FileNotFoundError(f"{path} missing: run .ci/setup.d/47-kwok.sh")
     return path
+
+
+def _mixin_tool(path: str) -> str:
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/48-mixin-tools.sh")
+    return path
+
+
+def jb_version() -> str:
+    return pinned("jsonnet-bundler", "github.com/jsonnet-bundler/jsonnet-bundler")
+
+
+def jb_binary() -> str:
+    default = CACHE / f"jsonnet-bundler-{jb_version()}" / "jb"
+    return _mixin_tool(os.environ.get("JB_BIN", str(default)))
+
+
+def go_jsonnet_version() -> str:
+    return pinned("go-jsonnet", "github.com/google/go-jsonnet")
+
+
+def go_jsonnet_binary(name: str) -> str:
+    """go-jsonnet's `jsonnet` or `jsonnetfmt`."""
+    default = CACHE / f"go-jsonnet-{go_jsonnet_version()}"
+    return _mixin_tool(str(pathlib.Path(os.environ.get("GO_JSONNET_DIR", str(default))) / name))
+
+
+def pint_version() -> str:
+    return pinned("pint", "github.com/cloudflare/pint")
+
+
+def pint_binary() -> str:
+    default = CACHE / f"pint-{pint_version()}" / "pint"
+    return _mixin_tool(os.environ.get("PINT_BIN", str(default)))
 
 
 def version_line(binary: str) -> str:
