@@ -27,10 +27,16 @@ fuzz-replay:
 fuzz:
 	$(PYTHON) -m fuzz run
 
-# ruff: lint and the format check (settings in pyproject.toml; `ruff format .` fixes the latter).
+# ruff: lint and the format check (settings in pyproject.toml; `ruff format .` fixes the latter);
+# then pint's offline checks on the generated rule files (.pint.hcl; pint is built by
+# .ci/setup.d/48-mixin-tools.sh, and its online checks run in tests/mixin/test_live.py).
+RULE_FILES = rules/prometheus_alerts.yaml rules/prometheus_rules.yaml rules/prometheus_selfprotection_alerts.yaml
 lint:
 	ruff check .
 	ruff format --check .
+	@pint=$$($(PYTHON) -m testbed.builds pint_binary) || { echo "lint: pint is missing (above)" >&2; exit 1; }; \
+	echo "$$pint --offline lint --min-severity=info --fail-on=info $(RULE_FILES)"; \
+	"$$pint" --offline --no-color lint --min-severity=info --fail-on=info $(RULE_FILES)
 
 # Regenerate committed files: the series budgets where jsonnet and YAML read them
 # (mixin/budgets.libsonnet, deploy/'s sample limits), then rules YAML and dashboards JSON

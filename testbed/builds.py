@@ -19,6 +19,7 @@ import os
 import pathlib
 import re
 import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GO_MODULES = ROOT / ".ci" / "go"
@@ -127,3 +128,19 @@ def version_line(binary: str) -> str:
     except OSError as e:
         return f"{binary}: {e.strerror}"
     return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else "?"
+
+
+def main(argv: list[str]) -> int:
+    """`python -m testbed.builds FINDER [ARG]` prints the path a finder above gives (for make),
+    or says which setup step builds it and exits 1."""
+    finder, *args = argv
+    try:
+        print(globals()[finder](*args))
+    except FileNotFoundError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
