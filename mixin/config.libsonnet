@@ -13,226 +13,244 @@ local regexQuote(name) =
          'job name %s: only letters, digits and _-:/. are supported' % std.escapeStringJson(name);
   std.strReplace(name, '.', '[.]');
 
-{
-  _config+:: {
-    assert !std.objectHasAll(self, 'etcdSelector') :
-           'etcdSelector is now two knobs, etcdLocalSelector and etcdRemoteSelector (mixin/config.libsonnet)',
-    // The scrape jobs of our two deployments, as deploy/ names them (its ServiceMonitors and
-    // deploy/prometheus/prometheus.yml). Node mode is the DaemonSet (neighbor tables, image
-    // pulls); cluster mode is the single-replica Deployment (balloons, events, usually etcd).
-    nodeJobName: 'kube-scale-exporter-node',
-    clusterJobName: 'kube-scale-exporter-cluster',
-    // Matchers every selector of ours adds to the job, e.g. 'namespace="kube-scale-exporter"'
-    // where another install in the same Prometheus reuses the job names. Empty: the job alone.
-    exporterMatchers: '',
-    // The selectors the rules use, built from the three knobs above so that the joint ones
-    // can never disagree with the single ones (override the knobs, not these).
-    nodeExporterSelector: selector('job="%s"' % self.nodeJobName, self.exporterMatchers),
-    clusterExporterSelector: selector('job="%s"' % self.clusterJobName, self.exporterMatchers),
-    // Both deployments in one selector, for the exporter's own health rules: an `or` of the
-    // two selectors above adds a set operation over every target's series at each evaluation.
-    exporterSelector: selector('job=~"%s|%s"' % [regexQuote(self.nodeJobName), regexQuote(self.clusterJobName)], self.exporterMatchers),
-    // etcd is watched from two placements, and each names a member's machine its own way.
-    // Beside its member (--etcd.local: deploy/components/etcd-node and etcd-node-full) a
-    // pod's target carries the machine's nodeLabel. The cluster-mode Deployment
-    // (--etcd.cluster) reaches the members over the network: its own node is not theirs, and
-    // the member's name is the machine's (kubeadm names each member after its node; for
-    // another etcd, its --name). Per-member rules and alerts carry nodeLabel from either.
-    etcdLocalSelector: self.nodeExporterSelector,
-    etcdRemoteSelector: self.clusterExporterSelector,
-    // The Prometheus self-protection group is opt-in: most stacks already alert on their
-    // Prometheus (kube-prometheus' prometheus-mixin), and a wrong selector there is silent.
-    prometheusSelfProtection: false,
-    // The Prometheus servers to protect (their own /metrics) and their containers in
-    // cAdvisor's metrics, for the self-protection group. kube-prometheus' job name.
-    prometheusSelector: 'job="prometheus-k8s"',
-    prometheusContainerSelector: 'container="prometheus"',
+// The knobs and their defaults: every name a user may set in _config.
+local knobs = {
+  // The scrape jobs of our two deployments, as deploy/ names them (its ServiceMonitors and
+  // deploy/prometheus/prometheus.yml). Node mode is the DaemonSet (neighbor tables, image
+  // pulls); cluster mode is the single-replica Deployment (balloons, events, usually etcd).
+  nodeJobName: 'kube-scale-exporter-node',
+  clusterJobName: 'kube-scale-exporter-cluster',
+  // Matchers every selector of ours adds to the job, e.g. 'namespace="kube-scale-exporter"'
+  // where another install in the same Prometheus reuses the job names. Empty: the job alone.
+  exporterMatchers: '',
+  // The selectors the rules use, built from the three knobs above so that the joint ones
+  // can never disagree with the single ones (override the knobs, not these).
+  nodeExporterSelector: selector('job="%s"' % self.nodeJobName, self.exporterMatchers),
+  clusterExporterSelector: selector('job="%s"' % self.clusterJobName, self.exporterMatchers),
+  // Both deployments in one selector, for the exporter's own health rules: an `or` of the
+  // two selectors above adds a set operation over every target's series at each evaluation.
+  exporterSelector: selector('job=~"%s|%s"' % [regexQuote(self.nodeJobName), regexQuote(self.clusterJobName)], self.exporterMatchers),
+  // etcd is watched from two placements, and each names a member's machine its own way.
+  // Beside its member (--etcd.local: deploy/components/etcd-node and etcd-node-full) a
+  // pod's target carries the machine's nodeLabel. The cluster-mode Deployment
+  // (--etcd.cluster) reaches the members over the network: its own node is not theirs, and
+  // the member's name is the machine's (kubeadm names each member after its node; for
+  // another etcd, its --name). Per-member rules and alerts carry nodeLabel from either.
+  etcdLocalSelector: self.nodeExporterSelector,
+  etcdRemoteSelector: self.clusterExporterSelector,
+  // The Prometheus self-protection group is opt-in: most stacks already alert on their
+  // Prometheus (kube-prometheus' prometheus-mixin), and a wrong selector there is silent.
+  prometheusSelfProtection: false,
+  // The Prometheus servers to protect (their own /metrics) and their containers in
+  // cAdvisor's metrics, for the self-protection group. kube-prometheus' job name.
+  prometheusSelector: 'job="prometheus-k8s"',
+  prometheusContainerSelector: 'container="prometheus"',
 
-    // The label that tells clusters apart once several send to one Prometheus/Thanos/Mimir.
-    // Every aggregation keeps it, so rules work unchanged whether it exists or not.
-    clusterLabel: 'cluster',
-    // Show the cluster picker on dashboards (only useful with several clusters per datasource).
-    showMultiCluster: false,
-    // Node-mode series carry no node label from the exporter (cardinality); the scrape config
-    // adds one by relabelling from pod metadata (__meta_kubernetes_pod_node_name). Its name:
-    nodeLabel: 'node',
-    // A label that tells node pools apart on node-mode series, where the scrape adds one (from
-    // a node label such as cloud.google.com/gke-nodepool, with the scrape's attach_metadata):
-    // an alert about what a node image ships then judges each pool by its own majority.
-    // Empty: the cluster is one pool.
-    nodePoolLabel: '',
+  // The label that tells clusters apart once several send to one Prometheus/Thanos/Mimir.
+  // Every aggregation keeps it, so rules work unchanged whether it exists or not.
+  clusterLabel: 'cluster',
+  // Show the cluster picker on dashboards (only useful with several clusters per datasource).
+  showMultiCluster: false,
+  // Node-mode series carry no node label from the exporter (cardinality); the scrape config
+  // adds one by relabelling from pod metadata (__meta_kubernetes_pod_node_name). Its name:
+  nodeLabel: 'node',
+  // A label that tells node pools apart on node-mode series, where the scrape adds one (from
+  // a node label such as cloud.google.com/gke-nodepool, with the scrape's attach_metadata):
+  // an alert about what a node image ships then judges each pool by its own majority.
+  // Empty: the cluster is one pool.
+  nodePoolLabel: '',
 
-    // Window for rate()/increase() in recording rules and alerts. Must cover at least four
-    // scrape intervals so one missed scrape does not break the rate.
-    rateInterval: '5m',
-    // How long a gauge may be missing and still count as its last value: a lost scrape (a
-    // timeout writes stale markers), a collector call that failed, our exporter restarting
-    // or its DaemonSet rolling. Every gauge an alert holds through a `for` is read over this
-    // window, so such a gap does not reset the `for`; a target removed for good keeps its
-    // last value this long. What it costs: bench/results/mixin_gaps.md.
-    gapTolerance: '5m',
-    // How far back a signal counts as "was reported here", for the alerts that say we have
-    // gone blind: longer than any outage worth announcing, short enough to forget a target
-    // that was removed on purpose.
-    notObservedLookback: '24h',
-    // Rows of example nodes or targets named in the text of an alert that stands for many.
-    alertExamples: 3,
+  // Window for rate()/increase() in recording rules and alerts. Must cover at least four
+  // scrape intervals so one missed scrape does not break the rate.
+  rateInterval: '5m',
+  // How long a gauge may be missing and still count as its last value: a lost scrape (a
+  // timeout writes stale markers), a collector call that failed, our exporter restarting
+  // or its DaemonSet rolling. Every gauge an alert holds through a `for` is read over this
+  // window, so such a gap does not reset the `for`; a target removed for good keeps its
+  // last value this long. What it costs: bench/results/mixin_gaps.md.
+  gapTolerance: '5m',
+  // How far back a signal counts as "was reported here", for the alerts that say we have
+  // gone blind: longer than any outage worth announcing, short enough to forget a target
+  // that was removed on purpose.
+  notObservedLookback: '24h',
+  // Rows of example nodes or targets named in the text of an alert that stands for many.
+  alertExamples: 3,
 
-    // Neighbor tables: what counts against gc_thresh3. The neighbor_gc collector's
-    // GC-eligible entries; set 'kubescale_neighbor_entries' (counts PERMANENT entries too)
-    // where it runs with --no-collector.neighbor_gc. One series, not an `or` of both: at
-    // 7,500 nodes the `or` nearly doubled the rule's cost (bench/results/scale.md).
-    neighborUsageMetric: 'kubescale_neighbor_gc_eligible_entries',
-    // Share of gc_thresh3 in use above which the kernel starts dropping new neighbors.
-    neighborUsageWarning: 0.8,
-    neighborUsageCritical: 0.95,
-    neighborUsageFor: '10m',
-    // The kernel default gc_thresh3 (1024): a node still on it with this share of it in use
-    // has many pods and was never tuned. One alert per cluster and family counts such nodes
-    // (a node image ships the same defaults to every node).
-    neighborKernelDefaultThresh3: 1024,
-    neighborKernelDefaultUsage: 0.5,
-    neighborKernelDefaultFor: '1h',
+  // Neighbor tables: what counts against gc_thresh3. The neighbor_gc collector's
+  // GC-eligible entries; set 'kubescale_neighbor_entries' (counts PERMANENT entries too)
+  // where it runs with --no-collector.neighbor_gc. One series, not an `or` of both: at
+  // 7,500 nodes the `or` nearly doubled the rule's cost (bench/results/scale.md).
+  neighborUsageMetric: 'kubescale_neighbor_gc_eligible_entries',
+  // Share of gc_thresh3 in use above which the kernel starts dropping new neighbors.
+  neighborUsageWarning: 0.8,
+  neighborUsageCritical: 0.95,
+  neighborUsageFor: '10m',
+  // The kernel default gc_thresh3 (1024): a node still on it with this share of it in use
+  // has many pods and was never tuned. One alert per cluster and family counts such nodes
+  // (a node image ships the same defaults to every node).
+  neighborKernelDefaultThresh3: 1024,
+  neighborKernelDefaultUsage: 0.5,
+  neighborKernelDefaultFor: '1h',
 
-    // Image pulls: queued pulls that mean pods wait for a pull slot, and how long is too long.
-    // Backlog alerts also need a download in progress: queued images with nothing downloading
-    // are pods in back-off or waiting for another reason, not a pull-slot backlog.
-    imagePullQueuedThreshold: 3,
-    imagePullBacklogFor: '10m',
-    imagePullStalledFor: '2m',
-    // A pull older than this (queued or in progress) is far beyond a normal image's pull.
-    imagePullOldestSeconds: 1200,
-    imagePullOldestFor: '5m',
-    imagePullSerializedFor: '15m',
-    imagePreloadMissingFor: '1h',
-    // Pull failures by registry (cluster mode, from kubelet events). A registry alerts when
-    // this share of its pull attempts failed over the window and at least this many nodes
-    // reported a failure from it in the last 10 minutes (one node's failures are that node).
-    imagePullFailureWindow: '10m',
-    imagePullRateLimitedShare: 0.1,
-    imagePullFailingShare: 0.25,
-    imagePullFailingMinNodes: 5,
-    imagePullRegistryFor: '10m',
-    // containerd pull settings that differ from the cluster's majority, for this long.
-    containerdSettingsFor: '1h',
+  // Image pulls: queued pulls that mean pods wait for a pull slot, and how long is too long.
+  // Backlog alerts also need a download in progress: queued images with nothing downloading
+  // are pods in back-off or waiting for another reason, not a pull-slot backlog.
+  imagePullQueuedThreshold: 3,
+  imagePullBacklogFor: '10m',
+  imagePullStalledFor: '2m',
+  // A pull older than this (queued or in progress) is far beyond a normal image's pull.
+  imagePullOldestSeconds: 1200,
+  imagePullOldestFor: '5m',
+  imagePullSerializedFor: '15m',
+  imagePreloadMissingFor: '1h',
+  // Pull failures by registry (cluster mode, from kubelet events). A registry alerts when
+  // this share of its pull attempts failed over the window and at least this many nodes
+  // reported a failure from it in the last 10 minutes (one node's failures are that node).
+  imagePullFailureWindow: '10m',
+  imagePullRateLimitedShare: 0.1,
+  imagePullFailingShare: 0.25,
+  imagePullFailingMinNodes: 5,
+  imagePullRegistryFor: '10m',
+  // containerd pull settings that differ from the cluster's majority, for this long.
+  containerdSettingsFor: '1h',
 
-    // etcd-mixin's etcdDatabaseQuotaLowSpace, etcdExcessiveDatabaseGrowth and
-    // etcdDatabaseHighFragmentationRatio cover the same ground as our quota, prediction and
-    // fragmentation alerts. Set false where etcd-mixin runs, so one problem alerts once.
-    etcdQuotaAlerts: true,
-    // etcd: share of the backend quota in use. At 100% etcd raises NOSPACE and refuses writes.
-    // One alert per etcd cluster (members of a cluster hold the same data), naming the worst.
-    etcdQuotaWarning: 0.8,
-    etcdQuotaCritical: 0.9,
-    etcdQuotaFor: '10m',
-    // Linear prediction: fire when the trend over etcdPredictWindow reaches the quota within
-    // etcdPredictHours. The window is long enough to ride out compaction saw-teeth.
-    etcdPredictWindow: '6h',
-    etcdPredictHours: 4,
-    etcdPredictFor: '30m',
-    etcdAlarmFor: '1m',
-    // Writes an etcd cluster refuses (ResourceExhausted: database space exceeded or too many
-    // requests), per second over rateInterval, above which the control plane is failing
-    // writes. A raised NOSPACE refuses every write: node leases alone renew once per 10 s per
-    // node, far above this; a lone refusal during a burst stays under it (1/300 per second).
-    etcdWritesRefusedPerSecond: 0.05,
-    etcdWritesRefusedFor: '3m',
-    // Fragmentation (1 - in_use/size) worth a defrag, ignored below a size where it is harmless.
-    etcdFragmentationRatio: 0.5,
-    etcdFragmentationMinBytes: 100 * 1024 * 1024,
-    etcdFragmentationFor: '1h',
-    // Events in the main etcd: the etcd_cluster name that is meant to hold events (via
-    // --etcd-servers-overrides) and the share of keys above which they should move there.
-    etcdEventsClusterName: 'events',
-    etcdEventsShare: 0.3,
-    etcdEventsFor: '1h',
-    // etcd performance, per member. etcd's guidance: WAL fsync p99 below 10 ms, backend commit
-    // p99 below 25 ms; both are bucket bounds' neighbours in the re-exported histograms
-    // (fsync inside (8, 16] ms, commit inside (16, 32] ms). `for` outlasts a burst: a
-    // 3-minute spike stays in the rateInterval window for at most 8 minutes.
-    etcdFsyncP99Seconds: 0.010,
-    etcdCommitP99Seconds: 0.025,
-    etcdDiskSlowFor: '10m',
-    // Bytes a member sends to its clients (mostly the kube-apiservers), per second, above which
-    // reads are worth finding: full LISTs without resourceVersion and informers relisting. 100
-    // MB/s per member is most of a 1 Gb/s NIC and several cores of etcd's CPU; at 1,000 nodes
-    // a misbehaving client base pushed a 3-member main etcd past 500 MB/s in all.
-    etcdReadBytesPerSecond: 100e6,
-    etcdReadBandwidthFor: '15m',
+  // etcd-mixin's etcdDatabaseQuotaLowSpace, etcdExcessiveDatabaseGrowth and
+  // etcdDatabaseHighFragmentationRatio cover the same ground as our quota, prediction and
+  // fragmentation alerts. Set false where etcd-mixin runs, so one problem alerts once.
+  etcdQuotaAlerts: true,
+  // etcd: share of the backend quota in use. At 100% etcd raises NOSPACE and refuses writes.
+  // One alert per etcd cluster (members of a cluster hold the same data), naming the worst.
+  etcdQuotaWarning: 0.8,
+  etcdQuotaCritical: 0.9,
+  etcdQuotaFor: '10m',
+  // Linear prediction: fire when the trend over etcdPredictWindow reaches the quota within
+  // etcdPredictHours. The window is long enough to ride out compaction saw-teeth.
+  etcdPredictWindow: '6h',
+  etcdPredictHours: 4,
+  etcdPredictFor: '30m',
+  etcdAlarmFor: '1m',
+  // Writes an etcd cluster refuses (ResourceExhausted: database space exceeded or too many
+  // requests), per second over rateInterval, above which the control plane is failing
+  // writes. A raised NOSPACE refuses every write: node leases alone renew once per 10 s per
+  // node, far above this; a lone refusal during a burst stays under it (1/300 per second).
+  etcdWritesRefusedPerSecond: 0.05,
+  etcdWritesRefusedFor: '3m',
+  // Fragmentation (1 - in_use/size) worth a defrag, ignored below a size where it is harmless.
+  etcdFragmentationRatio: 0.5,
+  etcdFragmentationMinBytes: 100 * 1024 * 1024,
+  etcdFragmentationFor: '1h',
+  // Events in the main etcd: the etcd_cluster name that is meant to hold events (via
+  // --etcd-servers-overrides) and the share of keys above which they should move there.
+  etcdEventsClusterName: 'events',
+  etcdEventsShare: 0.3,
+  etcdEventsFor: '1h',
+  // etcd performance, per member. etcd's guidance: WAL fsync p99 below 10 ms, backend commit
+  // p99 below 25 ms; both are bucket bounds' neighbours in the re-exported histograms
+  // (fsync inside (8, 16] ms, commit inside (16, 32] ms). `for` outlasts a burst: a
+  // 3-minute spike stays in the rateInterval window for at most 8 minutes.
+  etcdFsyncP99Seconds: 0.010,
+  etcdCommitP99Seconds: 0.025,
+  etcdDiskSlowFor: '10m',
+  // Bytes a member sends to its clients (mostly the kube-apiservers), per second, above which
+  // reads are worth finding: full LISTs without resourceVersion and informers relisting. 100
+  // MB/s per member is most of a 1 Gb/s NIC and several cores of etcd's CPU; at 1,000 nodes
+  // a misbehaving client base pushed a 3-member main etcd past 500 MB/s in all.
+  etcdReadBytesPerSecond: 100e6,
+  etcdReadBandwidthFor: '15m',
 
-    // Balloons: Pending this long means cluster-autoscaler is not adding nodes.
-    // Headroom counts as back only once a balloon has stayed Running for balloonExhaustedFor:
-    // a balloon that runs for a minute and is preempted again is no headroom.
-    balloonPendingSeconds: 900,
-    balloonPendingFor: '5m',
-    balloonExhaustedFor: '5m',
-    balloonMisconfiguredFor: '15m',
+  // Balloons: Pending this long means cluster-autoscaler is not adding nodes.
+  // Headroom counts as back only once a balloon has stayed Running for balloonExhaustedFor:
+  // a balloon that runs for a minute and is preempted again is no headroom.
+  balloonPendingSeconds: 900,
+  balloonPendingFor: '5m',
+  balloonExhaustedFor: '5m',
+  balloonMisconfiguredFor: '15m',
 
-    // Exporter health: a share of a job's targets down (never one alert per node; for the
-    // single-replica cluster-mode job any share above this means it is down). Half the
-    // DaemonSet's maxUnavailable (10% in deploy/): a rollout stuck at maxUnavailable sits far
-    // above it, whatever the float rounding of the share.
-    exporterDownRatio: 0.05,
-    exporterDownFor: '15m',
-    // A collector failing more than this share of its scrapes over rateInterval, on a target:
-    // one success now and then must not hide a collector that fails most of the time.
-    collectorFailingRatio: 0.5,
-    collectorFailingFor: '15m',
-    // Watches reconnect with backoff on their own; only a lasting outage needs a person.
-    kubeWatchDownFor: '15m',
-    // Series budgets per target, accounted for in kube_scale_exporter/budgets.py (node pods,
-    // node pods on etcd nodes with --etcd.local, the cluster Deployment); above them the
-    // fleet multiplies the overrun by the node count.
-    nodeSeriesBudget: (import 'budgets.libsonnet').nodeSeries,
-    etcdNodeSeriesBudget: (import 'budgets.libsonnet').etcdNodeSeries,
-    clusterSeriesBudget: (import 'budgets.libsonnet').clusterSeries,
-    seriesBudgetFor: '30m',
+  // Exporter health: a share of a job's targets down (never one alert per node; for the
+  // single-replica cluster-mode job any share above this means it is down). Half the
+  // DaemonSet's maxUnavailable (10% in deploy/): a rollout stuck at maxUnavailable sits far
+  // above it, whatever the float rounding of the share.
+  exporterDownRatio: 0.05,
+  exporterDownFor: '15m',
+  // A collector failing more than this share of its scrapes over rateInterval, on a target:
+  // one success now and then must not hide a collector that fails most of the time.
+  collectorFailingRatio: 0.5,
+  collectorFailingFor: '15m',
+  // Watches reconnect with backoff on their own; only a lasting outage needs a person.
+  kubeWatchDownFor: '15m',
+  // Series budgets per target, accounted for in kube_scale_exporter/budgets.py (node pods,
+  // node pods on etcd nodes with --etcd.local, the cluster Deployment); above them the
+  // fleet multiplies the overrun by the node count.
+  nodeSeriesBudget: (import 'budgets.libsonnet').nodeSeries,
+  etcdNodeSeriesBudget: (import 'budgets.libsonnet').etcdNodeSeries,
+  clusterSeriesBudget: (import 'budgets.libsonnet').clusterSeries,
+  seriesBudgetFor: '30m',
 
-    // Prometheus self-protection: the head series it is sized for, the share of it and of its
-    // memory limit that leaves room for a compaction and a burst of queries. The trend is
-    // taken over the head's peaks (max over prometheusHeadCycle, the 2h between head
-    // compactions) across prometheusHeadSeriesPredictWindow, so series churn's saw-tooth is
-    // not read as growth.
-    prometheusHeadSeriesBudget: 2000000,
-    prometheusHeadSeriesWarning: 0.8,
-    prometheusHeadSeriesPredictHours: 6,
-    prometheusHeadCycle: '2h',
-    prometheusHeadSeriesPredictWindow: '6h',
-    prometheusHeadSeriesFor: '15m',
-    prometheusMemoryWarning: 0.8,
-    prometheusMemoryFor: '15m',
-    // A replay longer than this makes every restart an outage of that length.
-    prometheusReplaySeconds: 300,
-    // Refused queries are dashboards showing errors; a few minutes of them is not a one-off.
-    prometheusQueryLimitFor: '5m',
+  // Prometheus self-protection: the head series it is sized for, the share of it and of its
+  // memory limit that leaves room for a compaction and a burst of queries. The trend is
+  // taken over the head's peaks (max over prometheusHeadCycle, the 2h between head
+  // compactions) across prometheusHeadSeriesPredictWindow, so series churn's saw-tooth is
+  // not read as growth.
+  prometheusHeadSeriesBudget: 2000000,
+  prometheusHeadSeriesWarning: 0.8,
+  prometheusHeadSeriesPredictHours: 6,
+  prometheusHeadCycle: '2h',
+  prometheusHeadSeriesPredictWindow: '6h',
+  prometheusHeadSeriesFor: '15m',
+  prometheusMemoryWarning: 0.8,
+  prometheusMemoryFor: '15m',
+  // A replay longer than this makes every restart an outage of that length.
+  prometheusReplaySeconds: 300,
+  // Refused queries are dashboards showing errors; a few minutes of them is not a one-off.
+  prometheusQueryLimitFor: '5m',
 
-    // Severities. Set criticalSeverity to 'warning' to keep this mixin from paging anyone.
-    criticalSeverity: 'critical',
-    warningSeverity: 'warning',
-    infoSeverity: 'info',
+  // Severities. Set criticalSeverity to 'warning' to keep this mixin from paging anyone.
+  criticalSeverity: 'critical',
+  warningSeverity: 'warning',
+  infoSeverity: 'info',
 
-    // Where alerts point: %s is the lower-cased alert name, an anchor in docs/runbooks.md.
-    runbookURLPattern: 'https://github.com/kube-scale-exporter/kube-scale-exporter/blob/main/docs/runbooks.md#%s',
+  // Where alerts point: %s is the lower-cased alert name, an anchor in docs/runbooks.md.
+  runbookURLPattern: 'https://github.com/kube-scale-exporter/kube-scale-exporter/blob/main/docs/runbooks.md#%s',
 
-    // Dashboards. uids are fixed so links and bookmarks survive regeneration.
-    grafanaDashboardIDs: {
-      'kubescale-overview.json': 'kubescale-overview',
-      'kubescale-node.json': 'kubescale-node',
-      'kubescale-etcd.json': 'kubescale-etcd',
-      'kubescale-balloons.json': 'kubescale-balloons',
-    },
-    // Titles and tags group the dashboards in Grafana's list; the tags also drive their links.
-    dashboardTitlePrefix: 'Kube Scale / ',
-    dashboardTags: ['kube-scale-exporter'],
-    // A minute is plenty for capacity signals and keeps 7,500-node fleets cheap to watch.
-    dashboardRefresh: '1m',
-    // Six hours shows a day shift's trend and stays within the panels' sample budgets; UTC,
-    // so the times on a dashboard match the alerts' and the logs'.
-    dashboardTimeFrom: 'now-6h',
-    dashboardTimezone: 'utc',
-    // Default of the datasource picker (a datasource name or uid).
-    datasourceName: 'prometheus',
-    // Rows in "worst nodes" tables: bounded so a panel never returns thousands of series.
-    topK: 10,
+  // Dashboards. uids are fixed so links and bookmarks survive regeneration.
+  grafanaDashboardIDs: {
+    'kubescale-overview.json': 'kubescale-overview',
+    'kubescale-node.json': 'kubescale-node',
+    'kubescale-etcd.json': 'kubescale-etcd',
+    'kubescale-balloons.json': 'kubescale-balloons',
   },
+  // Titles and tags group the dashboards in Grafana's list; the tags also drive their links.
+  dashboardTitlePrefix: 'Kube Scale / ',
+  dashboardTags: ['kube-scale-exporter'],
+  // A minute is plenty for capacity signals and keeps 7,500-node fleets cheap to watch.
+  dashboardRefresh: '1m',
+  // Six hours shows a day shift's trend and stays within the panels' sample budgets; UTC,
+  // so the times on a dashboard match the alerts' and the logs'.
+  dashboardTimeFrom: 'now-6h',
+  dashboardTimezone: 'utc',
+  // Default of the datasource picker (a datasource name or uid).
+  datasourceName: 'prometheus',
+  // Rows in "worst nodes" tables: bounded so a panel never returns thousands of series.
+  topK: 10,
+};
+
+// Knobs that were renamed, with what replaced them.
+local renamed = {
+  etcdSelector: 'is now two knobs, etcdLocalSelector and etcdRemoteSelector',
+};
+
+{
+  _config+:: knobs,
+  // An override naming no knob (a typo, a renamed knob) would otherwise be ignored in silence
+  // and leave the default in force: rendering fails, naming it. The check sits on the mixin,
+  // not in _config, so that rules may extend _config with values of their own to format.
+  local unknown = std.setDiff(std.set(std.objectFieldsAll(self._config)), std.set(std.objectFieldsAll(knobs))),
+  assert unknown == [] :
+         'unknown _config knob%s: %s; the knobs are in mixin/config.libsonnet and docs/mixin.md' % [
+    if std.length(unknown) > 1 then 's' else '',
+    std.join(', ', [
+      if std.objectHas(renamed, name) then '%s (%s)' % [name, renamed[name]] else name
+      for name in unknown
+    ]),
+  ],
 }
