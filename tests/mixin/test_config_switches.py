@@ -3,23 +3,14 @@ jsonnet-bundler creates, the opt-in Prometheus group, the etcd-mixin overlap, an
 ranking of alerts that page."""
 
 import json
-import shutil
-import subprocess
 
-import _jsonnet
 import pytest
 
 from testbed.kustomize import render
-from tests.mixin.support import REPO, alert_rules, binary, build
+from tests.mixin.support import REPO, alert_rules, build
 import yaml
 
 IMPORT_PATH = "github.com/kube-scale-exporter/kube-scale-exporter/mixin"
-OVERRIDES = {
-    "clusterLabel": "k8s_cluster",
-    "criticalSeverity": "warning",
-    "prometheusSelfProtection": True,
-    "etcdQuotaAlerts": False,
-}
 ETCD_MIXIN_OVERLAP = {
     "KubeScaleEtcdDatabaseNearQuota",
     "KubeScaleEtcdDatabaseQuotaPredictedFull",
@@ -48,41 +39,6 @@ def test_documented_import_path_is_the_one_jsonnet_bundler_creates():
     assert (
         "kube-scale-exporter-mixin/" not in docs + (REPO / "mixin" / "config.libsonnet").read_text()
     )
-
-
-@pytest.mark.integration
-def test_vendored_mixin_evaluates_with_overrides(tmp_path):
-    """The mixin copied where `jb install` puts it and imported by that absolute path, as a
-    kube-prometheus style stack does, gives what the repository's own build gives."""
-    vendor = tmp_path / "vendor"
-    shutil.copytree(REPO / "mixin", vendor / IMPORT_PATH)
-    (tmp_path / "stack.jsonnet").write_text(
-        "local kubescale = (import '%s/mixin.libsonnet') + { _config+:: %s };\n"
-        "{ alerts: kubescale.prometheusAlerts, rules: kubescale.prometheusRules,\n"
-        "  dashboards: std.objectFields(kubescale.grafanaDashboards) }\n"
-        % (IMPORT_PATH, json.dumps(OVERRIDES))
-    )
-    expected = build.mixin_object(OVERRIDES)
-    want = {
-        "alerts": expected["alerts"],
-        "rules": expected["rules"],
-        "dashboards": sorted(expected["dashboards"]),
-    }
-    # PyPI jsonnet and Debian's jsonnet CLI, both with only vendor/ on the import path.
-    got = json.loads(
-        _jsonnet.evaluate_file(str(tmp_path / "stack.jsonnet"), jpathdir=[str(vendor)])
-    )
-    assert got == want
-    out = subprocess.run(
-        [binary("jsonnet"), "-J", str(vendor), str(tmp_path / "stack.jsonnet")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert json.loads(out.stdout) == want
-    assert {r["labels"]["severity"] for r in alert_rules(got)} <= {"warning", "info"}
-    assert "kube-scale-exporter-prometheus" in [g["name"] for g in got["alerts"]["groups"]]
-    assert names(got) & ETCD_MIXIN_OVERLAP == set()
 
 
 @pytest.mark.unit
