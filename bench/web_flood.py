@@ -57,6 +57,7 @@ FLOODS = [
     (16, "3 addresses"),
     (100, "3 addresses"),
     (16, "the scraper's address"),
+    (100, "the scraper's address"),
 ]
 
 
