@@ -39,6 +39,7 @@ from pathlib import Path
 
 import requests
 
+from bench.imagepull import pod_status
 from testbed.containerd_server import ContainerdServer
 from testbed.exporter import start_exporter
 from testbed.kube_apiserver import apiserver_on_new_etcd, pod_manifest
@@ -191,24 +192,7 @@ class Churn:
         pod["spec"]["containers"][0]["image"] = image
         self.api.admin.create(base, pod)
         waiting = {"waiting": {"reason": "ContainerCreating"}}
-        self.api.admin.merge_patch(
-            f"{base}/{name}/status",
-            {
-                "status": {
-                    "phase": "Pending",
-                    "containerStatuses": [
-                        {
-                            "name": "pause",
-                            "image": image,
-                            "imageID": "",
-                            "ready": False,
-                            "restartCount": 0,
-                            "state": waiting,
-                        }
-                    ],
-                }
-            },
-        )
+        self.api.admin.merge_patch(f"{base}/{name}/status", pod_status(image, waiting))
         self._pods.append(name)
         self.counts["pods"] += 1
         if len(self._pods) > KEEP_PODS:
