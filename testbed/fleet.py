@@ -23,7 +23,8 @@ The parts, all on loopback, on free ports:
   renewed every lease_seconds/4 (as the kubelet does), status from our Stages (STAGES):
   a Node gets Ready conditions and keeps the allocatable it was created with; a Pod that
   the real scheduler bound goes Pending -> Running with a `Started` event; a deleted Pod
-  goes away (there is no kubelet to finish the graceful deletion).
+  goes away (there is no kubelet to finish the graceful deletion). Pods annotated
+  HOLD_ANNOTATION are left alone.
 
 The Nodes are made here, as a kubelet would register them: a CPU pool (`POOL_LABEL`=cpu;
 32 CPUs, 128 GiB, 110 pods) and a GPU pool (`POOL_LABEL`=gpu; 8 `nvidia.com/gpu` each,
@@ -58,6 +59,9 @@ POOL_LABEL = "kse.test/node-pool"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 NAMESPACE = "fleet"
+# A pod with this annotation is left as it was made: a test writes its status itself (a
+# container waiting for its image, say), as a kubelet would.
+HOLD_ANNOTATION = "kse.test/kwok-hold"
 ZONES = ("zone-a", "zone-b", "zone-c")
 # What each pool's Node reports, as a kubelet on such a machine would.
 CPU_NODE = {"cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "500Gi"}
@@ -173,6 +177,7 @@ STAGES = (
         {
             "matchExpressions": [
                 _expr(".metadata.deletionTimestamp", "DoesNotExist"),
+                _expr(f'.metadata.annotations["{HOLD_ANNOTATION}"]', "DoesNotExist"),
                 _expr(".status.phase", "In", "Pending"),
                 _expr(READY, "NotIn", "True"),
             ]
