@@ -2,18 +2,44 @@
 // (`jb install github.com/kube-scale-exporter/kube-scale-exporter/mixin@main`), override with:
 //   (import 'github.com/kube-scale-exporter/kube-scale-exporter/mixin/mixin.libsonnet')
 //   + { _config+:: { clusterLabel: 'k8s_cluster' } }
+
+// A selector: the job matcher, then the extra matchers if any.
+local selector(job, extra) = std.join(', ', [job] + (if extra == '' then [] else [extra]));
+// A job name inside a regex matcher. Job names are plain names; '.' is the one regex
+// character they commonly hold, quoted as a class so the PromQL string needs no escapes.
+local plain = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-:/.';
+local regexQuote(name) =
+  assert [ch for ch in std.stringChars(name) if std.findSubstr(ch, plain) == []] == [] :
+         'job name %s: only letters, digits and _-:/. are supported' % std.escapeStringJson(name);
+  std.strReplace(name, '.', '[.]');
+
 {
   _config+:: {
-    // Selectors for our two deployments. Node mode is the DaemonSet (neighbor tables, image
-    // pulls); cluster mode is the single-replica Deployment (balloons, usually etcd).
-    nodeExporterSelector: 'job="kube-scale-exporter-node"',
-    clusterExporterSelector: 'job="kube-scale-exporter-cluster"',
+    assert !std.objectHasAll(self, 'etcdSelector') :
+           'etcdSelector is now two knobs, etcdLocalSelector and etcdRemoteSelector (mixin/config.libsonnet)',
+    // The scrape jobs of our two deployments, as deploy/ names them (its ServiceMonitors and
+    // deploy/prometheus/prometheus.yml). Node mode is the DaemonSet (neighbor tables, image
+    // pulls); cluster mode is the single-replica Deployment (balloons, events, usually etcd).
+    nodeJobName: 'kube-scale-exporter-node',
+    clusterJobName: 'kube-scale-exporter-cluster',
+    // Matchers every selector of ours adds to the job, e.g. 'namespace="kube-scale-exporter"'
+    // where another install in the same Prometheus reuses the job names. Empty: the job alone.
+    exporterMatchers: '',
+    // The selectors the rules use, built from the three knobs above so that the joint ones
+    // can never disagree with the single ones (override the knobs, not these).
+    nodeExporterSelector: selector('job="%s"' % self.nodeJobName, self.exporterMatchers),
+    clusterExporterSelector: selector('job="%s"' % self.clusterJobName, self.exporterMatchers),
     // Both deployments in one selector, for the exporter's own health rules: an `or` of the
     // two selectors above adds a set operation over every target's series at each evaluation.
-    exporterSelector: 'job=~"kube-scale-exporter-(node|cluster)"',
-    // etcd can be watched from either placement (DaemonSet pod on etcd nodes or the
-    // cluster-mode Deployment), so it gets its own selector.
-    etcdSelector: 'job=~"kube-scale-exporter-(node|cluster)"',
+    exporterSelector: selector('job=~"%s|%s"' % [regexQuote(self.nodeJobName), regexQuote(self.clusterJobName)], self.exporterMatchers),
+    // etcd is watched from two placements, and each names a member's machine its own way.
+    // Beside its member (--etcd.local: deploy/components/etcd-node and etcd-node-full) a
+    // pod's target carries the machine's nodeLabel. The cluster-mode Deployment
+    // (--etcd.cluster) reaches the members over the network: its own node is not theirs, and
+    // the member's name is the machine's (kubeadm names each member after its node; for
+    // another etcd, its --name). Per-member rules and alerts carry nodeLabel from either.
+    etcdLocalSelector: self.nodeExporterSelector,
+    etcdRemoteSelector: self.clusterExporterSelector,
     // The Prometheus self-protection group is opt-in: most stacks already alert on their
     // Prometheus (kube-prometheus' prometheus-mixin), and a wrong selector there is silent.
     prometheusSelfProtection: false,
@@ -30,13 +56,20 @@
     // Node-mode series carry no node label from the exporter (cardinality); the scrape config
     // adds one by relabelling from pod metadata (__meta_kubernetes_pod_node_name). Its name:
     nodeLabel: 'node',
+    // A label that tells node pools apart on node-mode series, where the scrape adds one (from
+    // a node label such as cloud.google.com/gke-nodepool, with the scrape's attach_metadata):
+    // an alert about what a node image ships then judges each pool by its own majority.
+    // Empty: the cluster is one pool.
+    nodePoolLabel: '',
 
     // Window for rate()/increase() in recording rules and alerts. Must cover at least four
     // scrape intervals so one missed scrape does not break the rate.
     rateInterval: '5m',
-    // How long a series may be missing (a slow collector call, a failed scrape: the scrape
-    // writes stale markers) and still count as its last value, so a gap of a scrape or two
-    // does not reset an alert's `for`. Used only on small series sets (etcd members).
+    // How long a gauge may be missing and still count as its last value: a lost scrape (a
+    // timeout writes stale markers), a collector call that failed, our exporter restarting
+    // or its DaemonSet rolling. Every gauge an alert holds through a `for` is read over this
+    // window, so such a gap does not reset the `for`; a target removed for good keeps its
+    // last value this long. What it costs: bench/results/mixin_gaps.md.
     gapTolerance: '5m',
     // How far back a signal counts as "was reported here", for the alerts that say we have
     // gone blind: longer than any outage worth announcing, short enough to forget a target
@@ -170,6 +203,7 @@
     prometheusMemoryFor: '15m',
     // A replay longer than this makes every restart an outage of that length.
     prometheusReplaySeconds: 300,
+    // Refused queries are dashboards showing errors; a few minutes of them is not a one-off.
     prometheusQueryLimitFor: '5m',
 
     // Severities. Set criticalSeverity to 'warning' to keep this mixin from paging anyone.
@@ -187,10 +221,13 @@
       'kubescale-etcd.json': 'kubescale-etcd',
       'kubescale-balloons.json': 'kubescale-balloons',
     },
+    // Titles and tags group the dashboards in Grafana's list; the tags also drive their links.
     dashboardTitlePrefix: 'Kube Scale / ',
     dashboardTags: ['kube-scale-exporter'],
     // A minute is plenty for capacity signals and keeps 7,500-node fleets cheap to watch.
     dashboardRefresh: '1m',
+    // Six hours shows a day shift's trend and stays within the panels' sample budgets; UTC,
+    // so the times on a dashboard match the alerts' and the logs'.
     dashboardTimeFrom: 'now-6h',
     dashboardTimezone: 'utc',
     // Default of the datasource picker (a datasource name or uid).

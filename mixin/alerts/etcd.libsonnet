@@ -1,7 +1,8 @@
 // etcd backend quota: at the quota etcd raises NOSPACE and refuses every write, and the
 // Kubernetes control plane stops working until someone compacts, defragments and disarms.
 // Members of one etcd cluster hold the same data and fill together: capacity alerts are one
-// per etcd cluster, naming the worst member.
+// per etcd cluster, naming the worst member. Every member is named by its machine (nodeLabel,
+// where the runbooks start) and by the member id etcd gives it.
 local text = import '../lib/alerts.libsonnet';
 {
   prometheusAlerts+:: {
@@ -9,6 +10,9 @@ local text = import '../lib/alerts.libsonnet';
       {
         local c = $._config,
         local etcdCluster = '%(clusterLabel)s, etcd_cluster' % c,
+        // One member in a text that stands for a member: its machine, then its etcd id.
+        local thisMember = 'node %s of etcd cluster {{ $labels.etcd_cluster }}' % text.member(c, '$labels'),
+        local members(expr, by, limit) = text.examples(expr, by, c.nodeLabel, limit, text=text.member(c)),
         local nearQuota(severity, threshold) = {
           alert: 'KubeScaleEtcdDatabaseNearQuota',
           expr: 'max by (%s) (etcd_cluster_member:kubescale_etcd_quota_usage:ratio) > %g' % [etcdCluster, threshold],
@@ -16,8 +20,8 @@ local text = import '../lib/alerts.libsonnet';
           labels: { severity: severity },
           annotations: {
             summary: 'An etcd database is close to its backend quota.',
-            description: 'etcd cluster {{ $labels.etcd_cluster }} uses {{ $value | humanizePercentage }} of its backend quota on its fullest member, '
-                         + text.examples('etcd_cluster_member:kubescale_etcd_quota_usage:ratio', etcdCluster, 'member', 1) + '.',
+            description: 'etcd cluster {{ $labels.etcd_cluster }} uses {{ $value | humanizePercentage }} of its backend quota on its fullest member, on node '
+                         + members('etcd_cluster_member:kubescale_etcd_quota_usage:ratio', etcdCluster, 1) + '.',
           },
         },
         // Share of the quota each member is predicted to use etcdPredictHours from now.
@@ -35,8 +39,8 @@ local text = import '../lib/alerts.libsonnet';
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'An etcd database is predicted to reach its backend quota within hours.',
-              description: ('At the growth of the last %(etcdPredictWindow)s, etcd cluster {{ $labels.etcd_cluster }} reaches its backend quota within %(etcdPredictHours)d hours ({{ $value | humanizePercentage }} of it by then), first on member ' % c)
-                           + text.examples(predicted, etcdCluster, 'member', 1) + '.',
+              description: ('At the growth of the last %(etcdPredictWindow)s, etcd cluster {{ $labels.etcd_cluster }} reaches its backend quota within %(etcdPredictHours)d hours ({{ $value | humanizePercentage }} of it by then), first on node ' % c)
+                           + members(predicted, etcdCluster, 1) + '.',
             },
           },
           {
@@ -51,7 +55,7 @@ local text = import '../lib/alerts.libsonnet';
             labels: { severity: c.infoSeverity },
             annotations: {
               summary: 'Much of an etcd database file is free pages; a defragmentation would reclaim it.',
-              description: '{{ $value | humanizePercentage }} of the database file of etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} is free pages.',
+              description: '{{ $value | humanizePercentage }} of the database file is free pages on %s.' % thisMember,
             },
           },
         ],
@@ -70,9 +74,9 @@ local text = import '../lib/alerts.libsonnet';
             labels: { severity: c.criticalSeverity },
             annotations: {
               summary: 'An etcd alarm is active; with NOSPACE etcd refuses writes.',
-              description: '{{ if $labels.member }}etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} has the {{ $labels.alarm }} alarm raised.'
-                           + '{{ else }}etcd cluster {{ $labels.etcd_cluster }} has the {{ $labels.alarm }} alarm raised on {{ $value }} members ('
-                           + text.examples('etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max > 0', '%s, alarm' % etcdCluster, 'member', c.alertExamples)
+              description: '{{ if $labels.member }}The {{ $labels.alarm }} alarm is raised on %s.' % thisMember
+                           + '{{ else }}etcd cluster {{ $labels.etcd_cluster }} has the {{ $labels.alarm }} alarm raised on {{ $value }} members (nodes '
+                           + members('etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max > 0', '%s, alarm' % etcdCluster, c.alertExamples)
                            + '): it refuses writes.{{ end }}',
             },
           },
@@ -82,7 +86,7 @@ local text = import '../lib/alerts.libsonnet';
             // as surely. Silent where KubeScaleEtcdAlarmActive already names NOSPACE.
             alert: 'KubeScaleEtcdWritesRefused',
             expr: |||
-              sum by (%(clusterLabel)s, etcd_cluster) (etcd_cluster_member:kubescale_etcd_writes_refused:rate%(rateInterval)s) > %(etcdWritesRefusedPerSecond)g
+              sum by (%(clusterLabel)s, etcd_cluster) (last_over_time(etcd_cluster_member:kubescale_etcd_writes_refused:rate%(rateInterval)s[%(gapTolerance)s])) > %(etcdWritesRefusedPerSecond)g
               unless on (%(clusterLabel)s, etcd_cluster)
               etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max{alarm="NOSPACE"} > 0
             ||| % c,
@@ -90,8 +94,8 @@ local text = import '../lib/alerts.libsonnet';
             labels: { severity: c.criticalSeverity },
             annotations: {
               summary: 'An etcd cluster refuses writes: its database is full (NOSPACE) or it is overloaded.',
-              description: 'etcd cluster {{ $labels.etcd_cluster }} refuses {{ $value | humanize }} writes per second ('
-                           + text.examples('etcd_cluster_member:kubescale_etcd_writes_refused:rate%(rateInterval)s > 0' % c, etcdCluster, 'member', c.alertExamples)
+              description: 'etcd cluster {{ $labels.etcd_cluster }} refuses {{ $value | humanize }} writes per second (nodes '
+                           + members('etcd_cluster_member:kubescale_etcd_writes_refused:rate%(rateInterval)s > 0' % c, etcdCluster, c.alertExamples)
                            + '): the control plane cannot write to it. "database space exceeded" is NOSPACE; "too many requests" is a member whose applying lags.',
             },
           },
@@ -107,35 +111,36 @@ local text = import '../lib/alerts.libsonnet';
           },
           // Performance, per member: a slow disk or a heavy reader is one member's problem,
           // and the fix (a local SSD, events in their own etcd) is chosen per etcd cluster,
-          // so the etcd_cluster label tells main from events.
+          // so the etcd_cluster label tells main from events. The rates are left out while no
+          // pod reads the member (etcd-performance.rules): held over gapTolerance here.
           {
             alert: 'KubeScaleEtcdWalFsyncSlow',
-            expr: 'etcd_cluster_member:kubescale_etcd_wal_fsync_duration_seconds:p99_rate%(rateInterval)s > %(etcdFsyncP99Seconds)g' % c,
+            expr: 'last_over_time(etcd_cluster_member:kubescale_etcd_wal_fsync_duration_seconds:p99_rate%(rateInterval)s[%(gapTolerance)s]) > %(etcdFsyncP99Seconds)g' % c,
             'for': c.etcdDiskSlowFor,
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: "An etcd member's WAL fsync p99 is above etcd's guidance of 10 ms.",
-              description: 'etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} takes {{ $value | humanizeDuration }} (p99 over %(rateInterval)s) to fsync its write-ahead log; every write waits for it, and slow fsyncs cost leader elections.' % c,
+              description: 'On %s, the WAL fsync takes {{ $value | humanizeDuration }} (p99 over %s); every write waits for it, and slow fsyncs cost leader elections.' % [thisMember, c.rateInterval],
             },
           },
           {
             alert: 'KubeScaleEtcdBackendCommitSlow',
-            expr: 'etcd_cluster_member:kubescale_etcd_backend_commit_duration_seconds:p99_rate%(rateInterval)s > %(etcdCommitP99Seconds)g' % c,
+            expr: 'last_over_time(etcd_cluster_member:kubescale_etcd_backend_commit_duration_seconds:p99_rate%(rateInterval)s[%(gapTolerance)s]) > %(etcdCommitP99Seconds)g' % c,
             'for': c.etcdDiskSlowFor,
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: "An etcd member's backend commit p99 is above etcd's guidance of 25 ms.",
-              description: 'etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} takes {{ $value | humanizeDuration }} (p99 over %(rateInterval)s) to commit its backend database to disk.' % c,
+              description: 'On %s, the backend commit to disk takes {{ $value | humanizeDuration }} (p99 over %s).' % [thisMember, c.rateInterval],
             },
           },
           {
             alert: 'KubeScaleEtcdReadBandwidthHigh',
-            expr: 'etcd_cluster_member:kubescale_etcd_client_sent_bytes:rate%(rateInterval)s > %(etcdReadBytesPerSecond)g' % c,
+            expr: 'last_over_time(etcd_cluster_member:kubescale_etcd_client_sent_bytes:rate%(rateInterval)s[%(gapTolerance)s]) > %(etcdReadBytesPerSecond)g' % c,
             'for': c.etcdReadBandwidthFor,
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'An etcd member sends its clients more than the configured read bandwidth.',
-              description: 'etcd member {{ $labels.member }} of {{ $labels.etcd_cluster }} sends {{ $value | humanize }}B/s to its clients, over %g MB/s for %s. Usually full LISTs without resourceVersion or informers relisting: find the client in apiserver_request_total by verb and resource, or in the audit log.' % [c.etcdReadBytesPerSecond / 1e6, c.etcdReadBandwidthFor],
+              description: 'On %s, etcd sends {{ $value | humanize }}B/s to its clients, over %g MB/s for %s. Usually full LISTs without resourceVersion or informers relisting: find the client in apiserver_request_total by verb and resource, or in the audit log.' % [thisMember, c.etcdReadBytesPerSecond / 1e6, c.etcdReadBandwidthFor],
             },
           },
           {
@@ -144,9 +149,13 @@ local text = import '../lib/alerts.libsonnet';
             // watch etcd are a handful of the node job: TargetsDown would not notice them).
             alert: 'KubeScaleEtcdNotObserved',
             expr: |||
-              group by (%(clusterLabel)s, etcd_cluster) (last_over_time(kubescale_etcd_up{%(etcdSelector)s}[%(notObservedLookback)s]))
+              group by (%(clusterLabel)s, etcd_cluster) (
+                last_over_time(kubescale_etcd_up{%(etcdLocalSelector)s}[%(notObservedLookback)s])
+                or
+                last_over_time(kubescale_etcd_up{%(etcdRemoteSelector)s}[%(notObservedLookback)s])
+              )
               unless on (%(clusterLabel)s, etcd_cluster)
-              kubescale_etcd_up{%(etcdSelector)s} == 1
+              (kubescale_etcd_up{%(etcdLocalSelector)s} == 1 or kubescale_etcd_up{%(etcdRemoteSelector)s} == 1)
             ||| % c,
             'for': c.exporterDownFor,
             labels: { severity: c.warningSeverity },

@@ -15,12 +15,15 @@ local text = import '../lib/alerts.libsonnet';
         // reads rateInterval of each target's raw series (7,500 x 4 series, 10 samples each
         // at 30 s scrapes).
         local failing = '1 - avg_over_time(kubescale_scrape_collector_success{%(exporterSelector)s}[%(rateInterval)s]) > %(collectorFailingRatio)g' % c,
+        // A failed scrape (a timeout) reports 0 samples and no etcd series: the samples are the
+        // most scraped within gapTolerance, so a target over budget that also times out now
+        // and then does not reset the `for`.
         local overBudget = |||
-          (scrape_samples_scraped{%(nodeExporterSelector)s} unless on (%(clusterLabel)s, job, instance) kubescale_etcd_up{%(nodeExporterSelector)s}) > %(nodeSeriesBudget)d
+          (max_over_time(scrape_samples_scraped{%(nodeExporterSelector)s}[%(gapTolerance)s]) unless on (%(clusterLabel)s, job, instance) last_over_time(kubescale_etcd_up{%(nodeExporterSelector)s}[%(gapTolerance)s])) > %(nodeSeriesBudget)d
           or
-          (scrape_samples_scraped{%(nodeExporterSelector)s} and on (%(clusterLabel)s, job, instance) kubescale_etcd_up{%(nodeExporterSelector)s}) > %(etcdNodeSeriesBudget)d
+          (max_over_time(scrape_samples_scraped{%(nodeExporterSelector)s}[%(gapTolerance)s]) and on (%(clusterLabel)s, job, instance) last_over_time(kubescale_etcd_up{%(nodeExporterSelector)s}[%(gapTolerance)s])) > %(etcdNodeSeriesBudget)d
           or
-          scrape_samples_scraped{%(clusterExporterSelector)s} > %(clusterSeriesBudget)d
+          max_over_time(scrape_samples_scraped{%(clusterExporterSelector)s}[%(gapTolerance)s]) > %(clusterSeriesBudget)d
         ||| % c,
         local present(selector) = 'group by (%s) (up{%s})' % [c.clusterLabel, selector],
         name: 'kube-scale-exporter-exporter',
@@ -46,13 +49,23 @@ local text = import '../lib/alerts.libsonnet';
           },
           {
             // A target that is not even there (the cluster-mode pod Pending or evicted, the
-            // DaemonSet deleted) has no `up` series: a cluster where one of our two jobs
-            // reports and the other does not, or none of our targets at all.
+            // DaemonSet deleted, the whole install pruned) has no `up` series: a cluster where
+            // one of our two jobs reports and the other does not; a cluster that reported in
+            // the last notObservedLookback and has no target now, judged per clusterLabel value
+            // so that other clusters in one store (Thanos, Mimir, VictoriaMetrics) hide none;
+            // or none of our targets at all. The lookback reads the per-job target counts the
+            // exporter rules record, a few series per cluster, not every target's `up`.
             alert: 'KubeScaleExporterTargetMissing',
             expr: |||
               label_replace(%(node)s unless on (%(clusterLabel)s) %(cluster)s, "mode", "cluster", "", "")
               or
               label_replace(%(cluster)s unless on (%(clusterLabel)s) %(node)s, "mode", "node", "", "")
+              or
+              (
+                group by (%(clusterLabel)s) (last_over_time(cluster_job:kubescale_exporter_targets:count[%(notObservedLookback)s]))
+                unless on (%(clusterLabel)s)
+                cluster_job:kubescale_exporter_targets:count
+              )
               or
               absent(up{%(exporterSelector)s})
             ||| % (c { node: present(c.nodeExporterSelector), cluster: present(c.clusterExporterSelector) }),
@@ -60,7 +73,9 @@ local text = import '../lib/alerts.libsonnet';
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'kube-scale-exporter has no target to scrape; what it watches is unseen.',
-              description: '{{ if $labels.mode }}No {{ $labels.mode }}-mode kube-scale-exporter target exists in cluster {{ $labels.%(clusterLabel)s }} while the other mode reports: its pods are Pending, evicted or gone.{{ else }}No kube-scale-exporter target exists at all (no `up` series for %(exporterSelector)s).{{ end }}' % c,
+              description: ('{{ if $labels.mode }}No {{ $labels.mode }}-mode kube-scale-exporter target exists in cluster {{ $labels.%(clusterLabel)s }} while the other mode reports: its pods are Pending, evicted or gone.'
+                            + '{{ else if $labels.%(clusterLabel)s }}Cluster {{ $labels.%(clusterLabel)s }} reported kube-scale-exporter targets in the last %(notObservedLookback)s and has none now: its install was removed (pruned, its namespace deleted) or its scrape configuration lost.'
+                            + '{{ else }}No kube-scale-exporter target exists at all (no `up` series for %(exporterSelector)s).{{ end }}') % c,
             },
           },
           {

@@ -1,22 +1,27 @@
 // Image pulls per node: pods waiting behind a huge image, or a download that stopped moving
 // (which containerd cancels after its progress timeout, and the kubelet retries from zero).
+// Each gauge is held over gapTolerance: a lost scrape or the DaemonSet's pod restarting does
+// not reset a `for`.
+local text = import '../lib/alerts.libsonnet';
+local promql = import '../lib/promql.libsonnet';
 {
   prometheusAlerts+:: {
     groups+: [
       {
         local c = $._config,
+        local held(metric) = promql.held(metric, c.nodeExporterSelector, c.gapTolerance),
         // Queued images are only a pull-slot backlog while something downloads: with nothing
         // in progress they are pods in ImagePullBackOff or waiting for another reason.
-        local downloading = 'kubescale_image_pulls_in_progress{%(nodeExporterSelector)s} > 0' % c,
+        local downloading = held('kubescale_image_pulls_in_progress') + ' > 0',
         name: 'kube-scale-exporter-imagepull',
         rules: [
           {
             alert: 'KubeScaleImagePullBacklog',
             expr: |||
-              kubescale_image_pulls_queued{%(nodeExporterSelector)s} >= %(imagePullQueuedThreshold)d
+              %(queued)s >= %(imagePullQueuedThreshold)d
               and
               %(downloading)s
-            ||| % (c { downloading: downloading }),
+            ||| % (c { queued: held('kubescale_image_pulls_queued'), downloading: downloading }),
             'for': c.imagePullBacklogFor,
             labels: { severity: c.warningSeverity },
             annotations: {
@@ -26,7 +31,7 @@
           },
           {
             alert: 'KubeScaleImagePullStalled',
-            expr: 'kubescale_image_pull_stalled{%(nodeExporterSelector)s} > 0' % c,
+            expr: held('kubescale_image_pull_stalled') + ' > 0',
             'for': c.imagePullStalledFor,
             labels: { severity: c.warningSeverity },
             annotations: {
@@ -36,7 +41,7 @@
           },
           {
             alert: 'KubeScaleImagePullTakingTooLong',
-            expr: 'kubescale_image_pull_oldest_seconds{%(nodeExporterSelector)s} > %(imagePullOldestSeconds)d' % c,
+            expr: held('kubescale_image_pull_oldest_seconds') + ' > %(imagePullOldestSeconds)d' % c,
             'for': c.imagePullOldestFor,
             labels: { severity: c.warningSeverity },
             annotations: {
@@ -47,12 +52,12 @@
           {
             alert: 'KubeScaleImagePullsSerializedWithBacklog',
             expr: |||
-              kubescale_image_pulls_queued{%(nodeExporterSelector)s} > 0
+              %(queued)s > 0
               and
-              kubescale_kubelet_serialize_image_pulls{%(nodeExporterSelector)s} == 1
+              %(serialized)s == 1
               and
               %(downloading)s
-            ||| % (c { downloading: downloading }),
+            ||| % (c { queued: held('kubescale_image_pulls_queued'), serialized: held('kubescale_kubelet_serialize_image_pulls'), downloading: downloading }),
             'for': c.imagePullSerializedFor,
             labels: { severity: c.warningSeverity },
             annotations: {
@@ -62,7 +67,7 @@
           },
           {
             alert: 'KubeScaleImagePreloadMissing',
-            expr: 'kubescale_image_preload_missing{%(nodeExporterSelector)s} > 0' % c,
+            expr: held('kubescale_image_preload_missing') + ' > 0',
             'for': c.imagePreloadMissingFor,
             labels: { severity: c.infoSeverity },
             annotations: {
@@ -79,8 +84,12 @@
         local failed = rate('kubescale_image_pull_failures_total', ''),
         // A registry with no successful pull has no success series: count it as zero.
         local attempts = '(%s + (%s or %s * 0))' % [failed, rate('kubescale_image_pulls_succeeded_total', ''), failed],
-        // Many nodes, not one: a single node's broken disk or proxy is not the registry.
-        local manyNodes = 'max by (%s) (kubescale_image_pull_failing_nodes{%s}) >= %d' % [by, c.clusterExporterSelector, c.imagePullFailingMinNodes],
+        // Many nodes, not one: a single node's broken disk or proxy is not the registry. The
+        // gauge counts the nodes failing in the exporter's last 10 minutes, kept in its memory:
+        // a restarted exporter (OOMKilled, rescheduled) counts them again from zero, and a lost
+        // scrape leaves none. Its highest value over as long a window is what the registry did.
+        // The share above is a rate(), which survives a counter reset and a new instance label.
+        local manyNodes = 'max by (%s) (max_over_time(kubescale_image_pull_failing_nodes{%s}[%s])) >= %d' % [by, c.clusterExporterSelector, c.imagePullFailureWindow, c.imagePullFailingMinNodes],
         name: 'kube-scale-exporter-imagepull-registries',
         rules: [
           {
@@ -115,35 +124,45 @@
       },
       {
         local c = $._config,
-        // A node whose containerd pull setting differs from what most nodes of its cluster
-        // run: a node image that lost the tuning. count_values turns each node's value
-        // into a label, so it can be compared with the cluster's most common value, which
-        // must hold a majority (a fleet split in half has no "right" value to name).
-        local drift(metric, setting) =
-          local sel = '%s{%s}' % [metric, c.nodeExporterSelector];
-          local perCluster = 'count_values by (%s) ("value", %s)' % [c.clusterLabel, sel];
+        local pool = promql.poolBy(c),
+        // Nodes whose containerd pull setting differs from what most nodes of their cluster
+        // (or node pool) run: a node image that lost the tuning. A node image rolls out to a
+        // whole pool, so this is one alert per pool and setting, counting the nodes and naming
+        // a few, never one per node. The most common value must hold a majority (a fleet split
+        // in half has no "right" value to name).
+        local drift(setting) =
+          local counts = 'cluster_value:kubescale_containerd_%s:count' % setting;
           |||
             label_replace(
-              count_values without () ("value", %s)
-              unless on (%s, value)
-              topk by (%s) (1, %s)
-              and on (%s)
-              (max by (%s) (%s) / count by (%s) (%s) > 0.5),
-              "setting", "%s", "", ""
+              sum by (%(pool)s) (%(counts)s) - max by (%(pool)s) (%(counts)s) > 0
+              and on (%(pool)s)
+              max by (%(pool)s) (%(counts)s) / sum by (%(pool)s) (%(counts)s) > 0.5,
+              "setting", "%(setting)s", "", ""
             )
-          ||| % [sel, c.clusterLabel, c.clusterLabel, perCluster, c.clusterLabel, c.clusterLabel, perCluster, c.clusterLabel, sel, setting],
+          ||| % { pool: pool, counts: counts, setting: setting },
+        // The nodes off the most common value, each with its own value in `value`.
+        local differing(setting, metric) =
+          'count_values without () ("value", %s) unless on (%s, value) topk by (%s) (1, cluster_value:kubescale_containerd_%s:count)'
+          % [promql.held(metric, c.nodeExporterSelector, c.gapTolerance), pool, pool, setting],
+        local bySetting(f) =
+          '{{ if eq $labels.setting "max_concurrent_downloads" }}%s{{ else }}%s{{ end }}'
+          % [f('max_concurrent_downloads', 'kubescale_containerd_max_concurrent_downloads'), f('image_pull_progress_timeout_seconds', 'kubescale_containerd_image_pull_progress_timeout_seconds')],
+        local where = 'cluster {{ $labels.%s }}' % c.clusterLabel
+                      + (if c.nodePoolLabel == '' then '' else ' node pool {{ $labels.%s }}' % c.nodePoolLabel),
         name: 'kube-scale-exporter-containerd-settings',
         rules: [
           {
             alert: 'KubeScaleContainerdPullSettingsDiffer',
-            expr: drift('kubescale_containerd_max_concurrent_downloads', 'max_concurrent_downloads')
-                  + 'or\n'
-                  + drift('kubescale_containerd_image_pull_progress_timeout_seconds', 'image_pull_progress_timeout_seconds'),
+            expr: drift('max_concurrent_downloads') + 'or\n' + drift('image_pull_progress_timeout_seconds'),
             'for': c.containerdSettingsFor,
             labels: { severity: c.infoSeverity },
             annotations: {
-              summary: "A node's containerd pull setting differs from most nodes of its cluster.",
-              description: 'containerd on node {{ $labels.%s }} runs {{ $labels.setting }} = {{ $labels.value }}, unlike most nodes of the cluster: its node image may have lost the tuning.' % c.nodeLabel,
+              summary: 'Nodes run containerd pull settings unlike most nodes of their pool.',
+              description: ('{{ $value }} nodes of %s run containerd {{ $labels.setting }} unlike the majority, which runs ' % where)
+                           + bySetting(function(setting, metric) text.examples('cluster_value:kubescale_containerd_%s:count' % setting, pool, 'value', 1))
+                           + ': '
+                           + bySetting(function(setting, metric) text.examples(differing(setting, metric), pool, c.nodeLabel, c.alertExamples, text='{{ .Labels.%s }} ({{ .Labels.value }})' % c.nodeLabel, first=true))
+                           + '. Their node image may have lost the tuning.',
             },
           },
         ],

@@ -20,7 +20,7 @@ local text = import '../lib/alerts.libsonnet';
         local atKernelDefault = |||
           node_family:kubescale_neighbor_usage:ratio > %(neighborKernelDefaultUsage)g
           and
-          kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s} <= %(neighborKernelDefaultThresh3)d
+          last_over_time(kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s}[%(gapTolerance)s]) <= %(neighborKernelDefaultThresh3)d
         ||| % c,
         name: 'kube-scale-exporter-neighbor',
         rules: [

@@ -1,12 +1,16 @@
 // Prometheus protecting itself: at 7,500 nodes an unbudgeted series or query is what takes
 // monitoring down (OOM, then a WAL replay long enough to look like an outage). Opt-in
-// (prometheusSelfProtection): most stacks already run prometheus-mixin's alerts.
+// (prometheusSelfProtection): most stacks already run prometheus-mixin's alerts. Gauges held
+// through a `for` are read over gapTolerance: a lost self-scrape or a cAdvisor scrape timing
+// out (common on busy nodes) does not reset it.
+local promql = import '../lib/promql.libsonnet';
 {
   prometheusAlerts+:: {
     groups+: if !$._config.prometheusSelfProtection then [] else [
       {
         local c = $._config,
         local pod = '%(clusterLabel)s, namespace, pod' % c,
+        local held(metric, selector=c.prometheusSelector) = promql.held(metric, selector, c.gapTolerance),
         name: 'kube-scale-exporter-prometheus',
         rules: [
           {
@@ -16,16 +20,16 @@
             // after a restart is behind. The value is always the current count.
             alert: 'KubeScalePrometheusHeadSeriesNearBudget',
             expr: |||
-              prometheus_tsdb_head_series{%(prometheusSelector)s} > %(prometheusHeadSeriesWarning)g * %(prometheusHeadSeriesBudget)d
+              %(head)s > %(prometheusHeadSeriesWarning)g * %(prometheusHeadSeriesBudget)d
               or
               (
-                prometheus_tsdb_head_series{%(prometheusSelector)s}
+                %(head)s
                 and
                 predict_linear(max_over_time(prometheus_tsdb_head_series{%(prometheusSelector)s}[%(prometheusHeadCycle)s])[%(prometheusHeadSeriesPredictWindow)s:5m], %(prometheusHeadSeriesPredictHours)d * 3600) > %(prometheusHeadSeriesBudget)d
                 and
-                time() - process_start_time_seconds{%(prometheusSelector)s} > 3600
+                time() - %(started)s > 3600
               )
-            ||| % c,
+            ||| % (c { head: held('prometheus_tsdb_head_series'), started: held('process_start_time_seconds') }),
             'for': c.prometheusHeadSeriesFor,
             labels: { severity: c.warningSeverity },
             annotations: {
@@ -36,11 +40,11 @@
           {
             alert: 'KubeScalePrometheusMemoryNearLimit',
             expr: |||
-              max by (%s) (container_memory_working_set_bytes{%s})
+              max by (%s) (%s)
               /
-              max by (%s) (container_spec_memory_limit_bytes{%s} > 0)
+              max by (%s) (%s > 0)
               > %g
-            ||| % [pod, c.prometheusContainerSelector, pod, c.prometheusContainerSelector, c.prometheusMemoryWarning],
+            ||| % [pod, held('container_memory_working_set_bytes', c.prometheusContainerSelector), pod, held('container_spec_memory_limit_bytes', c.prometheusContainerSelector), c.prometheusMemoryWarning],
             'for': c.prometheusMemoryFor,
             labels: { severity: c.warningSeverity },
             annotations: {

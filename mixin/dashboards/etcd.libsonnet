@@ -15,7 +15,8 @@ local common = import 'common.libsonnet';
         'label_values(etcd_cluster_member:kubescale_etcd_quota_usage:ratio%s, etcd_cluster)' % common.selector([common.clusterMatcher(c)]),
         multi=true
       );
-      local byMember = '{{etcd_cluster}} {{member}}';
+      // A member by its machine first (where the runbooks start), then its etcd id.
+      local byMember = '{{etcd_cluster}} {{%s}} ({{member}})' % c.nodeLabel;
       // Performance panels come in pairs, main beside events: the etcd that suffers first is
       // the one to give a local SSD or to relieve of events. "main" is every etcd cluster but
       // the events one (etcdEventsClusterName).
@@ -43,7 +44,7 @@ local common = import 'common.libsonnet';
           g.timeseries('Fragmentation', [g.target('etcd_cluster_member:kubescale_etcd_fragmentation:ratio' + e, byMember)], 'percentunit', 'Free pages a defragmentation would give back.', [[c.etcdFragmentationRatio, 'orange']], width=8, min=0, max=1),
         ]),
         g.row('Health', [
-          g.table('Active alarms', [g.instantTarget('etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max%s > 0' % e)], [['etcd_cluster', 'etcd cluster'], ['member', 'Member'], ['alarm', 'Alarm']], width=8),
+          g.table('Active alarms', [g.instantTarget('etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max%s > 0' % e)], [['etcd_cluster', 'etcd cluster'], [c.nodeLabel, 'Node'], ['member', 'Member'], ['alarm', 'Alarm']], width=8),
           g.timeseries('Writes refused', [g.target('etcd_cluster_member:kubescale_etcd_writes_refused:rate' + r + e, byMember)], 'reqps', 'Database space exceeded (NOSPACE) or too many requests. Where the alarm list is not read (pods without the key), the sign of NOSPACE.', [[c.etcdWritesRefusedPerSecond, 'red']], width=8, min=0),
           g.stat('Leaders', [g.target('etcd_cluster:kubescale_etcd_leaders:sum' + e, '{{etcd_cluster}}')], 'short', 'Exactly one per etcd cluster.', width=8),
         ], height=6),

@@ -1,28 +1,39 @@
 // etcd capacity and performance per cluster and member. `max by` removes the exporter's
-// target labels, so several exporters (or Prometheus replicas' views) of one member collapse to one series.
-// `last_over_time` over gapTolerance bridges a scrape or two without a member's series (a
-// slow Status call), so the alerts reading these rules keep their `for`.
+// target labels, so several exporters (or Prometheus replicas' views) of one member collapse
+// to one series, and keeps the member's machine in nodeLabel: from the target of a pod beside
+// its member, from the member's name where the cluster-mode Deployment reaches it over the
+// network (config: etcdLocalSelector, etcdRemoteSelector). Every gauge is read over
+// gapTolerance, so a scrape or two without a member's series (a slow Status call, our
+// exporter restarting) leaves no hole for the alerts reading these rules to reset their `for`.
+local promql = import '../lib/promql.libsonnet';
 {
   prometheusRules+:: {
+    local c = $._config,
+    local member = '%s, etcd_cluster, member, %s' % [c.clusterLabel, c.nodeLabel],
+    // Both placements, each with its machine in nodeLabel; `read(metric, selector)` reads one.
+    local placed(metric, read) = |||
+      %s
+      or
+      label_replace(%s, "%s", "$1", "member", "(.+)")
+    ||| % [read(metric, c.etcdLocalSelector), read(metric, c.etcdRemoteSelector), c.nodeLabel],
+    local held(metric, selector) = promql.held(metric, selector, c.gapTolerance),
+    local perMember(metric, by=member, read=held) =
+      'max by (%s) (\n  %s\n)\n' % [by, std.strReplace(std.rstripChars(placed(metric, read), '\n'), '\n', '\n  ')],
     groups+: [
       {
-        local c = $._config,
-        local member = '%(clusterLabel)s, etcd_cluster, member' % c,
-        local last(metric) = 'last_over_time(%s{%s}[%s])' % [metric, c.etcdSelector, c.gapTolerance],
-        local rate(metric) = 'rate(%s{%s}[%s])' % [metric, c.etcdSelector, c.rateInterval],
         name: 'kube-scale-exporter-etcd.rules',
         rules: [
           {
             record: 'etcd_cluster_member:kubescale_etcd_db_size_bytes:max',
-            expr: 'max by (%s) (%s)' % [member, last('kubescale_etcd_db_size_bytes')],
+            expr: perMember('kubescale_etcd_db_size_bytes'),
           },
           {
             record: 'etcd_cluster_member:kubescale_etcd_quota_bytes:max',
-            expr: 'max by (%s) (%s)' % [member, last('kubescale_etcd_quota_bytes')],
+            expr: perMember('kubescale_etcd_quota_bytes'),
           },
           {
             record: 'etcd_cluster_member:kubescale_etcd_db_size_in_use_bytes:max',
-            expr: 'max by (%s) (%s)' % [member, last('kubescale_etcd_db_size_in_use_bytes')],
+            expr: perMember('kubescale_etcd_db_size_in_use_bytes'),
           },
           {
             record: 'etcd_cluster_member:kubescale_etcd_quota_usage:ratio',
@@ -59,19 +70,24 @@
           },
           {
             record: 'etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max',
-            expr: 'max by (%s, alarm) (%s)' % [member, last('kubescale_etcd_alarm_active')],
+            expr: perMember('kubescale_etcd_alarm_active', member + ', alarm'),
           },
           {
             record: 'etcd_cluster:kubescale_etcd_leaders:sum',
-            expr: |||
-              sum by (%(clusterLabel)s, etcd_cluster) (
-                max by (%(clusterLabel)s, etcd_cluster, member) (kubescale_etcd_is_leader{%(etcdSelector)s})
-              )
-            ||| % c,
+            expr: 'sum by (%s, etcd_cluster) (\n  %s\n)\n' % [c.clusterLabel, std.strReplace(std.rstripChars(perMember('kubescale_etcd_is_leader'), '\n'), '\n', '\n  ')],
           },
           {
+            // Only the pod beside the leader counts keys, every --etcd.keys-interval: after a
+            // leader change the counts move to another pod within that interval, which
+            // gapTolerance (as long) bridges.
             record: 'etcd_cluster_resource:kubescale_etcd_keys:max',
-            expr: 'max by (%(clusterLabel)s, etcd_cluster, resource) (kubescale_etcd_keys{%(etcdSelector)s})' % c,
+            expr: |||
+              max by (%(clusterLabel)s, etcd_cluster, resource) (
+                last_over_time(kubescale_etcd_keys{%(etcdLocalSelector)s}[%(gapTolerance)s])
+                or
+                last_over_time(kubescale_etcd_keys{%(etcdRemoteSelector)s}[%(gapTolerance)s])
+              )
+            ||| % c,
           },
           {
             // Key share, not byte share: counting keys needs no values read, and
@@ -83,31 +99,58 @@
               sum by (%(clusterLabel)s, etcd_cluster) (etcd_cluster_resource:kubescale_etcd_keys:max)
             ||| % c,
           },
-          // Performance per member, from each member's own /metrics. The rate is taken per
-          // exporter series, then `max by` collapses several exporters of one member; a
-          // member restart resets its counters, which rate() treats as a reset, not a drop.
+        ],
+      },
+      {
+        // Performance per member, from each member's own /metrics. The counters are etcd's,
+        // whichever pod read them, so they are collapsed first, each pod's last reading held
+        // over gapTolerance, and the rate is taken of that one counter: a pod replaced by one
+        // with a new instance label, or two pods reading one member during a rollout, leave a
+        // counter that keeps counting (where rates per pod see two parts of the window, and
+        // their max half the rate), and a hole while no pod reads the member leaves a reading
+        // before it in the window. While the hole lasts the held counter stands still, which
+        // is no drop in etcd's work: the rates are left out until a pod reads the member again,
+        // and the alerts hold their last value over the hole. A member's own restart resets
+        // its counter, which rate() treats as a reset.
+        local instant(metric, selector) = '%s{%s}' % [metric, selector],
+        local counter(record, metric, by) = { record: record, expr: perMember(metric, by) },
+        local rate(record, metric, by) = 'rate(%s[%s])\nand on (%s)\n%s' % [record, c.rateInterval, by, perMember(metric, by, instant)],
+        local le = member + ', le',
+        local fsync = 'kubescale_etcd_wal_fsync_duration_seconds_bucket',
+        local commit = 'kubescale_etcd_backend_commit_duration_seconds_bucket',
+        local sent = 'kubescale_etcd_client_sent_bytes_total',
+        local ranges = 'kubescale_etcd_range_requests_total',
+        local refused = 'kubescale_etcd_writes_refused_total',
+        local quantile(record, metric) = 'histogram_quantile(0.99,\n  %s\n)\n' % std.strReplace(std.rstripChars(rate(record, metric, le), '\n'), '\n', '\n  '),
+        name: 'kube-scale-exporter-etcd-performance.rules',
+        rules: [
+          counter('etcd_cluster_member_le:%s:max' % fsync, fsync, le),
+          counter('etcd_cluster_member_le:%s:max' % commit, commit, le),
+          counter('etcd_cluster_member:%s:max' % sent, sent, member),
+          counter('etcd_cluster_member:%s:max' % ranges, ranges, member),
+          counter('etcd_cluster_member:%s:max' % refused, refused, member),
           {
             record: 'etcd_cluster_member:kubescale_etcd_wal_fsync_duration_seconds:p99_rate%(rateInterval)s' % c,
-            expr: 'histogram_quantile(0.99, max by (%s, le) (%s))' % [member, rate('kubescale_etcd_wal_fsync_duration_seconds_bucket')],
+            expr: quantile('etcd_cluster_member_le:%s:max' % fsync, fsync),
           },
           {
             record: 'etcd_cluster_member:kubescale_etcd_backend_commit_duration_seconds:p99_rate%(rateInterval)s' % c,
-            expr: 'histogram_quantile(0.99, max by (%s, le) (%s))' % [member, rate('kubescale_etcd_backend_commit_duration_seconds_bucket')],
+            expr: quantile('etcd_cluster_member_le:%s:max' % commit, commit),
           },
           {
             // What the member sends its clients per second: the kube-apiservers' reads.
             record: 'etcd_cluster_member:kubescale_etcd_client_sent_bytes:rate%(rateInterval)s' % c,
-            expr: 'max by (%s) (%s)' % [member, rate('kubescale_etcd_client_sent_bytes_total')],
+            expr: rate('etcd_cluster_member:%s:max' % sent, sent, member),
           },
           {
             record: 'etcd_cluster_member:kubescale_etcd_range_requests:rate%(rateInterval)s' % c,
-            expr: 'max by (%s) (%s)' % [member, rate('kubescale_etcd_range_requests_total')],
+            expr: rate('etcd_cluster_member:%s:max' % ranges, ranges, member),
           },
           {
             // Writes refused for space (NOSPACE) or overload: what a pod without etcd's key
             // sees of a raised alarm.
             record: 'etcd_cluster_member:kubescale_etcd_writes_refused:rate%(rateInterval)s' % c,
-            expr: 'max by (%s) (%s)' % [member, rate('kubescale_etcd_writes_refused_total')],
+            expr: rate('etcd_cluster_member:%s:max' % refused, refused, member),
           },
         ],
       },

@@ -1,4 +1,5 @@
 // The exporter's own health per job: targets up, collectors failing, series per target.
+local promql = import '../lib/promql.libsonnet';
 {
   prometheusRules+:: {
     groups+: [
@@ -30,8 +31,11 @@
           },
           {
             // Kubernetes API watches (informers) that are down: their collectors serve stale data.
+            // Held over gapTolerance: KubeScaleKubeWatchDown holds this through its `for`, and
+            // a watch stays down across our pod's restart (it lists again only once the API
+            // answers), so neither a lost scrape nor the restart's gap is the watch coming back.
             record: 'cluster_job_resource:kubescale_kube_watches_down:sum',
-            expr: 'sum by (%s, job, resource) (%s == bool 0)' % [c.clusterLabel, both('kubescale_kube_watch_up')],
+            expr: 'sum by (%s, job, resource) (%s == bool 0)' % [c.clusterLabel, promql.held('kubescale_kube_watch_up', c.exporterSelector, c.gapTolerance)],
           },
           {
             record: 'cluster_job:kubescale_exporter_samples_scraped:max',

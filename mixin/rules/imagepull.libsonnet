@@ -1,4 +1,5 @@
 // Fleet totals of image pulls: what waits for a pull slot, what moves, what is stuck.
+local promql = import '../lib/promql.libsonnet';
 {
   prometheusRules+:: {
     groups+: [
@@ -62,6 +63,16 @@
             record: 'cluster_registry_reason:kubescale_image_pull_failures:rate%(rateInterval)s' % c,
             expr: 'max by (%(clusterLabel)s, registry, reason) (rate(kubescale_image_pull_failures_total{%(clusterExporterSelector)s}[%(rateInterval)s]))' % c,
           },
+        ] + [
+          // containerd's pull settings: how many nodes of each cluster (or node pool) run each
+          // value, which count_values puts in the `value` label. A node image ships one value
+          // to a whole pool; the settings alert compares each pool with its majority. Held over
+          // gapTolerance, so a lost scrape does not drop a node from its pool's count.
+          {
+            record: 'cluster_value:%s:count' % metric,
+            expr: 'count_values by (%s) ("value", %s)' % [promql.poolBy(c), promql.held(metric, c.nodeExporterSelector, c.gapTolerance)],
+          }
+          for metric in ['kubescale_containerd_max_concurrent_downloads', 'kubescale_containerd_image_pull_progress_timeout_seconds']
         ],
       },
     ],

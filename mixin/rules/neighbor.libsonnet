@@ -8,11 +8,13 @@
         rules: [
           {
             // GC-eligible entries are what gc_thresh3 limits (config: neighborUsageMetric).
+            // Held over gapTolerance: the near-full alerts hold this ratio through their `for`,
+            // which a lost scrape (the dump of a huge table timing out) must not reset.
             record: 'node_family:kubescale_neighbor_usage:ratio',
             expr: |||
-              %(neighborUsageMetric)s{%(nodeExporterSelector)s}
+              last_over_time(%(neighborUsageMetric)s{%(nodeExporterSelector)s}[%(gapTolerance)s])
               /
-              kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s}
+              last_over_time(kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s}[%(gapTolerance)s])
             ||| % $._config,
           },
           {

@@ -1,12 +1,21 @@
 """Checks in the spirit of mixtool lint and Grafana's dashboard linter, for our conventions."""
 
+import json
 import re
 import subprocess
 
+import _jsonnet
 import pytest
 import yaml
 
-from tests.mixin.support import REPO, alert_rules, dashboard_queries, panels, recording_rules
+from tests.mixin.support import (
+    REPO,
+    alert_rules,
+    build,
+    dashboard_queries,
+    panels,
+    recording_rules,
+)
 
 SEVERITIES = {"critical", "warning", "info"}
 RECORD_NAME = re.compile(r"^[a-z][a-z_]*:kubescale_[a-z0-9_]+:[a-z0-9_]+$")
@@ -69,6 +78,48 @@ def test_runbook_url_pattern_is_a_knob(customised):
         )
 
 
+RUNBOOK_LAYERS = """
+local mixin = import 'mixin.libsonnet';
+local runbooks = import 'lib/runbooks.libsonnet';
+// A stack's own alerts, one with its own runbook, and its own runbook for one of ours; then
+// the pass again, as a stack adding alerts mixes it in after them.
+local stack = mixin + {
+  prometheusAlerts+:: {
+    groups: [
+      g { rules: [
+        if r.alert == 'KubeScaleNeighborTableOverflow'
+        then r { annotations+: { runbook_url: 'https://wiki.example/overflow' } } else r
+        for r in g.rules
+      ] }
+      for g in super.groups
+    ] + [{ name: 'theirs', rules: [
+      { alert: 'TheirsWithRunbook', expr: 'vector(1)', annotations: { runbook_url: 'https://wiki.example/theirs' } },
+      { alert: 'TheirsWithout', expr: 'vector(1)' },
+    ] }],
+  },
+} + runbooks;
+[[r.alert, std.get(std.get(r, 'annotations', {}), 'runbook_url', null)]
+ for g in stack.prometheusAlerts.groups for r in g.rules]
+"""
+
+
+@pytest.mark.unit
+def test_runbook_links_are_added_only_where_an_alert_has_none(mixin):
+    pairs = json.loads(
+        _jsonnet.evaluate_snippet(
+            str(REPO / "mixin" / "stack.jsonnet"), RUNBOOK_LAYERS, jpathdir=[str(REPO / "mixin")]
+        )
+    )
+    urls = dict(pairs)
+    assert len(pairs) == len(alert_rules(mixin)) + 2
+    pattern = mixin["config"]["runbookURLPattern"]
+    assert urls.pop("TheirsWithRunbook") == "https://wiki.example/theirs"
+    assert urls.pop("KubeScaleNeighborTableOverflow") == "https://wiki.example/overflow"
+    assert urls.pop("TheirsWithout") == pattern % "theirswithout"
+    ours = {r["alert"] for r in alert_rules(mixin)} - {"KubeScaleNeighborTableOverflow"}
+    assert urls == {name: pattern % name.lower() for name in ours}
+
+
 def runbook_sections():
     """`## Name` headings of docs/runbooks.md with the text under each."""
     text = (REPO / "docs" / "runbooks.md").read_text()
@@ -119,7 +170,8 @@ def test_every_raw_series_is_selected_by_job(everything):
         c["nodeExporterSelector"],
         c["clusterExporterSelector"],
         c["exporterSelector"],
-        c["etcdSelector"],
+        c["etcdLocalSelector"],
+        c["etcdRemoteSelector"],
         c["prometheusSelector"],
         c["prometheusContainerSelector"],
     ]
@@ -329,9 +381,57 @@ def test_dashboards_follow_the_config(mixin):
 
 @pytest.mark.unit
 def test_every_knob_is_used_and_documented(mixin):
-    sources = [p for p in (REPO / "mixin").rglob("*sonnet") if p.name != "config.libsonnet"]
+    """Used by a rule, alert or dashboard, or by config.libsonnet to build such a knob."""
+    config = REPO / "mixin" / "config.libsonnet"
+    sources = [p for p in (REPO / "mixin").rglob("*sonnet") if p != config]
     text = "\n".join(p.read_text() for p in sources)
+    derives = config.read_text()
     docs = (REPO / "docs" / "mixin.md").read_text()
     for knob in mixin["config"]:
-        assert re.search(rf"\b{knob}\b", text), f"{knob} is not used"
+        assert re.search(rf"\b{knob}\b", text) or f"self.{knob}" in derives, f"{knob} is unused"
         assert f"`{knob}`" in docs, f"{knob} is not in docs/mixin.md"
+
+
+@pytest.mark.unit
+def test_every_knob_has_a_line_of_why():
+    """Each knob in config.libsonnet follows a comment, its own or its group's."""
+    lines = (REPO / "mixin" / "config.libsonnet").read_text().splitlines()
+    for i, line in enumerate(lines):
+        knob = re.match(r"^    (\w+): ", line)
+        if knob is None:
+            continue
+        above = next(
+            lines[j] for j in range(i - 1, -1, -1) if not re.match(r"^    \w+: ", lines[j])
+        )
+        assert above.strip().startswith("//"), f"{knob.group(1)} has no comment above it"
+
+
+@pytest.mark.unit
+def test_selectors_are_built_from_the_job_knobs():
+    """The joint selectors cannot disagree with the single ones: all come from the job names
+    and the extra matchers (a regex job matcher quotes what a job name may hold)."""
+    m = build.mixin_object(
+        {"nodeJobName": "kse.node", "clusterJobName": "kse-cluster", "exporterMatchers": 'ns="m"'}
+    )
+    c = m["config"]
+    assert c["nodeExporterSelector"] == 'job="kse.node", ns="m"'
+    assert c["clusterExporterSelector"] == 'job="kse-cluster", ns="m"'
+    assert c["exporterSelector"] == 'job=~"kse[.]node|kse-cluster", ns="m"'
+    assert (c["etcdLocalSelector"], c["etcdRemoteSelector"]) == (
+        c["nodeExporterSelector"],
+        c["clusterExporterSelector"],
+    )
+    for expr in all_exprs(m):
+        assert "kube-scale-exporter-node" not in expr and "kube-scale-exporter-cluster" not in expr
+
+
+@pytest.mark.unit
+def test_a_job_name_a_regex_would_misread_is_refused():
+    with pytest.raises(RuntimeError, match='job name "a|b": only letters'):
+        build.mixin_object({"nodeJobName": "a|b"})
+
+
+@pytest.mark.unit
+def test_the_former_etcd_selector_knob_is_refused_by_name():
+    with pytest.raises(RuntimeError, match="etcdLocalSelector and etcdRemoteSelector"):
+        build.mixin_object({"etcdSelector": 'job="etcd"'})

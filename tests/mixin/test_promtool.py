@@ -1,5 +1,7 @@
 """promtool unit tests: every alert fires and stays quiet, every recording rule is checked,
-on every Prometheus release users run (Debian's 2.42 and upstream 3.5)."""
+on every Prometheus release users run (Debian's 2.42 and upstream 3.5): the hand-written
+tests/mixin/promtool/*_test.yaml, the fleets of fleet.py and the production cases of
+production.py."""
 
 import pathlib
 import re
@@ -8,9 +10,35 @@ import subprocess
 import pytest
 import yaml
 
-from tests.mixin import fleet
+from tests.mixin import fleet, production
 from tests.mixin.support import PROMTOOL_TESTS, alert_rules, recording_rules
 from tests.mixin.support import build
+
+_built = {}
+
+
+def _mixin(config: dict | None) -> dict:
+    """The mixin with `config` and every opt-in group, built once per config."""
+    key = yaml.safe_dump(config or {})
+    if key not in _built:
+        _built[key] = build.mixin_object(dict(config or {}, prometheusSelfProtection=True))
+    return _built[key]
+
+
+def _rules(config: dict | None) -> dict:
+    m = _mixin(config)
+    return {"groups": m["rules"]["groups"] + m["alerts"]["groups"]}
+
+
+def _with_rules(test: dict, config: dict, directory: pathlib.Path) -> dict:
+    """`test` reading the rules rendered with `config` (rule files named as in rules/)."""
+    m = _mixin(config)
+    rules = directory / "rules"
+    rules.mkdir(exist_ok=True)
+    (rules / "prometheus_rules.yaml").write_text(yaml.safe_dump(m["rules"]))
+    (rules / "prometheus_alerts.yaml").write_text(yaml.safe_dump(m["alerts"]))
+    (rules / "prometheus_selfprotection_alerts.yaml").write_text(yaml.safe_dump({"groups": []}))
+    return dict(test, rule_files=[str(rules / pathlib.Path(f).name) for f in test["rule_files"]])
 
 
 @pytest.mark.unit
@@ -37,6 +65,38 @@ def test_promtool_unit_tests_pass(promtool, path):
 def test_promtool_fleet_tests_pass(promtool, name, tmp_path):
     """Fleets too large to write by hand (a 1,000-target DaemonSet rollout)."""
     _promtool_test(promtool, fleet.write(name, tmp_path))
+
+
+@pytest.fixture(scope="session")
+def production_files(tmp_path_factory):
+    """Each production case written once per session: the 2,500-node one takes a while."""
+    directory = tmp_path_factory.mktemp("production")
+    files = {}
+    for name, (story, config) in production.CASES.items():
+        test = story(_rules(config))
+        if config is not None:
+            test = _with_rules(test, config, directory)
+        files[name] = directory / name
+        files[name].write_text(yaml.safe_dump(test, sort_keys=False, width=1 << 20))
+    return files
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", sorted(production.CASES))
+def test_promtool_production_cases_pass(promtool, name, production_files):
+    """Restarts, lost scrapes, clusters sharing a store, a 2,500-node pool rolling an image."""
+    _promtool_test(promtool, production_files[name])
+
+
+@pytest.mark.integration
+def test_the_noisy_fleet_keeps_every_alert_silent(everything):
+    """noisy_test.yaml expects nothing of any alert at any of its times, while its targets
+    time out, restart and move."""
+    (test,) = production.noisy(_rules(None))["tests"]
+    cases = test["alert_rule_test"]
+    assert all(not case["exp_alerts"] for case in cases)
+    assert {case["alertname"] for case in cases} == {r["alert"] for r in alert_rules(everything)}
+    assert len({case["eval_time"] for case in cases}) >= 5
 
 
 def _loaded_tests():
@@ -104,6 +164,17 @@ BENT = {
         {"exporterDownRatio": 0.1},
         "99 kube-scale-exporter-node targets",
     ),
+    # An instant read: a window that holds the sample at the evaluation and nothing before.
+    "a lost scrape resets a `for`": (
+        "gaps_test.yaml",
+        {"gapTolerance": "1s"},
+        "KubeScaleNeighborTableNearFull",
+    ),
+    "a pruned cluster hidden by the others in the store": (
+        "clusters_test.yaml",
+        {"notObservedLookback": "1s"},
+        "Cluster dev reported",
+    ),
 }
 
 
@@ -111,18 +182,15 @@ BENT = {
 @pytest.mark.parametrize("case", sorted(BENT))
 def test_production_cases_catch_the_behaviour_they_were_written_against(promtool, case, tmp_path):
     name, config, symptom = BENT[case]
-
-    m = build.mixin_object(dict(config, prometheusSelfProtection=True))
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    (rules / "prometheus_rules.yaml").write_text(yaml.safe_dump(m["rules"]))
-    (rules / "prometheus_alerts.yaml").write_text(yaml.safe_dump(m["alerts"]))
-    (rules / "prometheus_selfprotection_alerts.yaml").write_text(yaml.safe_dump({"groups": []}))
     if name in fleet.GENERATED:
         test = fleet.GENERATED[name]()
+    elif name in production.CASES:
+        story, case_config = production.CASES[name]
+        config = dict(case_config or {}, **config)
+        test = story(_rules(config))
     else:
         test = yaml.safe_load((PROMTOOL_TESTS[0].parent / name).read_text())
-    test["rule_files"] = [str(rules / pathlib.Path(f).name) for f in test["rule_files"]]
+    test = _with_rules(test, config, tmp_path)
     path = tmp_path / name
     path.write_text(yaml.safe_dump(test, sort_keys=False))
     out = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True)
