@@ -87,6 +87,7 @@ class Story:
         self.t0 = time.monotonic()
         self.log = []  # (seconds since start, what)
         self._alert_states = {}
+        self.scrapes = []
 
     def note(self, what):
         self.log.append((round(time.monotonic() - self.t0, 1), what))
@@ -126,7 +127,22 @@ class Story:
                 self.note(f"{name} {states.get(name, 'inactive')}")
         self._alert_states = states
 
-    def wait(self, what, predicate, timeout=STEP_TIMEOUT):
+    def seen(self) -> dict:
+        """One scrape's phases, CPU reserved and preemptions, kept in `self.scrapes`: a
+        step's passing states (a Pending lasting seconds) are read back from there."""
+        got = self.scrape()
+        now = {
+            "Pending": int(got[("kubescale_balloon_pods", ("phase", "Pending"))]),
+            "Running": int(got[("kubescale_balloon_pods", ("phase", "Running"))]),
+            "cpu": got.get(
+                ("kubescale_balloon_reserved", ("resource", "cpu"), ("unit", "core")), 0
+            ),
+            "preemptions": got[("kubescale_balloon_preemptions_total",)],
+        }
+        self.scrapes.append(now)
+        return now
+
+    def wait(self, what, predicate, timeout=STEP_TIMEOUT, every=1.0):
         deadline = time.monotonic() + timeout
         while True:
             self.fleet.check_alive()
@@ -141,7 +157,7 @@ class Story:
                     f"alerts {self.alerts()}, log {self.log}\n"
                     f"cluster-autoscaler:\n{self.ca.proc.log_tail(20)}"
                 )
-            time.sleep(1.0)
+            time.sleep(every)
 
 
 def rule_files(workdir):
@@ -263,18 +279,19 @@ def test_balloons_preempted_autoscaler_adds_nodes_then_groups_at_max(story):
     # (the CPU group to its max of 4) and the balloons run again.
     workload = deployment("app", WORKLOAD_NS, 2, FILL_CPU, labels={"app": "app"}, gpu=False)
     apply(story, workload)
+    # Scraped every 0.2 s: the replacements' Pending lasts only until the nodes come.
+    story.scrapes.clear()
     preempted = story.wait(
-        "CPU balloons preempted",
-        lambda: (
-            story.series("kubescale_balloon_preemptions_total") == 2
-            and story.phases()["Pending"] == 2
-        ),
-        60,
+        "CPU balloons preempted", lambda: story.seen()["preemptions"] == 2, 60, every=0.2
     )
-    assert story.series("kubescale_balloon_reserved", resource="cpu", unit="core") == 8
     back = story.wait(
-        "balloons Running again", lambda: story.phases() == {"Pending": 0, "Running": 3}
+        "balloons Running again",
+        lambda: [story.seen()[p] for p in ("Pending", "Running")] == [0, 3],
+        every=0.2,
     )
+    # On the way: both replacements Pending at once, only the GPU balloon's 8 CPUs held.
+    assert max(seen["Pending"] for seen in story.scrapes) == 2, story.scrapes
+    assert min(seen["cpu"] for seen in story.scrapes) == 8, story.scrapes
     assert story.ca.group_size("cpu") == CPU_GROUP.max_size
     assert story.series("kubescale_balloon_reserved", resource="cpu", unit="core") == 2 * 31 + 8
     assert story.series("kubescale_balloon_pending_oldest_seconds") == 0
