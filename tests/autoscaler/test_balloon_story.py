@@ -79,6 +79,19 @@ def deployment(name, ns, replicas, requests_, *, labels, gpu, priority_class=Non
     }
 
 
+def balloons(pool, replicas, fill):
+    """The FAQ's overprovisioning Deployment for one node group: pods that fill a node."""
+    return deployment(
+        f"overprovisioning-{pool}",
+        BALLOON_NS,
+        replicas,
+        fill,
+        labels={SELECTOR[0]: SELECTOR[1], "pool": pool},
+        gpu=pool == "gpu",
+        priority_class="overprovisioning",
+    )
+
+
 class Story:
     """The cluster, the exporter and Prometheus, and what the test reads of them."""
 
@@ -236,25 +249,8 @@ def apply(story, manifest):
 
 
 def test_balloons_preempted_autoscaler_adds_nodes_then_groups_at_max(story):
-    balloon_labels = dict([SELECTOR])
-    cpu_balloons = deployment(
-        "overprovisioning-cpu",
-        BALLOON_NS,
-        2,
-        FILL_CPU,
-        labels={**balloon_labels, "pool": "cpu"},
-        gpu=False,
-        priority_class="overprovisioning",
-    )
-    gpu_balloons = deployment(
-        "overprovisioning-gpu",
-        BALLOON_NS,
-        1,
-        FILL_GPU,
-        labels={**balloon_labels, "pool": "gpu"},
-        gpu=True,
-        priority_class="overprovisioning",
-    )
+    cpu_balloons = balloons("cpu", 2, FILL_CPU)
+    gpu_balloons = balloons("gpu", 1, FILL_GPU)
 
     # 1. Balloons on an empty cluster: the autoscaler adds a node for each (2 CPU, 1 GPU).
     apply(story, cpu_balloons)
