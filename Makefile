@@ -29,7 +29,7 @@ fuzz:
 
 # ruff: lint and the format check (settings in pyproject.toml; `ruff format .` fixes the latter);
 # then pint's offline checks on the generated rule files (.pint.hcl; pint is built by
-# .ci/setup.d/48-mixin-tools.sh, and its online checks run in tests/mixin/test_live.py).
+# .ci/setup.d/49-mixin-tools.sh, and its online checks run in tests/mixin/test_live.py).
 RULE_FILES = rules/prometheus_alerts.yaml rules/prometheus_rules.yaml rules/prometheus_selfprotection_alerts.yaml
 lint:
 	ruff check .

@@ -8,7 +8,10 @@ version bump there moves the setup step, the tests and the benches together:
     kube_rbac_proxy_binary()        kube-rbac-proxy (.ci/setup.d/42-kube-rbac-proxy.sh),
                                     $KUBE_RBAC_PROXY_BIN
     kwok_binary()                   kwok (.ci/setup.d/47-kwok.sh), $KWOK_BIN
-    jb_binary()                     jsonnet-bundler (.ci/setup.d/48-mixin-tools.sh), $JB_BIN
+    cluster_autoscaler_binary()     cluster-autoscaler, kwok provider
+                                    (.ci/setup.d/48-cluster-autoscaler.sh),
+                                    $CLUSTER_AUTOSCALER_BIN
+    jb_binary()                     jsonnet-bundler (.ci/setup.d/49-mixin-tools.sh), $JB_BIN
     go_jsonnet_binary("jsonnet")    go-jsonnet's jsonnet and jsonnetfmt (the same step),
                                     $GO_JSONNET_DIR
     pint_binary()                   pint (the same step), $PINT_BIN
@@ -85,9 +88,22 @@ def kwok_binary() -> str:
     return path
 
 
+def cluster_autoscaler_version() -> str:
+    return pinned("cluster-autoscaler", "k8s.io/autoscaler/cluster-autoscaler")
+
+
+def cluster_autoscaler_binary() -> str:
+    version = cluster_autoscaler_version()
+    default = CACHE / f"cluster-autoscaler-{version}" / "cluster-autoscaler"
+    path = os.environ.get("CLUSTER_AUTOSCALER_BIN", str(default))
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/48-cluster-autoscaler.sh")
+    return path
+
+
 def _mixin_tool(path: str) -> str:
     if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/48-mixin-tools.sh")
+        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/49-mixin-tools.sh")
     return path
 
 

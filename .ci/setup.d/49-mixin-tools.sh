@@ -17,7 +17,7 @@ CACHE=/var/cache/kube-scale-exporter
 pin() { # MODDIR MODULE: the version .ci/go/MODDIR/go.mod requires of MODULE
     local v
     v="$(sed -nE "s#^(require)?[[:space:]]*$2 (v[^[:space:]]+).*#\2#p" ".ci/go/$1/go.mod")"
-    [[ -n "$v" ]] || { echo "48-mixin-tools: no $2 version in .ci/go/$1/go.mod" >&2; exit 1; }
+    [[ -n "$v" ]] || { echo "49-mixin-tools: no $2 version in .ci/go/$1/go.mod" >&2; exit 1; }
     echo "$v"
 }
 
@@ -25,7 +25,7 @@ pin() { # MODDIR MODULE: the version .ci/go/MODDIR/go.mod requires of MODULE
 build() {
     local mod=$1 version=$2 dest=$3 ldflags=$4
     shift 4
-    command -v go >/dev/null || { echo "48-mixin-tools: no go on PATH" >&2; exit 1; }
+    command -v go >/dev/null || { echo "49-mixin-tools: no go on PATH" >&2; exit 1; }
     local work start=$SECONDS
     work="$(mktemp -d /var/tmp/mixin-tools-build.XXXXXX)"
     (
