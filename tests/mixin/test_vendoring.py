@@ -189,7 +189,7 @@ def test_the_documented_stack_writes_the_same_files_with_both_jsonnets(project):
         assert json.loads(go_files[name]) == json.loads(cpp_files[name]), name
     assert "severity: critical" not in go_files["kube-scale-exporter-alerts.yaml"]
     assert "by (k8s_cluster" in go_files["kube-scale-exporter-rules.yaml"]
-    assert 'namespace=\\"monitoring\\"' in go_files["kubescale-overview.json"]
+    assert 'namespace=\\"monitoring\\"' in go_files["kubescale-node.json"]
 
 
 @pytest.mark.integration
