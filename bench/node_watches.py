@@ -13,6 +13,8 @@ with --worker). It measures:
 - the API server's RSS, Go heap and stacks (go_memstats_heap_inuse_bytes, _stack_inuse_)
   and CPU over `--window`
   seconds, with no watchers and with all of them open: the difference per watcher;
+- the same with an idle kept-alive connection per Node instead (a GET /version each):
+  how much of a watch's cost is its TLS connection;
 - a simultaneous restart of every watcher (a DaemonSet rollout at its worst: all pods at
   once): each worker stops all its informers and starts new ones, and the harness counts,
   across it, the main etcd's Range requests (etcd's grpc_server_handled_total and
@@ -76,9 +78,23 @@ def worker(kubeconfig: str, nodes: list[str]) -> None:
             inf.stop()
             inf.client.close()
 
+    idle: list = []
+
     for line in sys.stdin:
         command = line.strip()
-        if command == "open":
+        if command == "idle":
+            # A kept-alive connection per Node with nothing on it: what the connection
+            # alone costs the API server, beside what a watch on it adds.
+            idle[:] = [kube.KubeClient(config) for _ in nodes]
+            for client in idle:
+                client.get("/version")
+            reply = {"idle": len(idle)}
+        elif command == "close_idle":
+            for client in idle:
+                client.close()
+            reply = {"closed": len(idle)}
+            idle.clear()
+        elif command == "open":
             reply = open_all()
         elif command == "restart":
             t0 = time.monotonic()
@@ -261,6 +277,12 @@ def run(opts) -> dict:
         out["heap_before"], out["rss_before"] = base1.heap_mib(), base1.api_rss
 
         workers = Workers(f.kubeconfig, f.nodes, opts.procs, work)
+        workers.command("idle")
+        time.sleep(10)
+        idle = Reading(f)
+        out["heap_idle"], out["rss_idle"] = idle.heap_mib(), idle.api_rss
+        workers.command("close_idle")
+        time.sleep(10)
         t = time.monotonic()
         opened = workers.command("open")
         out["open_s"] = time.monotonic() - t
@@ -304,6 +326,7 @@ def write(opts, r):
     n = opts.nodes
     per_heap = (r["heap_after"] - r["heap_before"]) * 1024 / n
     per_rss = (r["rss_after"] - r["rss_before"]) * 1024 / n
+    per_conn = (r["heap_idle"] - r["heap_before"]) * 1024 / n
     cpu_quiet = r["quiet"]["api_cpu"] / r["quiet"]["seconds"]
     cpu_open = r["open"]["api_cpu"] / r["open"]["seconds"]
     rs, aq = r["restart"], r["after_quiet"]
@@ -326,6 +349,7 @@ def write(opts, r):
         f"| open: all {r['open_synced']} informers synced, s | {r['open_s']:.1f} |",
         f"| API server Go heap + stacks in use without / with the watches, MiB | {r['heap_before']:.0f} / {r['heap_after']:.0f} |",
         f"| **API server heap + stacks per watch, KiB** | **{per_heap:.1f}** |",
+        f"| ... of which the TLS connection alone (an idle kept-alive one per Node), KiB | {per_conn:.1f} |",
         f"| API server RSS without / with, MiB | {r['rss_before']:.0f} / {r['rss_after']:.0f} |",
         f"| API server RSS per watch, KiB | {per_rss:.1f} |",
         f"| API server CPU at rest without / with the watches, cores | {cpu_quiet:.3f} / {cpu_open:.3f} |",
