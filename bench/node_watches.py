@@ -264,11 +264,17 @@ def run(opts) -> dict:
     workers = None
     try:
         f.start()
+        t = time.monotonic()
         f.create_nodes()
+        out["nodes_created_s"] = time.monotonic() - t
         f.wait_nodes_ready(timeout=1200)
+        out["nodes_ready_s"] = time.monotonic() - t
+        t = time.monotonic()
         f.create_workload()
         f.wait_pods_running(timeout=opts.pods_timeout)
+        out["pods_s"] = time.monotonic() - t
         out["pods"] = f.running_pods()
+        out["fleet_rss"] = {name: rss_mib(proc.pid)[0] for name, proc in f.procs().items()}
         time.sleep(10)
         base0 = Reading(f)
         time.sleep(opts.window)
@@ -355,6 +361,11 @@ def write(opts, r):
         f"| API server CPU at rest without / with the watches, cores | {cpu_quiet:.3f} / {cpu_open:.3f} |",
         f"| API server CPU per watch, millicores | {(cpu_open - cpu_quiet) * 1000 / n:.4f} |",
         f"| the watchers' own RSS (all {opts.procs} processes), MiB | {r['workers_rss']:.0f} |",
+        f"| the fleet: Nodes registered / all Ready, s | {r['nodes_created_s']:.0f} / {r['nodes_ready_s']:.0f} |",
+        f"| the fleet: {r['pods']} pods created, bound and Running, s (pods/s) | {r['pods_s']:.0f} ({r['pods'] / r['pods_s']:.0f}) |",
+        "| the fleet's RSS before the watchers, MiB | "
+        + ", ".join(f"{k} {v:.0f}" for k, v in r["fleet_rss"].items())
+        + " |",
         f"| restart of all {r['restart_synced']} at once: closed in, s | {r['restart_closed_s']:.1f} |",
         f"| ... all relisted and watching again, s | {rs['seconds']:.1f} |",
         f"| ... each informer synced after (p50 / p90 / p99 / max), s | {t[0.5]:.1f} / {t[0.9]:.1f} / {t[0.99]:.1f} / {t[1.0]:.1f} |",
