@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
+import sys
 import tempfile
 import time
 
@@ -177,6 +179,9 @@ def write(opts, runs):
 
 
 def main():
+    # A SIGTERM (from timeout) unwinds like an exception, so the fleet's
+    # processes are stopped by the `finally` that started them.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="2500:25000,7500:150000", help="NODES:PODS,...")
     p.add_argument("--pods-timeout", type=float, default=900.0)

@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -389,6 +390,8 @@ def main():
         with open(sys.argv[3]) as f:
             worker(sys.argv[2], json.load(f))
         return
+    # A SIGTERM (timeout) unwinds like an exception: the fleet is stopped by its `finally`.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--nodes", type=int, default=7500)
     p.add_argument("--pods-per-node", type=int, default=2)
