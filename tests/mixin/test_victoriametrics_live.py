@@ -33,6 +33,7 @@ from tests.mixin.support import (
     victoria_metrics_binary,
     victoria_metrics_version,
 )
+from tests.mixin.test_live import Live
 from tools import demo
 
 pytestmark = pytest.mark.integration
@@ -90,27 +91,20 @@ def shard_config(cluster, shard, node_ports, cluster_port, vm_url, self_port) ->
     }
 
 
-class Store:
+class Store(Live):
+    """test_live's queries and waits, on VictoriaMetrics (it answers the same API)."""
+
     def __init__(self, vm, vmalert, shards):
-        self.vm = vm
+        self.prom = self.vm = vm
         self.vmalert = vmalert
         self.shards = shards  # {(cluster, shard): PrometheusServer}
 
     def series(self, expr) -> list[dict]:
         return [r["metric"] for r in self.vm.query(expr)]
 
-    def values(self, expr) -> dict[frozenset, float]:
-        return {frozenset(r["metric"].items()): float(r["value"][1]) for r in self.vm.query(expr)}
-
-    def wait_for(self, expr, until, timeout=90):
-        deadline = time.monotonic() + timeout
-        while True:
-            found = self.values(expr)
-            if until(found):
-                return found
-            if time.monotonic() > deadline:
-                pytest.fail(f"{expr} on VictoriaMetrics gave {found} after {timeout}s")
-            time.sleep(1)
+    def wait_for(self, expr, until=bool, timeout=90):
+        """As Live's, longer: samples pass a remote-write queue, then vmalert's."""
+        return super().wait_for(expr, until, timeout)
 
 
 def by_cluster(found, *labels):

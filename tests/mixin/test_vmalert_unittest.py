@@ -33,7 +33,7 @@ KNOWN_DIFFERENCES = {
         "prod's cluster-mode exporter is rescheduled (no series for two minutes, then a new "
         "instance): across the gap MetricsQL's rate() of the member's counter reads 75 MB/s at "
         "minute 22 where Prometheus' extrapolating rate() reads 150 MB/s, so the 15m `for` "
-        "starts again; the alert fires 7 minutes later (it is firing at minute 40 on both)"
+        "starts again at minute 23 (the alert is firing again at minute 40, on both)"
     ),
 }
 
