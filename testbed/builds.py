@@ -8,6 +8,7 @@ version bump there moves the setup step, the tests and the benches together:
     kube_rbac_proxy_binary()        kube-rbac-proxy (.ci/setup.d/42-kube-rbac-proxy.sh),
                                     $KUBE_RBAC_PROXY_BIN
     kwok_binary()                   kwok (.ci/setup.d/47-kwok.sh), $KWOK_BIN
+    helm_binary()                   Helm 3 (.ci/setup.d/48-helm.sh), $HELM_BIN
 """
 
 import functools
@@ -77,6 +78,17 @@ def kwok_binary() -> str:
     path = os.environ.get("KWOK_BIN", str(CACHE / f"kwok-{kwok_version()}" / "kwok"))
     if not os.access(path, os.X_OK):
         raise FileNotFoundError(f"{path} missing: run .ci/setup.d/47-kwok.sh")
+    return path
+
+
+def helm_version() -> str:
+    return pinned("helm", "helm.sh/helm/v3")
+
+
+def helm_binary() -> str:
+    path = os.environ.get("HELM_BIN", str(CACHE / f"helm-{helm_version()}" / "helm"))
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/48-helm.sh")
     return path
 
 
