@@ -113,6 +113,9 @@ MONITORING_SWITCHES = {
     "PrometheusRule": "prometheusRule.enabled",
 }
 MODE_SWITCHES = {"node": "node.enabled", "cluster": "cluster.enabled"}
+# The one value of the chart's own, not a component's: kube-prometheus-stack's Prometheus
+# selects ServiceMonitors and PrometheusRules by its `release` label unless told otherwise.
+EXTRA_LABELS = "monitoringLabels"
 
 
 def _component_order() -> list[str]:
@@ -269,8 +272,11 @@ def merge_order(sequences: Iterable[list]) -> list:
 
 
 def _identity(item):
-    if isinstance(item, dict) and "name" in item:
-        return ("name", item["name"])
+    """What makes a list item the same item in two renders: its name (containers, volumes,
+    env), its port (a ServiceMonitor's endpoints), else all of it (rules, args)."""
+    for key in ("name", "port"):
+        if isinstance(item, dict) and key in item:
+            return (key, item[key])
     return ("value", json.dumps(item, sort_keys=True))
 
 
@@ -437,6 +443,18 @@ def object_key(obj) -> tuple[str, str]:
     return obj["kind"], obj["metadata"]["name"]
 
 
+def with_extra_labels(body: list[str]) -> list[str]:
+    """metadata.labels plus those of the EXTRA_LABELS value."""
+    start = body.index("  labels:")
+    end = next(i for i in range(start + 1, len(body)) if not body[i].startswith("    "))
+    extra = [
+        f"    {{{{- with .Values.{EXTRA_LABELS} }}}}",
+        "    {{- toYaml . | nindent 4 }}",
+        "    {{- end }}",
+    ]
+    return body[:end] + extra + body[end:]
+
+
 def mode_of(obj) -> str | None:
     """The mode whose values change this object; None for those of neither (the metrics
     reader, the PrometheusRule), which come out of both modes' renders alike."""
@@ -482,6 +500,8 @@ def templates(substitutions: list[Substitution]) -> dict[str, str]:
             )
             guards = [g for g in guards if g]
             cond = guards[0] if len(guards) == 1 else f"and {' '.join(guards)}" if guards else None
+            if kind in MONITORING_SWITCHES:
+                body = with_extra_labels(body)
             lines = [HEADER.rstrip()]
             lines += [f"{{{{- if {cond} }}}}", *body, "{{- end }}"] if cond else body
             suffix = name.removeprefix("kube-scale-exporter").removeprefix("-")
@@ -540,6 +560,12 @@ def values(found: dict) -> list[Value]:
         Value(
             "prometheusRule.enabled", monitoring, "the mixin's rules and alerts as a PrometheusRule"
         ),
+        Value(
+            EXTRA_LABELS,
+            {},
+            "labels added to the ServiceMonitors and the PrometheusRule, e.g. `release: "
+            "kube-prometheus-stack`, what that chart's Prometheus selects by default",
+        ),
     ]
 
 
@@ -588,6 +614,9 @@ def schema(vals: list[Value]) -> dict:
     def leaf(v):
         if v.enum:
             return {"enum": list(v.enum), "description": v.help}
+        if isinstance(v.default, dict):
+            strings = {"type": "string"}
+            return {"type": "object", "additionalProperties": strings, "description": v.help}
         kind = {bool: "boolean", str: "string"}[type(v.default)]
         return {
             "type": kind,

@@ -142,6 +142,18 @@ def test_the_image_and_balloon_selector_come_from_values():
     assert "--balloon.selector=app=balloon" in cluster["args"]
 
 
+def test_monitoring_labels_go_on_the_monitoring_objects_only():
+    labels = {"release": "kube-prometheus-stack"}
+    objs = helm.template({helm_chart.EXTRA_LABELS: labels})
+    for obj in objs:
+        mine = obj["metadata"]["labels"]
+        if obj["kind"] in ("ServiceMonitor", "PrometheusRule"):
+            assert mine == {**mine, **labels} and "app.kubernetes.io/name" in mine
+        else:
+            assert "release" not in mine, obj["metadata"]["name"]
+    assert canonical(helm.template({helm_chart.EXTRA_LABELS: {}})) == canonical(helm.template({}))
+
+
 def test_helm_lint_is_clean():
     out = helm.helm("lint", "--strict", str(helm.CHART))
     assert "0 chart(s) failed" in out.stdout
@@ -161,6 +173,7 @@ def test_helm_lint_is_clean():
         ({"collectors": {"imagepull": True}}, "imagepull"),
         ({"image": {"tag": 1.0}}, "tag"),
         ({"webConfig": {"secretName": ""}}, "secretName"),
+        ({"monitoringLabels": {"release": 1}}, "release"),
     ],
 )
 def test_an_unknown_key_or_wrong_type_fails_naming_it(values, named):
@@ -182,14 +195,14 @@ def test_values_yaml_schema_and_docs_name_the_same_values():
 
     def leaves(node, prefix=""):
         for k, v in node.items():
-            if isinstance(v, dict):
+            if isinstance(v, dict) and v:
                 yield from leaves(v, f"{prefix}{k}.")
             else:
                 yield f"{prefix}{k}"
 
     def schema_leaves(node, prefix=""):
         for k, v in node["properties"].items():
-            if v.get("type") == "object":
+            if "properties" in v:
                 assert v["additionalProperties"] is False, k
                 yield from schema_leaves(v, f"{prefix}{k}.")
             else:
