@@ -3,22 +3,17 @@ kube-prometheus-stack users install exporters. Its default values (the default i
 deploy/, which the chart is generated from) bring up both modes; the metrics reader it
 adds lets a ServiceAccount's token scrape each pod's /metrics through --web.kube-rbac;
 `helm uninstall` leaves none of its objects behind.
-
-The chart's ClusterRoles have the kustomize install's names, so the kustomize install (if
-the session's `deployed` put it there) is taken down first, all but its Namespace (the
-stand-in Prometheus account lives there), and put back after.
 """
 
 import time
 
 import pytest
 import requests
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from testbed import helm, operator
 
-from .conftest import NS, REPO, TIMINGS, wait_exporters_ready, wait_for
+from .conftest import TIMINGS, wait_for
 
 HELM_NS = "kse-e2e-helm"
 RELEASE = "kse"
@@ -49,29 +44,18 @@ def ours(kube):
     return found
 
 
-def kustomize_objects(kube):
-    rendered = kube.kubectl("kustomize", str(REPO / "deploy"))
-    return [o for o in yaml.safe_load_all(rendered) if o and o["kind"] != "Namespace"]
-
-
 @pytest.fixture(scope="module")
-def without_the_kustomize_install(kube, cluster):
-    objs = kustomize_objects(kube)
-    present = bool(
-        kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=SELECTOR)["items"]
-        if kube.s.get(f"{kube.server}/api/v1/namespaces/{NS}", timeout=10).ok
-        else []
-    )
-    if present:
-        cluster.kubectl(
-            "delete", "--wait=true", "--ignore-not-found", "-f", "-", input=yaml.safe_dump_all(objs)
-        )
-    else:
-        operator.apply_crds(cluster.kubeconfig)
-    yield
-    if present:
-        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objs))
-        wait_exporters_ready(kube)
+def with_crds(kube, cluster):
+    """The pinned operator release's CRDs (as `deployed` applies them; idempotent), and no
+    kube-scale-exporter object in the cluster: the chart's ClusterRoles have the kustomize
+    install's names, which test_7_rollout.py has deleted by now."""
+    operator.apply_crds(cluster.kubeconfig)
+    left = [
+        o["metadata"]["name"]
+        for path in CLUSTER_SCOPED
+        for o in kube.get(path, labelSelector=SELECTOR)["items"]
+    ]
+    assert left == [], f"a kustomize install is still there: {left}"
 
 
 def reader_token(kube):
@@ -125,7 +109,7 @@ def collector_success(text):
 
 
 def test_helm_install_runs_both_modes_scraped_and_uninstall_leaves_nothing(
-    kube, cluster, without_the_kustomize_install
+    kube, cluster, with_crds
 ):
     kc = cluster.kubeconfig
     t = time.monotonic()

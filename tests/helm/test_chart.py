@@ -5,24 +5,15 @@ values file with a key or type it does not know, naming it."""
 
 import itertools
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import yaml
 
 from testbed import helm
 from testbed.kustomize import render
 from tests.deploy.test_least_privilege import escalations
-from tests.deploy.test_manifests import (
-    by_kind,
-    declared_rules,
-    merged,
-    pods,
-    role_of,
-    test_every_pod_is_locked_down,
-    test_rbac_is_read_only_and_never_secrets_or_node_proxy,
-)
+from tests.deploy import test_manifests as kustomize_checks
+from tests.deploy.test_manifests import by_kind, declared_rules, merged, pods, role_of
 from tools import helm_chart
 
 pytestmark = pytest.mark.integration
@@ -93,7 +84,7 @@ def test_rbac_is_what_the_collectors_declare(chart_renders, combo):
         for name, pod in pods(objs).items():
             if pod["serviceAccountName"] == account:
                 assert pod["automountServiceAccountToken"] is bool(granted), name
-    test_rbac_is_read_only_and_never_secrets_or_node_proxy({combo: objs}, combo)
+    kustomize_checks.test_rbac_is_read_only_and_never_secrets_or_node_proxy({combo: objs}, combo)
 
 
 @pytest.mark.parametrize("combo", [combo_id(c) for c in COMBOS])
@@ -107,7 +98,7 @@ def test_only_the_opt_in_values_give_a_pod_root_on_its_node(chart_renders, combo
         assert bool(escalations(pod)) is opt_in, (name, escalations(pod))
     # The kustomize test's own check: locked down, non-root but etcd-node-full's pod.
     install = "base+etcd-node-full" if "etcdNode=full" in combo else "default"
-    test_every_pod_is_locked_down({install: objs}, install)
+    kustomize_checks.test_every_pod_is_locked_down({install: objs}, install)
 
 
 def component(obj):
@@ -181,49 +172,3 @@ def test_an_unknown_key_or_wrong_type_fails_naming_it(values, named):
     assert result.returncode != 0 and result.stdout == ""
     assert "values don't meet the specifications of the schema" in result.stderr
     assert named in result.stderr, result.stderr
-
-
-# --- one source ---------------------------------------------------------------------------------
-
-
-@pytest.mark.unit
-def test_values_yaml_schema_and_docs_name_the_same_values():
-    with open(helm.CHART / "values.yaml") as f:
-        values = yaml.safe_load(f)
-    with open(helm.CHART / "values.schema.json") as f:
-        schema = json.load(f)
-
-    def leaves(node, prefix=""):
-        for k, v in node.items():
-            if isinstance(v, dict) and v:
-                yield from leaves(v, f"{prefix}{k}.")
-            else:
-                yield f"{prefix}{k}"
-
-    def schema_leaves(node, prefix=""):
-        for k, v in node["properties"].items():
-            if "properties" in v:
-                assert v["additionalProperties"] is False, k
-                yield from schema_leaves(v, f"{prefix}{k}.")
-            else:
-                yield f"{prefix}{k}"
-
-    with open(helm_chart.DOCS) as f:
-        docs = f.read()
-    in_docs = [
-        line.split("`")[1]
-        for line in docs[
-            docs.index(helm_chart.DOCS_BEGIN) : docs.index(helm_chart.DOCS_END)
-        ].splitlines()
-        if line.startswith("| `")
-    ]
-    assert schema["additionalProperties"] is False
-    assert list(leaves(values)) == list(schema_leaves(schema)) == in_docs
-    assert {c.path for c in helm_chart.CHOICES} <= set(in_docs)
-
-
-@pytest.mark.unit
-def test_every_template_is_generated():
-    for name in os.listdir(helm.CHART / "templates"):
-        with open(helm.CHART / "templates" / name) as f:
-            assert f.readline() == helm_chart.HEADER, name
