@@ -51,11 +51,16 @@ def kube_binary(name: str) -> str:
     return str(path)
 
 
-def etcd36_binary() -> str:
-    path = os.environ.get("ETCD36_BIN", str(CACHE / f"etcd-{etcd36_version()}" / "etcd"))
+def cached_binary(env: str, default: pathlib.Path, setup: str) -> str:
+    """$ENV, else where the setup step caches it; missing, the error names the step."""
+    path = os.environ.get(env, str(default))
     if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/26-etcd36.sh")
+        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/{setup}")
     return path
+
+
+def etcd36_binary() -> str:
+    return cached_binary("ETCD36_BIN", CACHE / f"etcd-{etcd36_version()}" / "etcd", "26-etcd36.sh")
 
 
 def kube_rbac_proxy_version() -> str:
@@ -64,10 +69,7 @@ def kube_rbac_proxy_version() -> str:
 
 def kube_rbac_proxy_binary() -> str:
     default = CACHE / f"kube-rbac-proxy-{kube_rbac_proxy_version()}" / "kube-rbac-proxy"
-    path = os.environ.get("KUBE_RBAC_PROXY_BIN", str(default))
-    if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/42-kube-rbac-proxy.sh")
-    return path
+    return cached_binary("KUBE_RBAC_PROXY_BIN", default, "42-kube-rbac-proxy.sh")
 
 
 def kwok_version() -> str:
@@ -75,10 +77,7 @@ def kwok_version() -> str:
 
 
 def kwok_binary() -> str:
-    path = os.environ.get("KWOK_BIN", str(CACHE / f"kwok-{kwok_version()}" / "kwok"))
-    if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/47-kwok.sh")
-    return path
+    return cached_binary("KWOK_BIN", CACHE / f"kwok-{kwok_version()}" / "kwok", "47-kwok.sh")
 
 
 def helm_version() -> str:
@@ -86,10 +85,7 @@ def helm_version() -> str:
 
 
 def helm_binary() -> str:
-    path = os.environ.get("HELM_BIN", str(CACHE / f"helm-{helm_version()}" / "helm"))
-    if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/48-helm.sh")
-    return path
+    return cached_binary("HELM_BIN", CACHE / f"helm-{helm_version()}" / "helm", "48-helm.sh")
 
 
 def version_line(binary: str) -> str:

@@ -9,6 +9,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def differing(files: dict[Path, str], source: str) -> list[str]:
+    """Each generated file that is missing or differs from what `source` renders."""
+    problems = []
+    for path, content in files.items():
+        if not path.exists():
+            problems.append(f"{path.relative_to(REPO)}: missing")
+        elif path.read_text() != content:
+            problems.append(f"{path.relative_to(REPO)}: differs from {source}")
+    return problems
+
+
 def main(
     description: str,
     render: Callable[[], dict[Path, str]],

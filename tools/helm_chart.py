@@ -680,12 +680,7 @@ def render() -> dict[Path, str]:
 
 
 def drift(files: dict[Path, str]) -> list[str]:
-    problems = []
-    for path, content in files.items():
-        if not path.exists():
-            problems.append(f"{path.relative_to(REPO)}: missing")
-        elif path.read_text() != content:
-            problems.append(f"{path.relative_to(REPO)}: differs from what deploy/ renders")
+    problems = generated.differing(files, "what deploy/ renders")
     on_disk = {p for p in CHART.rglob("*") if p.is_file()}
     for path in sorted(on_disk - set(files)):
         problems.append(f"{path.relative_to(REPO)}: not generated")
