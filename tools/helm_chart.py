@@ -680,7 +680,7 @@ def render() -> dict[Path, str]:
 
 
 def drift(files: dict[Path, str]) -> list[str]:
-    problems = generated.differing(files, "what deploy/ renders")
+    problems = generated.differing(files, "what deploy/ renders", REPO)
     on_disk = {p for p in CHART.rglob("*") if p.is_file()}
     for path in sorted(on_disk - set(files)):
         problems.append(f"{path.relative_to(REPO)}: not generated")

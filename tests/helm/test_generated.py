@@ -52,3 +52,19 @@ def test_every_template_is_generated():
     for name in os.listdir(CHART / "templates"):
         with open(CHART / "templates" / name) as f:
             assert f.readline() == helm_chart.HEADER, name
+
+
+def test_the_drift_check_names_edited_missing_and_stray_chart_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(helm_chart, "REPO", tmp_path)
+    monkeypatch.setattr(helm_chart, "CHART", tmp_path / "chart")
+    kept, edited, missing = (tmp_path / "chart" / n for n in ("Chart.yaml", "a.yaml", "b.yaml"))
+    files = {kept: "name: x\n", edited: "kind: A\n", missing: "kind: B\n"}
+    kept.parent.mkdir()
+    kept.write_text(files[kept])
+    edited.write_text("kind: A, by hand\n")
+    (tmp_path / "chart" / "stray.yaml").write_text("kind: C\n")
+    assert helm_chart.drift(files) == [
+        "chart/a.yaml: differs from what deploy/ renders",
+        "chart/b.yaml: missing",
+        "chart/stray.yaml: not generated",
+    ]
