@@ -48,7 +48,7 @@ class Choice:
     """A chart value that picks components: each of its values names the components it adds."""
 
     path: str  # dotted, under .Values
-    mode: str  # "node" or "cluster": whose objects it changes
+    mode: str  # "node", "cluster" or "both": whose objects it changes
     components: dict  # value -> tuple of component names
     help: str
 
