@@ -101,11 +101,16 @@ def cluster_autoscaler_binary() -> str:
     return cached_binary("CLUSTER_AUTOSCALER_BIN", default, "48-cluster-autoscaler.sh")
 
 
-def version_line(binary: str) -> str:
-    """What `binary --version` prints first (for test headers and bench reports)."""
+def version_line(binary: str, *ask: str) -> str:
+    """What `binary --version` (or `binary ASK...`) prints first (for test headers and bench
+    reports)."""
     try:
         out = subprocess.run(
-            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+            [binary, *(ask or ("--version",))],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         )
     except OSError as e:
         return f"{binary}: {e.strerror}"
