@@ -40,17 +40,26 @@ lint:
 
 # Regenerate committed files: the series budgets where jsonnet and YAML read them
 # (mixin/budgets.libsonnet, deploy/'s sample limits), then rules YAML and dashboards JSON
-# from the mixin's jsonnet. The rest of deploy/ is written by hand.
+# from the mixin's jsonnet, then the Helm chart (charts/kube-scale-exporter, and its
+# values table in docs/deploy.md) from what kustomize renders of deploy/. The rest of
+# deploy/ is written by hand.
 generate:
 	$(PYTHON) -m tools.budget_files
 	$(PYTHON) -m tools.build_mixin
+	$(PYTHON) -m tools.helm_chart
 
 # Fail, naming the files, when a committed generated file differs from its source, or
 # when a kustomization in deploy/ (or the base with one component) does not render.
 check-generated: deploy-check
 	$(PYTHON) -m tools.budget_files --check
 	$(PYTHON) -m tools.build_mixin --check
+	$(PYTHON) -m tools.helm_chart --check
 	jsonnetfmt --test $(MIXIN_SOURCES)
+	@test -x "$(HELM)" || { echo "check-generated: no $(HELM); run .ci/setup.d/48-helm.sh" >&2; exit 1; }
+	$(HELM) lint --strict --quiet charts/kube-scale-exporter
+
+# The Helm of .ci/go/helm/go.mod's pin, where .ci/setup.d/48-helm.sh builds it.
+HELM ?= /var/cache/kube-scale-exporter/helm-$(shell sed -nE 's/^[[:space:]]*helm.sh\/helm\/v3 (v[0-9.]+).*/\1/p' .ci/go/helm/go.mod)/helm
 
 # A kubectl whose kustomize knows Components, looked for as tests/deploy does
 # (.ci/setup.d/45-deploy.sh provides one).
@@ -87,7 +96,7 @@ bench:
 # discovery and produces each failure the alerts are for; takes the cluster down and checks
 # the host is as before. Parts are built once and cached (.ci/setup.d/26-etcd36.sh,
 # 40-kubernetes.sh, 46-e2e.sh); see docs/deploy.md "Tested end to end".
-E2E_SETUP = .ci/setup.d/26-etcd36.sh .ci/setup.d/40-kubernetes.sh .ci/setup.d/44-prometheus-operator.sh .ci/setup.d/45-deploy.sh .ci/setup.d/46-e2e.sh .ci/setup.d/51-containerd-sid.sh
+E2E_SETUP = .ci/setup.d/26-etcd36.sh .ci/setup.d/40-kubernetes.sh .ci/setup.d/44-prometheus-operator.sh .ci/setup.d/45-deploy.sh .ci/setup.d/46-e2e.sh .ci/setup.d/48-helm.sh .ci/setup.d/51-containerd-sid.sh
 e2e:
 	for s in $(E2E_SETUP); do bash $$s || exit 1; done
 	KSE_E2E=1 $(PYTHON) -m pytest tests/e2e -v -p no:cacheprovider

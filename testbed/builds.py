@@ -11,6 +11,7 @@ version bump there moves the setup step, the tests and the benches together:
     cluster_autoscaler_binary()     cluster-autoscaler, kwok provider
                                     (.ci/setup.d/48-cluster-autoscaler.sh),
                                     $CLUSTER_AUTOSCALER_BIN
+    helm_binary()                   Helm 3 (.ci/setup.d/48-helm.sh), $HELM_BIN
     jb_binary()                     jsonnet-bundler (.ci/setup.d/49-mixin-tools.sh), $JB_BIN
     go_jsonnet_binary("jsonnet")    go-jsonnet's jsonnet and jsonnetfmt (the same step),
                                     $GO_JSONNET_DIR
@@ -58,11 +59,16 @@ def kube_binary(name: str) -> str:
     return str(path)
 
 
-def etcd36_binary() -> str:
-    path = os.environ.get("ETCD36_BIN", str(CACHE / f"etcd-{etcd36_version()}" / "etcd"))
+def cached_binary(env: str, default: pathlib.Path, setup: str) -> str:
+    """$ENV, else where the setup step caches it; missing, the error names the step."""
+    path = os.environ.get(env, str(default))
     if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/26-etcd36.sh")
+        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/{setup}")
     return path
+
+
+def etcd36_binary() -> str:
+    return cached_binary("ETCD36_BIN", CACHE / f"etcd-{etcd36_version()}" / "etcd", "26-etcd36.sh")
 
 
 def kube_rbac_proxy_version() -> str:
@@ -71,10 +77,7 @@ def kube_rbac_proxy_version() -> str:
 
 def kube_rbac_proxy_binary() -> str:
     default = CACHE / f"kube-rbac-proxy-{kube_rbac_proxy_version()}" / "kube-rbac-proxy"
-    path = os.environ.get("KUBE_RBAC_PROXY_BIN", str(default))
-    if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/42-kube-rbac-proxy.sh")
-    return path
+    return cached_binary("KUBE_RBAC_PROXY_BIN", default, "42-kube-rbac-proxy.sh")
 
 
 def kwok_version() -> str:
@@ -82,10 +85,15 @@ def kwok_version() -> str:
 
 
 def kwok_binary() -> str:
-    path = os.environ.get("KWOK_BIN", str(CACHE / f"kwok-{kwok_version()}" / "kwok"))
-    if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/47-kwok.sh")
-    return path
+    return cached_binary("KWOK_BIN", CACHE / f"kwok-{kwok_version()}" / "kwok", "47-kwok.sh")
+
+
+def helm_version() -> str:
+    return pinned("helm", "helm.sh/helm/v3")
+
+
+def helm_binary() -> str:
+    return cached_binary("HELM_BIN", CACHE / f"helm-{helm_version()}" / "helm", "48-helm.sh")
 
 
 def cluster_autoscaler_version() -> str:
@@ -95,10 +103,7 @@ def cluster_autoscaler_version() -> str:
 def cluster_autoscaler_binary() -> str:
     version = cluster_autoscaler_version()
     default = CACHE / f"cluster-autoscaler-{version}" / "cluster-autoscaler"
-    path = os.environ.get("CLUSTER_AUTOSCALER_BIN", str(default))
-    if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/48-cluster-autoscaler.sh")
-    return path
+    return cached_binary("CLUSTER_AUTOSCALER_BIN", default, "48-cluster-autoscaler.sh")
 
 
 def _mixin_tool(path: str) -> str:
@@ -135,11 +140,16 @@ def pint_binary() -> str:
     return _mixin_tool(os.environ.get("PINT_BIN", str(default)))
 
 
-def version_line(binary: str) -> str:
-    """What `binary --version` prints first (for test headers and bench reports)."""
+def version_line(binary: str, *ask: str) -> str:
+    """What `binary --version` (or `binary ASK...`) prints first (for test headers and bench
+    reports)."""
     try:
         out = subprocess.run(
-            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+            [binary, *(ask or ("--version",))],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         )
     except OSError as e:
         return f"{binary}: {e.strerror}"

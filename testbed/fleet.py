@@ -480,7 +480,9 @@ class Fleet:
         )
 
     def wait_nodes_ready(self, timeout=600.0):
-        self._wait(lambda: self.ready_nodes() >= self.size.nodes, "Nodes Ready", timeout)
+        # Each poll reads every Node (~3 KiB each): less often the more there are.
+        every = max(0.5, self.size.nodes / 1000)
+        self._wait(lambda: self.ready_nodes() >= self.size.nodes, "Nodes Ready", timeout, every)
 
     def create_workload(self):
         """The Deployments of size.pods CPU pods and size.gpu_pods GPU pods."""

@@ -72,13 +72,14 @@ def _unit_tests_start_no_process(request, monkeypatch):
 def pytest_report_header(config):
     """The versions this run's real components are, as each binary reports itself."""
     lines = []
-    for what, find in (
+    for what, find, *ask in (
         ("kubernetes", lambda: builds.kube_binary("kube-apiserver")),
         ("kwok", builds.kwok_binary),
+        ("helm", builds.helm_binary, "version", "--short"),
         *((f"etcd {v}", lambda v=v: etcd_server.etcd_binary(v)) for v in etcd_server.VERSIONS),
     ):
         try:
-            lines.append(f"{what}: {builds.version_line(find())}")
+            lines.append(f"{what}: {builds.version_line(find(), *ask)}")
         except (FileNotFoundError, ImportError) as e:
             lines.append(f"{what}: not installed ({e})")
     # No --version flag: the pin it was built from (48-cluster-autoscaler.sh stamps it).

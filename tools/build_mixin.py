@@ -112,12 +112,7 @@ def render() -> dict[pathlib.Path, str]:
 
 def drift(files: dict[pathlib.Path, str]) -> list[str]:
     """Generated files that differ from disk, are missing, or are on disk but no longer generated."""
-    problems = []
-    for path, content in files.items():
-        if not path.exists():
-            problems.append(f"{path.relative_to(REPO)}: missing")
-        elif path.read_text() != content:
-            problems.append(f"{path.relative_to(REPO)}: differs from the jsonnet")
+    problems = generated.differing(files, "the jsonnet", REPO)
     # rules/kustomization.yaml is written by hand (deploy/ includes rules/ through it).
     on_disk = {p for p in GENERATED.glob("*.yaml") if p.name != "kustomization.yaml"}
     on_disk |= set(DASHBOARDS.glob("*.json"))

@@ -9,6 +9,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def differing(files: dict[Path, str], source: str, root: Path = REPO) -> list[str]:
+    """Each generated file that is missing or differs from what `source` renders, named
+    relative to `root`."""
+    problems = []
+    for path, content in files.items():
+        if not path.exists():
+            problems.append(f"{path.relative_to(root)}: missing")
+        elif path.read_text() != content:
+            problems.append(f"{path.relative_to(root)}: differs from {source}")
+    return problems
+
+
 def main(
     description: str,
     render: Callable[[], dict[Path, str]],

@@ -34,6 +34,11 @@ PAGE_SIZE = 500
 QUICK_CLOSE_SECONDS = 0.5
 
 
+# Node mode: after a 410 every node's informer relists, and a cause that hits one hits
+# all (an API server restart whose new watch cache starts past their resourceVersions):
+# each waits a random part of this first, so 7,500 lists arrive over seconds, not at once.
+NODE_RELIST_JITTER_SECONDS = 10.0
+
 # API errors in a row (no watch opened between them) after which the informer stops
 # resuming from its resourceVersion and relists.
 REFUSALS_BEFORE_RELIST = 3
@@ -47,7 +52,9 @@ class Informer:
     event). After a relist the differences against the old cache are delivered the same
     way, so a deletion missed during a gap is still seen (with the last state cached).
     Objects are shared between the cache, handlers and readers: treat them as read-only.
-    `transform(obj) -> obj` may shrink objects before they are stored.
+    `transform(obj) -> obj` may shrink objects before they are stored. After a 410 the
+    relist waits a uniform random time in [0, relist_jitter) seconds (`rand` draws it);
+    the cache keeps serving what it holds meanwhile.
     """
 
     def __init__(
@@ -67,6 +74,8 @@ class Informer:
         backoff=None,
         watch_timeout=WATCH_TIMEOUT_SECONDS,
         read_timeout=WATCH_READ_TIMEOUT,
+        relist_jitter=0.0,
+        rand=random.random,
     ):
         self.client = client
         self.resource = resource
@@ -83,6 +92,8 @@ class Informer:
         self.backoff = backoff or Backoff()
         self.watch_timeout = watch_timeout
         self.read_timeout = read_timeout
+        self.relist_jitter = relist_jitter
+        self._rand = rand
         self._on_add, self._on_update, self._on_delete = on_add, on_update, on_delete
         self._transform = transform or strip_managed_fields
 
@@ -148,8 +159,12 @@ class Informer:
                     self.backoff.reset()
                 self._watch_once()
             except Gone:
-                log.info("%s: resourceVersion %s is gone; relisting", self.path, self._rv)
+                delay = self.relist_jitter * self._rand()
+                log.info(
+                    "%s: resourceVersion %s is gone; relisting in %.1fs", self.path, self._rv, delay
+                )
                 self._rv = None
+                self._stop.wait(delay)
             except Exception as e:  # the thread must outlive any error
                 if self._stop.is_set():
                     return
@@ -295,10 +310,13 @@ def for_node(client, resource, node_name, **kw) -> Informer:
     """Node mode: only objects on `node_name`, selected on the server by spec.nodeName.
 
     One list from the API server's watch cache, then one watch held open and resumed from
-    bookmarks: no periodic relists, so thousands of nodes cost the API server little.
+    bookmarks: no periodic relists, so thousands of nodes cost the API server little. A
+    relist after a 410 waits up to NODE_RELIST_JITTER_SECONDS (random), spreading a
+    fleet's relists.
     """
     if not node_name:
         raise ValueError("node mode needs a node name (--kube.node-name or NODE_NAME)")
+    kw.setdefault("relist_jitter", NODE_RELIST_JITTER_SECONDS)
     return Informer(
         client, resource, field_selector=f"spec.nodeName={node_name}", list_from_cache=True, **kw
     )

@@ -10,10 +10,12 @@
           {
             // Headroom is back only once balloons have stayed Running for the whole window: a
             // replacement balloon that runs for a minute and is preempted again, in a burst,
-            // does not clear (or restart) the alert.
+            // does not clear (or restart) the alert. Pending is read now, not over the window:
+            // balloons all Running again (none Pending) clear it at once, and an outage that
+            // ended before the `for` ran out never fires.
             alert: 'KubeScaleBalloonHeadroomExhausted',
             expr: |||
-              max by (%(clusterLabel)s) (max_over_time(cluster_phase:kubescale_balloon_pods:max{phase="Pending"}[%(balloonExhaustedFor)s])) > 0
+              max by (%(clusterLabel)s) (cluster_phase:kubescale_balloon_pods:max{phase="Pending"}) > 0
               unless on (%(clusterLabel)s)
               min by (%(clusterLabel)s) (min_over_time(cluster_phase:kubescale_balloon_pods:max{phase="Running"}[%(balloonExhaustedFor)s])) > 0
             ||| % c,
@@ -21,7 +23,7 @@
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'Every balloon has been preempted: no warm headroom is left.',
-              description: 'No balloon has stayed Running through the last %(balloonExhaustedFor)s and up to {{ $value }} were Pending in that time; new pods wait for cluster-autoscaler.' % c,
+              description: 'No balloon has stayed Running through the last %(balloonExhaustedFor)s and {{ $value }} are Pending; new pods wait for cluster-autoscaler.' % c,
             },
           },
           {

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kube_scale_exporter import kube
+from kube_scale_exporter.kube import informer
 from kube_scale_exporter.kube.backoff import Backoff
 from testbed.faultproxy import FaultProxy
 from testbed.kube_apiserver import etcd_compact, pod_manifest
@@ -169,6 +170,43 @@ def test_relists_after_410_gone_and_delivers_missed_deletions(
     api.admin.create(f"/api/v1/namespaces/{ns}/pods", pod_manifest("after"))
     assert wait_until(lambda: names(inf) == ["after", "p1", "p2"], 10)
     assert inf.health().up and inf.health().relists == 1
+
+
+@pytest.mark.integration
+def test_node_mode_relist_after_410_waits_its_jitter(fresh_apiserver, make_client, informers):
+    """A 410 for every node's informer at once (here: one) must not relist at once: the
+    relist waits its random share of the jitter, the cache serving what it held."""
+    api = fresh_apiserver(watch_cache=False)  # its watches read etcd: compaction bites
+    other = fresh_apiserver(etcd=api.etcd)
+    node = "jitter-node"
+    ns = "jitter"
+    api.admin.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+    create_pods(api, ns, 2, node=node)
+    # The draw at its top: the relist comes 8 s after the 410 (which can come while
+    # api.start() still waits for readiness).
+    inf = informers(
+        kube.for_node(
+            make_client(api), kube.PODS, node, relist_jitter=8.0, rand=lambda: 1.0, **FAST
+        )
+    )
+    assert inf.wait_synced(10)
+    assert inf.relist_jitter == 8.0
+    api.stop()
+    other.admin.delete(f"/api/v1/namespaces/{ns}/pods/p0")
+    etcd_compact(api.etcd.client_url)
+    api.start()
+    # Resuming gives 410 within the backoff (0.5 s at most); the relist waits 8 s more.
+    assert not wait_until(lambda: inf.health().relists == 1, 1.5)
+    assert names(inf) == ["p0", "p1"]  # meanwhile the cache serves what it had
+    assert wait_until(lambda: inf.health().relists == 1, 15), inf.health()
+    assert names(inf) == ["p1"]
+
+
+@pytest.mark.unit
+def test_node_mode_relists_are_jittered_by_default():
+    inf = kube.for_node(None, kube.PODS, "n1")
+    assert inf.relist_jitter == informer.NODE_RELIST_JITTER_SECONDS > 0
+    assert kube.Informer(None, kube.PODS).relist_jitter == 0  # cluster mode: one informer
 
 
 @pytest.mark.integration

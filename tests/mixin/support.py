@@ -97,3 +97,28 @@ def dashboard_queries(dashboard):
     for v in dashboard["templating"]["list"]:
         if v["type"] == "query":
             yield f"variable {v['name']}", v["query"]["query"]
+
+
+# VictoriaMetrics single-node, vmalert and vmalert-tool: Debian sid's, unpacked into a cache by
+# .ci/setup.d/17-victoria-metrics-sid.sh (the same variables override them). Debian's build
+# prints no version: the package's is in the cache's `version` file.
+VM_CACHE = "/var/cache/kube-scale-exporter/victoria-metrics-sid"
+VM_BINARIES = {
+    "victoria-metrics": "VICTORIA_METRICS_BIN",
+    "vmalert": "VMALERT_BIN",
+    "vmalert-tool": "VMALERT_TOOL_BIN",
+}
+
+
+def victoria_metrics_binary(name: str) -> str:
+    """victoria-metrics, vmalert or vmalert-tool; missing fails the test, never skips."""
+    path = os.environ.get(VM_BINARIES[name], f"{VM_CACHE}/root/usr/bin/{name}")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{name} not found ({path}): run .ci/setup.d/17-victoria-metrics-sid.sh")
+    return path
+
+
+def victoria_metrics_version() -> str:
+    """The Debian package version of the cached VictoriaMetrics (e.g. 1.145.0+ds1-2)."""
+    version = pathlib.Path(VM_CACHE, "version")
+    return version.read_text().strip() if version.exists() else "unknown (binaries overridden)"

@@ -1,0 +1,410 @@
+"""Node mode's load on the API server: one spec.nodeName pod watch per Node of a kwok fleet.
+
+    flock /work/.bigrun.lock python -m bench.node_watches [--nodes 7500] [--pods-per-node 2]
+                                                          [--procs 6] [--window 60]
+
+Brings up a fleet (testbed/fleet.py) of `--nodes` Nodes and `--pods-per-node` pods each,
+then opens one watch per Node exactly as the node-mode exporter does: a `KubeClient` of
+its own (its own connection, as each DaemonSet pod has) and `kube.for_node(client,
+kube.PODS, NODE)`: a list from the watch cache (resourceVersion=0), then one watch with
+bookmarks. The watchers run as threads of `--procs` worker processes (this module run
+with --worker). It measures:
+
+- the API server's RSS, Go heap and stacks (go_memstats_heap_inuse_bytes, _stack_inuse_)
+  and CPU over `--window`
+  seconds, with no watchers and with all of them open: the difference per watcher;
+- the same with an idle kept-alive connection per Node instead (a GET /version each):
+  how much of a watch's cost is its TLS connection;
+- a simultaneous restart of every watcher (a DaemonSet rollout at its worst: all pods at
+  once): each worker stops all its informers and starts new ones, and the harness counts,
+  across it, the main etcd's Range requests (etcd's grpc_server_handled_total and
+  etcd_debugging_mvcc_range_total) against a quiet window of the same length, the API
+  server's pod lists from its watch cache (apiserver_cache_list_total) and its pod
+  reads from etcd (etcd_request_duration_seconds_count{type="pods"} and
+  apiserver_cache... read through), and how the relists spread in time.
+
+Results go to bench/results/node_watches.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench import peers
+from testbed.builds import etcd36_version, kube_binary, kwok_binary, version_line
+from testbed.fleet import Fleet, FleetSize
+from testbed.procs import cpu_seconds, rss_mib
+
+RESULTS = peers.ROOT / "bench" / "results" / "node_watches.md"
+
+
+# ---- the worker: N informers in one process, driven by lines on stdin ---------------------
+def worker(kubeconfig: str, nodes: list[str]) -> None:
+    from kube_scale_exporter import kube  # noqa: PLC0415  (the worker's own process)
+
+    config = kube.load(kubeconfig)
+    informers: list = []
+
+    def open_all():
+        t0 = time.monotonic()
+        made = [kube.for_node(kube.KubeClient(config), kube.PODS, n) for n in nodes]
+        for inf in made:
+            inf.start()
+        synced_at = []
+        for inf in made:
+            inf.wait_synced(600)
+            synced_at.append(time.monotonic() - t0)
+        informers[:] = made
+        pods = sum(len(inf.items()) for inf in made)
+        return {"synced": len(synced_at), "pods": pods, "times": synced_at}
+
+    def close_all():
+        for inf in informers:
+            inf._stop.set()  # every watch told first, then joined: all stop at once
+            watch = inf._watch
+            if watch is not None:
+                watch.close()
+        for inf in informers:
+            inf.stop()
+            inf.client.close()
+
+    idle: list = []
+
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "idle":
+            # A kept-alive connection per Node with nothing on it: what the connection
+            # alone costs the API server, beside what a watch on it adds.
+            idle[:] = [kube.KubeClient(config) for _ in nodes]
+            for client in idle:
+                client.get("/version")
+            reply = {"idle": len(idle)}
+        elif command == "close_idle":
+            for client in idle:
+                client.close()
+            reply = {"closed": len(idle)}
+            idle.clear()
+        elif command == "open":
+            reply = open_all()
+        elif command == "restart":
+            t0 = time.monotonic()
+            close_all()
+            closed = time.monotonic() - t0
+            reply = open_all()
+            reply["closed_s"] = closed
+        elif command == "quit":
+            close_all()
+            return
+        else:
+            reply = {"error": command}
+        print(json.dumps(reply), flush=True)
+
+
+# ---- the harness --------------------------------------------------------------------------
+class Workers:
+    def __init__(self, kubeconfig, nodes, procs, workdir):
+        self.procs = []
+        chunk = -(-len(nodes) // procs)
+        for i in range(procs):
+            part = nodes[i * chunk : (i + 1) * chunk]
+            path = os.path.join(workdir, f"nodes-{i}.json")
+            with open(path, "w") as f:
+                json.dump(part, f)
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "bench.node_watches", "--worker", kubeconfig, path],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    cwd=peers.ROOT,
+                )
+            )
+
+    def command(self, word) -> list[dict]:
+        """`word` to every worker at once; their replies."""
+        for p in self.procs:
+            p.stdin.write(word + "\n")
+            p.stdin.flush()
+        replies = [None] * len(self.procs)
+
+        def read(i):
+            replies[i] = json.loads(self.procs[i].stdout.readline())
+
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(len(self.procs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return replies
+
+    def rss_mib(self) -> float:
+        return sum(rss_mib(p.pid)[0] for p in self.procs)
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.stdin.write("quit\n")
+                    p.stdin.flush()
+                except BrokenPipeError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def metrics(text, wanted) -> dict:
+    """{(name, frozenset(labels)): value} of the families named in `wanted`."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name in wanted:
+                found[(s.name, frozenset(s.labels.items()))] = s.value
+    return found
+
+
+def total(found, name, **labels) -> float:
+    return sum(
+        v
+        for (n, ls), v in found.items()
+        if n == name and all(dict(ls).get(k) == x for k, x in labels.items())
+    )
+
+
+API_METRICS = {
+    "go_memstats_heap_inuse_bytes",
+    "go_memstats_stack_inuse_bytes",
+    "apiserver_cache_list_total",
+    "apiserver_cache_list_fetched_objects_total",
+    "apiserver_watch_cache_consistent_read_total",
+    "etcd_requests_total",
+    "apiserver_request_total",
+    "apiserver_longrunning_requests",
+}
+ETCD_METRICS = {"grpc_server_handled_total", "etcd_mvcc_range_total"}
+
+
+class Reading:
+    """The API server's and the main etcd's counters, and processes' CPU, at one moment."""
+
+    def __init__(self, f: Fleet):
+        self.at = time.monotonic()
+        self.api = metrics(f.admin.request("GET", "/metrics"), API_METRICS)
+        etcd = f.main_etcd
+        self.etcd = metrics(
+            etcd.session().get(etcd.client_url + "/metrics", timeout=30).text, ETCD_METRICS
+        )
+        self.api_cpu = cpu_seconds(f.api.proc.pid)
+        self.etcd_cpu = cpu_seconds(f.main_etcd.proc.pid)
+        self.api_rss = rss_mib(f.api.proc.pid)[0]
+
+    def heap_mib(self):
+        """Go heap and goroutine stacks in use: what a watch's buffers and goroutines take."""
+        return (
+            total(self.api, "go_memstats_heap_inuse_bytes")
+            + total(self.api, "go_memstats_stack_inuse_bytes")
+        ) / 2**20
+
+
+def delta(a: Reading, b: Reading) -> dict:
+    def api(name, **labels):
+        return total(b.api, name, **labels) - total(a.api, name, **labels)
+
+    def etcd(name, **labels):
+        return total(b.etcd, name, **labels) - total(a.etcd, name, **labels)
+
+    return {
+        "seconds": b.at - a.at,
+        "etcd_range_grpc": etcd("grpc_server_handled_total", grpc_method="Range"),
+        "etcd_range_mvcc": etcd("etcd_mvcc_range_total"),
+        "api_pod_lists": api("apiserver_request_total", verb="LIST", resource="pods"),
+        "cache_pod_lists": api(
+            "apiserver_cache_list_total", resource="pods", index="f:spec.nodeName"
+        ),
+        "cache_fetched": api(
+            "apiserver_cache_list_fetched_objects_total", resource="pods", index="f:spec.nodeName"
+        ),
+        "consistent_reads": api("apiserver_watch_cache_consistent_read_total", resource="pods"),
+        "etcd_pod_lists": api("etcd_requests_total", operation="list", resource="pods"),
+        "etcd_pod_requests": api("etcd_requests_total", resource="pods"),
+        "api_cpu": b.api_cpu - a.api_cpu,
+        "etcd_cpu": b.etcd_cpu - a.etcd_cpu,
+    }
+
+
+def quantiles(xs):
+    xs = sorted(xs)
+    return {q: xs[min(len(xs) - 1, int(q * len(xs)))] for q in (0.5, 0.9, 0.99)} | {1.0: xs[-1]}
+
+
+def run(opts) -> dict:
+    size = FleetSize(
+        nodes=opts.nodes,
+        gpu_nodes=0,
+        pods=opts.nodes * opts.pods_per_node,
+        gpu_pods=0,
+        lease_seconds=opts.lease_seconds,
+    )
+    work = tempfile.mkdtemp(prefix="node-watches-", dir="/var/tmp")
+    out = {"load_start": os.getloadavg()[0]}
+    f = Fleet(work, size)
+    workers = None
+    try:
+        f.start()
+        t = time.monotonic()
+        f.create_nodes()
+        out["nodes_created_s"] = time.monotonic() - t
+        f.wait_nodes_ready(timeout=1200)
+        out["nodes_ready_s"] = time.monotonic() - t
+        t = time.monotonic()
+        f.create_workload()
+        f.wait_pods_running(timeout=opts.pods_timeout)
+        out["pods_s"] = time.monotonic() - t
+        out["pods"] = f.running_pods()
+        out["fleet_rss"] = {name: rss_mib(proc.pid)[0] for name, proc in f.procs().items()}
+        time.sleep(10)
+        base0 = Reading(f)
+        time.sleep(opts.window)
+        base1 = Reading(f)
+        out["quiet"] = delta(base0, base1)
+        out["heap_before"], out["rss_before"] = base1.heap_mib(), base1.api_rss
+
+        workers = Workers(f.kubeconfig, f.nodes, opts.procs, work)
+        workers.command("idle")
+        time.sleep(10)
+        idle = Reading(f)
+        out["heap_idle"], out["rss_idle"] = idle.heap_mib(), idle.api_rss
+        workers.command("close_idle")
+        time.sleep(10)
+        t = time.monotonic()
+        opened = workers.command("open")
+        out["open_s"] = time.monotonic() - t
+        out["open_pods"] = sum(r["pods"] for r in opened)
+        out["open_synced"] = sum(r["synced"] for r in opened)
+        time.sleep(20)  # watch goroutines and buffers settle, one bookmark round
+        open0 = Reading(f)
+        time.sleep(opts.window)
+        open1 = Reading(f)
+        out["open"] = delta(open0, open1)
+        out["heap_after"], out["rss_after"] = open1.heap_mib(), open1.api_rss
+        out["watches"] = total(
+            open1.api, "apiserver_longrunning_requests", verb="WATCH", resource="pods"
+        )
+        out["workers_rss"] = workers.rss_mib()
+
+        r0 = Reading(f)
+        t = time.monotonic()
+        restarted = workers.command("restart")
+        out["restart_s"] = time.monotonic() - t
+        r1 = Reading(f)
+        out["restart"] = delta(r0, r1)
+        out["restart_closed_s"] = max(r["closed_s"] for r in restarted)
+        out["restart_synced"] = sum(r["synced"] for r in restarted)
+        out["restart_times"] = quantiles([x for r in restarted for x in r["times"]])
+        # The same length of quiet time right after, for what the fleet itself reads.
+        q0 = Reading(f)
+        time.sleep(out["restart"]["seconds"])
+        q1 = Reading(f)
+        out["after_quiet"] = delta(q0, q1)
+        out["load_end"] = os.getloadavg()[0]
+    finally:
+        if workers is not None:
+            workers.stop()
+        f.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def write(opts, r):
+    n = opts.nodes
+    per_heap = (r["heap_after"] - r["heap_before"]) * 1024 / n
+    per_rss = (r["rss_after"] - r["rss_before"]) * 1024 / n
+    per_conn = (r["heap_idle"] - r["heap_before"]) * 1024 / n
+    cpu_quiet = r["quiet"]["api_cpu"] / r["quiet"]["seconds"]
+    cpu_open = r["open"]["api_cpu"] / r["open"]["seconds"]
+    rs, aq = r["restart"], r["after_quiet"]
+    t = r["restart_times"]
+    lines = [
+        f"# Node mode at {n} Nodes: {n} spec.nodeName pod watches on one API server",
+        "",
+        f"kube-apiserver {version_line(kube_binary('kube-apiserver'))} on etcd "
+        f"{etcd36_version()} (events on their own etcd), {version_line(kwok_binary())} playing "
+        f"{n} Nodes and {r['pods']} pods ({opts.pods_per_node} a Node); the watchers: "
+        f"{peers.ours()}'s `kube.for_node` informer, one `KubeClient` (one connection) each, "
+        f"as threads of {opts.procs} processes. Machine: 2 cores, 24 GiB, shared (load "
+        f"average {r['load_start']:.1f} at start, {r['load_end']:.1f} at end). `python -m "
+        f"bench.node_watches --nodes {n} --pods-per-node {opts.pods_per_node} --procs "
+        f"{opts.procs} --window {opts.window:g}`.",
+        "",
+        "| measure | value |",
+        "|---|---:|",
+        f"| pod watches open in the API server (apiserver_longrunning_requests, WATCH pods) | {r['watches']:.0f} |",
+        f"| open: all {r['open_synced']} informers synced, s | {r['open_s']:.1f} |",
+        f"| API server Go heap + stacks in use without / with the watches, MiB | {r['heap_before']:.0f} / {r['heap_after']:.0f} |",
+        f"| **API server heap + stacks per watch, KiB** | **{per_heap:.1f}** |",
+        f"| ... of which the TLS connection alone (an idle kept-alive one per Node), KiB | {per_conn:.1f} |",
+        f"| API server RSS without / with, MiB | {r['rss_before']:.0f} / {r['rss_after']:.0f} |",
+        f"| API server RSS per watch, KiB | {per_rss:.1f} |",
+        f"| API server CPU at rest without / with the watches, cores | {cpu_quiet:.3f} / {cpu_open:.3f} |",
+        f"| API server CPU per watch, millicores | {(cpu_open - cpu_quiet) * 1000 / n:.4f} |",
+        f"| the watchers' own RSS (all {opts.procs} processes), MiB | {r['workers_rss']:.0f} |",
+        f"| the fleet: Nodes registered / all Ready, s | {r['nodes_created_s']:.0f} / {r['nodes_ready_s']:.0f} |",
+        f"| the fleet: {r['pods']} pods created, bound and Running, s (pods/s) | {r['pods_s']:.0f} ({r['pods'] / r['pods_s']:.0f}) |",
+        "| the fleet's RSS before the watchers, MiB | "
+        + ", ".join(f"{k} {v:.0f}" for k, v in r["fleet_rss"].items())
+        + " |",
+        f"| restart of all {r['restart_synced']} at once: closed in, s | {r['restart_closed_s']:.1f} |",
+        f"| ... all relisted and watching again, s | {rs['seconds']:.1f} |",
+        f"| ... each informer synced after (p50 / p90 / p99 / max), s | {t[0.5]:.1f} / {t[0.9]:.1f} / {t[0.99]:.1f} / {t[1.0]:.1f} |",
+        f"| pod LISTs the API server served during the restart | {rs['api_pod_lists']:.0f} |",
+        f"| ... from its watch cache by the spec.nodeName index (apiserver_cache_list_total) | {rs['cache_pod_lists']:.0f} |",
+        f"| ... pods the cache fetched for them / the pods those Nodes hold | {rs['cache_fetched']:.0f} / {r['pods']} |",
+        f"| ... consistent reads (apiserver_watch_cache_consistent_read_total, pods) | {rs['consistent_reads']:.0f} |",
+        f"| the API server's pod requests to etcd: lists / all (etcd_requests_total, pods) | {rs['etcd_pod_lists']:.0f} / {rs['etcd_pod_requests']:.0f} |",
+        f"| main etcd Range requests during the restart / the same time quiet after | {rs['etcd_range_grpc']:.0f} / {aq['etcd_range_grpc']:.0f} |",
+        f"| main etcd mvcc ranges during the restart / quiet | {rs['etcd_range_mvcc']:.0f} / {aq['etcd_range_mvcc']:.0f} |",
+        f"| main etcd CPU during the restart / quiet, s | {rs['etcd_cpu']:.2f} / {aq['etcd_cpu']:.2f} |",
+        f"| API server CPU during the restart, s | {rs['api_cpu']:.1f} |",
+    ]
+    lines += opts.notes
+    peers.report(RESULTS, lines)
+    return per_heap
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        with open(sys.argv[3]) as f:
+            worker(sys.argv[2], json.load(f))
+        return
+    # A SIGTERM (timeout) unwinds like an exception: the fleet is stopped by its `finally`.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--nodes", type=int, default=7500)
+    p.add_argument("--pods-per-node", type=int, default=2)
+    p.add_argument("--procs", type=int, default=6)
+    p.add_argument("--window", type=float, default=60.0)
+    p.add_argument("--pods-timeout", type=float, default=900.0)
+    p.add_argument("--lease-seconds", type=int, default=40)
+    opts = p.parse_args()
+    opts.notes = []
+    result = run(opts)
+    print(json.dumps(result, default=str), flush=True)
+    write(opts, result)
+
+
+if __name__ == "__main__":
+    main()

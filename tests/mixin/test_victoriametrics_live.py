@@ -1,0 +1,367 @@
+"""The mixin past one Prometheus, live: two clusters' exporters scraped by hashmod-sharded
+Prometheus 3.5 servers that remote-write into one VictoriaMetrics single-node, the committed
+rules/ evaluated there by vmalert, the dashboards' queries run there.
+
+Each cluster ("east", "west") has node-mode exporters standing in for its nodes, with the same
+node names in both clusters, and a cluster-mode exporter watching its own real etcd; both
+etcds are etcd cluster "main" with a member of the same name. East's etcd is filled until it
+raises NOSPACE; west's is left small. Each cluster runs two Prometheus shards with
+external_labels {cluster: NAME}: node targets split by hashmod of their address, the
+cluster-mode job kept whole on shard 0 (its rules compare its series with each other).
+Nothing may merge the two clusters: every recording rule, alert and dashboard query keeps them
+apart, and counts that differ between them (node targets: 3 in east, 2 in west) say so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+import yaml
+
+from testbed.etcd_server import EtcdServer
+from testbed.ports import free_port
+from testbed.prometheus import PrometheusServer
+from testbed.victoriametrics import VictoriaMetrics, Vmalert
+from tests.mixin.support import (
+    REPO,
+    build,
+    dashboard_queries,
+    prometheus_binary,
+    victoria_metrics_binary,
+    victoria_metrics_version,
+)
+from tests.mixin.test_live import Live
+from tools import demo
+
+pytestmark = pytest.mark.integration
+
+NODES = {"east": 3, "west": 2}
+SHARDS = 2
+SCRAPE = "2s"
+RULE_FILES = [
+    REPO / "rules" / name
+    for name in (
+        "prometheus_rules.yaml",
+        "prometheus_alerts.yaml",
+        "prometheus_selfprotection_alerts.yaml",
+    )
+]
+
+
+def shard_config(cluster, shard, node_ports, cluster_port, vm_url, self_port) -> dict:
+    """Prometheus shard `shard` of `cluster`: the scrape config docs/scaling.md shows."""
+    keep_shard = [
+        {
+            "source_labels": ["__address__"],
+            "modulus": SHARDS,
+            "target_label": "__tmp_shard",
+            "action": "hashmod",
+        },
+        {"source_labels": ["__tmp_shard"], "regex": str(shard), "action": "keep"},
+    ]
+    nodes = [
+        {"targets": [f"127.0.0.1:{port}"], "labels": {"node": f"n{i}"}}
+        for i, port in enumerate(node_ports)
+    ]
+    jobs = [
+        {"job_name": demo.NODE_JOB, "static_configs": nodes, "relabel_configs": keep_shard},
+        # Each shard's own Prometheus, for the self-protection rules.
+        {
+            "job_name": "prometheus-k8s",
+            "static_configs": [{"targets": [f"127.0.0.1:{self_port}"]}],
+        },
+    ]
+    if shard == 0:
+        jobs.append(
+            {
+                "job_name": demo.CLUSTER_JOB,
+                "static_configs": [{"targets": [f"127.0.0.1:{cluster_port}"]}],
+            }
+        )
+    return {
+        "global": {
+            "scrape_interval": SCRAPE,
+            "external_labels": {"cluster": cluster},
+        },
+        "scrape_configs": jobs,
+        "remote_write": [{"url": vm_url, "queue_config": {"batch_send_deadline": "1s"}}],
+    }
+
+
+class Store(Live):
+    """test_live's queries and waits, on VictoriaMetrics (it answers the same API)."""
+
+    def __init__(self, vm, vmalert, shards):
+        self.prom = self.vm = vm
+        self.vmalert = vmalert
+        self.shards = shards  # {(cluster, shard): PrometheusServer}
+
+    def series(self, expr) -> list[dict]:
+        return [r["metric"] for r in self.vm.query(expr)]
+
+    def wait_for(self, expr, until=bool, timeout=90):
+        """As Live's, longer: samples pass a remote-write queue, then vmalert's."""
+        return super().wait_for(expr, until, timeout)
+
+
+def by_cluster(found, *labels):
+    return {
+        (dict(k)["cluster"], *(dict(k).get(label) for label in labels)): v for k, v in found.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("victoriametrics")
+    prometheus = prometheus_binary("3.5", "prometheus")
+    procs = []
+    try:
+        vm = VictoriaMetrics(workdir, victoria_metrics_binary("victoria-metrics")).start()
+        procs.append(vm)
+        shards = {}
+        for cluster, nodes in NODES.items():
+            node_ports = []
+            for i in range(nodes):
+                node_ports.append(free_port())
+                procs.append(
+                    demo.exporter(["--mode", "node"], node_ports[-1], workdir, f"{cluster}-n{i}")
+                )
+            etcd_dir = workdir / f"etcd-{cluster}"
+            etcd_dir.mkdir()
+            etcd_server = EtcdServer(
+                etcd_dir, version="3.4", name="etcd-0", quota_bytes=demo.QUOTA
+            ).start()
+            procs.append(etcd_server)
+            etcd = demo.Etcd(etcd_server.client_url)
+            if cluster == "east":
+                while etcd.put_object():
+                    pass
+            else:
+                etcd.put_object()
+            cluster_port = free_port()
+            cluster_args = [
+                "--mode",
+                "cluster",
+                "--etcd.cluster",
+                f"main={etcd_server.client_url}",
+                "--etcd.min-interval",
+                "1",
+                "--etcd.keys-interval",
+                "1",
+            ]
+            procs.append(demo.exporter(cluster_args, cluster_port, workdir, f"{cluster}-cluster"))
+            for shard in range(SHARDS):
+                shard_dir = workdir / f"prometheus-{cluster}-{shard}"
+                shard_dir.mkdir()
+                prom = PrometheusServer(shard_dir, {}, binary=prometheus)
+                prom.config = shard_config(
+                    cluster, shard, node_ports, cluster_port, vm.remote_write_url, prom.port
+                )
+                procs.append(prom)
+                shards[cluster, shard] = prom.start()
+        vmalert = Vmalert(
+            workdir, victoria_metrics_binary("vmalert"), vm.url, [str(p) for p in RULE_FILES]
+        ).start()
+        procs.append(vmalert)
+        yield Store(vm, vmalert, shards)
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+
+def test_the_victoria_metrics_release_that_ran(store, record_property):
+    version = victoria_metrics_version()
+    record_property("victoria_metrics_version", version)
+    print(f"VictoriaMetrics single-node and vmalert {version}")
+    assert store.vm.session.get(store.vm.url + "/health", timeout=5).text.strip() == "OK"
+
+
+def test_every_node_target_is_scraped_by_exactly_one_shard(store):
+    """hashmod splits the node targets; the cluster-mode job is whole on shard 0."""
+    store.wait_for(
+        f'count by (cluster) (up{{job="{demo.NODE_JOB}"}} == 1)',
+        lambda f: by_cluster(f) == {(c,): float(n) for c, n in NODES.items()},
+    )
+    for cluster, nodes in NODES.items():
+        scraped = []
+        for shard in range(SHARDS):
+            prom = store.shards[cluster, shard]
+            scraped += [r["metric"]["instance"] for r in prom.query(f'up{{job="{demo.NODE_JOB}"}}')]
+            cluster_job = prom.query(f'up{{job="{demo.CLUSTER_JOB}"}}')
+            assert len(cluster_job) == (1 if shard == 0 else 0), (cluster, shard)
+        assert len(scraped) == len(set(scraped)) == nodes, (cluster, scraped)
+
+
+def _recorded(store) -> dict[str, list[dict]]:
+    names = [
+        r["record"]
+        for f in RULE_FILES
+        for g in yaml.safe_load(f.read_text())["groups"]
+        for r in g["rules"]
+        if "record" in r
+    ]
+    return {name: store.series(name) for name in names}
+
+
+def test_recording_rules_keep_the_clusters_apart(store):
+    store.wait_for(
+        "cluster_job:kubescale_exporter_targets:count",
+        lambda f: (
+            by_cluster(f, "job")
+            == {
+                **{(c, demo.NODE_JOB): float(n) for c, n in NODES.items()},
+                **{(c, demo.CLUSTER_JOB): 1.0 for c in NODES},
+            }
+        ),
+    )
+    store.wait_for(
+        "cluster_job:kubescale_exporter_up:avg",
+        lambda f: set(f.values()) == {1.0} and len(f) == 2 * len(NODES),
+    )
+    usage = store.wait_for(
+        "etcd_cluster_member:kubescale_etcd_quota_usage:ratio",
+        lambda f: len(f) == 2 and by_cluster(f).get(("east",), 0) >= 0.95,
+    )
+    assert by_cluster(usage)["west",] < 0.5
+    store.vmalert.wait_for_evaluations(2)
+    recorded = _recorded(store)
+    assert sum(map(len, recorded.values())) > 0
+    both = set()
+    for name, series in recorded.items():
+        assert {s.get("cluster") for s in series} <= set(NODES), f"{name}: {series}"
+        # West is east with a node fewer and no alarm: what a rule records for west it records
+        # for east under the same labels (the instance aside: each cluster's own addresses).
+        shapes = {
+            c: {
+                frozenset((k, v) for k, v in s.items() if k not in ("cluster", "instance"))
+                for s in series
+                if s["cluster"] == c
+            }
+            for c in NODES
+        }
+        assert shapes["west"] <= shapes["east"], name
+        if shapes["west"]:
+            both.add(name)
+    print(f"{len(both)} of {len(recorded)} recording rules record both clusters")
+    assert len(both) >= 15
+
+
+def test_alerts_fire_for_their_own_cluster_only(store):
+    alarm = store.wait_for(
+        'ALERTS{alertname="KubeScaleEtcdAlarmActive"}',
+        lambda f: bool(f),
+        timeout=120,
+    )
+    assert {(s["cluster"], s["alarm"]) for s in map(dict, alarm)} == {("east", "NOSPACE")}
+    near = store.wait_for('ALERTS{alertname="KubeScaleEtcdDatabaseNearQuota"}', bool)
+    assert {dict(s)["cluster"] for s in near} == {"east"}
+    for labels in store.series("ALERTS"):
+        assert labels.get("cluster") in NODES, labels
+    # Presence is judged per cluster: both clusters whole, nothing reports one missing.
+    store.vmalert.wait_for_evaluations(3)
+    blind = 'ALERTS{alertname=~"KubeScale(ExporterTargetMissing|EtcdNotObserved|PrometheusNotObserved)"}'
+    assert store.series(blind) == []
+
+
+def _variables(store, dashboard, cluster) -> dict[str, str]:
+    """Each query variable's first value, as Grafana resolves label_values(SELECTOR, LABEL)."""
+    chosen = {"cluster": cluster, "__rate_interval": "1m"}
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        selector, label = re.fullmatch(
+            r"label_values\((.*), (\w+)\)", variable["query"]["query"]
+        ).groups()
+        selector = _substitute(selector, chosen)
+        reply = store.vm.api(f"/api/v1/label/{label}/values", **{"match[]": selector})
+        assert reply["status"] == "success", (variable["name"], reply)
+        if variable["name"] != "cluster":
+            assert reply["data"], (
+                f"{variable['name']}: {selector} has no {label} on VictoriaMetrics"
+            )
+            chosen[variable["name"]] = reply["data"][0]
+        else:
+            assert set(reply["data"]) == set(NODES)
+    return chosen
+
+
+def _substitute(expr, chosen):
+    return re.sub(r"\$(\w+)", lambda m: chosen[m.group(1)], expr)
+
+
+def _dashboards(multi_cluster: bool) -> dict:
+    """The dashboards with the cluster picker (rendered), or the committed ones (without)."""
+    if multi_cluster:
+        return build.mixin_object({"showMultiCluster": True})["dashboards"]
+    return {p.name: json.loads(p.read_text()) for p in (REPO / "dashboards").glob("*.json")}
+
+
+@pytest.mark.parametrize("multi_cluster", [True, False], ids=["multi-cluster", "default"])
+def test_every_dashboard_query_runs_on_victoria_metrics(store, multi_cluster):
+    """Grafana's instant and range queries, each cluster picked in turn: no query fails, and
+    with the cluster picker every series returned is of the picked cluster."""
+    dashboards = _dashboards(multi_cluster)
+    store.wait_for("etcd_cluster_member:kubescale_etcd_quota_usage:ratio", lambda f: len(f) == 2)
+    store.vmalert.wait_for_evaluations(2)
+    end = time.time()
+    with_data = {}
+    for cluster in NODES:
+        for name, dashboard in dashboards.items():
+            chosen = _variables(store, dashboard, cluster)
+            for title, expr in dashboard_queries(dashboard):
+                if title.startswith("variable "):
+                    continue
+                query = _substitute(expr, chosen)
+                for path, params in (
+                    ("/api/v1/query", {"query": query, "time": end}),
+                    (
+                        "/api/v1/query_range",
+                        {"query": query, "start": end - 120, "end": end, "step": 10},
+                    ),
+                ):
+                    reply = store.vm.api(path, **params)
+                    assert reply["status"] == "success", f"{name} / {title}: {query}: {reply}"
+                    result = reply["data"]["result"]
+                    if multi_cluster:
+                        seen = {r["metric"].get("cluster", cluster) for r in result}
+                        assert seen <= {cluster}, f"{name} / {title}: {query} gave {seen}"
+                    if result and path.endswith("query"):
+                        with_data.setdefault(cluster, set()).add((name, title, expr))
+    print({c: len(panels) for c, panels in with_data.items()})
+    if multi_cluster:
+        assert with_data["east"] and with_data["west"]
+        # West's etcd raises no alarm; every panel but the alarm's and alerts' draws for both.
+        assert with_data["west"] <= with_data["east"]
+
+
+def test_vmalert_loaded_every_rule_without_error(store):
+    groups = store.vmalert.groups()
+    loaded = {r["name"] for g in groups for r in g["rules"]}
+    expected = {
+        r.get("record") or r["alert"]
+        for f in RULE_FILES
+        for g in yaml.safe_load(f.read_text())["groups"]
+        for r in g["rules"]
+    }
+    assert loaded == expected
+    store.vmalert.wait_for_evaluations(2)
+    errors = {
+        r["name"]: r["lastError"]
+        for g in store.vmalert.groups()
+        for r in g["rules"]
+        if r.get("lastError")
+    }
+    assert errors == {}
+
+
+def test_the_store_holds_both_clusters_in_one(store):
+    """What the checks above guard against is there to happen: one store, where a count
+    without the cluster reads 5 node targets, not 3 or 2."""
+    merged = store.wait_for(
+        f'count(up{{job="{demo.NODE_JOB}"}})',
+        lambda f: list(f.values()) == [float(sum(NODES.values()))],
+    )
+    assert list(merged.values()) == [float(sum(NODES.values()))]
