@@ -8,6 +8,8 @@ version bump there moves the setup step, the tests and the benches together:
     kube_rbac_proxy_binary()        kube-rbac-proxy (.ci/setup.d/42-kube-rbac-proxy.sh),
                                     $KUBE_RBAC_PROXY_BIN
     kwok_binary()                   kwok (.ci/setup.d/47-kwok.sh), $KWOK_BIN
+    kube_state_metrics_binary()     kube-state-metrics (.ci/setup.d/48-kube-state-metrics.sh),
+                                    $KUBE_STATE_METRICS_BIN
 """
 
 import functools
@@ -77,6 +79,19 @@ def kwok_binary() -> str:
     path = os.environ.get("KWOK_BIN", str(CACHE / f"kwok-{kwok_version()}" / "kwok"))
     if not os.access(path, os.X_OK):
         raise FileNotFoundError(f"{path} missing: run .ci/setup.d/47-kwok.sh")
+    return path
+
+
+def kube_state_metrics_version() -> str:
+    return pinned("kube-state-metrics", "k8s.io/kube-state-metrics/v2")
+
+
+def kube_state_metrics_binary() -> str:
+    version = kube_state_metrics_version()
+    default = CACHE / f"kube-state-metrics-{version}" / "kube-state-metrics"
+    path = os.environ.get("KUBE_STATE_METRICS_BIN", str(default))
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/48-kube-state-metrics.sh")
     return path
 
 
