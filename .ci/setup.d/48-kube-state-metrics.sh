@@ -17,8 +17,8 @@ VERSION="$(sed -nE 's/^(require)?[[:space:]]*k8s.io\/kube-state-metrics\/v2 (v[0
 [[ -n "$VERSION" ]] || { echo "48-kube-state-metrics: no version in $MOD/go.mod" >&2; exit 1; }
 BIN="${KUBE_STATE_METRICS_BIN:-/var/cache/kube-scale-exporter/kube-state-metrics-$VERSION/kube-state-metrics}"
 
-if "$BIN" --version 2>&1 | grep -qF "$VERSION"; then
-    echo "kube-state-metrics: cached, $("$BIN" --version 2>&1 | head -1) at $BIN"
+if "$BIN" version 2>&1 | grep -qF "$VERSION"; then
+    echo "kube-state-metrics: cached, $("$BIN" version 2>&1 | head -1) at $BIN"
     exit 0
 fi
 command -v go >/dev/null || { echo "48-kube-state-metrics: no go on PATH" >&2; exit 1; }
@@ -26,7 +26,7 @@ command -v go >/dev/null || { echo "48-kube-state-metrics: no go on PATH" >&2; e
 work="$(mktemp -d /var/tmp/kube-state-metrics-build.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 start=$SECONDS
-# What its Makefile stamps (prometheus/common's version package), so --version names it.
+# What its Makefile stamps (prometheus/common's version package), so `kube-state-metrics version` names it.
 ldflags="-s -w -X github.com/prometheus/common/version.Version=$VERSION"
 ldflags+=" -X github.com/prometheus/common/version.Branch=release-${VERSION%.*}"
 (
@@ -35,7 +35,7 @@ ldflags+=" -X github.com/prometheus/common/version.Branch=release-${VERSION%.*}"
     go build -trimpath -ldflags "$ldflags" -o "$work/kube-state-metrics" \
         k8s.io/kube-state-metrics/v2
 )
-"$work/kube-state-metrics" --version
+"$work/kube-state-metrics" version
 mkdir -p "$(dirname "$BIN")"
 install -m 0755 "$work/kube-state-metrics" "$BIN.new"
 mv -f "$BIN.new" "$BIN"

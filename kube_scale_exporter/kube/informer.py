@@ -34,8 +34,11 @@ PAGE_SIZE = 500
 QUICK_CLOSE_SECONDS = 0.5
 
 
-# While over its max_objects, the informer lists again this often to see whether the
-# fleet has shrunk (a list that stops at the cap: it costs at most max_objects decodes).
+# While over its max_objects, the informer lists again to see whether the fleet has shrunk
+# (a list that stops at the cap: it costs at most max_objects decodes): first after
+# FULL_FIRST_RETRY_SECONDS, a spike gone at once is soon cached again, then doubling up
+# to FULL_RETRY_SECONDS.
+FULL_FIRST_RETRY_SECONDS = 5.0
 FULL_RETRY_SECONDS = 60.0
 
 # API errors in a row (no watch opened between them) after which the informer stops
@@ -56,7 +59,7 @@ class Informer:
 
     `max_objects` caps the cache. Past it the informer logs once, drops its whole cache
     (a partial one would be wrong), reports `cache_full` (a message) and not up, and lists
-    again every `full_retry` seconds, each list stopping at the cap. The first list that
+    again with backoff up to every `full_retry` seconds, each list stopping at the cap. The first list that
     fits is a new start: it is cached without calling the handlers (what changed while
     the cache was dropped is lost, and was reported), and the watch resumes from it.
     """
@@ -100,6 +103,9 @@ class Informer:
         self._transform = transform or strip_managed_fields
         self.max_objects = max_objects
         self.full_retry = FULL_RETRY_SECONDS if full_retry is None else full_retry
+        self._full_backoff = Backoff(
+            initial=min(FULL_FIRST_RETRY_SECONDS, self.full_retry), cap=self.full_retry
+        )
 
         self._lock = threading.Lock()
         self._items = {}
@@ -181,7 +187,7 @@ class Informer:
                 self._rv = None
             except CacheFull:
                 self._drop_cache()
-                self._stop.wait(self.full_retry)
+                self._stop.wait(self._full_backoff.next_delay())
             except Exception as e:  # the thread must outlive any error
                 if self._stop.is_set():
                     return
@@ -220,6 +226,7 @@ class Informer:
             self._up = True
             self._last_sync = time.monotonic()
             recovered, self._full = self._full is not None, None
+        self._full_backoff.reset()
         self._synced.set()
         if recovered:
             log.warning(
@@ -235,7 +242,8 @@ class Informer:
         """Over max_objects: keep nothing, say so once, list again later (see the class)."""
         why = (
             f"more than {self.max_objects} {self.resource.plural} to cache: the cache is "
-            f"dropped and lists are retried every {self.full_retry:g}s until it fits"
+            f"dropped, and what changes until a list fits again is not seen (lists are "
+            f"retried, at most {self.full_retry:g}s apart)"
         )
         with self._lock:
             first = self._full is None
