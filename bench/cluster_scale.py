@@ -400,6 +400,7 @@ def main():
                     w.end(phase)
                 say(f"{phase}: " + json.dumps({n: w.phases[phase] for n, w in watched.items()}))
 
+            time.sleep(opts.rest)  # the controllers' and kwok's last writes settle first
             rest("rest, nothing watching")
             first = {}
             for name, start in (
@@ -494,6 +495,10 @@ def main():
     )
 
 
+def ratio(a, b):
+    return f"{a / b:.2f}x" if b else "(ours 0 in the window)"
+
+
 def ksm_version():
     out = subprocess.run(
         [kube_state_metrics_binary(), "version"], capture_output=True, text=True, check=True
@@ -560,8 +565,8 @@ def write(opts, r):
     for phase in ("rest, all four", "rollout", "image-pull events"):
         for key in ("rss_mib", "cpu_s_per_min"):
             lines.append(
-                f"| {phase}: {key} | {k[phase][key] / e[phase][key]:.2f}x "
-                f"| {kd[phase][key] / d[phase][key]:.2f}x |"
+                f"| {phase}: {key} | {ratio(k[phase][key], e[phase][key])} "
+                f"| {ratio(kd[phase][key], d[phase][key])} |"
             )
     a = phases["kube-apiserver"]
     none, alone = a["rest, nothing watching"], a["rest, the exporter (deploy) alone"]

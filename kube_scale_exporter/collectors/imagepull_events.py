@@ -68,7 +68,7 @@ from kube_scale_exporter.registry import Collector, Needs, UsageError
 SYNC_WAIT_SECONDS = 5.0
 # Events each watch (Pulled, Failed) may cache: events live an hour (the API server's
 # --event-ttl), and a rollout of all 150,000 pods of a 7,500-node cluster makes 150,000
-# Pulled events in it (~0.5 KiB each as cached: bench/results/kube_cache.md).
+# Pulled events in it (14 MiB of RSS per 10,000 as cached: bench/results/kube_cache.md).
 MAX_CACHED_EVENTS = 200_000
 # From a fast local pull to the 30-minute pull of a 17 GB image.
 BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
