@@ -16,6 +16,8 @@ version bump there moves the setup step, the tests and the benches together:
     go_jsonnet_binary("jsonnet")    go-jsonnet's jsonnet and jsonnetfmt (the same step),
                                     $GO_JSONNET_DIR
     pint_binary()                   pint (the same step), $PINT_BIN
+    kube_state_metrics_binary()     kube-state-metrics (.ci/setup.d/48-kube-state-metrics.sh),
+                                    $KUBE_STATE_METRICS_BIN
 """
 
 import functools
@@ -138,6 +140,16 @@ def pint_version() -> str:
 def pint_binary() -> str:
     default = CACHE / f"pint-{pint_version()}" / "pint"
     return _mixin_tool(os.environ.get("PINT_BIN", str(default)))
+
+
+def kube_state_metrics_version() -> str:
+    return pinned("kube-state-metrics", "k8s.io/kube-state-metrics/v2")
+
+
+def kube_state_metrics_binary() -> str:
+    version = kube_state_metrics_version()
+    default = CACHE / f"kube-state-metrics-{version}" / "kube-state-metrics"
+    return cached_binary("KUBE_STATE_METRICS_BIN", default, "48-kube-state-metrics.sh")
 
 
 def version_line(binary: str, *ask: str) -> str:

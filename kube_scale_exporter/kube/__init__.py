@@ -14,9 +14,13 @@ The whole interface a collector needs:
     pods.stop()                                   # in close()
 
 - `Informer(client, resource, namespace=, label_selector=, field_selector=, on_add=,
-  on_update=, on_delete=, transform=)`: a thread-safe cache; objects are the API's JSON
-  dicts (managedFields stripped), shared and read-only. Handlers run on the informer's
-  thread; after a relist they receive the differences, so no deletion is missed.
+  on_update=, on_delete=, transform=, max_objects=)`: a thread-safe cache; objects are
+  the API's JSON dicts (managedFields stripped, or projected by `transform`), shared and
+  read-only. Handlers run on the informer's thread; after a relist they receive the
+  differences, so no deletion is missed. Past `max_objects` the cache is dropped until
+  the resource shrinks back under it: `check_cache()` raises CacheFull meanwhile.
+- `Fields(spec)`: the fields a collector reads (nested names); as a `transform` it drops
+  the rest of each object as it is decoded (`Fields(spec).then(reshape)` to reshape).
 - `for_node(client, resource, node_name, **kw)`: the node-mode informer: server-side
   fieldSelector spec.nodeName=NODE, lists from the API server's watch cache, then one
   watch resumed from bookmarks: one watch per node per resource, no periodic relists.
@@ -42,6 +46,8 @@ import importlib
 # that never talks to the API server need not pay (tests/test_imports.py checks).
 _FROM = {
     "ApiError": "client",
+    "CacheFull": "listing",
+    "Fields": "fields",
     "Gone": "client",
     "KubeClient": "client",
     "ConfigError": "config",
@@ -74,6 +80,8 @@ def __getattr__(name: str):
 __all__ = [
     "ApiError",
     "Backoff",
+    "CacheFull",
+    "Fields",
     "ConfigError",
     "Gone",
     "Informer",

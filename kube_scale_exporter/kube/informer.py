@@ -18,7 +18,7 @@ from urllib3.exceptions import ReadTimeoutError
 from .backoff import Backoff
 from .client import ApiError, Gone, KubeClient, ReplyTooLarge, status_error
 from .health import Health
-from .listing import list_all, object_key, strip_managed_fields
+from .listing import CacheFull, list_all, object_key, strip_managed_fields
 from .resource import Resource
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,13 @@ QUICK_CLOSE_SECONDS = 0.5
 # each waits a random part of this first, so 7,500 lists arrive over seconds, not at once.
 NODE_RELIST_JITTER_SECONDS = 10.0
 
+# While over its max_objects, the informer lists again to see whether the fleet has shrunk
+# (a list that stops at the cap: it costs at most max_objects decodes): first after
+# FULL_FIRST_RETRY_SECONDS, a spike gone at once is soon cached again, then doubling up
+# to FULL_RETRY_SECONDS.
+FULL_FIRST_RETRY_SECONDS = 5.0
+FULL_RETRY_SECONDS = 60.0
+
 # API errors in a row (no watch opened between them) after which the informer stops
 # resuming from its resourceVersion and relists.
 REFUSALS_BEFORE_RELIST = 3
@@ -52,9 +59,16 @@ class Informer:
     event). After a relist the differences against the old cache are delivered the same
     way, so a deletion missed during a gap is still seen (with the last state cached).
     Objects are shared between the cache, handlers and readers: treat them as read-only.
-    `transform(obj) -> obj` may shrink objects before they are stored. After a 410 the
-    relist waits a uniform random time in [0, relist_jitter) seconds (`rand` draws it);
-    the cache keeps serving what it holds meanwhile.
+    `transform(obj) -> obj` may shrink objects before they are stored (a kube.Fields
+    projection: the fields the collector reads). After a 410 the relist waits a uniform
+    random time in [0, relist_jitter) seconds (`rand` draws it); the cache keeps serving
+    what it holds meanwhile.
+
+    `max_objects` caps the cache. Past it the informer logs once, drops its whole cache
+    (a partial one would be wrong), reports `cache_full` (a message) and not up, and lists
+    again with backoff up to every `full_retry` seconds, each list stopping at the cap. The
+    first list that fits is a new start: it is cached without calling the handlers (what changed while
+    the cache was dropped is lost, and was reported), and the watch resumes from it.
     """
 
     def __init__(
@@ -76,6 +90,8 @@ class Informer:
         read_timeout=WATCH_READ_TIMEOUT,
         relist_jitter=0.0,
         rand=random.random,
+        max_objects=None,
+        full_retry=None,
     ):
         self.client = client
         self.resource = resource
@@ -96,6 +112,11 @@ class Informer:
         self._rand = rand
         self._on_add, self._on_update, self._on_delete = on_add, on_update, on_delete
         self._transform = transform or strip_managed_fields
+        self.max_objects = max_objects
+        self.full_retry = FULL_RETRY_SECONDS if full_retry is None else full_retry
+        self._full_backoff = Backoff(
+            initial=min(FULL_FIRST_RETRY_SECONDS, self.full_retry), cap=self.full_retry
+        )
 
         self._lock = threading.Lock()
         self._items = {}
@@ -104,6 +125,7 @@ class Informer:
         self._last_sync = None
         self._lists = 0
         self._refusals = 0  # consecutive API errors since the last watch opened
+        self._full = None  # why the cache is dropped (over max_objects), else None
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._watch = None
@@ -127,11 +149,24 @@ class Informer:
             self._thread.join(timeout)
 
     def wait_synced(self, timeout=None) -> bool:
+        """True once the first list is in, or the cache was found over max_objects
+        (check_cache() tells the two apart)."""
         return self._synced.wait(timeout)
+
+    def check_cache(self) -> None:
+        """CacheFull (its message says what was dropped) while over max_objects: a
+        collector's scrape fails rather than report an empty cache."""
+        if self._full is not None:
+            raise CacheFull(self._full)
 
     @property
     def has_synced(self) -> bool:
         return self._synced.is_set()
+
+    @property
+    def cache_full(self) -> str | None:
+        """Why the cache is empty on purpose (more objects than max_objects), else None."""
+        return self._full
 
     def items(self) -> list:
         with self._lock:
@@ -165,6 +200,9 @@ class Informer:
                 )
                 self._rv = None
                 self._stop.wait(delay)
+            except CacheFull:
+                self._drop_cache()
+                self._stop.wait(self._full_backoff.next_delay())
             except Exception as e:  # the thread must outlive any error
                 if self._stop.is_set():
                     return
@@ -194,6 +232,7 @@ class Informer:
             self._transform,
             from_cache=self.list_from_cache,
             page_size=self.page_size,
+            max_objects=self.max_objects,
         )
         with self._lock:
             old, self._items = self._items, fresh
@@ -201,8 +240,33 @@ class Informer:
             self._lists += 1
             self._up = True
             self._last_sync = time.monotonic()
+            recovered, self._full = self._full is not None, None
+        self._full_backoff.reset()
         self._synced.set()
-        self._deliver_diff(old, fresh)
+        if recovered:
+            log.warning(
+                "%s: %d objects, within the cap of %d again: caching and watching",
+                self.path,
+                len(fresh),
+                self.max_objects,
+            )
+        else:
+            self._deliver_diff(old, fresh)
+
+    def _drop_cache(self):
+        """Over max_objects: keep nothing, say so once, list again later (see the class)."""
+        why = (
+            f"more than {self.max_objects} {self.resource.plural} to cache: the cache is "
+            f"dropped, and what changes until a list fits again is not seen (lists are "
+            f"retried, at most {self.full_retry:g}s apart)"
+        )
+        with self._lock:
+            first = self._full is None
+            self._items, self._rv, self._up, self._full = {}, None, False, why
+        # Readers waiting for the first sync learn of the cap now, not at their timeout.
+        self._synced.set()
+        if first:
+            log.error("%s: %s", self.path, why)
 
     def _deliver_diff(self, old, fresh):
         for key, obj in fresh.items():
@@ -271,6 +335,9 @@ class Informer:
         key = object_key(obj)
         with self._lock:
             prev = self._items.get(key)
+            full = self.max_objects is not None and len(self._items) >= self.max_objects
+            if prev is None and kind != "DELETED" and full:
+                raise CacheFull(f"{self.path}: more than {self.max_objects} objects")
             if kind == "DELETED":
                 self._items.pop(key, None)
             else:

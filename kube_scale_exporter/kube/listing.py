@@ -38,12 +38,20 @@ def strip_managed_fields(obj):
     return obj
 
 
-def list_all(client: KubeClient, path, selectors, transform, from_cache, page_size):
+class CacheFull(Exception):
+    """A list or watch brought more objects than the informer may cache (its max_objects)."""
+
+
+def list_all(
+    client: KubeClient, path, selectors, transform, from_cache, page_size, max_objects=None
+):
     """({key: transform(item)}, the list's resourceVersion), every page followed.
 
     `from_cache` lists from the API server's watch cache (resourceVersion=0), which
     ignores paging: the cheap choice for thousands of node-filtered informers. A continue
-    token the server no longer holds raises Gone (410 Expired): the caller lists again."""
+    token the server no longer holds raises Gone (410 Expired): the caller lists again.
+    Past `max_objects` distinct objects the list stops at once (the reply is closed, not
+    read on) and raises CacheFull."""
     params = dict(selectors)
     if from_cache:
         # Relists too: 7,500 nodes relisting after a 410 must not each read etcd.
@@ -58,7 +66,11 @@ def list_all(client: KubeClient, path, selectors, transform, from_cache, page_si
         if not isinstance(item, dict):
             raise ValueError(f"{path}: a list item that is not an object: {str(item)[:40]}")
         item = transform(item)
-        fresh[object_key(item)] = item
+        key = object_key(item)
+        if max_objects is not None and len(fresh) >= max_objects and key not in fresh:
+            fresh.clear()  # not held on by the traceback until a full collection
+            raise CacheFull(f"{path}: more than {max_objects} objects")
+        fresh[key] = item
 
     while True:
         meta = client.stream(path, params, lambda chunks: decode(chunks, keep, cap, path))

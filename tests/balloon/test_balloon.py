@@ -12,6 +12,7 @@ import requests
 from kube_scale_exporter.cli import make_scraper, parse
 from kube_scale_exporter.collectors.balloon import BalloonCollector
 from kube_scale_exporter.collectors.imagepull_events import ImagePullEventsCollector
+from kube_scale_exporter.kube import informer as informer_module
 from testbed.exporter import REPO, start_exporter
 from testbed.kube_apiserver import LIMITED_USER, pod_manifest
 from testbed.metrics import parse_exposition, sample, wait_until
@@ -309,6 +310,33 @@ def test_every_informers_health_is_in_the_scrape_once(balloons, collector, clust
         for s in f.samples
         if s.name == "kubescale_kube_watch_up"
     }
+
+
+def test_past_the_cap_the_collector_fails_and_recovers_when_balloons_go(
+    balloons, collector, monkeypatch
+):
+    monkeypatch.setattr(informer_module, "FULL_RETRY_SECONDS", 0.5)
+    # The cap is per watch: the shared API server's nodes and PriorityClasses fit in it.
+    others = (
+        len(balloons.api.admin.get(path)["items"])
+        for path in ("/api/v1/nodes", "/apis/scheduling.k8s.io/v1/priorityclasses")
+    )
+    cap = max(others)
+    for i in range(cap + 1):
+        balloons.create(f"b{i}", requests={"cpu": "1"})
+    c = collector(balloons.selector, "--balloon.max-cached-objects", str(cap))
+    families = scrape(c)
+    assert sample(families, "kubescale_scrape_collector_success", collector="balloon") == 0
+    assert sample(families, "kubescale_kube_watch_up", resource="pods") == 0
+    with pytest.raises(KeyError):
+        sample(families, "kubescale_balloon_pods", phase="Pending")
+    balloons.delete("b0")
+
+    def succeeds():
+        return value(c, "kubescale_scrape_collector_success", collector="balloon") == 1
+
+    assert wait_until(succeeds, 10)
+    assert value(c, "kubescale_balloon_pods", phase="Pending") == cap
 
 
 def test_findings_for_check(balloons, collector):

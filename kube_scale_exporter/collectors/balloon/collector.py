@@ -13,12 +13,37 @@ from kube_scale_exporter.collectors.balloon.preemptions import PreemptionCounter
 from kube_scale_exporter.collectors.balloon.selector import valid_selector
 from kube_scale_exporter.collectors.balloon.state import BalloonState, families
 from kube_scale_exporter.collectors.balloon.summary import summarize
+from kube_scale_exporter.flagtypes import positive_int
 from kube_scale_exporter.kube.flags import kubeconfig_problem
 from kube_scale_exporter.registry import Collector, Needs, UsageError
 
 # The first sync is awaited this long inside a scrape (well within the default 10 s
 # scrape timeout); longer means the API server is unreachable or refuses us.
 SYNC_WAIT_SECONDS = 5.0
+# Objects each of the three informers may cache: 7,500 nodes with room to grow, or every
+# pod of a 150,000-pod cluster should the selector match them all (42 MiB of RSS per
+# 10,000 Running pods as projected by POD_FIELDS: bench/results/kube_cache.md).
+MAX_CACHED_OBJECTS = 200_000
+
+# What summary.py and preemptions.py read of a balloon pod, and kube.pod_requests of its
+# containers; the rest of each pod is dropped as it is decoded.
+_REQUESTS = {"resources": ("requests",)}
+POD_FIELDS = kube.Fields(
+    {
+        "metadata": ("creationTimestamp", "deletionTimestamp"),
+        "spec": {
+            "nodeName": True,
+            "priority": True,
+            "priorityClassName": True,
+            "overhead": True,
+            "containers": _REQUESTS,
+            "initContainers": _REQUESTS,
+        },
+        "status": {"phase": True, "conditions": ("type", "status", "reason")},
+    }
+)
+PRIORITY_CLASS_FIELDS = kube.Fields({"value": True})
+NODE_FIELDS = kube.Fields({"status": ("allocatable",)})
 
 
 def _node_allocatable(node):
@@ -75,6 +100,16 @@ class BalloonCollector(Collector):
             help="The cluster-autoscaler's --expendable-pods-priority-cutoff (default -10): "
             "balloons below it never trigger a scale-up.",
         )
+        group.add_argument(
+            "--balloon.max-cached-objects",
+            dest="balloon_max_cached_objects",
+            type=positive_int,
+            default=MAX_CACHED_OBJECTS,
+            metavar="N",
+            help="Objects each of the collector's watches (balloon pods, PriorityClasses, "
+            "nodes) may cache; past it the cache is dropped and the collector fails until "
+            f"the cluster shrinks back under it (default {MAX_CACHED_OBJECTS}).",
+        )
 
     @classmethod
     def enabled_by(cls, args):
@@ -95,15 +130,25 @@ class BalloonCollector(Collector):
         self.cutoff = args.balloon_autoscaler_cutoff
         self.client = kube.client_from_args(args)
         self.preemptions = PreemptionCounter()
+        cap = getattr(args, "balloon_max_cached_objects", MAX_CACHED_OBJECTS)
         self.pods = kube.Informer(
             self.client,
             kube.PODS,
             label_selector=self.selector,
             on_update=self.preemptions.on_update,
             on_delete=self.preemptions.on_delete,
+            transform=POD_FIELDS,
+            max_objects=cap,
         )
-        self.classes = kube.Informer(self.client, kube.PRIORITY_CLASSES)
-        self.nodes = kube.Informer(self.client, kube.NODES, transform=_node_allocatable)
+        self.classes = kube.Informer(
+            self.client, kube.PRIORITY_CLASSES, transform=PRIORITY_CLASS_FIELDS, max_objects=cap
+        )
+        self.nodes = kube.Informer(
+            self.client,
+            kube.NODES,
+            transform=NODE_FIELDS.then(_node_allocatable),
+            max_objects=cap,
+        )
         self._informers = [self.pods, self.classes, self.nodes]
 
     def start(self):
@@ -122,6 +167,7 @@ class BalloonCollector(Collector):
         for informer in self._informers:
             if not informer.wait_synced(max(0.0, deadline - time.monotonic())):
                 raise RuntimeError(f"no {informer.resource.plural} from the API server yet")
+            informer.check_cache()
         s = summarize(
             self.pods.items(), self.classes.items(), self._allocatables(), time.time(), self.cutoff
         )

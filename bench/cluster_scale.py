@@ -1,0 +1,619 @@
+"""The cluster-mode exporter on a kwok fleet, beside kube-state-metrics on the same cluster.
+
+    flock /work/.bigrun.lock python -m bench.cluster_scale [--nodes 2000] [--pods 20000]
+        [--rollout 10000] [--event-rate 500] [--event-seconds 300] [--rest 60]
+
+One fleet (testbed/fleet.py: the 1.34 API server on a main and an events etcd 3.6,
+scheduler, controller-manager, kwok Nodes and pods), then, in one run:
+
+1. at rest with nothing watching: the API server's CPU and memory;
+2. the exporter as the Deployment runs it (deploy/base/cluster.yaml with the balloon,
+   imagepull-events and etcd components: balloon pods by run=overprovisioning, every Node,
+   PriorityClasses, Pulled and Failed events, both etcd clusters): the time to its first
+   complete scrape (every collector succeeding), then at rest: its RSS and CPU and the
+   API server's again;
+3. beside it, started one after the other (each timed to its first complete scrape): the
+   same exporter with a balloon selector that matches every fleet pod (it watches the same
+   pods and nodes as kube-state-metrics does), kube-state-metrics with its defaults, and
+   with --resources=pods,nodes; all at rest;
+4. churn: a rollout that replaces `--rollout` pods (a template change);
+5. `--event-rate` image-pull events a second for `--event-seconds`, written through the
+   API server as events.k8s.io/v1 Events the way kubelet reports a pull (Pulling, then
+   Pulled or Failed): the exporter's counters are compared with what was sent;
+6. a relist: what listing the exporter's caches again costs (after a 410), in this
+   process with the collectors' own field projections.
+
+CPU is per minute of each phase (user + system from /proc), bytes read from /proc/PID/io
+(the watch and list traffic), RSS at the end of each phase and at most. Writes
+bench/results/cluster_scale.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import requests
+
+from bench import peers
+from kube_scale_exporter import kube
+from kube_scale_exporter.collectors.balloon.collector import NODE_FIELDS, POD_FIELDS
+from kube_scale_exporter.collectors.balloon.collector import _node_allocatable as node_shape
+from kube_scale_exporter.collectors.imagepull_events import EVENT_FIELDS, event_summary
+from testbed.builds import (
+    kube_binary,
+    kube_state_metrics_binary,
+    kwok_binary,
+    version_line,
+)
+from testbed.exporter import start_exporter
+from testbed.fleet import NAMESPACE, Fleet, FleetSize
+from testbed.kube_apiserver import Api
+from testbed.metrics import parse_exposition
+from testbed.ports import free_port
+from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
+
+RESULTS = peers.ROOT / "bench" / "results" / "cluster_scale.md"
+BALLOONS = 20
+# A pull kubelet reports: Pulling, then Pulled (or Failed, one in FAILED_EVERY).
+FAILED_EVERY = 10
+PULLED_NOTE = (
+    'Successfully pulled image "registry.example.com/team/app-{i}:v2" in 1.5s '
+    "(4.25s including waiting). Image size: 52428800 bytes."
+)
+FAILED_NOTE = (
+    'Failed to pull image "docker.io/library/app-{i}:v2": rpc error: code = Unknown desc = '
+    'failed to pull and unpack image "docker.io/library/app-{i}:v2": failed to resolve '
+    'reference "docker.io/library/app-{i}:v2": unexpected status from HEAD request to '
+    "https://registry-1.docker.io/v2/library/app-{i}/manifests/v2: 429 Too Many Requests"
+)
+
+
+# ---- the processes measured ---------------------------------------------------------------
+class Watched:
+    """A process whose CPU, RSS and bytes read are read per phase."""
+
+    def __init__(self, name, proc):
+        self.name, self.proc = name, proc
+        self.phases = {}
+        self._mark = None
+
+    def _read(self):
+        with open(f"/proc/{self.proc.pid}/io") as f:
+            io = dict(line.split(": ") for line in f.read().splitlines())
+        return time.monotonic(), cpu_seconds(self.proc.pid), int(io["rchar"])
+
+    def begin(self):
+        self._mark = self._read()
+
+    def end(self, phase):
+        (t0, c0, r0), (t1, c1, r1) = self._mark, self._read()
+        rss, peak = rss_mib(self.proc.pid)
+        minutes = (t1 - t0) / 60
+        self.phases[phase] = {
+            "cpu_s_per_min": (c1 - c0) / minutes,
+            "rss_mib": rss,
+            "peak_mib": peak,
+            "read_mib_per_min": (r1 - r0) / 2**20 / minutes,
+            "seconds": t1 - t0,
+        }
+
+
+def scrape(url):
+    return parse_exposition(requests.get(url + "/metrics", timeout=60).text)
+
+
+def value(families, name, **labels):
+    total = None
+    for f in families:
+        for s in f.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total = (total or 0) + s.value
+    return total
+
+
+def ours_complete(url):
+    families = scrape(url)
+    ok = [
+        s.value
+        for f in families
+        for s in f.samples
+        if s.name == "kubescale_scrape_collector_success"
+    ]
+    return bool(ok) and all(v == 1 for v in ok)
+
+
+def ksm_complete(url, pods, nodes):
+    families = scrape(url)
+    return (value(families, "kube_pod_info") or 0) >= pods and (
+        value(families, "kube_node_info") or 0
+    ) >= nodes
+
+
+def time_to_complete(check, started, timeout=600):
+    while time.monotonic() - started < timeout:
+        try:
+            if check():
+                return time.monotonic() - started
+        except (requests.RequestException, OSError):
+            pass
+        time.sleep(0.5)
+    raise TimeoutError("no complete scrape")
+
+
+def start_ours(fleet, workdir, selector):
+    flags = [
+        "--mode=cluster",
+        "--collector.disable-defaults",
+        "--collector.balloon",
+        f"--balloon.selector={selector}",
+        "--collector.imagepull_events",
+        "--collector.etcd",
+        f"--etcd.cluster=main={fleet.main_etcd.client_url}",
+        f"--etcd.cluster=events={fleet.events_etcd.client_url}",
+        f"--kube.kubeconfig={fleet.kubeconfig}",
+    ]
+    started = time.monotonic()
+    exporter = start_exporter(flags, workdir, timeout=60)
+    return exporter.proc, exporter.url, started
+
+
+def start_ksm(fleet, workdir, name, extra):
+    port, telemetry = free_port(), free_port()
+    started = time.monotonic()
+    proc = Proc(
+        [
+            kube_state_metrics_binary(),
+            f"--kubeconfig={fleet.kubeconfig}",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            "--telemetry-host=127.0.0.1",
+            f"--telemetry-port={telemetry}",
+            *extra,
+        ],
+        Path(workdir) / f"{name}.log",
+    )
+    wait_for_port(port, timeout=60, proc=proc)
+    return proc, f"http://127.0.0.1:{port}", started
+
+
+# ---- the load ------------------------------------------------------------------------------
+def make_balloons(fleet):
+    fleet.admin.create(
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        {"metadata": {"name": "overprovisioning"}, "value": -1, "globalDefault": False},
+    )
+    labels = {"run": "overprovisioning"}
+    fleet.admin.create(
+        f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments",
+        {
+            "metadata": {"name": "overprovisioning"},
+            "spec": {
+                "replicas": BALLOONS,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "priorityClassName": "overprovisioning",
+                        "nodeSelector": {"kse.test/node-pool": "cpu"},
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [
+                            {
+                                "name": "pause",
+                                "image": "registry.k8s.io/pause:3.10",
+                                "resources": {"requests": {"cpu": "4", "memory": "8Gi"}},
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+    )
+
+
+def rollout(fleet, pods, stamp):
+    """A template change on Deployments holding `pods` pods in all; returns their names."""
+    chosen, total = [], 0
+    for name, replicas in sorted(fleet.deployments.items()):
+        if name.startswith("app-") and total < pods:
+            chosen.append(name)
+            total += replicas
+    for name in chosen:
+        fleet.admin.merge_patch(
+            f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{name}",
+            {"spec": {"template": {"metadata": {"annotations": {"kse.test/rollout": stamp}}}}},
+        )
+    return chosen, total
+
+
+def rollout_done(fleet, names):
+    for name in names:
+        d = fleet.admin.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{name}")
+        st, want = d.get("status", {}), d["spec"]["replicas"]
+        if d["metadata"]["generation"] != st.get("observedGeneration"):
+            return False
+        # Every pod replaced; readyReplicas is not waited for: under this machine's load
+        # the ReplicaSet controller's ready count lagged minutes behind pods Running and
+        # Ready (seen in the first 500-node run).
+        if st.get("updatedReplicas") != want or st.get("replicas") != want:
+            return False
+    return True
+
+
+def micro_time():
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def pull_event(i, reason, node):
+    pod = f"puller-{i:07d}"
+    note = {
+        "Pulling": f'Pulling image "registry.example.com/team/app-{i % 97}:v2"',
+        "Pulled": PULLED_NOTE.format(i=i % 97),
+        "Failed": FAILED_NOTE.format(i=i % 97),
+    }[reason]
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod}.{reason.lower()}", "namespace": NAMESPACE},
+        "eventTime": micro_time(),
+        "reportingController": "kubelet",
+        "reportingInstance": node,
+        "action": reason,
+        "reason": reason,
+        "type": "Warning" if reason == "Failed" else "Normal",
+        "note": note,
+        "regarding": {
+            "kind": "Pod",
+            "namespace": NAMESPACE,
+            "name": pod,
+            "apiVersion": "v1",
+            "fieldPath": "spec.containers{app}",
+        },
+    }
+
+
+def send_events(fleet, rate, seconds, writers=24):
+    """`rate` events a second for `seconds`: pulls of Pulling then Pulled/Failed. Returns
+    the counts sent by reason and the achieved rate."""
+    sent = {"Pulling": 0, "Pulled": 0, "Failed": 0}
+    lock = threading.Lock()
+    local = threading.local()
+    pulls = int(rate * seconds / 2)
+    start = time.monotonic()
+    errors = []
+
+    def api():
+        if getattr(local, "api", None) is None:
+            local.api = Api(fleet.api.server, fleet.api.ca, fleet.api.admin_token)
+        return local.api
+
+    def one_pull(i):
+        # Pull i is due at start + 2i/rate: its two events keep the rate.
+        delay = start + 2 * i / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        node = fleet.nodes[i % len(fleet.nodes)]
+        path = f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events"
+        outcome = "Failed" if i % FAILED_EVERY == 0 else "Pulled"
+        try:
+            for reason in ("Pulling", outcome):
+                api().create(path, pull_event(i, reason, node))
+                with lock:
+                    sent[reason] += 1
+        except Exception as exc:  # noqa: BLE001  (counted: what was not sent is not compared)
+            errors.append(repr(exc)[:200])
+
+    with ThreadPoolExecutor(writers) as pool:
+        list(pool.map(one_pull, range(pulls)))
+    elapsed = time.monotonic() - start
+    return sent, sum(sent.values()) / elapsed, elapsed, errors
+
+
+def pull_counts(url):
+    families = scrape(url)
+    return {
+        "Pulled": value(families, "kubescale_image_pull_duration_seconds_count") or 0,
+        "succeeded": value(families, "kubescale_image_pulls_succeeded_total") or 0,
+        "Failed": value(families, "kubescale_image_pull_failures_total") or 0,
+    }
+
+
+def relist_cost(fleet):
+    """CPU and wall time of listing again what the exporter caches, in this process, with
+    the collectors' projections; and the caches' sizes."""
+    client = kube.KubeClient(kube.load(fleet.kubeconfig))
+    events = kube.Resource("/api/v1", "events")
+    cases = {
+        "nodes": (kube.NODES, NODE_FIELDS.then(node_shape), {}),
+        "Pulled events": (
+            events,
+            EVENT_FIELDS.then(event_summary),
+            {"field_selector": "reason=Pulled"},
+        ),
+        "every pod (balloon projection)": (kube.PODS, POD_FIELDS, {}),
+    }
+    out = {}
+    for name, (resource, transform, kw) in cases.items():
+        inf = kube.Informer(client, resource, transform=transform, **kw)
+        wall, cpu = time.monotonic(), time.process_time()
+        inf.start()
+        assert inf.wait_synced(600)
+        out[name] = {
+            "objects": len(inf.items()),
+            "wall_s": time.monotonic() - wall,
+            "cpu_s": time.process_time() - cpu,
+        }
+        inf.stop()
+    client.close()
+    return out
+
+
+# ---- the run ------------------------------------------------------------------------------
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=2000)
+    ap.add_argument("--gpu-nodes", type=int, default=100)
+    ap.add_argument("--pods", type=int, default=20000)
+    ap.add_argument("--rollout", type=int, default=10000)
+    ap.add_argument("--event-rate", type=float, default=500)
+    ap.add_argument("--event-seconds", type=float, default=300)
+    ap.add_argument("--rest", type=float, default=60)
+    ap.add_argument("--out", default=str(RESULTS))
+    opts = ap.parse_args()
+    log = []
+
+    def say(text):
+        line = f"{time.strftime('%H:%M:%S')} {text}"
+        print(line, flush=True)
+        log.append(line)
+
+    size = FleetSize(
+        nodes=opts.nodes, gpu_nodes=opts.gpu_nodes, pods=opts.pods, gpu_pods=opts.gpu_nodes
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-scale-") as tmp:
+        fleet = Fleet(Path(tmp) / "fleet", size).start()
+        watched = {}
+        try:
+            t = time.monotonic()
+            fleet.create_nodes()
+            fleet.wait_nodes_ready()
+            say(f"{opts.nodes} nodes Ready in {time.monotonic() - t:.0f}s")
+            t = time.monotonic()
+            fleet.create_workload()
+            make_balloons(fleet)
+            fleet.wait_pods_running(progress=None)
+            total_pods = opts.pods + opts.gpu_nodes + BALLOONS
+            say(f"{total_pods} pods Running in {time.monotonic() - t:.0f}s")
+            api = watched["kube-apiserver"] = Watched("kube-apiserver", fleet.api.proc)
+
+            def rest(phase):
+                for w in watched.values():
+                    w.begin()
+                time.sleep(opts.rest)
+                for w in watched.values():
+                    w.end(phase)
+                say(f"{phase}: " + json.dumps({n: w.phases[phase] for n, w in watched.items()}))
+
+            time.sleep(opts.rest)  # the controllers' and kwok's last writes settle first
+            rest("rest, nothing watching")
+            first = {}
+            for name, start in (
+                ("exporter (deploy)", lambda: start_ours(fleet, tmp, "run=overprovisioning")),
+                ("exporter (every pod)", lambda: start_ours(fleet, tmp, "app")),
+                ("ksm (defaults)", lambda: start_ksm(fleet, tmp, "ksm-defaults", [])),
+                (
+                    "ksm (pods,nodes)",
+                    lambda: start_ksm(fleet, tmp, "ksm-pods-nodes", ["--resources=pods,nodes"]),
+                ),
+            ):
+                proc, url, started = start()
+                check = (
+                    (lambda u=url: ours_complete(u))
+                    if name.startswith("exporter")
+                    else (lambda u=url: ksm_complete(u, total_pods, opts.nodes))
+                )
+                first[name] = time_to_complete(check, started)
+                watched[name] = Watched(name, proc)
+                watched[name].url = url
+                say(f"{name}: first complete scrape after {first[name]:.1f}s")
+                if name == "exporter (deploy)":
+                    rest("rest, the exporter (deploy) alone")
+            rest("rest, all four")
+
+            for w in watched.values():
+                w.begin()
+            t = time.monotonic()
+            names, replaced = rollout(fleet, opts.rollout, str(time.time()))
+            while not rollout_done(fleet, names):
+                fleet.check_alive()
+                if time.monotonic() - t > 1800:
+                    raise TimeoutError("rollout")
+                time.sleep(2)
+            rollout_s = time.monotonic() - t
+            for w in watched.values():
+                w.end("rollout")
+            say(f"rollout of {replaced} pods in {rollout_s:.0f}s")
+
+            ours = watched["exporter (deploy)"]
+            before = pull_counts(ours.url)
+            for w in watched.values():
+                w.begin()
+            sent, rate, sent_s, errors = send_events(fleet, opts.event_rate, opts.event_seconds)
+            for w in watched.values():
+                w.end("image-pull events")
+            say(f"sent {sent} in {sent_s:.0f}s ({rate:.0f}/s), {len(errors)} errors")
+            t = time.monotonic()
+            want = {
+                "Pulled": before["Pulled"] + sent["Pulled"],
+                "Failed": before["Failed"] + sent["Failed"],
+            }
+            counted = pull_counts(ours.url)
+            while (counted["Pulled"], counted["Failed"]) != (want["Pulled"], want["Failed"]):
+                if time.monotonic() - t > 120:
+                    break
+                time.sleep(1)
+                counted = pull_counts(ours.url)
+            lag = time.monotonic() - t
+            other = pull_counts(watched["exporter (every pod)"].url)
+            say(f"counted {counted} (every-pod exporter {other}) {lag:.1f}s after the last send")
+            relist = relist_cost(fleet)
+            say(f"relist: {relist}")
+            apiserver_mem = rss_mib(api.proc.pid)
+        finally:
+            for w in watched.values():
+                if w.name != "kube-apiserver":
+                    w.proc.stop()
+            fleet.stop()
+    write(
+        opts,
+        {
+            "first": first,
+            "phases": {n: w.phases for n, w in watched.items()},
+            "rollout": {"pods": replaced, "seconds": rollout_s},
+            "events": {
+                "sent": sent,
+                "rate": rate,
+                "seconds": sent_s,
+                "errors": errors[:5],
+                "error_count": len(errors),
+                "before": before,
+                "counted": counted,
+                "every_pod_exporter": other,
+                "lag_s": lag,
+            },
+            "relist": relist,
+            "apiserver_rss": apiserver_mem,
+            "total_pods": total_pods,
+            "log": log,
+        },
+    )
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if b else "(ours 0 in the window)"
+
+
+def ksm_version():
+    out = subprocess.run(
+        [kube_state_metrics_binary(), "version"], capture_output=True, text=True, check=True
+    )
+    return out.stdout.splitlines()[0]
+
+
+def write(opts, r):
+    out = Path(opts.out)
+    out.with_suffix(".json").write_text(json.dumps(r, indent=1) + "\n")
+    phases = r["phases"]
+    procs = ["exporter (deploy)", "exporter (every pod)", "ksm (defaults)", "ksm (pods,nodes)"]
+    lines = [
+        f"# Cluster mode at {opts.nodes} nodes and {r['total_pods']} pods, beside kube-state-metrics",
+        "",
+        f"kwok fleet (testbed/fleet.py): {version_line(kube_binary('kube-apiserver'))} on a main and "
+        f"an events etcd 3.6, scheduler, controller-manager, kwok {version_line(kwok_binary())}; "
+        f"{ksm_version()}; ours: {peers.ours()}; machine: 2 cores, "
+        "24 GiB, shared with other sessions' builds and tests (timings are noisy). "
+        f"`python -m bench.cluster_scale --nodes {opts.nodes} --gpu-nodes {opts.gpu_nodes} "
+        f"--pods {opts.pods} --rollout {opts.rollout} --event-rate {opts.event_rate:g} "
+        f"--event-seconds {opts.event_seconds:g} --rest {opts.rest:g}`; raw figures in "
+        f"{out.with_suffix('.json').name}.",
+        "",
+        "What each watches: *exporter (deploy)* is deploy/base/cluster.yaml with the balloon,",
+        "imagepull-events and etcd components (balloon pods by run=overprovisioning, every",
+        "Node, PriorityClasses, Pulled and Failed events; both etcd clusters); *exporter (every",
+        "pod)* the same with --balloon.selector=app, which every fleet pod matches: the same",
+        "pods and nodes as *ksm (pods,nodes)* (`--resources=pods,nodes`); *ksm (defaults)* every",
+        "resource kube-state-metrics watches by default.",
+        "",
+        "## At rest and under churn",
+        "",
+        "| | " + " | ".join(procs) + " |",
+        "|---|" + "---:|" * len(procs),
+        "| first complete scrape after start, s | "
+        + " | ".join(f"{r['first'][p]:.1f}" for p in procs)
+        + " |",
+    ]
+    for phase, label in (
+        ("rest, all four", "at rest"),
+        ("rollout", f"{r['rollout']['pods']}-pod rollout ({r['rollout']['seconds']:.0f} s)"),
+        ("image-pull events", f"image-pull events ({r['events']['rate']:.0f}/s)"),
+    ):
+        for key, unit in (
+            ("cpu_s_per_min", "CPU s per minute"),
+            ("rss_mib", "RSS at its end, MiB"),
+            ("read_mib_per_min", "bytes read, MiB per minute"),
+        ):
+            cells = [phases[p][phase][key] for p in procs]
+            lines.append(f"| {label}: {unit} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
+    peak = [max(ph["peak_mib"] for ph in phases[p].values()) for p in procs]
+    lines.append("| peak RSS over the run, MiB | " + " | ".join(f"{c:.1f}" for c in peak) + " |")
+    d, e = phases["exporter (deploy)"], phases["exporter (every pod)"]
+    k, kd = phases["ksm (pods,nodes)"], phases["ksm (defaults)"]
+    lines += [
+        "",
+        "Ratios (ksm / ours, same pods and nodes: *ksm (pods,nodes)* / *exporter (every pod)*; "
+        "and the Deployment's exporter against ksm's defaults):",
+        "",
+        "| | ksm (pods,nodes) / exporter (every pod) | ksm (defaults) / exporter (deploy) |",
+        "|---|---:|---:|",
+    ]
+    for phase in ("rest, all four", "rollout", "image-pull events"):
+        for key in ("rss_mib", "cpu_s_per_min"):
+            lines.append(
+                f"| {phase}: {key} | {ratio(k[phase][key], e[phase][key])} "
+                f"| {ratio(kd[phase][key], d[phase][key])} |"
+            )
+    a = phases["kube-apiserver"]
+    none, alone = a["rest, nothing watching"], a["rest, the exporter (deploy) alone"]
+    added = (alone["cpu_s_per_min"] - none["cpu_s_per_min"]) / 60
+    lines += [
+        "",
+        "## The API server with and without the exporter",
+        "",
+        "| kube-apiserver | CPU s per minute | RSS, MiB |",
+        "|---|---:|---:|",
+        f"| at rest, nothing watching | {none['cpu_s_per_min']:.2f} | {none['rss_mib']:.0f} |",
+        f"| at rest, the exporter (deploy) alone | {alone['cpu_s_per_min']:.2f} | {alone['rss_mib']:.0f} |",
+        f"| at rest, all four | {a['rest, all four']['cpu_s_per_min']:.2f} | {a['rest, all four']['rss_mib']:.0f} |",
+        f"| rollout | {a['rollout']['cpu_s_per_min']:.2f} | {a['rollout']['rss_mib']:.0f} |",
+        f"| image-pull events | {a['image-pull events']['cpu_s_per_min']:.2f} | {a['image-pull events']['rss_mib']:.0f} |",
+        "",
+        f"CPU the exporter (deploy) adds at rest: {added * 100:.1f}% of one core (the difference "
+        f"of two {opts.rest:g}-s windows on a shared machine; the noise is of the same order).",
+        "",
+        "## Image-pull events",
+        "",
+    ]
+    ev = r["events"]
+    lines += [
+        f"Sent through the API server (events.k8s.io/v1): {ev['sent']} in {ev['seconds']:.0f} s, "
+        f"{ev['rate']:.0f} events/s ({ev['error_count']} requests failed: not counted as sent).",
+        "",
+        "| | sent | counted by the exporter (deploy) | counted by the exporter (every pod) |",
+        "|---|---:|---:|---:|",
+        f"| Pulled | {ev['sent']['Pulled']} | {ev['counted']['Pulled'] - ev['before']['Pulled']:.0f} "
+        f"| {ev['every_pod_exporter']['Pulled']:.0f} |",
+        f"| Failed | {ev['sent']['Failed']} | {ev['counted']['Failed'] - ev['before']['Failed']:.0f} "
+        f"| {ev['every_pod_exporter']['Failed']:.0f} |",
+        "",
+        f"The counts were final {ev['lag_s']:.1f} s after the last event was sent.",
+        "",
+        "## A relist (after a 410), with the collectors' projections",
+        "",
+        "| cache | objects | wall s | CPU s |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, c in r["relist"].items():
+        lines.append(f"| {name} | {c['objects']} | {c['wall_s']:.2f} | {c['cpu_s']:.2f} |")
+    lines += ["", "## Log", "", "```", *r["log"], "```"]
+    peers.report(out, lines)
+
+
+if __name__ == "__main__":
+    main()
