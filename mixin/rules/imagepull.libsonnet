@@ -30,9 +30,6 @@ local promql = import '../lib/promql.libsonnet';
             'kubescale_image_pulls_in_progress',
             'kubescale_image_pull_stalled',
             'kubescale_image_pull_oldest_seconds',
-            'kubescale_kubelet_serialize_image_pulls',
-            'kubescale_image_pulls_failing',
-            'kubescale_image_preload_missing',
           ]
         ] + [
           {
@@ -64,6 +61,27 @@ local promql = import '../lib/promql.libsonnet';
             record: 'cluster:kubescale_image_pull_nodes_with_backlog:sum',
             expr: orZero('count by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_image_pulls_queued')]),
           },
+        ],
+      },
+      {
+        local c = $._config,
+        local nonzero(metric) = 'node:%s:nonzero' % metric,
+        local orZero(expr, base='cluster:kubescale_image_pull_nodes:count') = '%s\nor on (%s)\n0 * %s' % [expr, c.clusterLabel, base],
+        // Views of slow-moving inputs (the kubelet's settings, back-offs, preloads) that only
+        // dashboards and alerts with a `for` of 15 minutes and more read: on slowInterval.
+        name: 'kube-scale-exporter-imagepull-views.rules',
+        interval: c.slowInterval,
+        rules: [
+          {
+            record: nonzero(metric),
+            expr: '%s > 0' % promql.held(metric, c.nodeExporterSelector, c.gapTolerance),
+          }
+          for metric in [
+            'kubescale_kubelet_serialize_image_pulls',
+            'kubescale_image_pulls_failing',
+            'kubescale_image_preload_missing',
+          ]
+        ] + [
           {
             record: 'cluster:kubescale_kubelet_serialize_image_pulls:sum',
             expr: orZero('sum by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_kubelet_serialize_image_pulls')]),
@@ -80,15 +98,7 @@ local promql = import '../lib/promql.libsonnet';
             record: 'cluster:kubescale_image_pulls_failing:sum',
             expr: orZero('sum by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_image_pulls_failing')]),
           },
-        ],
-      },
-      {
-        local c = $._config,
-        // Views of slow-moving inputs that only dashboards and the hour-long settings alert
-        // read: on slowInterval.
-        name: 'kube-scale-exporter-imagepull-views.rules',
-        interval: c.slowInterval,
-        rules: [
+
           {
             record: 'cluster:kubescale_image_pull_remaining_bytes:sum',
             expr: |||

@@ -17,6 +17,13 @@
               last_over_time(kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s}[%(gapTolerance)s])
             ||| % $._config,
           },
+        ],
+      },
+      {
+        // Apart from the usage ratio, so that neither group reads more than half the
+        // node tables' samples of one evaluation.
+        name: 'kube-scale-exporter-neighbor-overflows.rules',
+        rules: [
           {
             // Only the nodes whose table overflowed: the overflow alert reads these.
             record: 'node_family:kubescale_neighbor_table_overflows:increase%(rateInterval)s' % $._config,
