@@ -99,6 +99,27 @@ def push_and_fetch(containerd, registry, proxy, ingests, logdir):
     return fetches
 
 
+def pod_status(image: str, state: dict) -> dict:
+    """A status patch: the pod's one container (`pause`) of `image` in `state`, as the
+    kubelet writes it (Pending while it waits, Running once it runs)."""
+    return {
+        "status": {
+            "phase": "Pending" if "waiting" in state else "Running",
+            "startTime": "2027-01-01T00:00:00Z",
+            "containerStatuses": [
+                {
+                    "name": "pause",
+                    "image": image,
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": state,
+                }
+            ],
+        }
+    }
+
+
 def start_apiserver(workdir, pods, present_image, absent_image):
 
     etcd = EtcdServer(f"{workdir}/etcd").start()
@@ -116,25 +137,7 @@ def start_apiserver(workdir, pods, present_image, absent_image):
             if i % 2 == 0 or i % 4 == 1
             else {"running": {"startedAt": "2027-01-01T00:00:00Z"}}
         )
-        api.admin.merge_patch(
-            f"{base}/{name}/status",
-            {
-                "status": {
-                    "phase": "Pending" if "waiting" in state else "Running",
-                    "startTime": "2027-01-01T00:00:00Z",
-                    "containerStatuses": [
-                        {
-                            "name": "pause",
-                            "image": image,
-                            "imageID": "",
-                            "ready": False,
-                            "restartCount": 0,
-                            "state": state,
-                        }
-                    ],
-                }
-            },
-        )
+        api.admin.merge_patch(f"{base}/{name}/status", pod_status(image, state))
     return api
 
 

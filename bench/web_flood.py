@@ -57,6 +57,7 @@ FLOODS = [
     (16, "3 addresses"),
     (100, "3 addresses"),
     (16, "the scraper's address"),
+    (100, "the scraper's address"),
 ]
 
 
@@ -181,7 +182,8 @@ def main() -> int:
         "`python -m bench.web_flood"
         + (f" --before {args.before}" if args.before else "")
         + "`. TLS + basic auth, bcrypt cost 10, collectors off; guessers on keep-alive "
-        "connections; each probe a new connection from 127.0.0.1 as a user not yet "
+        'connections, guessing the user "prometheus"; each probe a new connection from '
+        "127.0.0.1 as another user, not yet "
         f"checked, timeout {SCRAPE_TIMEOUT:.0f} s; machine: 2 cores, shared, clients on "
         "the same host.",
         "",

@@ -13,7 +13,7 @@ out of its range), an answer unlike the reference's. It runs under plain Python,
 `python -m fuzz replay` (`make fuzz-replay`) needs no atheris, and under atheris
 (`python -m fuzz run`, `make fuzz`), which instruments TARGETS and INSTRUMENT and bounds
 each input's time and the process' memory. Every module here with a `check` is a
-harness: a new parser (the content-store ingest directory reader, say) gets one by adding
+harness: a new parser gets one by adding
 fuzz/NAME.py and its seeds in fuzz/corpus/NAME/.
 
 fuzz/corpus/NAME/ holds the seeds: replies and files captured from real components

@@ -219,6 +219,79 @@ def containerd() -> None:
     _write("containerd_config", configs)
 
 
+# ---- containerd's ingest directory: containerd 1.6 and 2.1 mid-pull, and a pull left stalled
+
+
+def ingest() -> None:
+    from fuzz.ingest_dir import FILES, encode  # noqa: PLC0415
+    from testbed.containerd_server import ContainerdServer  # noqa: PLC0415
+    from testbed.procs import Proc  # noqa: PLC0415
+    from testbed.registry_server import RegistryServer  # noqa: PLC0415
+    from testbed.throttle_proxy import ThrottleProxy  # noqa: PLC0415
+
+    def snapshot(server) -> bytes:
+        """The ingest directory now: each file's bytes, data as its size and mtime."""
+        root = f"{server.workdir}/root/io.containerd.content.v1.content/ingest"
+        entries = []
+        for name in sorted(os.listdir(root)):
+            entry = {"name": name.encode()}
+            for file_name in FILES:
+                path = os.path.join(root, name, file_name)
+                try:
+                    if file_name == "data":
+                        st = os.stat(path)
+                        entry["data"] = f"{st.st_size}@{st.st_mtime_ns}".encode()
+                    else:
+                        entry[file_name] = Path(path).read_bytes()
+                except FileNotFoundError:
+                    pass
+            entries.append(entry)
+        return encode(entries)
+
+    def _written(root: str, timeout: float = 20.0) -> None:
+        """Until every ingest's data holds some bytes."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            names = os.listdir(root)
+            if names and all(os.path.getsize(f"{root}/{n}/data") for n in names):
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"{root}: not every ingest written to within {timeout}s")
+
+    files = {}
+    work = tempfile.mkdtemp(prefix="fz-", dir="/tmp")
+    registry = RegistryServer(f"{work}/registry").start()
+    proxy = ThrottleProxy(work, registry.port, 256 << 10)
+    try:
+        registry.push_image("big", "v1", [8 << 20, 4 << 20, 2 << 20])
+        for label, bin_dir in (("1.6", None), ("2.1", CONTAINERD_SID)):
+            clients = {"fetch": ("content", "fetch"), "pull": ("images", "pull")}
+            for client, verb in clients.items():
+                server = ContainerdServer(f"{work}/cd{label}{client}", bin_dir=bin_dir).start()
+                pull = None
+                try:
+                    pull = Proc(
+                        server.ctr_argv(*verb, "--plain-http", f"{proxy.host}/big:v1"),
+                        f"{work}/{label}{client}.log",
+                    )
+                    server.layers_downloading(want=3, timeout=60)
+                    _written(f"{server.workdir}/root/io.containerd.content.v1.content/ingest")
+                    files[f"{client}-{label}"] = snapshot(server)
+                    pull.stop()  # the client gone mid-pull: its ingests stay, stalled
+                    pull = None
+                    time.sleep(1.0)
+                    files[f"{client}-{label}-stalled"] = snapshot(server)
+                finally:
+                    if pull is not None:
+                        pull.stop()
+                    server.wipe()
+    finally:
+        proxy.stop()
+        registry.proc.stop()
+        subprocess.run(["rm", "-rf", work], check=False)
+    _write("ingest_dir", files)
+
+
 # ---- etcd: JSON gateway answers and /metrics pages of 3.4 and 3.5.30 --------------------
 
 
@@ -539,6 +612,7 @@ CAPTURES = {
     "kube": kube,
     "netlink": netlink,
     "containerd": containerd,
+    "ingest": ingest,
     "etcd": etcd,
     "http_request": http_request,
     "files": files,

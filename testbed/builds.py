@@ -8,6 +8,9 @@ version bump there moves the setup step, the tests and the benches together:
     kube_rbac_proxy_binary()        kube-rbac-proxy (.ci/setup.d/42-kube-rbac-proxy.sh),
                                     $KUBE_RBAC_PROXY_BIN
     kwok_binary()                   kwok (.ci/setup.d/47-kwok.sh), $KWOK_BIN
+    cluster_autoscaler_binary()     cluster-autoscaler, kwok provider
+                                    (.ci/setup.d/48-cluster-autoscaler.sh),
+                                    $CLUSTER_AUTOSCALER_BIN
 """
 
 import functools
@@ -77,6 +80,19 @@ def kwok_binary() -> str:
     path = os.environ.get("KWOK_BIN", str(CACHE / f"kwok-{kwok_version()}" / "kwok"))
     if not os.access(path, os.X_OK):
         raise FileNotFoundError(f"{path} missing: run .ci/setup.d/47-kwok.sh")
+    return path
+
+
+def cluster_autoscaler_version() -> str:
+    return pinned("cluster-autoscaler", "k8s.io/autoscaler/cluster-autoscaler")
+
+
+def cluster_autoscaler_binary() -> str:
+    version = cluster_autoscaler_version()
+    default = CACHE / f"cluster-autoscaler-{version}" / "cluster-autoscaler"
+    path = os.environ.get("CLUSTER_AUTOSCALER_BIN", str(default))
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/48-cluster-autoscaler.sh")
     return path
 
 

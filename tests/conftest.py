@@ -81,6 +81,12 @@ def pytest_report_header(config):
             lines.append(f"{what}: {builds.version_line(find())}")
         except (FileNotFoundError, ImportError) as e:
             lines.append(f"{what}: not installed ({e})")
+    # No --version flag: the pin it was built from (48-cluster-autoscaler.sh stamps it).
+    try:
+        builds.cluster_autoscaler_binary()
+        lines.append(f"cluster-autoscaler: {builds.cluster_autoscaler_version()} (kwok provider)")
+    except FileNotFoundError as e:
+        lines.append(f"cluster-autoscaler: not installed ({e})")
     return lines
 
 

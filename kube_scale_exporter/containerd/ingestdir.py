@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from datetime import datetime
 
 from kube_scale_exporter.containerd.client import Ingest
@@ -55,6 +56,15 @@ def _timestamp(text: str) -> float | None:
     if when.tzinfo is None:
         raise ValueError(f"time without a zone: {text!r}")
     return when.timestamp() + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
+
+
+def _total(text: str) -> int:
+    """The expected size: decimal digits, as containerd writes an int64 (int() alone
+    would take a sign, underscores and other scripts' digits)."""
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(f"total is not a byte count: {text[:SMALL_FILE_BYTES]!r}")
+    return int(digits)
 
 
 def _read(path: str, cap: int, name: str) -> str:
@@ -108,10 +118,12 @@ class IngestDir:
             if not sep:
                 return None
             data = os.stat(os.path.join(where, "data"))
+            if not stat.S_ISREG(data.st_mode):
+                raise ValueError("data is not a regular file")
             started = _timestamp(_small(where, "startedat"))
             updated = _timestamp(_small(where, "updatedat"))
             try:
-                total = int(_small(where, "total"))
+                total = _total(_small(where, "total"))
             except FileNotFoundError:
                 total = 0
         except FileNotFoundError:

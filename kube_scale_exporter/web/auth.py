@@ -12,11 +12,15 @@ What a hostile file or client could otherwise do, and what stops it:
 - Nothing here hashes at load time or under the config lock: unknown users are checked
   against DUMMY_HASH, a constant of the lowest cost.
 - Checks run in parallel (bcrypt releases the GIL), AUTH_SLOTS at once, shared fairly
-  between client addresses (web/fairslots.py): one address has at most AUTH_PER_CLIENT
-  checks running or waiting, at most AUTH_WAITING wait (AUTH_WAIT_SECONDS at most), and
-  a freed slot goes to the address running the fewest. A check that gets no slot is
-  answered 503 at once: a guessing flood holds a few worker threads, never all of them,
-  and a scraper at another address waits for one check, not for the flood's.
+  between client addresses and the usernames each sends (web/fairslots.py): one address
+  runs at most AUTH_PER_CLIENT checks, one username from one address has at most
+  AUTH_PER_USER running or waiting, at most AUTH_WAITING wait (AUTH_WAIT_SECONDS at
+  most), and a freed slot goes to the address running the fewest, then the username.
+  A check that gets no slot is answered 503 at once: a guessing flood holds a few worker
+  threads, never all of them, and a scraper at another address, or at the flood's
+  address under another username, waits for one check, not for the flood's. The
+  username is only a string here, whether or not the file has it, so the slots tell
+  nothing about which users exist.
 - Timing: every uncached check, for a known user or not, right password or not, lasts
   at least as long as a check at the file's highest cost takes on this machine
   (measured as checks run, with a margin): response times do not tell which users
@@ -48,6 +52,7 @@ AUTH_CACHE_SIZE = 64  # successful checks remembered; a handful of scrapers is n
 AUTH_SLOTS = 2
 AUTH_WAITING = 4
 AUTH_PER_CLIENT = 2
+AUTH_PER_USER = 2
 # A valid scraper waits for one check (~0.1-1.3 s at cost 10-14); a waiter passed over
 # for this long belongs to a flood.
 AUTH_WAIT_SECONDS = 5.0
@@ -130,7 +135,9 @@ class BasicAuth:
         self._key = secrets.token_bytes(32)
         self._ok: OrderedDict[bytes, None] = OrderedDict()
         self._cache_lock = threading.Lock()
-        self._slots = FairSlots(AUTH_SLOTS, AUTH_WAITING, AUTH_PER_CLIENT, AUTH_WAIT_SECONDS)
+        self._slots = FairSlots(
+            AUTH_SLOTS, AUTH_WAITING, AUTH_PER_CLIENT, AUTH_PER_USER, AUTH_WAIT_SECONDS
+        )
         self.max_cost = max((hash_cost(h) for h in users.values()), default=MIN_COST)
 
     def check(self, header: str | None, client: str = "") -> bool:
@@ -150,7 +157,7 @@ class BasicAuth:
                 self._ok.move_to_end(key)
                 return True
         try:
-            with self._slots.slot(client):
+            with self._slots.slot(client, user):
                 ok = self._timed_check(password, hashed) and stored is not None
         except NoSlot:
             raise AuthBusy from None

@@ -42,6 +42,18 @@ def wait_for(collector, predicate, timeout, what):
         time.sleep(0.2)
 
 
+def grown(collector, first, timeout=20):
+    """The families once more bytes are downloaded than in `first` (containerd writes a
+    MiB at a time, and a loaded machine can hold the client back for seconds)."""
+    before = sample(first, "kubescale_image_pull_downloaded_bytes")
+    return wait_for(
+        collector,
+        lambda f: sample(f, "kubescale_image_pull_downloaded_bytes") > before,
+        timeout,
+        "more bytes downloaded",
+    )
+
+
 def wait_for_layer(collector, image, timeout):
     """Scrape until the pull of `image` (one layer) is downloading its layer: ctr writes
     the config blob beside it, so bytes can show before the layer's. Expected bytes are
@@ -78,10 +90,7 @@ def test_pull_progress_moves_and_a_finished_pull_drops_out(
     try:
         first = wait_for_layer(c, image, 10)
         time.sleep(1.0)
-        later = scrape(c)
-        assert sample(later, "kubescale_image_pull_downloaded_bytes") > sample(
-            first, "kubescale_image_pull_downloaded_bytes"
-        )
+        later = grown(c, first)
         assert sample(later, "kubescale_image_pull_oldest_seconds") >= 1.0
         assert sample(later, "kubescale_image_pull_stalled") == 0
         assert fetch.popen.wait(30) == 0, fetch.log_tail()

@@ -584,3 +584,28 @@ def test_the_ingest_directory_reader_on_odd_and_hostile_entries(tmp_path):
         IngestDir(str(tmp_path), "k8s.io").ingests()
     with pytest.raises(IngestDirError, match="does not exist .--containerd.ingest-dir"):
         IngestDir(str(tmp_path / "nope"), "k8s.io").ingests()
+
+
+# Found by fuzz/ingest_dir.py (its corpus' crash-* seeds): a signed or non-ASCII total read
+# as a (negative) byte count, and a data that is no file counted as bytes downloaded.
+@pytest.mark.unit
+@pytest.mark.parametrize("total", ["-100", "+100", "1_00", "\u0661\u0660\u0660", "0x64"])
+def test_a_total_that_is_not_a_plain_byte_count_is_refused(tmp_path, total):
+    _write_ingest(tmp_path, "a" * 64, "k8s.io/1/layer-sha256:" + "1" * 64, total=total)
+    with pytest.raises(IngestDirError, match="total is not a byte count"):
+        IngestDir(str(tmp_path), "k8s.io").ingests()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_data_that_is_not_a_regular_file_is_refused(tmp_path, kind):
+    d = _write_ingest(tmp_path, "a" * 64, "k8s.io/1/layer-sha256:" + "1" * 64, total="100 ")
+    [found] = IngestDir(str(tmp_path), "k8s.io").ingests()
+    assert (found.offset, found.total) == (10, 100)  # containerd's own files pass
+    (d / "data").unlink()
+    if kind == "directory":
+        (d / "data").mkdir()
+    else:
+        os.mkfifo(d / "data")
+    with pytest.raises(IngestDirError, match="data is not a regular file"):
+        IngestDir(str(tmp_path), "k8s.io").ingests()

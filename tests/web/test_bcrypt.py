@@ -173,12 +173,18 @@ def test_a_guessing_flood_at_cost_12_leaves_healthz_and_scrapes_answering(start_
     try:
         assert wait_until(lambda: len(codes) >= len(guessers), 30)  # the flood is on
         for _ in range(10):
+            # Waiting for a bcrypt slot takes at least one whole check behind the flood; the
+            # cached credential needs none. One check timed here, under the same load, is
+            # the bound.
+            started = time.monotonic()
+            bcrypt.checkpw(b"guess", hashed.encode())
+            one_check = time.monotonic() - started
             started = time.monotonic()
             assert session().get(exp.url + "/healthz", timeout=10).ok
             assert prometheus.get(
                 exp.url + "/metrics", headers=basic("prometheus", "right"), timeout=10
             ).ok
-            assert time.monotonic() - started < 0.5
+            assert time.monotonic() - started < one_check
     finally:
         stop.set()
         for t in guessers:
@@ -189,6 +195,7 @@ def test_a_guessing_flood_at_cost_12_leaves_healthz_and_scrapes_answering(start_
 FLOOD_SOURCES = {
     "one address": ["127.0.0.2"],
     "3 addresses": ["127.0.0.2", "127.0.0.3", "127.0.0.4"],
+    "the scraper's address": ["127.0.0.1"],
 }
 SCRAPE_TIMEOUT = 10.0  # a typical scrape timeout
 
@@ -201,7 +208,9 @@ def test_a_guessing_flood_leaves_a_valid_scrapers_first_scrape_answered(
 ):
     """Guessers from one address or a few take their addresses' share of the bcrypt
     checks, not every one: a scraper at another address, whose password is not yet
-    checked, gets its scrape within a scrape timeout (it used to get 503 at once)."""
+    checked, gets its scrape within a scrape timeout (it used to get 503 at once). So
+    does a scraper at the guessers' own address (a NAT, a shared node IP): the flooded
+    username has its share of the address, the scraper's username one of its own."""
     users = {"prometheus": "not-what-they-guess", **{f"scraper{i}": f"pw-{i}" for i in range(3)}}
     lines = "".join(
         f"  {user}: '{bcrypt.hashpw(pw.encode(), bcrypt.gensalt(10)).decode()}'\n"

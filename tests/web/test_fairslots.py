@@ -14,10 +14,10 @@ LONG = 60.0  # a wait no test should reach: a test that waits it out has failed
 
 
 class Holder:
-    """A thread that takes a slot for `address` and holds it until `done()`."""
+    """A thread that takes a slot for `address` (as `user`) and holds it until `done()`."""
 
-    def __init__(self, slots, address, entered):
-        self.address = address
+    def __init__(self, slots, address, entered, user=""):
+        self.address, self.user = address, user
         self.outcome = None
         self._release = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(slots, entered), daemon=True)
@@ -25,8 +25,8 @@ class Holder:
 
     def _run(self, slots, entered):
         try:
-            with slots.slot(self.address):
-                entered.append(self.address)
+            with slots.slot(self.address, self.user):
+                entered.append(f"{self.user}@{self.address}" if self.user else self.address)
                 self.outcome = "held"
                 self._release.wait(LONG)
         except NoSlot:
@@ -58,7 +58,7 @@ def entered():
 
 
 def test_a_client_past_its_share_is_refused_at_once(entered):
-    slots = FairSlots(running=2, waiting=4, per_client=2, wait_seconds=LONG)
+    slots = FairSlots(running=2, waiting=4, per_client=2, per_user=2, wait_seconds=LONG)
     first, second = Holder(slots, "10.0.0.1", entered), Holder(slots, "10.0.0.1", entered)
     assert wait_until(lambda: len(entered) == 2)
     with pytest.raises(NoSlot):  # a third would wait LONG if it were queued
@@ -73,7 +73,7 @@ def test_a_client_past_its_share_is_refused_at_once(entered):
 
 
 def test_an_address_with_nothing_running_goes_ahead_of_a_flooding_one(entered):
-    slots = FairSlots(running=1, waiting=4, per_client=2, wait_seconds=LONG)
+    slots = FairSlots(running=1, waiting=4, per_client=2, per_user=2, wait_seconds=LONG)
     # The flood's second waits first, yet the scraper gets the next slot.
     *flood, scraper = line_up(slots, entered, "10.0.0.1", "10.0.0.1", "10.0.0.9")
     assert waiting(slots) == 2
@@ -86,7 +86,7 @@ def test_an_address_with_nothing_running_goes_ahead_of_a_flooding_one(entered):
 
 
 def test_flooding_addresses_take_turns(entered):
-    slots = FairSlots(running=1, waiting=4, per_client=2, wait_seconds=LONG)
+    slots = FairSlots(running=1, waiting=4, per_client=2, per_user=2, wait_seconds=LONG)
     a1, a2, b1 = line_up(slots, entered, "10.0.0.1", "10.0.0.1", "10.0.0.2")
     a1.done()  # b was never served, a just was: b
     assert wait_until(lambda: len(entered) == 2)
@@ -101,7 +101,7 @@ def test_flooding_addresses_take_turns(entered):
 
 
 def test_a_full_waiting_room_drops_a_waiter_of_the_heaviest_address(entered):
-    slots = FairSlots(running=1, waiting=2, per_client=2, wait_seconds=LONG)
+    slots = FairSlots(running=1, waiting=2, per_client=2, per_user=2, wait_seconds=LONG)
     a1, a2, c1 = line_up(slots, entered, "10.0.0.1", "10.0.0.1", "10.0.0.3")
     assert waiting(slots) == 2  # the room is full
     b1 = Holder(slots, "10.0.0.2", entered)  # 10.0.0.1 holds 2, more than b would: a2 goes
@@ -119,7 +119,7 @@ def test_a_full_waiting_room_drops_a_waiter_of_the_heaviest_address(entered):
 
 
 def test_a_waiter_passed_over_gives_up(entered):
-    slots = FairSlots(running=1, waiting=4, per_client=2, wait_seconds=0.2)
+    slots = FairSlots(running=1, waiting=4, per_client=2, per_user=2, wait_seconds=0.2)
     holder = Holder(slots, "10.0.0.1", entered)
     assert wait_until(lambda: len(entered) == 1)
     with pytest.raises(NoSlot):
@@ -129,6 +129,39 @@ def test_a_waiter_passed_over_gives_up(entered):
     holder.done()
     with slots.slot("10.0.0.2"):  # nothing left behind: the slot is free again
         pass
+
+
+def test_another_username_at_a_flooding_address_waits_for_one_check_not_the_flood(entered):
+    slots = FairSlots(running=2, waiting=4, per_client=2, per_user=2, wait_seconds=LONG)
+    guesses = [Holder(slots, "10.0.0.1", entered, "prometheus") for _ in range(2)]
+    assert wait_until(lambda: len(entered) == 2)
+    with pytest.raises(NoSlot):  # the flooded username holds its share: refused at once
+        with slots.slot("10.0.0.1", "prometheus"):
+            pass
+    scraper = Holder(slots, "10.0.0.1", entered, "scraper")  # the same address: it waits
+    assert wait_until(lambda: waiting(slots) == 1)
+    guesses[0].done()
+    assert wait_until(lambda: entered[2:] == ["scraper@10.0.0.1"])
+    for h in (guesses[1], scraper):
+        h.done()
+
+
+def test_a_full_waiting_room_drops_a_waiter_of_its_own_address_heaviest_username(entered):
+    slots = FairSlots(running=1, waiting=2, per_client=2, per_user=2, wait_seconds=LONG)
+    g1, g2 = line_up(slots, entered, "10.0.0.1", "10.0.0.1")  # "" runs one, waits one
+    other = Holder(slots, "10.0.0.1", entered, "other")
+    assert wait_until(lambda: waiting(slots) == 2)  # the room is full
+    scraper = Holder(slots, "10.0.0.1", entered, "scraper")  # "" holds 2, it would hold 1
+    assert wait_until(lambda: g2.outcome == "refused")
+    with pytest.raises(NoSlot):  # every username waiting holds 1, as this one would
+        with slots.slot("10.0.0.1", "third"):
+            pass
+    g1.done()
+    assert wait_until(lambda: len(entered) == 2)
+    other.done()  # it came first
+    assert wait_until(lambda: len(entered) == 3)
+    scraper.done()
+    assert entered == ["10.0.0.1", "other@10.0.0.1", "scraper@10.0.0.1"]
 
 
 @pytest.mark.parametrize(

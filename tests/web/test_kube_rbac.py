@@ -3,7 +3,9 @@ verdict cache, and a flood of bad tokens beside a legitimate scraper."""
 
 import ast
 import collections
+import contextlib
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -358,7 +360,12 @@ def test_failures_are_503_and_not_cached():
 
 
 def one_answer_server(reply_chunks, every=0.0):
-    """A socket server answering one request with `reply_chunks`, `every` seconds apart."""
+    """A socket server answering one request with `reply_chunks`, `every` seconds apart.
+
+    It reads the whole request before it answers and, once it has sent, waits for the
+    client to close: a socket closed with bytes unread (the body of a POST sent apart
+    from its head) sends a reset, and the reset drops what the client had not read yet,
+    so the client saw "connection reset" instead of the reply it was tested on."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(4)
@@ -366,16 +373,38 @@ def one_answer_server(reply_chunks, every=0.0):
     def serve():
         conn, _ = listener.accept()
         with conn:
-            conn.recv(65536)
+            conn.settimeout(10)
+            read_request(conn)
             for chunk in reply_chunks:
                 try:
                     conn.sendall(chunk)
                 except OSError:
                     return
                 time.sleep(every)
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_WR)
+                while conn.recv(65536):
+                    pass
 
     threading.Thread(target=serve, daemon=True).start()
     return f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def read_request(conn):
+    """One request's head and its Content-Length body, read off `conn`."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = conn.recv(65536)
+        if not more:
+            return
+        data += more
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    while length and len(body) < int(length[1]):
+        more = conn.recv(65536)
+        if not more:
+            break
+        body += more
 
 
 @pytest.mark.unit

@@ -1,0 +1,203 @@
+"""A small kwok fleet on the real 1.34 control plane (testbed/fleet.py): the same parts as
+bench/fleet.py's 7,500 nodes, at a size CI runs in a couple of minutes.
+
+The real scheduler binds the Deployments' pods, kwok plays Nodes (with Leases) and pods
+(Pending -> Running, with a `Started` event), events go to their own etcd, and the node-mode
+exporter watches one kwok Node's pods through the API server.
+"""
+
+import datetime
+import shutil
+import tempfile
+import time
+
+import pytest
+import requests
+
+from testbed.containerd_server import ContainerdServer
+from testbed.exporter import start_exporter
+from testbed.fleet import (
+    GPU_NODE,
+    GPU_RESOURCE,
+    HOLD_ANNOTATION,
+    KWOK_LABEL,
+    NAMESPACE,
+    POOL_LABEL,
+    FleetSize,
+    etcd_keys,
+    fleet,
+)
+from testbed.kube_apiserver import pod_manifest
+from testbed.metrics import parse_exposition, sample
+
+pytestmark = pytest.mark.integration
+
+SIZE = FleetSize(nodes=200, gpu_nodes=20, pods=1000, gpu_pods=40, lease_seconds=20)
+
+
+@pytest.fixture(scope="module")
+def small_fleet():
+    workdir = tempfile.mkdtemp(prefix="fleet-", dir="/tmp")
+    try:
+        with fleet(workdir, SIZE) as f:
+            yield f
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _time(stamp):
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def test_nodes_are_ready_and_renew_their_leases(small_fleet):
+    f = small_fleet
+    nodes = f.admin.get("/api/v1/nodes", labelSelector="=".join(KWOK_LABEL))["items"]
+    assert len(nodes) == SIZE.nodes
+    assert f.ready_nodes() == SIZE.nodes
+    # No node-lifecycle taint: the controller-manager sees the Leases as fresh.
+    assert not [
+        n["metadata"]["name"]
+        for n in nodes
+        for t in n["spec"].get("taints", [])
+        if t["key"].startswith("node.kubernetes.io/")
+    ]
+    sampled = [f.nodes[0], f.nodes[-1], f.gpu_nodes[0]]
+    before = {n: _time(f.lease(n)["spec"]["renewTime"]) for n in sampled}
+    # kwok renews every lease_seconds/4 (5 s here), with a little jitter.
+    time.sleep(SIZE.lease_seconds / 4 * 1.5)
+    after = {n: _time(f.lease(n)["spec"]["renewTime"]) for n in sampled}
+    assert all(after[n] > before[n] for n in sampled), (before, after)
+    assert all(f.lease(n)["spec"]["leaseDurationSeconds"] == SIZE.lease_seconds for n in sampled)
+
+
+def test_pods_run_on_kwok_nodes_as_the_scheduler_placed_them(small_fleet):
+    f = small_fleet
+    pods = f.admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+    assert len(pods) == SIZE.pods + SIZE.gpu_pods
+    assert {p["status"]["phase"] for p in pods} == {"Running"}
+    cpu, gpu = set(f.nodes), set(f.gpu_nodes)
+    gpu_pods = [p for p in pods if p["metadata"]["labels"]["app"].startswith("gpu-")]
+    assert len(gpu_pods) == SIZE.gpu_pods
+    assert all(p["spec"]["nodeName"] in gpu for p in gpu_pods)
+    # The GPU taint keeps every other pod off the GPU pool.
+    assert all(p["spec"]["nodeName"] in cpu for p in pods if p not in gpu_pods)
+    # kwok gave each a pod IP from its Node's podCIDR.
+    node = f.admin.get(f"/api/v1/nodes/{pods[0]['spec']['nodeName']}")
+    assert pods[0]["status"]["podIP"].rsplit(".", 1)[0] == node["spec"]["podCIDR"].rsplit(".", 1)[0]
+    # The real scheduler bound them: one Scheduled event per pod, from it.
+    scheduled = f.admin.get(
+        f"/api/v1/namespaces/{NAMESPACE}/events", fieldSelector="reason=Scheduled"
+    )["items"]
+    assert len({e["involvedObject"]["name"] for e in scheduled}) == len(pods)
+    assert {e.get("reportingComponent") or e["source"]["component"] for e in scheduled} == {
+        "default-scheduler"
+    }
+
+
+def test_gpu_pool_shows_its_allocatable_and_taint(small_fleet):
+    f = small_fleet
+    gpu_nodes = f.admin.get("/api/v1/nodes", labelSelector=f"{POOL_LABEL}=gpu")["items"]
+    assert len(gpu_nodes) == SIZE.gpu_nodes
+    for node in gpu_nodes:
+        assert node["status"]["allocatable"][GPU_RESOURCE] == GPU_NODE[GPU_RESOURCE]
+        assert {t["key"] for t in node["spec"]["taints"]} == {GPU_RESOURCE}
+    cpu_node = f.admin.get(f"/api/v1/nodes/{f.nodes[0]}")
+    assert GPU_RESOURCE not in cpu_node["status"]["allocatable"]
+    assert cpu_node["status"]["allocatable"]["cpu"] == "32"
+
+
+def test_events_live_in_the_events_etcd_only(small_fleet):
+    f = small_fleet
+    events = f.admin.get(f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
+    started = [e for e in events if e["reason"] == "Started"]
+    # kwok's pod stage writes a `Started` event per pod, through client-go's event
+    # broadcaster, which drops what does not fit its 1,000-event queue while pods start
+    # faster than it posts: some, not necessarily all.
+    assert started
+    assert {e["source"]["component"] for e in started} == {"kwok_controller"}
+    assert {e["involvedObject"]["kind"] for e in started} == {"Pod"}
+    # Every event of the namespace is a key in the events etcd; the main one has none.
+    assert etcd_keys(f.events_etcd, f"/registry/events/{NAMESPACE}/") == len(events)
+    assert etcd_keys(f.main_etcd, "/registry/events/") == 0
+    # ... while the objects themselves are in the main one.
+    assert etcd_keys(f.main_etcd, "/registry/pods/") == SIZE.pods + SIZE.gpu_pods
+    assert etcd_keys(f.events_etcd, "/registry/pods/") == 0
+
+
+def test_node_mode_exporter_watches_one_kwok_nodes_pods(small_fleet, tmp_path):
+    """The imagepull collector's spec.nodeName watch through the fleet's API server: a pod
+    on its node waiting for an image is queued; the Running pods kwok plays are not."""
+    f = small_fleet
+    node = f.nodes[7]
+    containerd_dir = tempfile.mkdtemp(prefix="cd-", dir="/tmp")
+    containerd = ContainerdServer(containerd_dir).start()
+    kubelet = tmp_path / "kubelet.yaml"
+    kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
+    flags = [
+        "--collector.disable-defaults",
+        "--collector.imagepull",
+        "--containerd.address",
+        containerd.address,
+        "--kubelet.config-file",
+        str(kubelet),
+        "--kube.kubeconfig",
+        f.kubeconfig,
+        "--kube.node-name",
+        node,
+    ]
+    exporter = start_exporter(flags, tmp_path)
+    try:
+
+        def scrape():
+            return parse_exposition(requests.get(exporter.url + "/metrics", timeout=10).text)
+
+        def until(name, want, timeout=30.0, **labels):
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    got = sample(scrape(), name, **labels)
+                except KeyError:
+                    got = None
+                if got == want or time.monotonic() > deadline:
+                    return got
+                time.sleep(0.5)
+
+        assert until("kubescale_kube_watch_up", 1, resource="pods") == 1
+        assert until("kubescale_image_pulls_queued", 0) == 0
+        # A pod bound to this node whose container waits for an image nobody has.
+        body = pod_manifest("waits-for-image", node=node)
+        body["metadata"]["annotations"] = {HOLD_ANNOTATION: "true"}
+        body["spec"]["containers"][0]["image"] = "registry.invalid/absent:v1"
+        base = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        f.admin.create(base, body)
+        waiting = {"reason": "ContainerCreating"}
+        f.admin.merge_patch(
+            f"{base}/waits-for-image/status",
+            {
+                "status": {
+                    "phase": "Pending",
+                    "containerStatuses": [
+                        {
+                            "name": "pause",
+                            "image": "registry.invalid/absent:v1",
+                            "imageID": "",
+                            "ready": False,
+                            "restartCount": 0,
+                            "state": {"waiting": waiting},
+                        }
+                    ],
+                }
+            },
+        )
+        assert until("kubescale_image_pulls_queued", 1) == 1
+        # The same on another node is not this exporter's.
+        other = pod_manifest("elsewhere", node=f.nodes[8])
+        other["metadata"]["annotations"] = {HOLD_ANNOTATION: "true"}
+        f.admin.create(base, other)
+        f.admin.delete(f"{base}/waits-for-image")
+        assert until("kubescale_image_pulls_queued", 0) == 0
+        f.admin.delete(f"{base}/elsewhere")
+    finally:
+        exporter.proc.stop()
+        containerd.wipe()
+        shutil.rmtree(containerd_dir, ignore_errors=True)
