@@ -6,29 +6,29 @@ local promql = import '../lib/promql.libsonnet';
       {
         local c = $._config,
         local both(metric) = '(%s{%s})' % [metric, c.exporterSelector],
-        local byUp = 'cluster_job_up:kubescale_exporter_targets:count',
+        local byUp = 'cluster_job_value:kubescale_exporter_up:count',
         local count = 'cluster_job:kubescale_exporter_targets:count',
         local orZero(expr) = '%s\nor on (%s, job)\n0 * %s' % [expr, c.clusterLabel, count],
         name: 'kube-scale-exporter-exporter.rules',
         rules: [
           {
-            // Every target's `up` read once: targets per cluster, job and `up` value (0 or 1),
+            // Every target's `up` read once: targets per cluster, job and `up` value (0 or 1, in `value`),
             // from which the rules below take the job's size, its down targets and its average.
             record: byUp,
-            expr: 'count_values by (%s, job) ("up", %s)' % [c.clusterLabel, both('up')],
+            expr: 'count_values by (%s, job) ("value", %s)' % [c.clusterLabel, both('up')],
           },
           {
             record: count,
-            expr: 'sum without (up) (%s)' % byUp,
+            expr: 'sum without (value) (%s)' % byUp,
           },
           {
             record: 'cluster_job:kubescale_exporter_up:avg',
-            expr: '(\n  %s\n)\n/ %s' % [std.strReplace(orZero('sum without (up) (%s{up="1"})' % byUp), '\n', '\n  '), count],
+            expr: '(\n  %s\n)\n/ %s' % [std.strReplace(orZero('sum without (value) (%s{value="1"})' % byUp), '\n', '\n  '), count],
           },
           {
             // Counted, not averaged: the alert compares whole targets with the job's size.
             record: 'cluster_job:kubescale_exporter_targets_down:sum',
-            expr: orZero('sum without (up) (%s{up="0"})' % byUp),
+            expr: orZero('sum without (value) (%s{value="0"})' % byUp),
           },
           {
             // Kubernetes API watches (informers) that are down: their collectors serve stale data.
