@@ -232,6 +232,10 @@ local knobs = {
   datasourceName: 'prometheus',
   // Rows in "worst nodes" tables: bounded so a panel never returns thousands of series.
   topK: 10,
+  // Evaluation interval of the rule groups that only dashboards read, and of the alerts
+  // whose `for` is 15 minutes or more: at 7,500 nodes every per-node read of every
+  // evaluation costs Prometheus CPU (docs/sizing.md). Under Prometheus' 5 min lookback.
+  slowInterval: '2m',
 };
 
 // Knobs that were renamed, with what replaced them.

@@ -44,15 +44,21 @@ GOAL = "KubeScaleEtcdAlarmActive"
 NODE_JOB, CLUSTER_JOB = "kube-scale-exporter-node", "kube-scale-exporter-cluster"
 
 
-def prometheus_config(node_port, cluster_port, prom_port, interval=SCRAPE):
+RULE_FILES = tuple(
+    REPO / "rules" / name
+    for name in (
+        "prometheus_rules.yaml",
+        "prometheus_alerts.yaml",
+        "prometheus_selfprotection_alerts.yaml",
+    )
+)
+
+
+def prometheus_config(node_port, cluster_port, prom_port, interval=SCRAPE, rule_files=RULE_FILES):
     target_labels = {"cluster": "demo"}
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "rule_files": [
-            str(REPO / "rules" / "prometheus_rules.yaml"),
-            str(REPO / "rules" / "prometheus_alerts.yaml"),
-            str(REPO / "rules" / "prometheus_selfprotection_alerts.yaml"),
-        ],
+        "rule_files": [str(path) for path in rule_files],
         "scrape_configs": [
             # In Kubernetes the node label comes from relabelling __meta_kubernetes_pod_node_name
             # (see docs/mixin.md); here it is a static label.

@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.scale import live, measure, queries, report
+from bench.scale import live, measure, prom, queries, report
 from bench.scale.queries import duration_seconds
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -51,9 +50,16 @@ def main(argv=None) -> int:
     p.add_argument(
         "--compact", action="store_true", help="wait for Prometheus to merge blocks before querying"
     )
+    p.add_argument(
+        "--prometheus",
+        default=None,
+        help="the Prometheus binary (promtool beside it); default: the first on PATH",
+    )
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--out", type=Path, default=RESULTS / "scale.md")
     args = p.parse_args(argv)
+    if args.prometheus:
+        prom.use(args.prometheus)
     phases = args.phases.split(",")
     RAW.mkdir(parents=True, exist_ok=True)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kubescale-bench-"))
@@ -62,9 +68,7 @@ def main(argv=None) -> int:
     if set(phases) - {"report"}:
         meta.update(
             cpus=os.cpu_count(),
-            prometheus=subprocess.run(
-                ["/usr/bin/prometheus", "--version"], capture_output=True, check=False, text=True
-            ).stdout.split("\n")[0],
+            prometheus=prom.version(),
         )
 
     def log(*a):

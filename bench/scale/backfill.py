@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.scale.prom import PROMTOOL, SCRAPE_INTERVAL, Prometheus
+from bench.scale.prom import SCRAPE_INTERVAL, Prometheus, binaries
 from bench.scale.queries import rule_dependencies
 
 
@@ -35,7 +35,7 @@ def openmetrics(om_path: Path, data_dir: Path, max_block: str = "24h") -> float:
     start = time.monotonic()
     result = subprocess.run(
         [
-            PROMTOOL,
+            binaries()[1],
             "tsdb",
             "create-blocks-from",
             "openmetrics",
@@ -76,7 +76,7 @@ def recording_rules(
         with Prometheus(workdir, data_dir) as prom:
             result = subprocess.run(
                 [
-                    PROMTOOL,
+                    binaries()[1],
                     "tsdb",
                     "create-blocks-from",
                     "rules",

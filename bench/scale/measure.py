@@ -117,7 +117,8 @@ def group_cost(
                 prom.query(f"count({r['expr'].strip()})", at)
             best_cpu = min(best_cpu, prom.cpu_seconds() - cpu)
             best_wall = min(best_wall, time.monotonic() - began)
-        out[g["name"]] = {"cpu": best_cpu, "wall": best_wall}
+        interval = queries.duration_seconds(g["interval"]) if "interval" in g else SCRAPE_INTERVAL
+        out[g["name"]] = {"cpu": best_cpu, "wall": best_wall, "interval": interval}
     return out
 
 

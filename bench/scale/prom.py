@@ -1,4 +1,7 @@
-"""A real Prometheus (Debian 2.42) on a free loopback port, and the few API calls we need.
+"""A real Prometheus on a free loopback port, and the few API calls we need.
+
+Which Prometheus: `use(path)` (bench.scale's --prometheus), else the first `prometheus` on
+PATH; promtool is the one beside it, so a release's server and backfiller always match.
 
 Started by argv with its own config, stopped by PID (testbed/procs.py). Queries ask
 for `stats=all`; the server runs with --enable-feature=promql-per-step-stats so a range
@@ -10,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,16 +24,34 @@ import yaml
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
 
-PROMETHEUS = "/usr/bin/prometheus"
-PROMTOOL = "/usr/bin/promtool"
 SCRAPE_INTERVAL = 30
+_chosen: str | None = None
+
+
+def use(prometheus: str) -> None:
+    """Run this Prometheus binary (and the promtool in its directory) from now on."""
+    global _chosen
+    _chosen = prometheus
 
 
 def binaries() -> tuple[str, str]:
-    for path in (PROMETHEUS, PROMTOOL):
-        if shutil.which(path) is None:
-            raise FileNotFoundError(f"{path} missing: apt-get install prometheus (see .ci/setup.d)")
-    return PROMETHEUS, PROMTOOL
+    """(prometheus, promtool): the chosen binary or PATH's, and the promtool beside it."""
+    prometheus = _chosen or shutil.which("prometheus")
+    if prometheus is None or shutil.which(prometheus) is None:
+        raise FileNotFoundError(
+            f"{prometheus or 'prometheus'} missing: pass --prometheus PATH or put one on PATH"
+            " (apt-get install prometheus; sid's 3.5 is .ci/setup.d/15-prometheus-sid.sh)"
+        )
+    promtool = str(Path(prometheus).resolve().parent / "promtool")
+    if shutil.which(promtool) is None:
+        raise FileNotFoundError(f"{promtool} missing: promtool must sit beside {prometheus}")
+    return prometheus, promtool
+
+
+def version() -> str:
+    """The first line of the chosen server's --version."""
+    out = subprocess.run([binaries()[0], "--version"], capture_output=True, text=True, check=False)
+    return (out.stdout or out.stderr).split("\n")[0]
 
 
 @dataclass
@@ -57,7 +79,7 @@ class Prometheus:
         retention: str = "3650d",
         extra_flags=(),
     ):
-        binaries()
+        prometheus, _ = binaries()
         self.workdir = Path(workdir)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -65,7 +87,7 @@ class Prometheus:
         self.config_path = self.workdir / f"prometheus-{self.port}.yml"
         self.write_config(scrape_configs)
         self.argv = [
-            PROMETHEUS,
+            prometheus,
             f"--config.file={self.config_path}",
             f"--storage.tsdb.path={data_dir}",
             f"--storage.tsdb.retention.time={retention}",

@@ -173,10 +173,16 @@ def render(
             ),
             "",
             (
-                "| group | rules | samples touched | CPU (blocks) | wall (blocks) | CPU (head) | wall (head) | "
-                "Prometheus last | Prometheus max | < 1 s CPU | < 1 s live |"
+                "- interval / CPU per 30 s: the group's evaluation interval and its CPU (blocks) per "
+                f"{budget.CYCLE} s of Prometheus' time (per evaluation x {budget.CYCLE} s / interval); "
+                f"the last row sums them against the {budget.CYCLE_SECONDS:g} CPU-second budget."
             ),
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|:-:|:-:|",
+            "",
+            (
+                "| group | rules | interval | samples touched | CPU (blocks) | CPU per 30 s | wall (blocks) | "
+                "CPU (head) | wall (head) | Prometheus last | Prometheus max | < 1 s CPU | < 1 s live |"
+            ),
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|:-:|",
         ]
         seg = full.segments[0] if full else None
         groups = seg.groups() if seg else {}
@@ -194,11 +200,22 @@ def render(
                 head_costs.get(name),
                 live_groups.get(name, {}),
             )
+            cycle = f"{budget.per_cycle(c) * 1000:.0f} ms" if c else ""
+            interval = f"{c.get('interval', budget.CYCLE):.0f} s" if c else ""
             out.append(
-                f"| {name} | {g.get('rules', '')} | {_n(g.get('samples', 0))} | {ms(c, 'cpu')} | "
-                f"{ms(c, 'wall')} | {ms(h, 'cpu')} | {ms(h, 'wall')} | {lg.get('last', 0) * 1000:.0f} ms | "
-                f"{lg.get('max', 0) * 1000:.0f} ms | {_verdict(c['cpu'] if c else None)} | "
-                f"{_verdict(lg.get('last'))} |"
+                f"| {name} | {g.get('rules', '')} | {interval} | {_n(g.get('samples', 0))} | "
+                f"{ms(c, 'cpu')} | {cycle} | {ms(c, 'wall')} | {ms(h, 'cpu')} | {ms(h, 'wall')} | "
+                f"{lg.get('last', 0) * 1000:.0f} ms | {lg.get('max', 0) * 1000:.0f} ms | "
+                f"{_verdict(c['cpu'] if c else None)} | {_verdict(lg.get('last'))} |"
+            )
+        if costs:
+            total = sum(budget.per_cycle(c) for c in costs.values())
+            out.append(
+                f"| **all groups** | {sum(g.get('rules', 0) for g in groups.values())} | | "
+                f"{_n(sum(g.get('samples', 0) for g in groups.values()))} | "
+                f"{sum(c['cpu'] for c in costs.values()) * 1000:.0f} ms | **{total * 1000:.0f} ms** | "
+                f"| | | | | {'yes' if total <= budget.CYCLE_SECONDS else '**NO**'} (<= "
+                f"{budget.CYCLE_SECONDS:g} s per 30 s) | |"
             )
         out.append("")
     projections = budget.project(fit.segments[0], fit.segments[1]) if fit else []

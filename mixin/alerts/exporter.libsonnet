@@ -8,24 +8,9 @@ local text = import '../lib/alerts.libsonnet';
       {
         local c = $._config,
         local job = '%(clusterLabel)s, job' % c,
-        local target = [c.nodeLabel, 'instance'],
-        // Targets whose collector failed more than collectorFailingRatio of its scrapes over
-        // rateInterval. Read here, not recorded: a recording rule of it would create a series
-        // per node when a collector fails fleet-wide. Like the neighbor alerts' increase(), it
-        // reads rateInterval of each target's raw series (7,500 x 4 series, 10 samples each
-        // at 30 s scrapes).
-        local failing = '1 - avg_over_time(kubescale_scrape_collector_success{%(exporterSelector)s}[%(rateInterval)s]) > %(collectorFailingRatio)g' % c,
-        // A failed scrape (a timeout) reports 0 samples and no etcd series: the samples are the
-        // most scraped within gapTolerance, so a target over budget that also times out now
-        // and then does not reset the `for`.
-        local overBudget = |||
-          (max_over_time(scrape_samples_scraped{%(nodeExporterSelector)s}[%(gapTolerance)s]) unless on (%(clusterLabel)s, job, instance) last_over_time(kubescale_etcd_up{%(nodeExporterSelector)s}[%(gapTolerance)s])) > %(nodeSeriesBudget)d
-          or
-          (max_over_time(scrape_samples_scraped{%(nodeExporterSelector)s}[%(gapTolerance)s]) and on (%(clusterLabel)s, job, instance) last_over_time(kubescale_etcd_up{%(nodeExporterSelector)s}[%(gapTolerance)s])) > %(etcdNodeSeriesBudget)d
-          or
-          max_over_time(scrape_samples_scraped{%(clusterExporterSelector)s}[%(gapTolerance)s]) > %(clusterSeriesBudget)d
-        ||| % c,
-        local present(selector) = 'group by (%s) (up{%s})' % [c.clusterLabel, selector],
+        // A job has targets in a cluster while the exporter rules count them (one series per
+        // cluster and job, not every target's `up`).
+        local present(jobName) = 'group by (%s) (cluster_job:kubescale_exporter_targets:count{job="%s"})' % [c.clusterLabel, jobName],
         name: 'kube-scale-exporter-exporter',
         rules: [
           {
@@ -67,8 +52,8 @@ local text = import '../lib/alerts.libsonnet';
                 cluster_job:kubescale_exporter_targets:count
               )
               or
-              absent(up{%(exporterSelector)s})
-            ||| % (c { node: present(c.nodeExporterSelector), cluster: present(c.clusterExporterSelector) }),
+              absent(cluster_job:kubescale_exporter_targets:count)
+            ||| % (c { node: present(c.nodeJobName), cluster: present(c.clusterJobName) }),
             'for': c.exporterDownFor,
             labels: { severity: c.warningSeverity },
             annotations: {
@@ -78,6 +63,42 @@ local text = import '../lib/alerts.libsonnet';
                             + '{{ else }}No kube-scale-exporter target exists at all (no `up` series for %(exporterSelector)s).{{ end }}') % c,
             },
           },
+          {
+            alert: 'KubeScaleKubeWatchDown',
+            expr: 'cluster_job_resource:kubescale_kube_watches_down:sum > 0',
+            'for': c.kubeWatchDownFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: 'The exporter cannot watch the Kubernetes API; metrics built on it are stale.',
+              description: 'The {{ $labels.resource }} watch is down on {{ $value }} {{ $labels.job }} targets.',
+            },
+          },
+        ],
+      },
+      {
+        local c = $._config,
+        local job = '%(clusterLabel)s, job' % c,
+        local target = [c.nodeLabel, 'instance'],
+        // Targets whose collector failed more than collectorFailingRatio of its scrapes over
+        // rateInterval. Read here, not recorded: a recording rule of it would create a series
+        // per node when a collector fails fleet-wide. Like the neighbor alerts' increase(), it
+        // reads rateInterval of each target's raw series (7,500 x 4 series, 10 samples each
+        // at 30 s scrapes).
+        local failing = '1 - avg_over_time(kubescale_scrape_collector_success{%(exporterSelector)s}[%(rateInterval)s]) > %(collectorFailingRatio)g' % c,
+        // A failed scrape (a timeout) reports 0 samples and no etcd series: the samples are the
+        // most scraped within gapTolerance, so a target over budget that also times out now
+        // and then does not reset the `for`.
+        local overBudget = |||
+          (max_over_time(scrape_samples_scraped{%(nodeExporterSelector)s}[%(gapTolerance)s]) unless on (%(clusterLabel)s, job, instance) last_over_time(kubescale_etcd_up{%(nodeExporterSelector)s}[%(gapTolerance)s])) > %(nodeSeriesBudget)d
+          or
+          (max_over_time(scrape_samples_scraped{%(nodeExporterSelector)s}[%(gapTolerance)s]) and on (%(clusterLabel)s, job, instance) last_over_time(kubescale_etcd_up{%(nodeExporterSelector)s}[%(gapTolerance)s])) > %(etcdNodeSeriesBudget)d
+          or
+          max_over_time(scrape_samples_scraped{%(clusterExporterSelector)s}[%(gapTolerance)s]) > %(clusterSeriesBudget)d
+        ||| % c,
+        // `for` of 15 minutes and more, over every target's raw series: on slowInterval.
+        name: 'kube-scale-exporter-exporter-slow',
+        interval: c.slowInterval,
+        rules: [
           {
             // The share of failed scrapes over a window, per target: a collector that
             // succeeds now and then still alerts when it fails most of the time.
@@ -90,16 +111,6 @@ local text = import '../lib/alerts.libsonnet';
               description: ('The {{ $labels.collector }} collector failed more than %g%% of its scrapes in the last %s on {{ $value }} {{ $labels.job }} targets: '
                             % [100 * c.collectorFailingRatio, c.rateInterval])
                            + text.examples(failing, '%s, collector' % job, target, c.alertExamples, 'instance') + '.',
-            },
-          },
-          {
-            alert: 'KubeScaleKubeWatchDown',
-            expr: 'cluster_job_resource:kubescale_kube_watches_down:sum > 0',
-            'for': c.kubeWatchDownFor,
-            labels: { severity: c.warningSeverity },
-            annotations: {
-              summary: 'The exporter cannot watch the Kubernetes API; metrics built on it are stale.',
-              description: 'The {{ $labels.resource }} watch is down on {{ $value }} {{ $labels.job }} targets.',
             },
           },
           {

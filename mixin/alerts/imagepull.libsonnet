@@ -9,7 +9,8 @@ local promql = import '../lib/promql.libsonnet';
     groups+: [
       {
         local c = $._config,
-        local held(metric) = promql.held(metric, c.nodeExporterSelector, c.gapTolerance),
+        // The node gauges held over gapTolerance, non-zero ones only (rules/imagepull.libsonnet).
+        local held(metric) = 'node:%s:nonzero' % metric,
         // Queued images are only a pull-slot backlog while something downloads: with nothing
         // in progress they are pods in ImagePullBackOff or waiting for another reason.
         local downloading = held('kubescale_image_pulls_in_progress') + ' > 0',
@@ -149,7 +150,9 @@ local promql = import '../lib/promql.libsonnet';
           % [f('max_concurrent_downloads', 'kubescale_containerd_max_concurrent_downloads'), f('image_pull_progress_timeout_seconds', 'kubescale_containerd_image_pull_progress_timeout_seconds')],
         local where = 'cluster {{ $labels.%s }}' % c.clusterLabel
                       + (if c.nodePoolLabel == '' then '' else ' node pool {{ $labels.%s }}' % c.nodePoolLabel),
+        // An hour-long `for` over counts recorded on slowInterval: on slowInterval too.
         name: 'kube-scale-exporter-containerd-settings',
+        interval: c.slowInterval,
         rules: [
           {
             alert: 'KubeScaleContainerdPullSettingsDiffer',

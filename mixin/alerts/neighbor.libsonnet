@@ -17,11 +17,6 @@ local text = import '../lib/alerts.libsonnet';
           },
         },
         // Nodes on the kernel default that already use a good share of it.
-        local atKernelDefault = |||
-          node_family:kubescale_neighbor_usage:ratio > %(neighborKernelDefaultUsage)g
-          and
-          last_over_time(kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s}[%(gapTolerance)s]) <= %(neighborKernelDefaultThresh3)d
-        ||| % c,
         name: 'kube-scale-exporter-neighbor',
         rules: [
           nearFull(c.warningSeverity, c.neighborUsageWarning),
@@ -30,13 +25,26 @@ local text = import '../lib/alerts.libsonnet';
             // An overflow is packets to new peers dropped now: it ranks with the critical
             // NearFull, never below it.
             alert: 'KubeScaleNeighborTableOverflow',
-            expr: 'increase(kubescale_neighbor_table_overflows_total{%(nodeExporterSelector)s}[%(rateInterval)s]) > 0' % c,
+            expr: 'node_family:kubescale_neighbor_table_overflows:increase%(rateInterval)s > 0' % c,
             labels: { severity: c.criticalSeverity },
             annotations: {
               summary: 'The kernel neighbor table overflowed: new neighbors were dropped.',
               description: 'The {{ $labels.family }} neighbor table on node {{ $labels.%(nodeLabel)s }} overflowed {{ $value | humanize }} times in the last %(rateInterval)s.' % c,
             },
           },
+        ],
+      },
+      {
+        local c = $._config,
+        local atKernelDefault = |||
+          node_family:kubescale_neighbor_usage:ratio > %(neighborKernelDefaultUsage)g
+          and
+          last_over_time(kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s}[%(gapTolerance)s]) <= %(neighborKernelDefaultThresh3)d
+        ||| % c,
+        // An hour-long `for`: on slowInterval.
+        name: 'kube-scale-exporter-neighbor-slow',
+        interval: c.slowInterval,
+        rules: [
           {
             // A node image ships the same sysctls to every node: one alert per cluster and
             // family with the count and a few examples, not one per node.

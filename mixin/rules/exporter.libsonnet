@@ -6,28 +6,29 @@ local promql = import '../lib/promql.libsonnet';
       {
         local c = $._config,
         local both(metric) = '(%s{%s})' % [metric, c.exporterSelector],
+        local byUp = 'cluster_job_value:kubescale_exporter_up:count',
+        local count = 'cluster_job:kubescale_exporter_targets:count',
+        local orZero(expr) = '%s\nor on (%s, job)\n0 * %s' % [expr, c.clusterLabel, count],
         name: 'kube-scale-exporter-exporter.rules',
         rules: [
           {
-            record: 'cluster_job:kubescale_exporter_up:avg',
-            expr: 'avg by (%s, job) %s' % [c.clusterLabel, both('up')],
+            // Every target's `up` read once: targets per cluster, job and `up` value (0 or 1, in `value`),
+            // from which the rules below take the job's size, its down targets and its average.
+            record: byUp,
+            expr: 'count_values by (%s, job) ("value", %s)' % [c.clusterLabel, both('up')],
           },
           {
-            record: 'cluster_job:kubescale_exporter_targets:count',
-            expr: 'count by (%s, job) %s' % [c.clusterLabel, both('up')],
+            record: count,
+            expr: 'sum without (value) (%s)' % byUp,
+          },
+          {
+            record: 'cluster_job:kubescale_exporter_up:avg',
+            expr: '(\n  %s\n)\n/ %s' % [std.strReplace(orZero('sum without (value) (%s{value="1"})' % byUp), '\n', '\n  '), count],
           },
           {
             // Counted, not averaged: the alert compares whole targets with the job's size.
             record: 'cluster_job:kubescale_exporter_targets_down:sum',
-            expr: 'sum by (%s, job) (%s == bool 0)' % [c.clusterLabel, both('up')],
-          },
-          {
-            record: 'cluster_job_collector:kubescale_scrape_collector_failures:sum',
-            expr: 'sum by (%s, job, collector) (%s == bool 0)' % [c.clusterLabel, both('kubescale_scrape_collector_success')],
-          },
-          {
-            record: 'cluster_job_collector:kubescale_scrape_collector_duration_seconds:max',
-            expr: 'max by (%s, job, collector) %s' % [c.clusterLabel, both('kubescale_scrape_collector_duration_seconds')],
+            expr: orZero('sum without (value) (%s{value="0"})' % byUp),
           },
           {
             // Kubernetes API watches (informers) that are down: their collectors serve stale data.
@@ -36,6 +37,23 @@ local promql = import '../lib/promql.libsonnet';
             // answers), so neither a lost scrape nor the restart's gap is the watch coming back.
             record: 'cluster_job_resource:kubescale_kube_watches_down:sum',
             expr: 'sum by (%s, job, resource) (%s == bool 0)' % [c.clusterLabel, promql.held('kubescale_kube_watch_up', c.exporterSelector, c.gapTolerance)],
+          },
+        ],
+      },
+      {
+        local c = $._config,
+        local both(metric) = '(%s{%s})' % [metric, c.exporterSelector],
+        // Views only dashboards read: on slowInterval.
+        name: 'kube-scale-exporter-exporter-views.rules',
+        interval: c.slowInterval,
+        rules: [
+          {
+            record: 'cluster_job_collector:kubescale_scrape_collector_failures:sum',
+            expr: 'sum by (%s, job, collector) (%s == bool 0)' % [c.clusterLabel, both('kubescale_scrape_collector_success')],
+          },
+          {
+            record: 'cluster_job_collector:kubescale_scrape_collector_duration_seconds:max',
+            expr: 'max by (%s, job, collector) %s' % [c.clusterLabel, both('kubescale_scrape_collector_duration_seconds')],
           },
           {
             record: 'cluster_job:kubescale_exporter_samples_scraped:max',

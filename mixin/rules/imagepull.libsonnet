@@ -1,37 +1,104 @@
 // Fleet totals of image pulls: what waits for a pull slot, what moves, what is stuck.
+//
+// Each node gauge is read once per evaluation: held over gapTolerance (a lost scrape keeps
+// the node's last value) and kept only where it is not zero, as node:<metric>:nonzero. A
+// healthy fleet has few such series; the fleet totals, the "worst nodes" tables and the
+// per-node alerts read those instead of 7,500 raw series each. Totals are 0, not absent,
+// for a cluster whose nodes report but all read 0 (cluster:kubescale_image_pull_nodes:count).
 local promql = import '../lib/promql.libsonnet';
 {
   prometheusRules+:: {
     groups+: [
       {
         local c = $._config,
+        local nonzero(metric) = 'node:%s:nonzero' % metric,
+        local nodes = 'cluster:kubescale_image_pull_nodes:count',
+        local orZero(expr, base=nodes) = '%s\nor on (%s)\n0 * %s' % [expr, c.clusterLabel, base],
         name: 'kube-scale-exporter-imagepull.rules',
         rules: [
           {
+            record: nodes,
+            expr: 'count by (%(clusterLabel)s) (kubescale_image_pulls_in_progress{%(nodeExporterSelector)s})' % c,
+          },
+        ] + [
+          {
+            record: nonzero(metric),
+            expr: '%s > 0' % promql.held(metric, c.nodeExporterSelector, c.gapTolerance),
+          }
+          for metric in [
+            'kubescale_image_pulls_queued',
+            'kubescale_image_pulls_in_progress',
+            'kubescale_image_pull_stalled',
+            'kubescale_image_pull_oldest_seconds',
+          ]
+        ] + [
+          {
             record: 'cluster:kubescale_image_pulls_queued:sum',
-            expr: 'sum by (%(clusterLabel)s) (kubescale_image_pulls_queued{%(nodeExporterSelector)s})' % c,
+            expr: orZero('sum by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_image_pulls_queued')]),
           },
           {
             record: 'cluster:kubescale_image_pulls_in_progress:sum',
-            expr: 'sum by (%(clusterLabel)s) (kubescale_image_pulls_in_progress{%(nodeExporterSelector)s})' % c,
+            expr: orZero('sum by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_image_pulls_in_progress')]),
           },
           {
             record: 'cluster:kubescale_image_pull_stalled:sum',
-            expr: 'sum by (%(clusterLabel)s) (kubescale_image_pull_stalled{%(nodeExporterSelector)s})' % c,
+            expr: orZero('sum by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_image_pull_stalled')]),
           },
           {
             record: 'cluster:kubescale_image_pull_oldest_seconds:max',
-            expr: 'max by (%(clusterLabel)s) (kubescale_image_pull_oldest_seconds{%(nodeExporterSelector)s})' % c,
+            expr: orZero('max by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_image_pull_oldest_seconds')]),
           },
           {
             // "Worst nodes" tables: only nodes with something to show, at most topK of them.
             record: 'node:kubescale_image_pulls_queued:topk%(topK)d' % c,
-            expr: 'topk by (%(clusterLabel)s) (%(topK)d, kubescale_image_pulls_queued{%(nodeExporterSelector)s} > 0)' % c,
+            expr: 'topk by (%s) (%d, %s)' % [c.clusterLabel, c.topK, nonzero('kubescale_image_pulls_queued')],
           },
           {
             record: 'node:kubescale_image_pull_oldest_seconds:topk%(topK)d' % c,
-            expr: 'topk by (%(clusterLabel)s) (%(topK)d, kubescale_image_pull_oldest_seconds{%(nodeExporterSelector)s} > 0)' % c,
+            expr: 'topk by (%s) (%d, %s)' % [c.clusterLabel, c.topK, nonzero('kubescale_image_pull_oldest_seconds')],
           },
+          {
+            record: 'cluster:kubescale_image_pull_nodes_with_backlog:sum',
+            expr: orZero('count by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_image_pulls_queued')]),
+          },
+        ],
+      },
+      {
+        local c = $._config,
+        local nonzero(metric) = 'node:%s:nonzero' % metric,
+        local orZero(expr, base='cluster:kubescale_image_pull_nodes:count') = '%s\nor on (%s)\n0 * %s' % [expr, c.clusterLabel, base],
+        // Views of slow-moving inputs (the kubelet's settings, back-offs, preloads) that only
+        // dashboards and alerts with a `for` of 15 minutes and more read: on slowInterval.
+        name: 'kube-scale-exporter-imagepull-views.rules',
+        interval: c.slowInterval,
+        rules: [
+          {
+            record: nonzero(metric),
+            expr: '%s > 0' % promql.held(metric, c.nodeExporterSelector, c.gapTolerance),
+          }
+          for metric in [
+            'kubescale_kubelet_serialize_image_pulls',
+            'kubescale_image_pulls_failing',
+            'kubescale_image_preload_missing',
+          ]
+        ] + [
+          {
+            record: 'cluster:kubescale_kubelet_serialize_image_pulls:sum',
+            expr: orZero('sum by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_kubelet_serialize_image_pulls')]),
+          },
+          {
+            // The preload check is opt-in: no total where no node runs it.
+            record: 'cluster:kubescale_image_preload_nodes_missing:sum',
+            expr: orZero(
+              'count by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_image_preload_missing')],
+              'count by (%(clusterLabel)s) (kubescale_image_preload_missing{%(nodeExporterSelector)s})' % c
+            ),
+          },
+          {
+            record: 'cluster:kubescale_image_pulls_failing:sum',
+            expr: orZero('sum by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_image_pulls_failing')]),
+          },
+
           {
             record: 'cluster:kubescale_image_pull_remaining_bytes:sum',
             expr: |||
@@ -40,22 +107,6 @@ local promql = import '../lib/promql.libsonnet';
                 - kubescale_image_pull_downloaded_bytes{%(nodeExporterSelector)s}
               )
             ||| % c,
-          },
-          {
-            record: 'cluster:kubescale_image_pull_nodes_with_backlog:sum',
-            expr: 'sum by (%(clusterLabel)s) (kubescale_image_pulls_queued{%(nodeExporterSelector)s} > bool 0)' % c,
-          },
-          {
-            record: 'cluster:kubescale_kubelet_serialize_image_pulls:sum',
-            expr: 'sum by (%(clusterLabel)s) (kubescale_kubelet_serialize_image_pulls{%(nodeExporterSelector)s})' % c,
-          },
-          {
-            record: 'cluster:kubescale_image_preload_nodes_missing:sum',
-            expr: 'sum by (%(clusterLabel)s) (kubescale_image_preload_missing{%(nodeExporterSelector)s} > bool 0)' % c,
-          },
-          {
-            record: 'cluster:kubescale_image_pulls_failing:sum',
-            expr: 'sum by (%(clusterLabel)s) (kubescale_image_pulls_failing{%(nodeExporterSelector)s})' % c,
           },
           // Cluster mode: failed pulls by registry and cause (at most 11 registries x 6).
           // max, not sum: two cluster-mode replicas during a rollout count the same events.

@@ -17,6 +17,25 @@
               last_over_time(kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s}[%(gapTolerance)s])
             ||| % $._config,
           },
+        ],
+      },
+      {
+        // Apart from the usage ratio, so that neither group reads more than half the
+        // node tables' samples of one evaluation.
+        name: 'kube-scale-exporter-neighbor-overflows.rules',
+        rules: [
+          {
+            // Only the nodes whose table overflowed: the overflow alert reads these.
+            record: 'node_family:kubescale_neighbor_table_overflows:increase%(rateInterval)s' % $._config,
+            expr: 'increase(kubescale_neighbor_table_overflows_total{%(nodeExporterSelector)s}[%(rateInterval)s]) > 0' % $._config,
+          },
+        ],
+      },
+      {
+        // Fleet views only dashboards read: on slowInterval.
+        name: 'kube-scale-exporter-neighbor-views.rules',
+        interval: $._config.slowInterval,
+        rules: [
           {
             record: 'cluster_family:kubescale_neighbor_usage:max',
             expr: 'max by (%(clusterLabel)s, family) (node_family:kubescale_neighbor_usage:ratio)' % $._config,
