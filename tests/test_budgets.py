@@ -5,7 +5,7 @@ of every target it runs in."""
 import json
 from collections import Counter
 
-import _jsonnet
+import _gojsonnet
 import pytest
 import yaml
 
@@ -27,7 +27,7 @@ def test_the_budget_files_have_not_drifted():
 
 def test_the_mixin_s_budgets_are_these():
     config = json.loads(
-        _jsonnet.evaluate_snippet(
+        _gojsonnet.evaluate_snippet(
             "budgets",
             "(import 'config.libsonnet')._config",
             jpathdir=[str(budget_files.MIXIN_BUDGETS.parent)],

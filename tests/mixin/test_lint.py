@@ -4,7 +4,7 @@ import json
 import re
 import subprocess
 
-import _jsonnet
+import _gojsonnet
 import pytest
 import yaml
 
@@ -106,7 +106,7 @@ local stack = mixin + {
 @pytest.mark.unit
 def test_runbook_links_are_added_only_where_an_alert_has_none(mixin):
     pairs = json.loads(
-        _jsonnet.evaluate_snippet(
+        _gojsonnet.evaluate_snippet(
             str(REPO / "mixin" / "stack.jsonnet"), RUNBOOK_LAYERS, jpathdir=[str(REPO / "mixin")]
         )
     )
