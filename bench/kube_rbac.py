@@ -10,7 +10,7 @@ exporter runs with its neighbor collector only, three ways:
 
 - in process: TLS (--web.config.file) and --web.kube-rbac;
 - sidecar: the exporter on plain HTTP on loopback, kube-rbac-proxy (built by
-  .ci/setup.d/42-kube-rbac-proxy.sh) in front of it with TLS, as kube-prometheus runs it;
+  .ci/bench.d/42-kube-rbac-proxy.sh) in front of it with TLS, as kube-prometheus runs it;
 - no authorization: the sidecar's upstream scraped directly (the floor).
 
 Then:
@@ -350,7 +350,7 @@ def write(opts, report, apiserver_version, proxy_version) -> None:
         f"`python -m bench.kube_rbac` on {platform.node()}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: real kube-apiserver "
         f"{apiserver_version} (the reviews counted in its audit log, by reviewer), the exporter "
-        f"with its neighbor collector; peer: {proxy_version} (.ci/setup.d/42-kube-rbac-proxy.sh) "
+        f"with its neighbor collector; peer: {proxy_version} (.ci/bench.d/42-kube-rbac-proxy.sh) "
         "with TLS in front of the exporter on plain HTTP, as kube-prometheus runs it; ours: "
         f"{peers.ours()}, TLS (--web.config.file) and --web.kube-rbac. Prometheus' service-account token, one "
         "kept-alive connection. Machine: 2 cores, shared.",

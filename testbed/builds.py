@@ -5,7 +5,7 @@ version bump there moves the setup step, the tests and the benches together:
 
     kube_binary("kube-apiserver")   Kubernetes (.ci/setup.d/40-kubernetes.sh), $KUBE_DIR
     etcd36_binary()                 etcd 3.6 (.ci/setup.d/26-etcd36.sh), $ETCD36_BIN
-    kube_rbac_proxy_binary()        kube-rbac-proxy (.ci/setup.d/42-kube-rbac-proxy.sh),
+    kube_rbac_proxy_binary()        kube-rbac-proxy (.ci/bench.d/42-kube-rbac-proxy.sh),
                                     $KUBE_RBAC_PROXY_BIN
     kwok_binary()                   kwok (.ci/setup.d/47-kwok.sh), $KWOK_BIN
     cluster_autoscaler_binary()     cluster-autoscaler, kwok provider
@@ -16,7 +16,7 @@ version bump there moves the setup step, the tests and the benches together:
     go_jsonnet_binary("jsonnet")    go-jsonnet's jsonnet and jsonnetfmt (the same step),
                                     $GO_JSONNET_DIR
     pint_binary()                   pint (the same step), $PINT_BIN
-    kube_state_metrics_binary()     kube-state-metrics (.ci/setup.d/48-kube-state-metrics.sh),
+    kube_state_metrics_binary()     kube-state-metrics (.ci/bench.d/48-kube-state-metrics.sh),
                                     $KUBE_STATE_METRICS_BIN
 """
 
@@ -61,16 +61,19 @@ def kube_binary(name: str) -> str:
     return str(path)
 
 
-def cached_binary(env: str, default: pathlib.Path, setup: str) -> str:
-    """$ENV, else where the setup step caches it; missing, the error names the step."""
+def cached_binary(env: str, default: pathlib.Path, step: str) -> str:
+    """$ENV, else where its step (`setup.d/NN-X.sh`, or `bench.d/` for a bench's peer that no
+    test runs) caches it; missing, the error names the step."""
     path = os.environ.get(env, str(default))
     if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/{setup}")
+        raise FileNotFoundError(f"{path} missing: run .ci/{step}")
     return path
 
 
 def etcd36_binary() -> str:
-    return cached_binary("ETCD36_BIN", CACHE / f"etcd-{etcd36_version()}" / "etcd", "26-etcd36.sh")
+    return cached_binary(
+        "ETCD36_BIN", CACHE / f"etcd-{etcd36_version()}" / "etcd", "setup.d/26-etcd36.sh"
+    )
 
 
 def kube_rbac_proxy_version() -> str:
@@ -79,7 +82,7 @@ def kube_rbac_proxy_version() -> str:
 
 def kube_rbac_proxy_binary() -> str:
     default = CACHE / f"kube-rbac-proxy-{kube_rbac_proxy_version()}" / "kube-rbac-proxy"
-    return cached_binary("KUBE_RBAC_PROXY_BIN", default, "42-kube-rbac-proxy.sh")
+    return cached_binary("KUBE_RBAC_PROXY_BIN", default, "bench.d/42-kube-rbac-proxy.sh")
 
 
 def kwok_version() -> str:
@@ -87,7 +90,9 @@ def kwok_version() -> str:
 
 
 def kwok_binary() -> str:
-    return cached_binary("KWOK_BIN", CACHE / f"kwok-{kwok_version()}" / "kwok", "47-kwok.sh")
+    return cached_binary(
+        "KWOK_BIN", CACHE / f"kwok-{kwok_version()}" / "kwok", "setup.d/47-kwok.sh"
+    )
 
 
 def helm_version() -> str:
@@ -95,7 +100,9 @@ def helm_version() -> str:
 
 
 def helm_binary() -> str:
-    return cached_binary("HELM_BIN", CACHE / f"helm-{helm_version()}" / "helm", "48-helm.sh")
+    return cached_binary(
+        "HELM_BIN", CACHE / f"helm-{helm_version()}" / "helm", "setup.d/48-helm.sh"
+    )
 
 
 def cluster_autoscaler_version() -> str:
@@ -105,7 +112,7 @@ def cluster_autoscaler_version() -> str:
 def cluster_autoscaler_binary() -> str:
     version = cluster_autoscaler_version()
     default = CACHE / f"cluster-autoscaler-{version}" / "cluster-autoscaler"
-    return cached_binary("CLUSTER_AUTOSCALER_BIN", default, "48-cluster-autoscaler.sh")
+    return cached_binary("CLUSTER_AUTOSCALER_BIN", default, "setup.d/48-cluster-autoscaler.sh")
 
 
 def _mixin_tool(path: str) -> str:
@@ -149,7 +156,7 @@ def kube_state_metrics_version() -> str:
 def kube_state_metrics_binary() -> str:
     version = kube_state_metrics_version()
     default = CACHE / f"kube-state-metrics-{version}" / "kube-state-metrics"
-    return cached_binary("KUBE_STATE_METRICS_BIN", default, "48-kube-state-metrics.sh")
+    return cached_binary("KUBE_STATE_METRICS_BIN", default, "bench.d/48-kube-state-metrics.sh")
 
 
 def version_line(binary: str, *ask: str) -> str:

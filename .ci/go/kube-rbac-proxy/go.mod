@@ -1,4 +1,4 @@
-// kube-rbac-proxy built from the Go module proxy (.ci/setup.d/42-kube-rbac-proxy.sh), for
+// kube-rbac-proxy built from the Go module proxy (.ci/bench.d/42-kube-rbac-proxy.sh), for
 // bench/kube_rbac.py (the sidecar --web.kube-rbac is measured against). Its go.mod replaces
 // gopkg.in/square/go-jose.v2, so `go install` refuses it; here the same replace, with the
 // module required at its release.

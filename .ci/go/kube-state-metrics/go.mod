@@ -1,4 +1,4 @@
-// kube-state-metrics built from the Go module proxy (.ci/setup.d/48-kube-state-metrics.sh):
+// kube-state-metrics built from the Go module proxy (.ci/bench.d/48-kube-state-metrics.sh):
 // bench/cluster_scale.py runs it beside the cluster-mode exporter on the same kwok fleet.
 // It has no replace directive; a go.mod of our own keeps its pin where testbed/builds.py
 // reads pins.
