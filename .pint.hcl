@@ -58,6 +58,8 @@ check "promql/series" {
     // cAdvisor's, served by a kubelet.
     "container_memory_working_set_bytes",
     "container_spec_memory_limit_bytes",
+    // Recorded only while a table overflows (`> 0`): a healthy stack has none.
+    "node_family:kubescale_neighbor_table_overflows:increase5m",
   ]
   // The stack reads its etcd from the cluster-mode Deployment (--etcd.cluster) only: the
   // node placement's job (--etcd.local) has none of these, the same collector's series.
@@ -74,5 +76,8 @@ check "promql/series" {
     "kubescale_etcd_up{job=\"kube-scale-exporter-node\"}" = ["job"]
     "kubescale_etcd_wal_fsync_duration_seconds_bucket{job=\"kube-scale-exporter-node\"}" = ["job"]
     "kubescale_etcd_writes_refused_total{job=\"kube-scale-exporter-node\"}" = ["job"]
+    // count_values of `up`: value="0" exists only while a target is down, which a healthy
+    // stack never has (the rule falls back to 0 * the target count for that).
+    "cluster_job_value:kubescale_exporter_up:count{value=\"0\"}" = ["value"]
   }
 }
