@@ -33,7 +33,7 @@ from tests.mixin.support import (
     victoria_metrics_binary,
     victoria_metrics_version,
 )
-from tests.mixin.test_live import Live
+from tests.mixin.test_live import Live, every_second
 from tools import demo
 
 pytestmark = pytest.mark.integration
@@ -162,9 +162,8 @@ def store(tmp_path_factory):
                 )
                 procs.append(prom)
                 shards[cluster, shard] = prom.start()
-        vmalert = Vmalert(
-            workdir, victoria_metrics_binary("vmalert"), vm.url, [str(p) for p in RULE_FILES]
-        ).start()
+        rule_files = [str(p) for p in every_second(workdir, RULE_FILES)]
+        vmalert = Vmalert(workdir, victoria_metrics_binary("vmalert"), vm.url, rule_files).start()
         procs.append(vmalert)
         yield Store(vm, vmalert, shards)
     finally:
