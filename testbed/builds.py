@@ -61,10 +61,13 @@ def kube_binary(name: str) -> str:
     return str(path)
 
 
-def cached_binary(env: str, default: pathlib.Path, step: str) -> str:
+def cached_binary(env: str, default: pathlib.Path, step: str, name: str = "") -> str:
     """$ENV, else where its step (`setup.d/NN-X.sh`, or `bench.d/` for a bench's peer that no
-    test runs) caches it; missing, the error names the step."""
+    test runs) caches it; missing, the error names the step. With `name`, $ENV and `default`
+    are the directory that holds it."""
     path = os.environ.get(env, str(default))
+    if name:
+        path = os.path.join(path, name)
     if not os.access(path, os.X_OK):
         raise FileNotFoundError(f"{path} missing: run .ci/{step}")
     return path
@@ -115,10 +118,7 @@ def cluster_autoscaler_binary() -> str:
     return cached_binary("CLUSTER_AUTOSCALER_BIN", default, "setup.d/48-cluster-autoscaler.sh")
 
 
-def _mixin_tool(path: str) -> str:
-    if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"{path} missing: run .ci/setup.d/49-mixin-tools.sh")
-    return path
+MIXIN_TOOLS_STEP = "setup.d/49-mixin-tools.sh"
 
 
 def jb_version() -> str:
@@ -127,7 +127,7 @@ def jb_version() -> str:
 
 def jb_binary() -> str:
     default = CACHE / f"jsonnet-bundler-{jb_version()}" / "jb"
-    return _mixin_tool(os.environ.get("JB_BIN", str(default)))
+    return cached_binary("JB_BIN", default, MIXIN_TOOLS_STEP)
 
 
 def go_jsonnet_version() -> str:
@@ -137,7 +137,7 @@ def go_jsonnet_version() -> str:
 def go_jsonnet_binary(name: str) -> str:
     """go-jsonnet's `jsonnet` or `jsonnetfmt`."""
     default = CACHE / f"go-jsonnet-{go_jsonnet_version()}"
-    return _mixin_tool(str(pathlib.Path(os.environ.get("GO_JSONNET_DIR", str(default))) / name))
+    return cached_binary("GO_JSONNET_DIR", default, MIXIN_TOOLS_STEP, name)
 
 
 def pint_version() -> str:
@@ -146,7 +146,7 @@ def pint_version() -> str:
 
 def pint_binary() -> str:
     default = CACHE / f"pint-{pint_version()}" / "pint"
-    return _mixin_tool(os.environ.get("PINT_BIN", str(default)))
+    return cached_binary("PINT_BIN", default, MIXIN_TOOLS_STEP)
 
 
 def kube_state_metrics_version() -> str:
