@@ -652,7 +652,7 @@ def test_the_example_overlay_tunes_without_touching_the_grants(renders):
         if m["name"] == "etcd-client"
         for f in ("ca.crt", "tls.crt", "tls.key")
     }
-    assert c["resources"]["limits"]["memory"] == "1Gi"
+    assert c["resources"]["requests"]["memory"] == "256Mi"
 
 
 # --- scraping --------------------------------------------------------------------------

@@ -20,10 +20,12 @@ from kube_scale_exporter.registry import Collector, Needs, UsageError
 # The first sync is awaited this long inside a scrape (well within the default 10 s
 # scrape timeout); longer means the API server is unreachable or refuses us.
 SYNC_WAIT_SECONDS = 5.0
-# Objects each of the three informers may cache: 7,500 nodes with room to grow, or every
-# pod of a 150,000-pod cluster should the selector match them all (42 MiB of RSS per
-# 10,000 Running pods as projected by POD_FIELDS: bench/results/kube_cache.md).
-MAX_CACHED_OBJECTS = 200_000
+# Objects each of the three informers may cache: 7,500 nodes with room to grow, and far
+# more balloons than a cluster runs (one or two a node). A selector matching more pods is
+# a mistake the cap stops with a logged failure: every pod of a 150,000-pod cluster would
+# cost ~640 MiB (42 MiB of RSS per 10,000 Running pods as POD_FIELDS keeps them,
+# bench/results/kube_cache.md), past the Deployment's memory limit.
+MAX_CACHED_OBJECTS = 20_000
 
 # What summary.py and preemptions.py read of a balloon pod, and kube.pod_requests of its
 # containers; the rest of each pod is dropped as it is decoded.

@@ -1,0 +1,68 @@
+"""The cluster Deployment's memory limit holds what its collectors may cache at their
+default caps, so the cap (a clean, logged collector failure) trips before the OOM killer.
+
+The per-object costs are the measured ones in bench/results/kube_cache.md and the process
+at rest in bench/results/cluster_scale.md: when either is re-run, this test re-checks the
+limit against the new figures.
+"""
+
+import os
+import re
+
+import pytest
+import yaml
+
+from kube_scale_exporter.collectors.balloon.collector import MAX_CACHED_OBJECTS
+from kube_scale_exporter.collectors.imagepull_events import MAX_CACHED_EVENTS
+from tests.deploy.conftest import DEPLOY, REPO
+
+RESULTS = os.path.join(REPO, "bench", "results")
+MIB = 1 << 20
+UNITS = {"Mi": MIB, "Gi": 1 << 30}
+
+
+def per_object_mib(resource: str, cached_as: str) -> float:
+    """RSS one cached object adds, from kube_cache.md's 'RSS added per 10,000' column."""
+    with open(os.path.join(RESULTS, "kube_cache.md")) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells[:2] == [resource, cached_as]:
+                return float(cells[3]) / 10_000
+    raise AssertionError(f"kube_cache.md has no row for {resource} cached as {cached_as}")
+
+
+def rest_rss_mib() -> float:
+    """The deployed cluster exporter's RSS at rest, before its caches grow."""
+    with open(os.path.join(RESULTS, "cluster_scale.md")) as f:
+        for line in f:
+            if line.startswith("| at rest: RSS at its end, MiB |"):
+                return float(line.split("|")[2])
+    raise AssertionError("cluster_scale.md has no 'at rest: RSS' row")
+
+
+def deployment_memory_limit() -> int:
+    with open(os.path.join(DEPLOY, "base", "cluster.yaml")) as f:
+        [dep] = [d for d in yaml.safe_load_all(f) if d and d["kind"] == "Deployment"]
+    [container] = dep["spec"]["template"]["spec"]["containers"]
+    value = container["resources"]["limits"]["memory"]
+    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", value).groups()
+    return int(number) * UNITS[unit]
+
+
+@pytest.mark.unit
+def test_the_cluster_deployment_holds_every_cache_at_its_default_cap():
+    pod = per_object_mib("pods", "pod_fields")
+    event = per_object_mib("events", "event_fields")
+    # balloon: pods, nodes and PriorityClasses, each capped at MAX_CACHED_OBJECTS. A node
+    # kept as NODE_FIELDS (allocatable) or a PriorityClass (its value) is smaller than a
+    # Running pod as POD_FIELDS keeps it, so the pod's figure bounds all three.
+    balloon = 3 * MAX_CACHED_OBJECTS * pod
+    # imagepull_events: the Pulled and the Failed watches, each capped.
+    events = 2 * MAX_CACHED_EVENTS * event
+    worst = rest_rss_mib() + balloon + events
+    limit = deployment_memory_limit() / MIB
+    assert worst <= limit, (
+        f"at the default caps the cluster exporter may hold {worst:.0f} MiB "
+        f"(at rest {rest_rss_mib():.0f}, balloon {balloon:.0f}, events {events:.0f}): "
+        f"over deploy/base's {limit:.0f} MiB limit"
+    )
