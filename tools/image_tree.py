@@ -8,7 +8,8 @@
                 /etc/passwd and /etc/group naming the image's user
   dependencies  the dependencies' wheels (pip install --target SITE, cp311 manylinux), and
                 Mozilla's CA bundle that certifi carries at the paths OpenSSL and Debian look
-                for (no ca-certificates package: it pulls in perl through debconf)
+                for (Debian's ca-certificates writes its bundle from a maintainer script,
+                which an unpacked tree never runs)
   package       the package itself
 each byte-compiled, each holding only what its layer adds. Before it returns, the whole tree
 imports every module of the package, the lazily imported ones (bcrypt, h2) included, and
