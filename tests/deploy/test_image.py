@@ -122,6 +122,19 @@ def stop(proc):
     assert proc.returncode == 0, out.decode(errors="replace")[-2000:]
 
 
+def scraped_until(url, line) -> str:
+    """/metrics once it holds `line` (within 30 s), or the test fails showing the last one."""
+    body = ""
+
+    def holds():
+        nonlocal body
+        body = requests.get(f"{url}/metrics", timeout=10).text
+        return line in body
+
+    assert wait_until(holds, 30), body
+    return body
+
+
 def as_deployed(proc):
     with open(f"/proc/{proc.pid}/status") as f:
         status = dict(line.split(":", 1) for line in f)
@@ -169,17 +182,12 @@ def test_node_mode_with_imagepull_from_the_ingest_directory(built, service_accou
     proc, url = serve(built, NODE_ARGS, env={**env, "NODE_NAME": NODE}, volumes=volumes)
     try:
         as_deployed(proc)
-        body = ""
-
-        def served():
-            nonlocal body
-            body = requests.get(f"{url}/metrics", timeout=10).text
-            return 'kubescale_scrape_collector_success{collector="imagepull"} 1.0' in body
-
-        assert wait_until(served, 30), body
+        body = scraped_until(url, 'kubescale_scrape_collector_success{collector="imagepull"} 1.0')
         for collector in ("neighbor", "neighbor_gc"):
             assert f'kubescale_scrape_collector_success{{collector="{collector}"}} 1.0' in body
         assert "kubescale_kubelet_max_parallel_image_pulls 3.0" in body
+        # This node's pods, watched through the API server over TLS.
+        scraped_until(url, 'kubescale_kube_watch_up{resource="pods"} 1.0')
     finally:
         stop(proc)
 
@@ -191,14 +199,8 @@ def test_cluster_mode_watches_the_api_server_over_tls(built, service_account):
     proc, url = serve(built, args, env=env, volumes=volumes)
     try:
         as_deployed(proc)
-        body = ""
-
-        def served():
-            nonlocal body
-            body = requests.get(f"{url}/metrics", timeout=10).text
-            return 'kubescale_scrape_collector_success{collector="imagepull_events"} 1.0' in body
-
-        assert wait_until(served, 30), body
+        scraped_until(url, 'kubescale_scrape_collector_success{collector="imagepull_events"} 1.0')
+        scraped_until(url, 'kubescale_kube_watch_up{resource="events"} 1.0')
     finally:
         stop(proc)
 
