@@ -1,30 +1,36 @@
 # syntax=docker/dockerfile:1
 # kube-scale-exporter image: `docker build -t kube-scale-exporter .`
-# Stage one builds wheels for the package and its dependencies; stage two installs
-# them offline and carries no compiler, build tool, pip or source tree.
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# Stage one makes the image's files as three trees with tools/image_tree.py: bookworm's
+# python3.11-minimal and libpython3.11-stdlib, unpacked, less what the exporter never
+# imports; the dependencies' wheels; the package. Stage two is those trees on an empty base,
+# one layer each: no shell, package manager, pip or compiler. testbed/image.py builds the
+# e2e's image from this file: the build stage's last RUN on the host, then stage two.
+ARG BUILD_IMAGE=python:3.11-slim-bookworm
 
-FROM ${PYTHON_IMAGE} AS build
+FROM ${BUILD_IMAGE} AS build
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends mmdebstrap \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY kube_scale_exporter ./kube_scale_exporter
-RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
+COPY tools/__init__.py tools/image_tree.py ./tools/
+RUN python -m tools.image_tree /trees
 
-FROM ${PYTHON_IMAGE}
-ARG PYTHON_IMAGE
+FROM scratch
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="kube-scale-exporter" \
       org.opencontainers.image.description="Prometheus exporter for the failures of very large Kubernetes clusters" \
       org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
-# Nothing writes below / at run time: bytecode is compiled at install, logs go to stderr.
-ENV PYTHONDONTWRITEBYTECODE=1 \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /trees/interpreter/ /
+COPY --from=build /trees/dependencies/ /
+COPY --from=build /trees/package/ /
+# Nothing writes below / at run time: bytecode is compiled at build, logs go to stderr.
+ENV PYTHONPATH=/usr/lib/kube-scale-exporter \
+    PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python -m pip install --no-cache-dir --no-index --find-links=/wheels kube-scale-exporter \
-    && python -m pip uninstall --yes pip setuptools wheel
 # nobody:nogroup by number, so runAsNonRoot can verify it without /etc/passwd.
 USER 65534:65534
 EXPOSE 9867
-ENTRYPOINT ["kube-scale-exporter"]
+ENTRYPOINT ["/usr/bin/python3.11", "-m", "kube_scale_exporter"]

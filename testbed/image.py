@@ -1,17 +1,19 @@
-"""The exporter's image, built from the working tree with Debian's buildah, for a real kubelet.
+"""The exporter's image, built from the working tree's Dockerfile with Debian's buildah, for a
+real kubelet.
 
-    python -m testbed.image base        the python:3.11-slim-bookworm stand-in (cached)
+    python -m testbed.image base        the python:3.11-slim-bookworm stand-in (cached), the
+                                        base of the operator's Prometheus image
     python -m testbed.image build       kube-scale-exporter:0.1.0 from ./Dockerfile (cached
                                         by a hash of its inputs); prints the archive path
 
-No public registry is reachable here, so the Dockerfile's base image is a stand-in made with
-mmdebstrap: bookworm minbase + python3, python-is-python3, ca-certificates, netbase,
+No public registry is reachable here, so build() reads the Dockerfile rather than handing it
+to an engine: the build stage's last RUN (tools/image_tree.py, which makes the image's
+trees) runs on this host in a copy of what the stage COPYs, and the final stage's `COPY
+--from=build` trees and config are committed with `buildah from scratch`. The base is made
+with mmdebstrap: bookworm minbase + python3, python-is-python3, ca-certificates, netbase,
 tzdata, and pip/setuptools/wheel from PyPI in /usr/local (as the official image has them),
-committed under the official name with `buildah from scratch`. Then `buildah bud
---pull=never --network host` builds the Dockerfile unchanged; the build stage's `pip wheel`
-reaches PyPI through this machine's TLS interception, so the host's CA bundle is
-bind-mounted over the image's for the build only. Results are docker-archive tarballs under
-CACHE, which `ctr -n k8s.io images import` takes.
+committed under the official name. Results are docker-archive tarballs under CACHE, which
+`ctr -n k8s.io images import` takes.
 
 buildah keeps its own storage under CACHE/buildah (vfs: works on any filesystem), its own
 containers.conf (so it writes no /etc/cni/net.d/cni.lock) and registries.conf.
@@ -21,6 +23,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,9 +35,6 @@ CACHE = pathlib.Path(os.environ.get("KSE_CACHE", "/var/cache/kube-scale-exporter
 BASE_NAME = "docker.io/library/python:3.11-slim-bookworm"
 IMAGE_NAME = "docker.io/library/kube-scale-exporter:0.1.0"
 BASE_PACKAGES = ("python3", "python-is-python3", "ca-certificates", "netbase", "tzdata")
-HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
-# What `COPY` in the Dockerfile reads: the image's content hash covers exactly these.
-IMAGE_INPUTS = ("Dockerfile", "pyproject.toml", "README.md", "kube_scale_exporter")
 
 
 def _buildah_env(work: pathlib.Path) -> dict:
@@ -202,64 +202,154 @@ def base_image(log=sys.stderr) -> str:
     return BASE_NAME
 
 
+def instructions(path) -> list[tuple[str, str]]:
+    """A Dockerfile's (INSTRUCTION, argument text) pairs, continuations joined, comments
+    dropped."""
+    out, pending = [], ""
+    for raw in pathlib.Path(path).read_text().splitlines():
+        if not pending and (not raw.strip() or raw.lstrip().startswith("#")):
+            continue
+        if raw.endswith("\\"):
+            pending += raw[:-1] + " "
+            continue
+        full, pending = pending + raw, ""
+        word, _, rest = full.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+    return out
+
+
+def stages(path) -> list[tuple[str | None, list[tuple[str, str]]]]:
+    """Instructions grouped by FROM (each group starts with its FROM); the global ARGs come
+    first, under the name None."""
+    groups = [(None, [])]
+    for word, rest in instructions(path):
+        if word == "FROM":
+            parts = rest.split()
+            name = parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else None
+            groups.append((name, []))
+        groups[-1][1].append((word, rest))
+    return groups
+
+
+def copied(steps) -> list[tuple[list[str], str]]:
+    """The (sources, destination) of a stage's COPY lines from the context."""
+    out = []
+    for word, rest in steps:
+        if word == "COPY" and not rest.startswith("--from="):
+            *sources, dest = rest.split()
+            out.append((sources, dest))
+    return out
+
+
+def dockerfile(repo: pathlib.Path = REPO) -> tuple[list, list]:
+    """The steps of the Dockerfile's build stage and of its final stage."""
+    groups = stages(repo / "Dockerfile")
+    assert [name for name, _ in groups] == [None, "build", None], "a build stage, then the image"
+    return groups[1][1], groups[2][1]
+
+
+def image_inputs(repo: pathlib.Path = REPO) -> list[str]:
+    """The Dockerfile and what its build stage copies from the context."""
+    build_steps, _ = dockerfile(repo)
+    return ["Dockerfile", *(src for sources, _ in copied(build_steps) for src in sources)]
+
+
+def _files(path: pathlib.Path) -> list[pathlib.Path]:
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
 def inputs_hash(repo: pathlib.Path = REPO) -> str:
     """sha256 over the Dockerfile's inputs (paths and bytes, __pycache__ left out)."""
     h = hashlib.sha256()
-    for name in IMAGE_INPUTS:
-        path = repo / name
-        files = (
-            [path]
-            if path.is_file()
-            else sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-        )
-        for f in files:
+    for name in image_inputs(repo):
+        for f in _files(repo / name):
             h.update(str(f.relative_to(repo)).encode() + b"\0")
             h.update(f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
+def build_context(repo: pathlib.Path, steps, workdir: pathlib.Path) -> None:
+    """What the build stage's COPY lines place in its WORKDIR, placed in `workdir`."""
+    for sources, dest in copied(steps):
+        for source in sources:
+            src = repo / source
+            target = workdir / dest / src.name if dest.endswith("/") else workdir / dest
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if src.is_dir():
+                shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy(src, target)
+
+
+def image_config(steps) -> list[str]:
+    """`buildah config` options for the final stage's ARG, LABEL, ENV, USER, EXPOSE and
+    ENTRYPOINT."""
+    args = dict(rest.split("=", 1) for word, rest in steps if word == "ARG" and "=" in rest)
+    config = []
+    for word, rest in steps:
+        for name, value in args.items():
+            rest = rest.replace("${" + name + "}", value)
+        if word in ("LABEL", "ENV"):
+            for pair in shlex.split(rest):
+                config += [f"--{word.lower()}", pair]
+        elif word == "USER":
+            config += ["--user", rest]
+        elif word == "EXPOSE":
+            config += ["--port", rest]
+        elif word == "ENTRYPOINT":
+            config += ["--entrypoint", rest, "--cmd", "[]"]
+    return config
+
+
 def build(repo: pathlib.Path = REPO, log=sys.stderr) -> pathlib.Path:
-    """kube-scale-exporter:0.1.0 from the working tree as a docker-archive (cached)."""
+    """kube-scale-exporter:0.1.0 from the working tree's Dockerfile, as a docker-archive
+    (cached). The build stage's last RUN makes the image's trees on this host (its earlier
+    RUN installs mmdebstrap, which .ci/setup.d/46-e2e.sh installs here); each `COPY
+    --from=build TREE /` of the final stage is one layer on an empty base, then the final
+    stage's config."""
     digest = inputs_hash(repo)
     archive = CACHE / "images" / f"kube-scale-exporter-{digest}.tar"
     if archive.exists():
         return archive
-    base_image(log)
     archive.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    build_log = CACHE / "images" / f"build-{digest}.log"
-    build_log.unlink(missing_ok=True)
-    tag = f"localhost/kube-scale-exporter:{digest}"
-    # The same context `docker build .` would send: only the Dockerfile's inputs.
-    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="kse-ctx.") as ctx:
-        for name in IMAGE_INPUTS:
-            src = repo / name
-            if src.is_dir():
-                shutil.copytree(
-                    src, pathlib.Path(ctx) / name, ignore=shutil.ignore_patterns("__pycache__")
+    build_steps, final_steps = dockerfile(repo)
+    *make_trees, out = shlex.split([rest for word, rest in build_steps if word == "RUN"][-1])
+    layers = [
+        rest.split()[1:] for word, rest in final_steps if word == "COPY" and "--from=build" in rest
+    ]
+    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="kse-image.") as tmp:
+        workdir, trees = pathlib.Path(tmp) / "src", pathlib.Path(tmp) / "trees"
+        workdir.mkdir()
+        build_context(repo, build_steps, workdir)
+        argv = [sys.executable if w == "python" else w for w in make_trees]
+        subprocess.run([*argv, str(trees)], cwd=workdir, check=True)
+        parent, tags = "scratch", []
+        for i, (tree, dest) in enumerate(layers):
+            assert dest == "/" and tree.startswith(out + "/"), f"COPY --from=build {tree} {dest}"
+            ctr = buildah("from", "--pull=never", parent, capture=True)
+            try:
+                buildah("copy", ctr, f"{trees / os.path.relpath(tree, out)}/.", "/", capture=True)
+                if i == len(layers) - 1:
+                    buildah("config", *image_config(final_steps), ctr)
+                last = i == len(layers) - 1
+                parent = (
+                    f"localhost/kube-scale-exporter:{digest}"
+                    if last
+                    else f"localhost/kse-image-{digest}:layer{i}"
                 )
-            else:
-                shutil.copy(src, ctx)
-        buildah(
-            "bud",
-            "--pull=never",
-            "--network",
-            "host",
-            "--layers=false",
-            "--volume",
-            f"{HOST_CA}:/etc/ssl/certs/ca-certificates.crt:ro",
-            "-t",
-            tag,
-            "-f",
-            f"{ctx}/Dockerfile",
-            ctx,
-            log=build_log,
-        )
+                buildah("commit", "--quiet", ctr, parent, capture=True)
+                tags.append(parent)
+            finally:
+                buildah("rm", ctr, capture=True)
     tmp = archive.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
-    buildah("push", "--quiet", tag, f"docker-archive:{tmp}:{IMAGE_NAME}", log=build_log)
+    buildah("push", "--quiet", parent, f"docker-archive:{tmp}:{IMAGE_NAME}", capture=True)
     tmp.rename(archive)
-    buildah("rmi", tag, capture=True)
+    for tag in reversed(tags):
+        buildah("rmi", tag, capture=True)
     print(f"image: {IMAGE_NAME} built in {time.monotonic() - start:.0f}s -> {archive}", file=log)
     return archive
 

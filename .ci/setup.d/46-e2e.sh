@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # What `make e2e` (tests/e2e) needs besides the Kubernetes binaries (40-) and the operator's
 # (44-): Debian's CNI plugins, iptables and conntrack for kube-proxy, buildah and mmdebstrap
-# for the image, and the image itself, built from this tree now, so that the build never
-# runs beside the tests
-# (testbed/image.py caches the python:3.11-slim-bookworm stand-in once and the exporter image
-# by a hash of its inputs, under /var/cache/kube-scale-exporter).
+# for the images, and the images themselves, built from this tree now, so that the build never
+# runs beside the tests (testbed/image.py builds the exporter's from ./Dockerfile, cached by
+# a hash of its inputs, and the python:3.11-slim-bookworm stand-in the operator's Prometheus
+# image runs on once, under /var/cache/kube-scale-exporter).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source .ci/lib.sh

@@ -1,0 +1,253 @@
+"""The image's files, as three trees, one per layer: what the Dockerfile's build stage runs
+(and testbed/image.py, the same RUN on this host, for the e2e).
+
+  interpreter   bookworm's python3.11-minimal and libpython3.11-stdlib with the libraries
+                they link, unpacked by mmdebstrap (no dpkg, apt, shell or maintainer script
+                runs), less what DROP_PATHS lists: docs, locales, dpkg, glibc's iconv
+                modules, and the stdlib modules and libraries nothing in the package imports;
+                /etc/passwd and /etc/group naming the image's user
+  dependencies  the dependencies' wheels (pip install --target SITE, cp311 manylinux), and
+                Mozilla's CA bundle that certifi carries at the paths OpenSSL and Debian look
+                for (Debian's ca-certificates writes its bundle from a maintainer script,
+                which an unpacked tree never runs)
+  package       the package itself
+each byte-compiled, each holding only what its layer adds. Before it returns, the whole tree
+imports every module of the package, the lazily imported ones (bcrypt, h2) included, and
+loads the CA bundle, in a chroot: a dropped module fails the build, not a pod.
+
+Run as root: python -m tools.image_tree OUT   (OUT/interpreter, OUT/dependencies, OUT/package)
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parents[1]  # pyproject.toml, README.md, kube_scale_exporter/
+SUITE = "bookworm"
+MIRRORS = (
+    "deb http://deb.debian.org/debian bookworm main",
+    "deb http://deb.debian.org/debian-security bookworm-security main",
+)
+PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib")
+PYTHON = "/usr/bin/python3.11"
+SITE = "usr/lib/kube-scale-exporter"  # the dependencies' and the package's own directory
+LAYERS = ("interpreter", "dependencies", "package")
+USER = "65534:65534"
+PY = "usr/lib/python3.11"
+LIBS = "usr/lib/x86_64-linux-gnu"
+# Nothing the exporter imports or reads: check() imports every module in the finished tree.
+DROP_PATHS = (
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/info",
+    "usr/share/locale",
+    "usr/share/lintian",
+    "usr/share/dpkg",
+    "var/lib/dpkg",
+    "etc/dpkg",
+    "usr/bin/dpkg*",
+    "usr/bin/update-alternatives",
+    "usr/sbin/*",
+    f"{LIBS}/gconv",
+    f"{PY}/test",
+    f"{PY}/idlelib",
+    f"{PY}/tkinter",
+    f"{PY}/turtledemo",
+    f"{PY}/turtle.py",
+    f"{PY}/lib2to3",
+    f"{PY}/ensurepip",
+    f"{PY}/pydoc_data",
+    f"{PY}/pydoc.py",
+    f"{PY}/distutils",
+    f"{PY}/sqlite3",
+    f"{PY}/dbm",
+    f"{PY}/curses",
+    f"{PY}/config-3.11-x86_64-linux-gnu",
+    f"{PY}/lib-dynload/_sqlite3*",
+    f"{PY}/lib-dynload/_dbm*",
+    f"{PY}/lib-dynload/_gdbm*",
+    f"{PY}/lib-dynload/_curses*",
+    f"{PY}/lib-dynload/readline*",
+    f"{PY}/lib-dynload/nis*",
+    f"{PY}/lib-dynload/_tkinter*",
+    f"{PY}/lib-dynload/xxlimited*",
+    f"{PY}/lib-dynload/_test*",
+    f"{PY}/lib-dynload/_xxtest*",
+    f"{LIBS}/libsqlite3*",
+    f"{LIBS}/libdb-5.3*",
+    f"{LIBS}/libgdbm*",
+    f"{LIBS}/libncurses*",
+    f"{LIBS}/libform*",
+    f"{LIBS}/libmenu*",
+    f"{LIBS}/libpanel*",
+    f"{LIBS}/libreadline*",
+    f"{LIBS}/libhistory*",
+    f"{LIBS}/libnsl*",
+    f"{LIBS}/libtirpc*",
+    f"{LIBS}/libgssapi*",
+    f"{LIBS}/libkrb5*",
+    f"{LIBS}/libk5crypto*",
+    f"{LIBS}/libkrb5support*",
+    f"{LIBS}/libcom_err*",
+    f"{LIBS}/libkeyutils*",
+    f"{LIBS}/krb5",
+    "usr/share/readline",
+    "usr/share/terminfo",
+    "lib/terminfo",
+    "etc/terminfo",
+)
+CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
+# Where the image's OpenSSL (OPENSSLDIR /usr/lib/ssl) and Debian-minded clients look.
+CA_LINKS = {
+    CA_BUNDLE: f"/{SITE}/certifi/cacert.pem",
+    "usr/lib/ssl/cert.pem": f"/{CA_BUNDLE}",
+    "usr/lib/ssl/certs": "/etc/ssl/certs",
+}
+# Imported in the finished tree: every module of the package (walked; __main__ would run the
+# exporter), what it imports only on some paths, and the CA bundle as ssl's default context
+# loads it.
+CHECK = """
+import pkgutil, importlib, ssl, sys
+import kube_scale_exporter
+for m in pkgutil.walk_packages(kube_scale_exporter.__path__, "kube_scale_exporter."):
+    if not m.name.endswith(".__main__"):
+        importlib.import_module(m.name)
+import bcrypt, h2.connection, h2.config, h2.events, yaml, requests, prometheus_client
+assert yaml.__with_libyaml__, "PyYAML without its C loader"
+bcrypt.checkpw(b"x", bcrypt.hashpw(b"x", bcrypt.gensalt(4)))
+cas = ssl.create_default_context().cert_store_stats()["x509_ca"]
+assert cas > 100, f"{cas} CA certificates in the default context"
+print(f"image tree: {len(sys.modules)} modules import, {cas} CA certificates")
+"""
+
+
+def run(*argv, **kw):
+    return subprocess.run([str(a) for a in argv], check=True, **kw)
+
+
+def chroot_python(root: Path, *args, **kw):
+    env = {"PATH": "/usr/bin", "PYTHONPATH": f"/{SITE}", "LANG": "C.UTF-8"}
+    return run("/usr/sbin/chroot", root, PYTHON, *args, env=env, **kw)
+
+
+def drop(root: Path) -> None:
+    for pattern in DROP_PATHS:
+        for path in root.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    for cache in root.rglob("__pycache__"):
+        shutil.rmtree(cache)
+
+
+def interpreter(root: Path) -> None:
+    run(
+        "mmdebstrap",
+        "--quiet",
+        "--mode=root",
+        "--variant=extract",
+        "--include=" + ",".join(PACKAGES),
+        SUITE,
+        root,
+        *MIRRORS,
+    )
+    drop(root)
+    uid, gid = USER.split(":")
+    (root / "etc/passwd").write_text(f"nobody:x:{uid}:{gid}:nobody:/nonexistent:/bin/false\n")
+    (root / "etc/group").write_text(f"nogroup:x:{gid}:\n")
+    chroot_python(root, "-m", "compileall", "-q", "-j0", f"/{PY}")
+
+
+def wheels(out: Path) -> tuple[list[Path], Path]:
+    """(the dependencies' wheels, the package's wheel), for CPython 3.11 on x86_64 Linux."""
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, SOURCE)
+    [ours] = out.glob("kube_scale_exporter-*.whl")
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--only-binary=:all:",
+        "--python-version=3.11",
+        "--implementation=cp",
+        "--platform=manylinux2014_x86_64",
+        "--platform=manylinux_2_28_x86_64",
+        "--dest",
+        out,
+        ours,
+    )
+    return sorted(w for w in out.glob("*.whl") if w != ours), ours
+
+
+def install(root: Path, names: list[Path]) -> None:
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--root-user-action=ignore",
+        "--target",
+        root / SITE,
+        *names,
+    )
+    shutil.rmtree(root / SITE / "bin", ignore_errors=True)
+    chroot_python(root, "-m", "compileall", "-q", "-j0", f"/{SITE}")
+
+
+def link_ca_bundle(root: Path) -> None:
+    for link, target in CA_LINKS.items():
+        (root / link).parent.mkdir(parents=True, exist_ok=True)
+        (root / link).symlink_to(target)
+
+
+def added(full: Path, before: set[Path], tree: Path) -> None:
+    """Copy into `tree` what `full` holds beyond `before` (its paths, links as links)."""
+    for path in sorted(p for p in full.rglob("*") if p not in before):
+        dest = tree / path.relative_to(full)
+        if path.is_dir() and not path.is_symlink():
+            dest.mkdir(parents=True, exist_ok=True)
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest, follow_symlinks=False)
+
+
+def build(out: Path) -> list[Path]:
+    """OUT/interpreter, OUT/dependencies, OUT/package (made afresh), checked whole."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    full = out / "full"
+    interpreter(full)
+    run("cp", "-a", full, out / LAYERS[0])
+    deps, ours = wheels(out / "wheels")
+    for layer, step in (
+        (LAYERS[1], lambda: (install(full, deps), link_ca_bundle(full))),
+        (LAYERS[2], lambda: install(full, [ours])),
+    ):
+        before = set(full.rglob("*"))
+        step()
+        added(full, before, out / layer)
+    chroot_python(full, "-c", CHECK)
+    shutil.rmtree(full)
+    shutil.rmtree(out / "wheels")
+    return [out / layer for layer in LAYERS]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    build(Path(argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
