@@ -383,15 +383,17 @@ class Informer:
         return None
 
     def _event(self, event, refusing=False):
-        """(type, object) of a watch event; an ERROR event raised as its ApiError, or as
-        WatchListRefused where `refusing` and it refuses the parameters."""
+        """(type, object) of a watch event; an ERROR event raised as its ApiError, or, in
+        a streaming list's initial events (`refusing`), as WatchListRefused: 1.34 answers
+        one it cannot serve (its etcd older than 3.4.31 or 3.5.13 cannot tell it how
+        current its watch cache is) with an ERROR event of code 500."""
         obj = (event.get("object") or {}) if isinstance(event, dict) else None
         if not isinstance(obj, dict):
             raise ValueError(f"{self.path}: a watch event that is not one: {str(event)[:80]}")
         kind = event.get("type")
         if kind == "ERROR":
             err = status_error(obj)
-            if refusing and _refuses_parameters(err):
+            if refusing:
                 raise WatchListRefused(str(err))
             raise err
         return kind, obj
@@ -442,9 +444,10 @@ class Informer:
 
 
 def _refuses_parameters(err: ApiError) -> bool:
-    """A 4xx that says "not this request" (400, 404, 410, 422: e.g. 1.34's 422 with the
-    WatchList gate off) rather than "not now" (429) or "not you" (401, 403)."""
-    return 400 <= err.status < 500 and err.status not in (401, 403, 429)
+    """An answer to a streaming list that says "not this request" (400, 404, 410, 422:
+    e.g. 1.34's 422 with the WatchList gate off; 500, what the storage cannot serve)
+    rather than "not now" (429, 503, 504) or "not you" (401, 403)."""
+    return err.status == 500 or 400 <= err.status < 500 and err.status not in (401, 403, 429)
 
 
 def _rv_of(obj):
