@@ -10,9 +10,11 @@ import time
 import pytest
 
 from kube_scale_exporter import kube
-from kube_scale_exporter.kube.listing import INITIAL_EVENTS_END
+from kube_scale_exporter.kube import informer
+from kube_scale_exporter.kube.listing import INITIAL_EVENTS_END, InitialEvents, WatchListRefused
+from testbed.etcd_server import EtcdServer
 from testbed.faultproxy import FaultProxy
-from testbed.kube_apiserver import apiserver_on_new_etcd, pod_manifest
+from testbed.kube_apiserver import KubeApiServer, apiserver_on_new_etcd, pod_manifest
 from testbed.metrics import wait_until
 
 from .test_informer import FAST, Recorder, create_pods, names
@@ -182,3 +184,66 @@ def test_with_the_watch_list_gate_off_the_informer_lists_in_pages_for_good(
         assert wait_until(lambda: inf.health().relists == 1 and inf.health().up, 15), inf.health()
         assert proxy.count(STREAMING) == 1 and proxy.count(r"limit=500") == 2
         assert len([r for r in caplog.records if "no streaming list" in r.getMessage()]) == 1
+
+
+@pytest.fixture
+def on_etcd_34(tmp_path):
+    """1.34 on Debian bookworm's etcd 3.4.23, older than the 3.4.31 whose progress notify
+    a consistent streaming list needs."""
+    etcd = EtcdServer(tmp_path / "etcd34", version="3.4").start()
+    try:
+        api = KubeApiServer(tmp_path / "api34", etcd.client_url).start()
+        try:
+            yield api
+        finally:
+            api.stop()
+    finally:
+        etcd.stop()
+
+
+@pytest.mark.integration
+def test_on_an_etcd_without_progress_notify_the_informer_lists_in_pages(
+    on_etcd_34, make_client, informers, caplog
+):
+    """The server takes the streaming list, then sends an ERROR event (500, the storage
+    feature RequestWatchProgress disabled): the informer lists in pages."""
+    caplog.set_level(logging.WARNING, logger="kube_scale_exporter.kube.informer")
+    create_pods(on_etcd_34, "default", 2)
+    inf = informers(kube.Informer(make_client(on_etcd_34), kube.PODS, namespace="default"))
+    assert inf.wait_synced(10)
+    assert names(inf) == ["p0", "p1"] and not inf.watch_list
+    refused = [r.getMessage() for r in caplog.records if "no streaming list" in r.getMessage()]
+    assert len(refused) == 1 and "RequestWatchProgress" in refused[0]
+    on_etcd_34.admin.create("/api/v1/namespaces/default/pods", pod_manifest("late"))
+    assert wait_until(lambda: "late" in names(inf), 10)  # and it watches on
+
+
+def pod(name, rv):
+    return {"metadata": {"name": name, "namespace": "n", "resourceVersion": rv}}
+
+
+@pytest.mark.unit
+def test_initial_events_keep_the_state_until_their_end_and_refuse_what_is_not_one():
+    initial = InitialEvents("/api/v1/pods", lambda obj: obj, max_objects=2)
+    assert initial.take("ADDED", pod("a", "5")) is None
+    assert initial.take("ADDED", pod("b", "6")) is None
+    assert initial.take("DELETED", pod("a", "7")) is None
+    assert initial.take("MODIFIED", pod("c", "8")) is None  # b and c: at the cap, not past
+    end = bookmark("8", end=True)["object"]
+    assert initial.take("BOOKMARK", end) == "8" and sorted(initial.fresh.items) == ["n/b", "n/c"]
+    with pytest.raises(kube.CacheFull, match="more than 2"):
+        initial.take("ADDED", pod("d", "9"))
+    with pytest.raises(WatchListRefused, match="bookmark before the end"):
+        initial.take("BOOKMARK", bookmark("9", end=False)["object"])
+    with pytest.raises(ValueError, match="without a version"):
+        initial.take("BOOKMARK", {"metadata": {"annotations": {INITIAL_EVENTS_END: "true"}}})
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "status, refused",
+    [(400, True), (404, True), (410, True), (422, True), (500, True)]
+    + [(401, False), (403, False), (429, False), (503, False), (504, False)],
+)
+def test_which_answers_to_a_streaming_list_make_the_informer_list_in_pages(status, refused):
+    assert informer._refuses_parameters(kube.ApiError(status)) is refused
