@@ -12,9 +12,8 @@ import pytest
 from kube_scale_exporter import kube
 from kube_scale_exporter.kube import informer
 from kube_scale_exporter.kube.listing import INITIAL_EVENTS_END, InitialEvents, WatchListRefused
-from testbed.etcd_server import EtcdServer
 from testbed.faultproxy import FaultProxy
-from testbed.kube_apiserver import KubeApiServer, apiserver_on_new_etcd, pod_manifest
+from testbed.kube_apiserver import apiserver_on_new_etcd, pod_manifest
 from testbed.metrics import wait_until
 
 from .test_informer import FAST, Recorder, create_pods, names
@@ -190,15 +189,8 @@ def test_with_the_watch_list_gate_off_the_informer_lists_in_pages_for_good(
 def on_etcd_34(tmp_path):
     """1.34 on Debian bookworm's etcd 3.4.23, older than the 3.4.31 whose progress notify
     a consistent streaming list needs."""
-    etcd = EtcdServer(tmp_path / "etcd34", version="3.4").start()
-    try:
-        api = KubeApiServer(tmp_path / "api34", etcd.client_url).start()
-        try:
-            yield api
-        finally:
-            api.stop()
-    finally:
-        etcd.stop()
+    with apiserver_on_new_etcd(tmp_path / "on34", etcd_version="3.4") as api:
+        yield api
 
 
 @pytest.mark.integration
