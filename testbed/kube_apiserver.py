@@ -289,11 +289,12 @@ def etcd_compact(etcd_url):
 
 
 @contextlib.contextmanager
-def apiserver_on_new_etcd(workdir, etcd_quota_bytes=None, **kw):
-    """An API server on an etcd of its own (`api.etcd`); both stopped by PID on exit."""
+def apiserver_on_new_etcd(workdir, etcd_quota_bytes=None, etcd_version=CONTROL_PLANE_VERSION, **kw):
+    """An API server on an etcd of its own (`api.etcd`, of `etcd_version`: testbed/
+    etcd_server.py's names); both stopped by PID on exit."""
     workdir = str(workdir)
     etcd = EtcdServer(
-        os.path.join(workdir, "etcd"), version=CONTROL_PLANE_VERSION, quota_bytes=etcd_quota_bytes
+        os.path.join(workdir, "etcd"), version=etcd_version, quota_bytes=etcd_quota_bytes
     ).start()
     try:
         api = KubeApiServer(os.path.join(workdir, "apiserver"), etcd.client_url, **kw).start()

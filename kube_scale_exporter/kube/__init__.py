@@ -16,7 +16,8 @@ The whole interface a collector needs:
 - `Informer(client, resource, namespace=, label_selector=, field_selector=, on_add=,
   on_update=, on_delete=, transform=, max_objects=)`: a thread-safe cache; objects are
   the API's JSON dicts (managedFields stripped, or projected by `transform`), shared and
-  read-only. Handlers run on the informer's thread; after a relist they receive the
+  read-only. Lists stream (watch-list) where the API server gives it, else are paged.
+  Handlers run on the informer's thread; after a relist they receive the
   differences, so no deletion is missed. Past `max_objects` the cache is dropped until
   the resource shrinks back under it: `check_cache()` raises CacheFull meanwhile.
 - `Fields(spec)`: the fields a collector reads (nested names); as a `transform` it drops

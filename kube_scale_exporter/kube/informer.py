@@ -1,9 +1,10 @@
 """List+watch caches (informers) kept current by a background thread.
 
-The loop: list (paged with limit/continue, or from the API server's watch cache), then
-watch from the list's resourceVersion with allowWatchBookmarks. When a watch ends, the
-next one resumes from the last resourceVersion seen (an event or a BOOKMARK); only 410
-Gone makes it list again. Errors back off with jitter (`Backoff`). Scrapes read `items()`;
+The loop: list, then watch from the list's resourceVersion with allowWatchBookmarks. The
+list is a streaming list where the API server gives one (a watch that starts with the
+current state: kube/listing.py), else paged with limit/continue, or from the API server's
+watch cache in node mode. When a watch ends, the next one resumes from the last
+resourceVersion seen (an event or a BOOKMARK); only 410 Gone makes it list again. Errors back off with jitter (`Backoff`). Scrapes read `items()`;
 they never reach the API server.
 """
 
@@ -18,7 +19,15 @@ from urllib3.exceptions import ReadTimeoutError
 from .backoff import Backoff
 from .client import ApiError, Gone, KubeClient, ReplyTooLarge, status_error
 from .health import Health
-from .listing import CacheFull, list_all, object_key, strip_managed_fields
+from .listing import (
+    WATCH_LIST_PARAMS,
+    CacheFull,
+    InitialEvents,
+    WatchListRefused,
+    list_all,
+    object_key,
+    strip_managed_fields,
+)
 from .resource import Resource
 
 log = logging.getLogger(__name__)
@@ -69,6 +78,11 @@ class Informer:
     again with backoff up to every `full_retry` seconds, each list stopping at the cap. The
     first list that fits is a new start: it is cached without calling the handlers (what changed while
     the cache was dropped is lost, and was reported), and the watch resumes from it.
+
+    `watch_list` (unless `list_from_cache`): list by streaming (a watch with
+    sendInitialEvents) rather than in pages. The first time the server does not give one
+    (an older server, the WatchList gate off) the informer logs it and lists in pages for
+    the rest of its life; a new informer (the exporter restarted) tries again.
     """
 
     def __init__(
@@ -80,6 +94,7 @@ class Informer:
         label_selector=None,
         field_selector=None,
         list_from_cache=False,
+        watch_list=True,
         on_add=None,
         on_update=None,
         on_delete=None,
@@ -104,6 +119,9 @@ class Informer:
         # resourceVersion=0 lists from the API server's watch cache instead of etcd: the
         # cheap choice for thousands of node-filtered informers (it ignores paging).
         self.list_from_cache = list_from_cache
+        # Node mode keeps its list from the watch cache: a few hundred pods found through
+        # the cache's spec.nodeName index, already cheap.
+        self.watch_list = watch_list and not list_from_cache
         self.page_size = page_size
         self.backoff = backoff or Backoff()
         self.watch_timeout = watch_timeout
@@ -189,10 +207,18 @@ class Informer:
     def _run(self):
         while not self._stop.is_set():
             try:
+                if self._rv is None and self.watch_list:
+                    self._watch_once(InitialEvents(self.path, self._transform, self.max_objects))
+                    continue
                 if self._rv is None:
                     self._list()
                     self.backoff.reset()
                 self._watch_once()
+            except WatchListRefused as e:
+                self.watch_list = False
+                log.warning(
+                    "%s: no streaming list (%s); listing in pages from now on", self.path, e
+                )
             except Gone:
                 delay = self.relist_jitter * self._rand()
                 log.info(
@@ -234,6 +260,10 @@ class Informer:
             page_size=self.page_size,
             max_objects=self.max_objects,
         )
+        self._install(fresh, rv)
+
+    def _install(self, fresh, rv):
+        """A complete list (paged or streamed) becomes the cache; the informer is synced."""
         with self._lock:
             old, self._items = self._items, fresh
             self._rv = rv
@@ -279,24 +309,41 @@ class Informer:
             if key not in fresh:
                 self._call(self._on_delete, obj)
 
-    def _watch_once(self):
-        params = dict(
-            self.selectors,
-            resourceVersion=self._rv,
-            allowWatchBookmarks="true",
-            timeoutSeconds=str(random.randint(*self.watch_timeout)),
-        )
-        watch = self.client.watch(self.path, params, self.read_timeout)
+    def _watch_once(self, initial: InitialEvents | None = None):
+        """One watch from the cache's resourceVersion or, with `initial`, a streaming list:
+        its initial events are collected into `initial` and become the cache at their end,
+        and the same watch goes on from there."""
+        timeout = random.randint(*self.watch_timeout)
+        params = dict(self.selectors, allowWatchBookmarks="true", timeoutSeconds=str(timeout))
+        if initial is None:
+            params["resourceVersion"] = self._rv
+        else:
+            params.update(WATCH_LIST_PARAMS)
+        try:
+            watch = self.client.watch(self.path, params, self.read_timeout)
+        except ApiError as e:
+            if initial is not None and _refuses_parameters(e):
+                raise WatchListRefused(str(e)) from None
+            raise
         self._watch = watch
         if self._stop.is_set():  # stop() ran before the watch was registered
             watch.close()
             return
-        self._set_up(True)
+        if initial is None:
+            self._set_up(True)
         self._refusals = 0
         opened, events = time.monotonic(), 0
+        # A real server ends the watch at timeoutSeconds, initial events or not; one that
+        # drips them for longer is not giving a list.
+        initial_until = opened + timeout + self.read_timeout
         try:
             for event in watch:
-                self._apply(event)
+                if initial is None:
+                    self._apply(event)
+                elif time.monotonic() > initial_until:
+                    raise WatchListRefused(f"the initial events did not end within {timeout}s")
+                else:
+                    initial = self._take_initial(event, initial)
                 events += 1
                 self.backoff.reset()
         except requests.exceptions.ConnectionError as e:
@@ -304,11 +351,17 @@ class Informer:
             # dead or the server is not sending bookmarks; resume from the last RV.
             if not (e.args and isinstance(e.args[0], ReadTimeoutError)) or self._stop.is_set():
                 raise
+            if initial is not None:
+                raise WatchListRefused(
+                    f"silent for {self.read_timeout:.0f}s before the initial events ended"
+                ) from None
             log.info("%s: watch silent for %.0fs; resuming", self.path, self.read_timeout)
             return
         finally:
             self._watch = None
             watch.close()
+        if initial is not None and not self._stop.is_set():
+            raise WatchListRefused("the watch ended before the initial events did")
         # The server closed the watch at timeoutSeconds: a normal end, resume from RV.
         self._mark_synced()
         if events == 0 and time.monotonic() - opened < QUICK_CLOSE_SECONDS:
@@ -318,13 +371,35 @@ class Informer:
         else:
             self.backoff.reset()
 
-    def _apply(self, event):
+    def _take_initial(self, event, initial):
+        """`initial` while the initial events go on; at their end the cache is theirs (the
+        handlers see the differences, as after a paged list) and None is returned."""
+        kind, obj = self._event(event, refusing=True)
+        rv = initial.take(kind, obj)
+        if rv is None:
+            return initial
+        self._install(initial.fresh.items, rv)
+        log.info("%s: %d objects from a streaming list", self.path, len(initial.fresh.items))
+        return None
+
+    def _event(self, event, refusing=False):
+        """(type, object) of a watch event; an ERROR event raised as its ApiError, or, in
+        a streaming list's initial events (`refusing`), as WatchListRefused: 1.34 answers
+        one it cannot serve (its etcd older than 3.4.31 or 3.5.13 cannot tell it how
+        current its watch cache is) with an ERROR event of code 500."""
         obj = (event.get("object") or {}) if isinstance(event, dict) else None
         if not isinstance(obj, dict):
             raise ValueError(f"{self.path}: a watch event that is not one: {str(event)[:80]}")
         kind = event.get("type")
         if kind == "ERROR":
-            raise status_error(obj)
+            err = status_error(obj)
+            if refusing:
+                raise WatchListRefused(str(err))
+            raise err
+        return kind, obj
+
+    def _apply(self, event):
+        kind, obj = self._event(event)
         rv = _rv_of(obj)
         if kind == "BOOKMARK":
             with self._lock:
@@ -366,6 +441,13 @@ class Informer:
             handler(*objs)
         except Exception:  # a handler's bug must not stop the cache from updating
             log.exception("%s: event handler failed", self.path)
+
+
+def _refuses_parameters(err: ApiError) -> bool:
+    """An answer to a streaming list that says "not this request" (400, 404, 410, 422:
+    e.g. 1.34's 422 with the WatchList gate off; 500, what the storage cannot serve)
+    rather than "not now" (429, 503, 504) or "not you" (401, 403)."""
+    return err.status == 500 or 400 <= err.status < 500 and err.status not in (401, 403, 429)
 
 
 def _rv_of(obj):

@@ -7,6 +7,12 @@ item of `items` is decoded on its own (jsonstream.Reader) and handed on at once
 (transformed: the cache keeps only what its collector reads), so a page costs about one
 object however large the page: at most jsonstream.MAX_ITEM_BYTES of text buffered, and no
 more items than the page's limit (docs/reliability.md has the measurements).
+
+A streaming list (Kubernetes' watch-list, beta and on by default in 1.34's kube-apiserver)
+is a watch that first sends the current state as ADDED events and then a BOOKMARK annotated
+k8s.io/initial-events-end: the API server answers it from its watch cache without building
+the list in memory. `InitialEvents` collects that state into the same kind of fresh cache
+a paged list gives.
 """
 
 from __future__ import annotations
@@ -60,23 +66,76 @@ def list_all(
     else:
         params["limit"] = str(page_size)
         cap = (page_size, f"limit={page_size} was asked")
-    fresh = {}
-
-    def keep(item):
-        if not isinstance(item, dict):
-            raise ValueError(f"{path}: a list item that is not an object: {str(item)[:40]}")
-        item = transform(item)
-        key = object_key(item)
-        if max_objects is not None and len(fresh) >= max_objects and key not in fresh:
-            fresh.clear()  # not held on by the traceback until a full collection
-            raise CacheFull(f"{path}: more than {max_objects} objects")
-        fresh[key] = item
-
+    fresh = Fresh(path, transform, max_objects)
     while True:
-        meta = client.stream(path, params, lambda chunks: decode(chunks, keep, cap, path))
+        meta = client.stream(path, params, lambda chunks: decode(chunks, fresh.keep, cap, path))
         if not meta.get("continue"):
-            return fresh, meta.get("resourceVersion")
+            return fresh.items, meta.get("resourceVersion")
         params = dict(params, **{"continue": meta["continue"]})
+
+
+class Fresh:
+    """The objects of one list as the cache will hold them: transformed, keyed, at most
+    `max_objects` (CacheFull past it)."""
+
+    def __init__(self, path, transform, max_objects):
+        self.path, self.transform, self.max_objects = path, transform, max_objects
+        self.items = {}
+
+    def keep(self, item):
+        if not isinstance(item, dict):
+            raise ValueError(f"{self.path}: a list item that is not an object: {str(item)[:40]}")
+        item = self.transform(item)
+        key = object_key(item)
+        full = self.max_objects is not None and len(self.items) >= self.max_objects
+        if full and key not in self.items:
+            self.items.clear()  # not held on by the traceback until a full collection
+            raise CacheFull(f"{self.path}: more than {self.max_objects} objects")
+        self.items[key] = item
+
+    def drop(self, item):
+        self.items.pop(object_key(item), None)
+
+
+# What a streaming list asks of the API server: the current state first, then the bookmark
+# that ends it. No resourceVersion: the state is at least as new as the request (a
+# consistent read, as a list without one is).
+WATCH_LIST_PARAMS = {
+    "sendInitialEvents": "true",
+    "resourceVersionMatch": "NotOlderThan",
+    "allowWatchBookmarks": "true",
+}
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+class WatchListRefused(Exception):
+    """The server did not give a streaming list: it refused the parameters (4xx), or sent
+    something other than the initial events and their end (an older server ignoring
+    sendInitialEvents sends plain bookmarks), or ended the watch before their end."""
+
+
+class InitialEvents:
+    """The state a streaming list sends before its end bookmark, kept as `Fresh` keeps a
+    list: `take(kind, obj)` for each event until it returns the bookmark's resourceVersion."""
+
+    def __init__(self, path, transform, max_objects):
+        self.fresh = Fresh(path, transform, max_objects)
+
+    def take(self, kind, obj) -> str | None:
+        if kind == "BOOKMARK":
+            meta = obj.get("metadata")
+            notes = meta.get("annotations") if isinstance(meta, dict) else None
+            if not isinstance(notes, dict) or notes.get(INITIAL_EVENTS_END) != "true":
+                raise WatchListRefused("a bookmark before the end of the initial events")
+            rv = meta.get("resourceVersion")
+            if not isinstance(rv, str) or not rv:
+                raise ValueError(f"{self.fresh.path}: the initial events end without a version")
+            return rv
+        if kind == "DELETED":
+            self.fresh.drop(obj)
+        else:
+            self.fresh.keep(obj)
+        return None
 
 
 def decode(chunks, on_item, cap: tuple[int, str], what: str) -> dict:

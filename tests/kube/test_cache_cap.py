@@ -19,9 +19,15 @@ def _full_logs(caplog):
     return [r for r in caplog.records if "to cache" in r.getMessage()]
 
 
+PAGED_OR_STREAMING = pytest.mark.parametrize(
+    "watch_list", [False, True], ids=["paged", "streaming"]
+)
+
+
 @pytest.mark.integration
+@PAGED_OR_STREAMING
 def test_a_list_past_the_cap_drops_the_cache_until_the_namespace_shrinks(
-    apiserver, namespace, make_client, informers, caplog
+    apiserver, namespace, make_client, informers, caplog, watch_list
 ):
     caplog.set_level(logging.WARNING, logger="kube_scale_exporter.kube.informer")
     create_pods(apiserver, namespace, 6)
@@ -33,6 +39,7 @@ def test_a_list_past_the_cap_drops_the_cache_until_the_namespace_shrinks(
             namespace=namespace,
             page_size=2,
             max_objects=5,
+            watch_list=watch_list,
             **FAST,
             **rec.handlers(),
         )
@@ -41,12 +48,14 @@ def test_a_list_past_the_cap_drops_the_cache_until_the_namespace_shrinks(
     with pytest.raises(kube.CacheFull, match="more than 5 pods"):
         inf.check_cache()
     assert inf.items() == [] and not inf.health().up
-    # Lists are retried (every 0.5 s here): the error is logged once, not per retry.
-    lists = apiserver.metric_sum("apiserver_request_total", resource="pods", verb="LIST")
+    # Lists are retried (every 0.5 s here): the error is logged once, not per retry. A
+    # paged list stops after its third page; a streaming list (a WATCH) at its sixth pod.
+    verb = "WATCH" if watch_list else "LIST"
+    lists = apiserver.metric_sum("apiserver_request_total", resource="pods", verb=verb)
     assert wait_until(
         lambda: (
-            apiserver.metric_sum("apiserver_request_total", resource="pods", verb="LIST")
-            >= lists + 6
+            apiserver.metric_sum("apiserver_request_total", resource="pods", verb=verb)
+            >= lists + (2 if watch_list else 6)
         ),
         10,
     )
@@ -62,16 +71,25 @@ def test_a_list_past_the_cap_drops_the_cache_until_the_namespace_shrinks(
     apiserver.admin.delete(f"/api/v1/namespaces/{namespace}/pods/p1")
     assert wait_until(lambda: rec.of("delete") == ["p1"], 10)  # watching again
     assert any("within the cap of 5 again" in r.getMessage() for r in caplog.records)
+    assert inf.watch_list == watch_list  # the cap is no reason to stop streaming
 
 
 @pytest.mark.integration
+@PAGED_OR_STREAMING
 def test_a_watch_past_the_cap_drops_the_cache_and_it_recovers(
-    apiserver, namespace, make_client, informers, caplog
+    apiserver, namespace, make_client, informers, caplog, watch_list
 ):
     caplog.set_level(logging.WARNING, logger="kube_scale_exporter.kube.informer")
     create_pods(apiserver, namespace, 3)
     inf = informers(
-        kube.Informer(make_client(apiserver), kube.PODS, namespace=namespace, max_objects=4, **FAST)
+        kube.Informer(
+            make_client(apiserver),
+            kube.PODS,
+            namespace=namespace,
+            max_objects=4,
+            watch_list=watch_list,
+            **FAST,
+        )
     )
     assert inf.wait_synced(10) and len(inf.items()) == 3
     base = f"/api/v1/namespaces/{namespace}/pods"
@@ -93,13 +111,18 @@ BALLOON_FIELDS = kube.Fields({"spec": {"containers": {"resources": ("requests",)
 
 
 @pytest.mark.integration
+@PAGED_OR_STREAMING
 def test_fields_keep_what_is_declared_from_list_and_watch(
-    apiserver, namespace, make_client, informers
+    apiserver, namespace, make_client, informers, watch_list
 ):
     create_pods(apiserver, namespace, 1, requests={"cpu": "2"}, labels={"a": "b"})
     inf = informers(
         kube.Informer(
-            make_client(apiserver), kube.PODS, namespace=namespace, transform=BALLOON_FIELDS
+            make_client(apiserver),
+            kube.PODS,
+            namespace=namespace,
+            transform=BALLOON_FIELDS,
+            watch_list=watch_list,
         )
     )
     assert inf.wait_synced(10)

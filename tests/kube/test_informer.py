@@ -1,6 +1,7 @@
 """The informer against a real API server: list paging, events, resume, 410, restarts,
 token rotation, and node mode's request budget counted at the API server."""
 
+import logging
 import os
 import random
 import shutil
@@ -77,7 +78,9 @@ def test_paged_list_then_events_in_order(apiserver, namespace, make_client, info
     lists_before = apiserver.metric_sum("apiserver_request_total", resource="pods", verb="LIST")
     rec = Recorder()
     inf = informers(
-        kube.Informer(client, kube.PODS, namespace=namespace, page_size=3, **rec.handlers())
+        kube.Informer(
+            client, kube.PODS, namespace=namespace, page_size=3, watch_list=False, **rec.handlers()
+        )
     )
     assert inf.wait_synced(10)
     assert names(inf) == [f"p{i}" for i in range(7)]
@@ -141,12 +144,14 @@ def test_resumes_from_last_resource_version_when_the_server_ends_the_watch(
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("watch_list", [False, True], ids=["paged", "streaming"])
 def test_relists_after_410_gone_and_delivers_missed_deletions(
-    fresh_apiserver, make_client, informers
+    fresh_apiserver, make_client, informers, watch_list, caplog
 ):
     """The informer's API server is down while, through a second API server on the same
     etcd, a pod is deleted and etcd is compacted: resuming gives 410, and the relist
-    reports the deletion it missed."""
+    (paged, or streamed) reports the deletion it missed."""
+    caplog.set_level(logging.INFO, logger="kube_scale_exporter.kube.informer")
     api = fresh_apiserver(watch_cache=False)  # its watches read etcd: compaction bites
     other = fresh_apiserver(etcd=api.etcd)
     ns = "gone"
@@ -154,7 +159,14 @@ def test_relists_after_410_gone_and_delivers_missed_deletions(
     create_pods(api, ns, 3)
     rec = Recorder()
     inf = informers(
-        kube.Informer(make_client(api), kube.PODS, namespace=ns, **FAST, **rec.handlers())
+        kube.Informer(
+            make_client(api),
+            kube.PODS,
+            namespace=ns,
+            watch_list=watch_list,
+            **FAST,
+            **rec.handlers(),
+        )
     )
     assert inf.wait_synced(10)
     synced_rv = int(inf.resource_version)
@@ -166,6 +178,9 @@ def test_relists_after_410_gone_and_delivers_missed_deletions(
     assert wait_until(lambda: inf.health().relists == 1, 15), inf.health()
     assert wait_until(lambda: "p0" in rec.of("delete"), 10)
     assert names(inf) == ["p1", "p2"]
+    streamed = [r for r in caplog.records if "from a streaming list" in r.getMessage()]
+    assert len(streamed) == (2 if watch_list else 0)  # the relist streamed, as the list did
+    assert inf.watch_list == watch_list
     assert sorted(rec.of("add")) == ["p0", "p1", "p2"]  # the relist re-added nothing
     api.admin.create(f"/api/v1/namespaces/{ns}/pods", pod_manifest("after"))
     assert wait_until(lambda: names(inf) == ["after", "p1", "p2"], 10)
@@ -234,7 +249,13 @@ def test_a_continue_token_expired_mid_list_lists_again_from_the_start(
     expired_before = api.metric_sum("apiserver_request_total", resource="pods", code="410")
     inf = informers(
         kube.Informer(
-            make_client(api), kube.PODS, namespace=ns, page_size=2, transform=compact_once, **FAST
+            make_client(api),
+            kube.PODS,
+            namespace=ns,
+            page_size=2,
+            transform=compact_once,
+            watch_list=False,
+            **FAST,
         )
     )
     assert inf.wait_synced(15)
