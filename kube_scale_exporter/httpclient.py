@@ -102,7 +102,11 @@ class Client:
 
     def __init__(self, tls=None, headers=None):
         self._tls = tls or (lambda: tls_context(True))
-        self.headers = {"Accept-Encoding": "gzip", **(headers or {})}
+        self.headers = {
+            "Accept-Encoding": "gzip",
+            "User-Agent": "kube-scale-exporter",
+            **(headers or {}),
+        }
         self._lock = threading.Lock()
         self._idle: dict[tuple, list[_Connection]] = {}
 

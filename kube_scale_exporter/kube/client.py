@@ -151,7 +151,7 @@ class KubeClient:
         # The TLS settings are read from the config at each new connection.
         self._http = httpclient.Client(
             tls=lambda: httpclient.tls_context(self.config.verify, self.config.client_cert),
-            headers={"Accept": "application/json", "User-Agent": "kube-scale-exporter"},
+            headers={"Accept": "application/json"},
         )
 
     def _send(self, path, params, read_timeout, body=None):
