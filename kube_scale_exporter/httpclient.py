@@ -257,6 +257,8 @@ class Response:
         """End a read blocked in another thread (a watch being stopped). The plain
         socket's shutdown, also for TLS: SSLSocket.shutdown would drop its SSL object
         under the thread still reading it."""
+        if self._sock is None:  # a reply made without a connection (fuzz/)
+            return
         try:
             socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
         except OSError:
