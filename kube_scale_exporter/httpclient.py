@@ -256,8 +256,9 @@ class Response:
     def interrupt(self) -> None:
         """End a read blocked in another thread (a watch being stopped). The plain
         socket's shutdown, also for TLS: SSLSocket.shutdown would drop its SSL object
-        under the thread still reading it."""
-        if self._sock is None:  # a reply made without a connection (fuzz/)
+        under the thread still reading it. Nothing once closed: the connection may serve
+        another request by then."""
+        if self._conn is None:
             return
         try:
             socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
