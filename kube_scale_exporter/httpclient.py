@@ -124,12 +124,9 @@ class Client:
             port = parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError:
             raise TransportError(f"{where}: not a valid port") from None
-        target = parts.path or "/"
-        query = [parts.query] if parts.query else []
-        if params:
-            query.append(urlencode({k: v for k, v in params.items() if v is not None}))
-        if any(query):
-            target += "?" + "&".join(q for q in query if q)
+        added = urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        query = "&".join(q for q in (parts.query, added) if q)
+        target = (parts.path or "/") + ("?" + query if query else "")
         key = (parts.scheme, parts.hostname, port)
         sent = {**self.headers, **(headers or {})}
         for attempt in (0, 1):

@@ -22,14 +22,19 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kube_scale_exporter.httpclient import Response
+from typing import Protocol
 
 # Read this much at most per call: small enough that a slow reply is checked often,
 # large enough that a big one costs few calls.
 CHUNK = 64 << 10
+
+
+class Reply(Protocol):
+    """What the readers below take: an httpclient.Response (not imported: it imports this)."""
+
+    headers: dict
+
+    def read1(self, n: int) -> bytes: ...
 
 
 class LimitExceeded(Exception):
@@ -132,14 +137,14 @@ def arm(sock) -> None:
         this.arm(sock)
 
 
-def iter_chunks(reply: Response):
+def iter_chunks(reply: Reply):
     """The reply's decoded bytes as they arrive, for callers that decode as they read
     (kube/listing.py) and so bound what they keep themselves."""
     while chunk := reply.read1(CHUNK):
         yield chunk
 
 
-def read_body(reply: Response, cap: int, what: str, truncate: bool = False) -> bytearray:
+def read_body(reply: Reply, cap: int, what: str, truncate: bool = False) -> bytearray:
     """The reply's decoded body, read as it arrives; LimitExceeded past `cap` bytes
     (or the first `cap` bytes when `truncate`, for error messages)."""
     declared = reply.headers.get("Content-Length", "")
@@ -161,7 +166,7 @@ def read_body(reply: Response, cap: int, what: str, truncate: bool = False) -> b
         raise
 
 
-def iter_lines(reply: Response, max_line: int, what: str, max_total: int | None = None):
+def iter_lines(reply: Reply, max_line: int, what: str, max_total: int | None = None):
     """The reply's lines (without b"\\n") as they arrive; LimitExceeded for a line over
     `max_line` bytes, or after `max_total` bytes in all when given."""
     pending = bytearray()

@@ -243,7 +243,7 @@ def test_the_default_node_pod_with_its_pod_watch_imports_no_requests_stack():
     finally:
         containerd.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    assert {"kube_scale_exporter.httpclient", "kube_scale_exporter.kube.informer"} <= modules
+    assert {"kube_scale_exporter.httpclient", "kube_scale_exporter.kube.client"} <= modules
     assert sorted(m for m in modules if m.split(".")[0] in NOT_FOR_THE_NODE_POD) == []
 
 
