@@ -34,7 +34,9 @@ SHOWN = 200
 
 
 class TransportError(Exception):
-    """No complete HTTP answer: connect, TLS, protocol or read failure."""
+    """No complete HTTP answer: connect, TLS, protocol or read failure. The message is
+    "URL: KIND: what happened", KIND one of ConnectionError, ConnectTimeout, ReadTimeout,
+    SSLError or Timeout (the names requests gave them, which error texts keep)."""
 
 
 class ReadTimeout(TransportError):
@@ -119,11 +121,11 @@ class Client:
         origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
         where = origin + parts.path
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise TransportError(f"{where}: not an http or https URL")
+            raise _broken(where, "not an http or https URL")
         try:
             port = parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError:
-            raise TransportError(f"{where}: not a valid port") from None
+            raise _broken(where, "not a valid port") from None
         added = urlencode({k: v for k, v in (params or {}).items() if v is not None})
         query = "&".join(q for q in (parts.query, added) if q)
         target = (parts.path or "/") + ("?" + query if query else "")
@@ -137,14 +139,19 @@ class Client:
                     limits.arm(conn.sock)
                 else:
                     conn.timeout = connect_timeout
-                    conn.connect()
+                    try:
+                        conn.connect()
+                    except TimeoutError:
+                        raise TransportError(
+                            f"{where}: ConnectTimeout: no connection within {connect_timeout:g}s"
+                        ) from None
                 sock = conn.sock  # getresponse() drops it from conn when the server closes
                 sock.settimeout(read_timeout)
                 conn.request(method, target, body=body, headers=sent)
                 raw = conn.getresponse()
             except Exception as exc:  # noqa: BLE001  (each kind is named by _failure)
                 conn.close()
-                stale = isinstance(exc, (http.client.RemoteDisconnected, BrokenPipeError))
+                stale = isinstance(exc, (ConnectionResetError, BrokenPipeError))
                 if reused and stale and attempt == 0 and not _expired():
                     continue  # the server closed the idle connection as we sent: a new one
                 raise _failure(where, exc, "no answer", read_timeout) from None
@@ -183,18 +190,22 @@ def _expired() -> bool:
     return current is not None and current.expired()
 
 
+def _broken(where, what) -> TransportError:
+    return TransportError(f"{where}: ConnectionError: {what}")
+
+
 def _failure(where, exc, doing, read_timeout) -> TransportError:
     """The TransportError for `exc`, raised while `doing` something with `where`."""
     if isinstance(exc, TransportError):
         return exc
     current = limits.current()
     if current is not None and current.expired():
-        return Timeout(f"{where}: no complete reply within {current.seconds:g}s")
+        return Timeout(f"{where}: Timeout: no complete reply within {current.seconds:g}s")
     if isinstance(exc, TimeoutError):
-        return ReadTimeout(f"{where}: {doing} within {read_timeout:g}s")
+        return ReadTimeout(f"{where}: ReadTimeout: {doing} within {read_timeout:g}s")
     if isinstance(exc, ssl.SSLError):
-        return TLSError(f"{where}: TLS: {str(exc)[:SHOWN]}")
-    return TransportError(f"{where}: {type(exc).__name__}: {str(exc)[:SHOWN]}")
+        return TLSError(f"{where}: SSLError: {str(exc)[:SHOWN]}")
+    return _broken(where, str(exc)[:SHOWN] or type(exc).__name__)
 
 
 class Response:
@@ -221,7 +232,8 @@ class Response:
     def read1(self, n=limits.CHUNK) -> bytes:
         """Up to `n` bytes of the decoded body, as soon as some are in; b"" at its end."""
         if _expired():
-            raise Timeout(f"{self.url}: no complete reply within {limits.current().seconds:g}s")
+            seconds = limits.current().seconds
+            raise Timeout(f"{self.url}: Timeout: no complete reply within {seconds:g}s")
         try:
             return self._raw_read1(n) if self._gzip is None else self._gunzip1(n)
         except (OSError, http.client.HTTPException, zlib.error, ValueError, AttributeError) as exc:
@@ -231,9 +243,10 @@ class Response:
     def _raw_read1(self, n) -> bytes:
         data = self._raw.read1(n)
         if not data and self._raw.length:
-            raise TransportError(
-                f"{self.url}: the connection closed {self._raw.length} bytes before the "
-                "end of the reply (its Content-Length)"
+            raise _broken(
+                self.url,
+                f"the connection closed {self._raw.length} bytes before the "
+                "end of the reply (its Content-Length)",
             )
         return data
 
@@ -245,7 +258,7 @@ class Response:
                 return b""
             data = decoder.unconsumed_tail or self._raw_read1(n)
             if not data:
-                raise TransportError(f"{self.url}: the reply ends inside its gzip stream")
+                raise _broken(self.url, "the reply ends inside its gzip stream")
             out = decoder.decompress(data, n)
             if out:
                 return out

@@ -89,7 +89,9 @@ def test_gzip_is_decoded_in_pieces_of_at_most_the_size_asked(server):
 @pytest.mark.unit
 def test_a_reply_shorter_than_its_length_is_an_error_naming_the_url(server):
     client = httpclient.Client()
-    with pytest.raises(httpclient.TransportError, match=r"/short: the connection closed") as e:
+    with pytest.raises(
+        httpclient.TransportError, match=r"/short: ConnectionError: the connection closed"
+    ) as e:
         get(client, url(server, "/short?q=1"))
     assert TOKEN not in str(e.value) and "q=1" not in str(e.value)
 
@@ -99,5 +101,7 @@ def test_a_refused_connection_names_the_url():
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-    with pytest.raises(httpclient.TransportError, match=rf"http://127.0.0.1:{port}/x: .*refused"):
+    with pytest.raises(
+        httpclient.TransportError, match=rf"http://127.0.0.1:{port}/x: ConnectionError: .*refused"
+    ):
         get(httpclient.Client(), f"http://127.0.0.1:{port}/x")
