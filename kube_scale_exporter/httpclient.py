@@ -10,7 +10,7 @@ readers' of limits.py. Failures raise `TransportError` naming the URL (scheme, h
 path), never a header sent: a token stays out of every message.
 
 Why not requests: the node pod's pod watch needs GET, a streamed watch and a POST, and
-requests with urllib3, charset_normalizer and idna costs every node pod ~6.5 MiB of RSS
+requests with urllib3, charset_normalizer and idna cost every node pod 6.5 MiB of RSS
 (docs/sizing.md).
 """
 

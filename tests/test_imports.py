@@ -211,7 +211,7 @@ def test_node_mode_with_the_neighbor_collectors_imports_only_what_they_need(tmp_
 
 
 # What the default node pod (its pod watch included) has no use for: requests' stack. The
-# API client is httpclient.py on the standard library (~6.5 MiB less, docs/sizing.md).
+# API client is httpclient.py on the standard library (6.5 MiB less, docs/sizing.md).
 NOT_FOR_THE_NODE_POD = ("requests", "urllib3", "charset_normalizer", "idna")
 
 
