@@ -201,10 +201,10 @@ IMPORT_STEPS = (
         "kube_scale_exporter.cli,kube_scale_exporter.web.routes",
     ),
     ("yaml (`imagepull`: the kubelet's config)", "yaml"),
-    ("urllib3 (the pod watch: requests' transport)", "urllib3"),
-    ("charset_normalizer (imported by requests)", "charset_normalizer"),
-    ("idna, requests", "requests"),
-    ("the Kubernetes client and informer", "kube_scale_exporter.kube.informer"),
+    (
+        "the Kubernetes client and informer, with their HTTP client",
+        "kube_scale_exporter.kube.informer",
+    ),
 )
 _IMPORT_COST = """\
 import sys

@@ -24,6 +24,7 @@ small set of inputs the fuzzer found that reach code the captures do not.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import importlib
 import io
 import os
@@ -32,8 +33,7 @@ import shutil
 import zlib
 from pathlib import Path
 
-import requests
-import urllib3
+from kube_scale_exporter import httpclient
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"
@@ -129,13 +129,22 @@ class _Pieces(io.RawIOBase):
         return part
 
 
-def http_reply(parts, status: int = 200, headers: dict | None = None) -> requests.Response:
-    """A requests Response whose body is `parts` as urllib3 reads them off a socket:
-    what the backends' readers (limits.py) take, without a server."""
-    reply = requests.Response()
-    reply.status_code = status
-    reply.headers.update(headers or {})
-    reply.raw = urllib3.HTTPResponse(
-        body=_Pieces(parts), headers=headers or {}, status=status, preload_content=False
-    )
-    return reply
+class _Socket:
+    """What http.client reads a reply from: the pieces, one a read."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def makefile(self, mode):
+        return io.BufferedReader(_Pieces(self.parts))
+
+
+def http_reply(parts, status: int = 200, headers: dict | None = None) -> httpclient.Response:
+    """An httpclient Response whose body is `parts` as they come off a socket, after a
+    head that http.client parses: what the backends' readers (limits.py) take, without a
+    server. The body ends where the parts do (no Content-Length, as a closed stream)."""
+    head = f"HTTP/1.1 {status} Fuzz\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    raw = http.client.HTTPResponse(_Socket([(head + "Connection: close\r\n\r\n").encode(), *parts]))
+    raw.begin()
+    return httpclient.Response(None, None, None, None, raw, "http://fuzz/", 5.0)

@@ -1,4 +1,4 @@
-"""An etcd JSON gateway answer through etcd/client.py's requests and their decoders
+"""An etcd JSON gateway answer through etcd/client.py's calls and their decoders
 (etcd/answers.py): the same body as the answer to Status, MemberList, Alarm, a key
 count and a first-key read, with HTTP 200 and with 500.
 
@@ -19,12 +19,12 @@ RANGE = (b"/registry/pods/", b"/registry/pods0")
 
 
 class _Session:
-    """What EtcdClient asks of a requests Session, answering with the input."""
+    """What EtcdClient asks of an httpclient.Client, answering with the input."""
 
     def __init__(self, data: bytes, status: int):
         self.data, self.status = data, status
 
-    def post(self, url, json, timeout, stream):
+    def request(self, method, url, *, timeout, body=None, headers=None):
         return http_reply(pieces(self.data, piece_sizes(self.data)[0]), self.status)
 
 

@@ -25,7 +25,7 @@ class _Session:
     def __init__(self, data: bytes):
         self.data = data
 
-    def get(self, url, timeout, stream):
+    def request(self, method, url, *, timeout):
         return http_reply(pieces(self.data, piece_sizes(self.data)[1]))
 
 

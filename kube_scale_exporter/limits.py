@@ -1,12 +1,11 @@
 """Bounds on what a backend's HTTP reply may cost: bytes, line length and total time.
 
-requests bounds each socket read with its timeout, never the request: a server that
-drips one byte a second keeps a request alive forever, and a reply is read whole into
-memory however large it is. This module adds both bounds to a requests Session:
+A socket timeout bounds each read, never the request: a server that drips one byte a
+second keeps a request alive forever, and a reply read whole costs memory however large
+it is. This module adds both bounds to the HTTP client (httpclient.py):
 
-    session.mount("http://", adapter()); session.mount("https://", adapter())
     with deadline(2.0):               # the whole request, headers and body included
-        with session.post(url, stream=True, timeout=2.0) as reply:
+        with client.request("POST", url, body=body, timeout=2.0) as reply:
             body = read_body(reply, 64 << 10, "Status")
 
 A single watchdog thread (whatever the number of requests) shuts the socket down when a
@@ -23,18 +22,19 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-
-import requests
-import urllib3
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from typing import Protocol
 
 # Read this much at most per call: small enough that a slow reply is checked often,
 # large enough that a big one costs few calls.
 CHUNK = 64 << 10
-# What a transport failure (or the watchdog's shutdown) raises from a streamed read.
-TRANSPORT_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, OSError)
+
+
+class Reply(Protocol):
+    """What the readers below take: an httpclient.Response (not imported: it imports this)."""
+
+    headers: dict
+
+    def read1(self, n: int) -> bytes: ...
 
 
 class LimitExceeded(Exception):
@@ -114,96 +114,37 @@ class Deadline:
 @contextmanager
 def deadline(seconds: float):
     """Bound every request made by this thread inside the block to `seconds` in all."""
-    current = Deadline(seconds)
-    previous = getattr(_local, "deadline", None)
-    _local.deadline = current
+    this = Deadline(seconds)
+    previous = current()
+    _local.deadline = this
     try:
-        yield current
+        yield this
     finally:
         _local.deadline = previous
-        for token in current.tokens:
+        for token in this.tokens:
             _WATCHDOG.cancel(token)
 
 
-def _arm(sock) -> None:
-    current = getattr(_local, "deadline", None)
-    if current is not None:
-        current.arm(sock)
+def current() -> Deadline | None:
+    """The deadline this thread is inside, if any."""
+    return getattr(_local, "deadline", None)
 
 
-class _Armed:
-    """A connection that hands its socket to the watchdog when the thread has a deadline:
-    a new one as soon as it exists (connect, TLS handshake), a reused one per response."""
-
-    def _new_conn(self):
-        sock = super()._new_conn()
-        _arm(sock)
-        return sock
-
-    def getresponse(self):
-        _arm(self.sock)
-        return super().getresponse()
+def arm(sock) -> None:
+    """Hand `sock` to the watchdog, to be shut down at this thread's deadline, if any."""
+    this = current()
+    if this is not None:
+        this.arm(sock)
 
 
-class _HTTPConnection(_Armed, HTTPConnection):
-    pass
-
-
-class _HTTPSConnection(_Armed, HTTPSConnection):
-    pass
-
-
-class _HTTPPool(HTTPConnectionPool):
-    ConnectionCls = _HTTPConnection
-
-
-class _HTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _HTTPSConnection
-
-
-class _Adapter(HTTPAdapter):
-    def init_poolmanager(self, *args, **kwargs):
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
-
-
-def bounded_session() -> requests.Session:
-    """A Session whose requests honour `deadline()`; environment settings ignored."""
-    session = requests.Session()
-    # The environment (REQUESTS_CA_BUNDLE, proxies, .netrc) must not change which CA
-    # we trust or route backend traffic through a proxy.
-    session.trust_env = False
-    session.mount("http://", _Adapter())
-    session.mount("https://", _Adapter())
-    return session
-
-
-def _read1(reply: requests.Response) -> bytes:
-    """The next decoded bytes as they arrive, with urllib3's errors as requests raises them
-    from iter_content (callers and the informer handle those)."""
-    current = getattr(_local, "deadline", None)
-    if current is not None and current.expired():
-        raise requests.exceptions.Timeout(f"no complete reply within {current.seconds:g}s")
-    try:
-        return reply.raw.read1(CHUNK, decode_content=True)
-    except urllib3.exceptions.ProtocolError as exc:
-        raise requests.exceptions.ChunkedEncodingError(exc) from None
-    except urllib3.exceptions.DecodeError as exc:
-        raise requests.exceptions.ContentDecodingError(exc) from None
-    except urllib3.exceptions.ReadTimeoutError as exc:
-        raise requests.exceptions.ConnectionError(exc) from None
-    except urllib3.exceptions.SSLError as exc:
-        raise requests.exceptions.SSLError(exc) from None
-
-
-def iter_chunks(reply: requests.Response):
+def iter_chunks(reply: Reply):
     """The reply's decoded bytes as they arrive, for callers that decode as they read
     (kube/listing.py) and so bound what they keep themselves."""
-    while chunk := _read1(reply):
+    while chunk := reply.read1(CHUNK):
         yield chunk
 
 
-def read_body(reply: requests.Response, cap: int, what: str, truncate: bool = False) -> bytearray:
+def read_body(reply: Reply, cap: int, what: str, truncate: bool = False) -> bytearray:
     """The reply's decoded body, read as it arrives; LimitExceeded past `cap` bytes
     (or the first `cap` bytes when `truncate`, for error messages)."""
     declared = reply.headers.get("Content-Length", "")
@@ -211,7 +152,7 @@ def read_body(reply: requests.Response, cap: int, what: str, truncate: bool = Fa
         raise LimitExceeded(f"{what}: reply of {declared} bytes is over the {mib(cap)} cap")
     body = bytearray()
     try:
-        while chunk := _read1(reply):
+        while chunk := reply.read1(CHUNK):
             body += chunk
             if len(body) > cap:
                 if truncate:
@@ -225,13 +166,13 @@ def read_body(reply: requests.Response, cap: int, what: str, truncate: bool = Fa
         raise
 
 
-def iter_lines(reply: requests.Response, max_line: int, what: str, max_total: int | None = None):
+def iter_lines(reply: Reply, max_line: int, what: str, max_total: int | None = None):
     """The reply's lines (without b"\\n") as they arrive; LimitExceeded for a line over
     `max_line` bytes, or after `max_total` bytes in all when given."""
     pending = bytearray()
     total = 0
     try:
-        while chunk := _read1(reply):
+        while chunk := reply.read1(CHUNK):
             total += len(chunk)
             if max_total is not None and total > max_total:
                 raise LimitExceeded(f"{what}: reply over the {mib(max_total)} cap")

@@ -1,4 +1,4 @@
-"""A small etcd v3 client over etcd's grpc-gateway JSON API (POST /v3/...), using requests.
+"""A small etcd v3 client over etcd's grpc-gateway JSON API (POST /v3/...), over httpclient.py.
 
 etcd 3.4 and later serve the gateway on every client URL, with the same TLS as gRPC.
 Keys and values travel base64-encoded, int64 fields come back as decimal strings, and
@@ -26,10 +26,10 @@ from kube_scale_exporter.etcd.answers import (
 )
 
 if TYPE_CHECKING:
-    import requests
+    from kube_scale_exporter.httpclient import Client
 
-# `limits` (requests, urllib3: ~11 MiB) is imported where a request is made, so that a
-# process that never talks to etcd does not pay for it (tests/test_imports.py).
+# The HTTP client (with http.client and ssl) is imported where a request is made, so that
+# a process that never talks to etcd does not pay for it (tests/test_imports.py).
 
 # Reply caps (bytes), each far above what etcd sends: past one the answer is hostile or
 # broken, and reading on would only cost memory. docs/reliability.md has the table.
@@ -71,21 +71,18 @@ class TLSFiles:
     key: str | None = None
 
 
-def new_session(tls: TLSFiles) -> requests.Session:
-    from kube_scale_exporter import limits  # noqa: PLC0415  (see above)
+def new_session(tls: TLSFiles) -> Client:
+    """The kept-alive connections the clients of a cluster share."""
+    from kube_scale_exporter import httpclient  # noqa: PLC0415  (see above)
 
-    # Bounded: each request finishes within its timeout in all (limits.deadline).
-    session = limits.bounded_session()
-    session.verify = tls.ca if tls.ca else True
-    if tls.cert:
-        session.cert = (tls.cert, tls.key)
-    return session
+    cert = (tls.cert, tls.key) if tls.cert else None
+    return httpclient.Client(tls=lambda: httpclient.tls_context(tls.ca or True, cert))
 
 
 class EtcdClient:
     """One etcd endpoint. Every request has its own timeout (connect and read)."""
 
-    def __init__(self, session: requests.Session, url: str, timeout: float):
+    def __init__(self, session: Client, url: str, timeout: float):
         self.session = session
         self.url = url.rstrip("/")
         self.timeout = timeout
@@ -93,17 +90,21 @@ class EtcdClient:
 
     def _post(self, path: str, body: dict) -> dict:
         """POST path, the answer read within --etcd.timeout in all and its reply cap."""
-        from kube_scale_exporter import limits  # noqa: PLC0415  (see above)
+        from kube_scale_exporter import httpclient, limits  # noqa: PLC0415  (see above)
 
         self.requests_sent += 1
         where = f"{self.url}{path}"
         cap, cap_name = REPLY_CAPS[path]
         with limits.deadline(self.timeout) as deadline:
             try:
-                with self.session.post(
-                    where, json=body, timeout=self.timeout, stream=True
+                with self.session.request(
+                    "POST",
+                    where,
+                    body=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json"},
+                    timeout=self.timeout,
                 ) as reply:
-                    ok = reply.status_code == 200
+                    ok = reply.status == 200
                     data = limits.read_body(
                         reply, cap if ok else ERROR_BYTES, f"etcd reply to {path}", truncate=not ok
                     )
@@ -111,14 +112,14 @@ class EtcdClient:
                 raise EtcdError(
                     f"{self.url}: {exc} ({cap_name} in kube_scale_exporter/etcd/client.py)"
                 ) from None
-            except limits.TRANSPORT_ERRORS as exc:
+            except httpclient.TransportError as exc:
                 raise self._transport_error(where, exc, deadline) from None
         if not ok:
             try:
                 message = json.loads(data).get("message") or data.decode("utf-8", "replace")
             except (ValueError, AttributeError, RecursionError):
                 message = data.decode("utf-8", "replace")
-            raise EtcdError(f"{where}: HTTP {reply.status_code}: {str(message).strip()[:200]}")
+            raise EtcdError(f"{where}: HTTP {reply.status}: {str(message).strip()[:200]}")
         try:
             return mapping(json.loads(data))
         except (ValueError, TypeError, RecursionError):
@@ -130,7 +131,7 @@ class EtcdClient:
                 f"{where}: no complete answer within {self.timeout:g}s "
                 f"(--etcd.timeout bounds the whole request): {type(exc).__name__}"
             )
-        return EtcdError(f"{where}: {type(exc).__name__}: {exc}")
+        return EtcdError(str(exc))  # it names the URL
 
     def _read(self, path: str, body: dict, decode):
         """decode(document) for the answer to POST path; malformed answers are EtcdError."""
@@ -223,15 +224,15 @@ class EtcdClient:
         The page (~150 KB) is streamed and only matching lines are kept, so its cost in
         memory is the lines the caller wants.
         """
-        from kube_scale_exporter import limits  # noqa: PLC0415  (see above)
+        from kube_scale_exporter import httpclient, limits  # noqa: PLC0415  (see above)
 
         self.requests_sent += 1
         where = f"{self.url}/metrics"
         with limits.deadline(self.timeout) as deadline:
             try:
-                with self.session.get(where, timeout=self.timeout, stream=True) as reply:
-                    if reply.status_code != 200:
-                        raise EtcdError(f"{where}: HTTP {reply.status_code}")
+                with self.session.request("GET", where, timeout=self.timeout) as reply:
+                    if reply.status != 200:
+                        raise EtcdError(f"{where}: HTTP {reply.status}")
                     return [
                         line
                         for line in limits.iter_lines(
@@ -244,7 +245,7 @@ class EtcdClient:
                     f"{self.url}: {exc} (METRICS_LINE_BYTES, METRICS_PAGE_BYTES "
                     "in kube_scale_exporter/etcd/client.py)"
                 ) from None
-            except limits.TRANSPORT_ERRORS as exc:
+            except httpclient.TransportError as exc:
                 raise self._transport_error(where, exc, deadline) from None
 
 

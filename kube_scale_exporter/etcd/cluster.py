@@ -25,7 +25,7 @@ from kube_scale_exporter.etcd.client import EtcdClient, EtcdError
 from kube_scale_exporter.etcd.metrics_urls import metrics_url
 
 if TYPE_CHECKING:
-    import requests
+    from kube_scale_exporter.httpclient import Client
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class EtcdCluster:
         name: str,
         endpoints: list[str],
         discover: bool,
-        session: requests.Session,
+        session: Client,
         timeout: float,
         default_quota: int,
         metrics_urls: tuple[str, ...] = (),

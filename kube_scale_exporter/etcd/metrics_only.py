@@ -28,7 +28,7 @@ from kube_scale_exporter.etcd.page import (
 )
 
 if TYPE_CHECKING:
-    import requests
+    from kube_scale_exporter.httpclient import Client
 
 
 def status_of(page: MemberMetrics) -> Status:
@@ -56,7 +56,7 @@ class MetricsOnlyCluster:
         self,
         name: str,
         endpoints: list[str],
-        session: requests.Session,
+        session: Client,
         timeout: float,
         default_quota: int,
     ):

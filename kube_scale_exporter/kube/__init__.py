@@ -42,8 +42,8 @@ Errors retry with `Backoff`: 0.5-1 s, doubling per consecutive failure, at most 
 
 import importlib
 
-# Name -> the module that defines it, imported when the name is first used: the client
-# (requests, urllib3) and the kubeconfig reader (yaml) cost a node pod ~13 MiB, which one
+# Name -> the module that defines it, imported when the name is first used: the client,
+# the informers and the kubeconfig reader (yaml) cost a node pod ~1 MiB more, which one
 # that never talks to the API server need not pay (tests/test_imports.py checks).
 _FROM = {
     "ApiError": "client",

@@ -1,4 +1,4 @@
-"""A small Kubernetes API client: GET JSON and stream watch events, over requests; the only
+"""A small Kubernetes API client: GET JSON and stream watch events (over httpclient.py); the only
 writes are the reviews (TokenReview, SubjectAccessReview) of --web.kube-rbac.
 
 Raw JSON instead of the `kubernetes` package: it costs +15 MiB RSS and ~17x the CPU per
@@ -6,11 +6,8 @@ relist (its model classes), and this runs on every node.
 """
 
 import json
-import socket
 
-import requests
-
-from kube_scale_exporter import limits
+from kube_scale_exporter import httpclient, limits
 
 from .config import KubeConfig
 
@@ -123,9 +120,6 @@ class Watch:
 
     def __init__(self, response):
         self._response = response
-        # The socket, kept so close() can interrupt a read blocked in another thread.
-        conn = getattr(response.raw, "_connection", None)
-        self._sock = getattr(conn, "sock", None)
 
     def __iter__(self):
         with self._response:
@@ -140,11 +134,7 @@ class Watch:
                 ) from None
 
     def close(self):
-        if self._sock is not None:
-            try:
-                self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self._response.interrupt()  # a read blocked in another thread ends
         self._response.close()
 
 
@@ -158,11 +148,11 @@ class KubeClient:
         self.config = config
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
-        # REQUESTS_CA_BUNDLE and proxy variables must not replace the cluster's CA / route
-        # (trust_env off), and a GET must end within request_timeout in all.
-        self._session = limits.bounded_session()
-        self._session.headers["Accept"] = "application/json"
-        self._session.headers["User-Agent"] = "kube-scale-exporter"
+        # The TLS settings are read from the config at each new connection.
+        self._http = httpclient.Client(
+            tls=lambda: httpclient.tls_context(self.config.verify, self.config.client_cert),
+            headers={"Accept": "application/json"},
+        )
 
     def _send(self, path, params, read_timeout, body=None):
         url = self.config.server + path
@@ -172,27 +162,24 @@ class KubeClient:
                 headers["Authorization"] = "Bearer " + self.config.token.get()
             if body is not None:
                 headers["Content-Type"] = "application/json"
-            resp = self._session.request(
+            resp = self._http.request(
                 "GET" if body is None else "POST",
                 url,
                 params=params,
-                data=body,
+                body=body,
                 headers=headers,
-                stream=True,
                 timeout=(self.connect_timeout, read_timeout),
-                verify=self.config.verify,
-                cert=self.config.client_cert,
             )
-            if resp.status_code == 401 and attempt == 0 and self.config.token is not None:
+            if resp.status == 401 and attempt == 0 and self.config.token is not None:
                 # The token may have rotated since we read it: read it again, retry once.
                 resp.close()
                 self.config.token.invalidate()
                 continue
-            if resp.status_code not in (200, 201):
+            if resp.status not in (200, 201):
                 with resp:
                     body = limits.read_body(resp, ERROR_BYTES, "error", truncate=True)
                 raise _error(
-                    resp.status_code,
+                    resp.status,
                     body.decode("utf-8", "replace"),
                     resp.headers.get("Retry-After"),
                 )
@@ -200,7 +187,7 @@ class KubeClient:
         raise AssertionError("unreachable")
 
     def get(self, path, params=None) -> dict:
-        """One GET returning the decoded JSON body; raises ApiError / requests exceptions."""
+        """One GET returning the decoded JSON body; raises ApiError / httpclient.TransportError."""
         return self._call(
             "GET", path, params, None, self.request_timeout, _whole("MAX_REPLY_BYTES")
         )
@@ -235,11 +222,11 @@ class KubeClient:
                 if deadline.expired():
                     # The watchdog's shutdown reads as the end of a reply without a
                     # length: what came is cut short, not complete.
-                    raise requests.exceptions.ConnectionError("cut at the deadline")
-            except (*limits.TRANSPORT_ERRORS, ValueError) as exc:
+                    raise httpclient.TransportError("cut at the deadline")
+            except (httpclient.TransportError, ValueError) as exc:
                 # ValueError too: a reply cut at the deadline is also a short document.
                 if deadline.expired():
-                    raise requests.exceptions.Timeout(
+                    raise httpclient.Timeout(
                         f"{method} {path}: no complete answer within {timeout:g}s "
                         f"(the whole request): {type(exc).__name__}"
                     ) from None
@@ -259,4 +246,4 @@ class KubeClient:
             return Watch(self._send(path, params, read_timeout))
 
     def close(self):
-        self._session.close()
+        self._http.close()

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def client_from_args(args) -> KubeClient:
     """A client for the configured API server; ConfigError says what is missing."""
-    from .client import KubeClient  # noqa: PLC0415  (requests: only where a client is made)
+    from .client import KubeClient  # noqa: PLC0415  (only where a client is made)
     from .config import load  # noqa: PLC0415
 
     return KubeClient(load(getattr(args, "kube_kubeconfig", None)))

@@ -13,8 +13,7 @@ import random
 import threading
 import time
 
-import requests
-from urllib3.exceptions import ReadTimeoutError
+from kube_scale_exporter.httpclient import ReadTimeout, TransportError
 
 from .backoff import Backoff
 from .client import ApiError, Gone, KubeClient, ReplyTooLarge, status_error
@@ -243,9 +242,7 @@ class Informer:
                     self._refusals += 1
                     if self._refusals >= REFUSALS_BEFORE_RELIST:
                         self._rv, self._refusals = None, 0
-                expected = isinstance(
-                    e, (ApiError, requests.RequestException, ValueError, ReplyTooLarge)
-                )
+                expected = isinstance(e, (ApiError, TransportError, ValueError, ReplyTooLarge))
                 log.warning("%s: %s; retrying in %.1fs", self.path, e, delay, exc_info=not expected)
                 self._set_up(False)
                 self._stop.wait(delay)
@@ -346,10 +343,10 @@ class Informer:
                     initial = self._take_initial(event, initial)
                 events += 1
                 self.backoff.reset()
-        except requests.exceptions.ConnectionError as e:
+        except ReadTimeout:
             # A read that timed out (no bookmark within read_timeout): the connection is
             # dead or the server is not sending bookmarks; resume from the last RV.
-            if not (e.args and isinstance(e.args[0], ReadTimeoutError)) or self._stop.is_set():
+            if self._stop.is_set():
                 raise
             if initial is not None:
                 raise WatchListRefused(

@@ -6,7 +6,7 @@ import shutil
 import pytest
 import yaml
 
-from kube_scale_exporter import kube
+from kube_scale_exporter import httpclient, kube
 from kube_scale_exporter.kube.config import ConfigError, from_kubeconfig, in_cluster
 from testbed.builds import kube_version
 
@@ -42,7 +42,7 @@ def test_kubeconfig_with_client_certificate(apiserver, make_client):
 def test_wrong_ca_is_refused(apiserver, make_client, tmp_path):
     client = make_client(apiserver)
     client.config.verify = apiserver.client_ca[0]  # a CA that did not sign the server
-    with pytest.raises(kube.client.requests.exceptions.SSLError):
+    with pytest.raises(httpclient.TLSError):
         client.get("/version")
 
 

@@ -17,8 +17,8 @@ import threading
 import time
 
 import pytest
-import requests
 
+from kube_scale_exporter import httpclient
 from kube_scale_exporter.kube.client import MAX_WATCH_LINE, KubeClient
 from kube_scale_exporter.kube.config import KubeConfig, load
 from testbed.faultproxy import drip, endless, repeat
@@ -288,7 +288,7 @@ def test_a_dripping_list_ends_at_the_request_timeout(cluster, proxy, workdir):
         headers={"Content-Type": "application/json"},
     )
     start = time.monotonic()
-    with pytest.raises(requests.exceptions.Timeout, match="no complete answer within 1s"):
+    with pytest.raises(httpclient.Timeout, match="no complete answer within 1s"):
         client.get("/api/v1/pods", {"limit": "500"})
     assert time.monotonic() - start < 2.0
     proxy.clear()
@@ -316,7 +316,7 @@ def test_watch_headers_dripping_end_at_the_read_timeout():
     client = KubeClient(KubeConfig(server=f"http://127.0.0.1:{listener.getsockname()[1]}"))
     start = time.monotonic()
     try:
-        with pytest.raises(requests.exceptions.RequestException):
+        with pytest.raises(httpclient.TransportError):
             client.watch("/api/v1/pods", {}, read_timeout=1.0)
         assert time.monotonic() - start < 1.5
     finally:

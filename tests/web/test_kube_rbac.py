@@ -17,7 +17,7 @@ import pytest
 import requests
 import yaml
 
-from kube_scale_exporter import kube
+from kube_scale_exporter import httpclient, kube
 from kube_scale_exporter.web.routes import App, make_server
 from kube_scale_exporter.kube.client import KubeClient, ReplyTooLarge
 from kube_scale_exporter.kube.config import KubeConfig
@@ -265,7 +265,7 @@ class FakeClient:
         if self.gate is not None:
             self.gate.wait(5)
         if self.fail:
-            raise requests.ConnectionError("no route")
+            raise httpclient.TransportError("https://10.0.0.1:6443/apis: no route")
         self.calls.append(path)
         if path == kuberbac.TOKEN_REVIEWS:
             token = obj["spec"]["token"]
@@ -422,7 +422,7 @@ def test_a_dripping_review_ends_at_its_deadline():
     server = one_answer_server([head, *([b" "] * 100)], every=0.2)
     client = KubeClient(KubeConfig(server=server))
     start = time.monotonic()
-    with pytest.raises(requests.exceptions.Timeout, match="no complete answer within 1s"):
+    with pytest.raises(httpclient.Timeout, match="no complete answer within 1s"):
         client.create(kuberbac.TOKEN_REVIEWS, {"spec": {"token": "x"}}, timeout=1.0)
     assert time.monotonic() - start < 2.0
 
