@@ -143,6 +143,15 @@ def main() -> None:
     specs = golden_specs()
     sets = {"golden": specs, f"golden x{opts.copies}": copied(specs, opts.copies)}
     code = SIDE.replace("RSS\n", peers.RSS_MIB)
+    pod = {
+        (modules, side): peers.run(
+            code,
+            {"modules": [m.strip() for m in modules.split(",")], "side": side},
+            *([peer_dir] if side == "peer" else []),
+        )["rss"]
+        for modules in POD_IMPORTS
+        for side in ("ours", "peer")
+    }
     with tempfile.NamedTemporaryFile("w", suffix=".json") as sets_file:
         json.dump(sets, sets_file)
         sets_file.flush()
@@ -150,12 +159,6 @@ def main() -> None:
         cfg.update(repeats=opts.repeats, rounds=opts.rounds)
         ours = peers.run(code, dict(cfg, side="ours"))
         theirs = peers.run(code, dict(cfg, side="peer"), peer_dir)
-    pod = {
-        side: peers.run(
-            code, {"what": "pod", "side": side}, *([peer_dir] if side == "peer" else [])
-        )
-        for side in ("ours", "peer")
-    }
     for key, mine in ours.items():
         if key != "rss_import" and mine["sha256"] != theirs[key]["sha256"]:
             raise SystemExit(f"{key}: the two encodings differ")
