@@ -41,8 +41,9 @@ POD_IMPORTS = (
     ",".join(modules for _, modules in IMPORT_STEPS),
 )
 
+# What a side imports before `bare` is read is json alone (the package imports it too).
 SIDE = r"""
-import hashlib, json, statistics, sys, time
+import json, sys
 RSS
 cfg = json.loads(sys.argv[1])
 ours = cfg["side"] == "ours"
@@ -82,6 +83,7 @@ else:
         "openmetrics": lambda fs: openmetrics(Collected(fs)),
     }
 rss_import = rss_mib() - bare
+import hashlib, statistics, time
 out = {"rss_import": rss_import}
 with open(cfg["sets"]) as sets:
     sets = json.load(sets)
