@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 # No colon, unlike Prometheus' full grammar: colons are for recording rules.
 _NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -49,8 +49,12 @@ class Family:
         return f"{type(self).__name__}({self.name!r}, {len(self.samples)} samples)"
 
 
-class GaugeFamily(Family):
+class _ValueFamily(Family):
+    """Gauges and counters: one value a series, its sample named `name + SUFFIX`."""
+
     __slots__ = ()
+    TYPE: ClassVar[str]
+    SUFFIX: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -59,30 +63,23 @@ class GaugeFamily(Family):
         value: float | None = None,
         labels: Iterable[str] = (),
     ):
-        super().__init__(name, documentation, "gauge", labels)
+        super().__init__(name.removesuffix(self.SUFFIX), documentation, self.TYPE, labels)
         if value is not None:
             self.add_metric([], value)
 
     def add_metric(self, labels: Sequence[str], value: float) -> None:
-        self.samples.append(Sample(self.name, self._labels(labels), value))
+        self.samples.append(Sample(self.name + self.SUFFIX, self._labels(labels), value))
 
 
-class CounterFamily(Family):
+class GaugeFamily(_ValueFamily):
     __slots__ = ()
+    TYPE = "gauge"
 
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        value: float | None = None,
-        labels: Iterable[str] = (),
-    ):
-        super().__init__(name.removesuffix("_total"), documentation, "counter", labels)
-        if value is not None:
-            self.add_metric([], value)
 
-    def add_metric(self, labels: Sequence[str], value: float) -> None:
-        self.samples.append(Sample(self.name + "_total", self._labels(labels), value))
+class CounterFamily(_ValueFamily):
+    __slots__ = ()
+    TYPE = "counter"
+    SUFFIX = "_total"
 
 
 class HistogramFamily(Family):
