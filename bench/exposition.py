@@ -3,10 +3,9 @@ beside prometheus_client, which the package used before.
 
     python -m bench.exposition [--repeats 30] [--rounds 5] [--copies 40]
 
-Each side runs in fresh interpreters, prometheus_client from a directory of its own
-(bench/peers.py):
+prometheus_client comes from a directory of its own (bench/peers.py):
 
-- import: RSS the families, the encoders and the process series add to a bare
+- import, each in a fresh interpreter: RSS the families, the encoders and the process series add to a bare
   interpreter (ours: kube_scale_exporter.metrics, .web.exposition, .process; the peer:
   `prometheus_client`, whose package __init__ any of its imports runs); and the node
   pod's own imports (POD_IMPORTS), without and with prometheus_client imported first,
@@ -14,7 +13,9 @@ Each side runs in fresh interpreters, prometheus_client from a directory of its 
 - encode: the families of every golden exposition in tests/golden (each collector's,
   built from fixed input), and a scrape `--copies` times that size (each series repeated
   with other label values), encoded `--repeats` times in each format; the median of
-  `--rounds`. Both sides' bytes must be equal, or the bench fails.
+  `--rounds`, both sides' rounds alternating in one interpreter and timed in its CPU
+  time (a loaded machine then slows neither more). Both sides' bytes must be equal, or
+  the bench fails.
 
 Writes bench/results/exposition.md.
 """
@@ -32,79 +33,83 @@ from bench.node_pod import IMPORT_STEPS
 RESULTS = peers.ROOT / "bench" / "results" / "exposition.md"
 GOLDEN = peers.ROOT / "tests" / "golden"
 PEER = ("prometheus-client", "0.26.0")
+# What replaced prometheus_client; the peer's side of this row imports prometheus_client alone.
+LIBRARY = (
+    "kube_scale_exporter.metrics,kube_scale_exporter.web.exposition,kube_scale_exporter.process"
+)
 # The node pod's imports: the command line, the HTTP side `serve` adds, then what the
 # default pod's collectors add (bench/node_pod.py's IMPORT_STEPS): the libraries beside
 # prometheus_client that import the same standard library modules.
 POD_IMPORTS = (
     "kube_scale_exporter.cli",
-    "kube_scale_exporter.cli, kube_scale_exporter.web.routes",
+    "kube_scale_exporter.cli,kube_scale_exporter.web.routes",
     ",".join(modules for _, modules in IMPORT_STEPS),
 )
 
-# What a side imports before `bare` is read is json alone (the package imports it too).
-SIDE = r"""
-import json, sys
+# RSS a fresh interpreter adds by importing cfg["modules"], prometheus_client first on the
+# peer's side. Nothing but json is imported before `bare` is read (the package imports it).
+IMPORT = r"""
+import importlib, json, sys
 RSS
 cfg = json.loads(sys.argv[1])
-ours = cfg["side"] == "ours"
 bare = rss_mib()
-if "modules" in cfg:
-    import importlib
-    if not ours:
-        import prometheus_client
-    for module in cfg["modules"]:
-        importlib.import_module(module)
-    print(json.dumps({"rss": rss_mib() - bare}))
-    raise SystemExit
-if ours:
-    from kube_scale_exporter import metrics, process
-    from kube_scale_exporter.web import exposition
-    def family(name, doc, typ):
-        return metrics.Family(name, doc, typ)
-    def add(f, name, labels, value):
-        f.samples.append(metrics.Sample(name, labels, value))
-    encoders = {"text": exposition.encode_text, "openmetrics": exposition.encode_openmetrics}
-else:
+if cfg["side"] == "peer":
     import prometheus_client
-    from prometheus_client.core import Metric
-    from prometheus_client.exposition import generate_latest
-    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
-    class Collected:
-        def __init__(self, families):
-            self.families = families
-        def collect(self):
-            return iter(self.families)
-    def family(name, doc, typ):
-        return Metric(name, doc, typ)
-    def add(f, name, labels, value):
-        f.add_sample(name, labels, value)
-    encoders = {
-        "text": lambda fs: generate_latest(Collected(fs)),
-        "openmetrics": lambda fs: openmetrics(Collected(fs)),
-    }
-rss_import = rss_mib() - bare
-import hashlib, statistics, time
-out = {"rss_import": rss_import}
-with open(cfg["sets"]) as sets:
-    sets = json.load(sets)
-for size, specs in sets.items():
+for module in cfg["modules"]:
+    importlib.import_module(module)
+print(json.dumps({"rss": rss_mib() - bare}))
+"""
+
+# Both encoders in one interpreter, their rounds alternating, timed in CPU seconds of this
+# process: other jobs on the machine then slow neither side more than the other.
+ENCODE = r"""
+import json, statistics, sys, time
+from kube_scale_exporter import metrics
+from kube_scale_exporter.web import exposition
+from prometheus_client.core import Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
+cfg = json.loads(sys.argv[1])
+class Collected:
+    def __init__(self, families):
+        self.families = families
+    def collect(self):
+        return iter(self.families)
+def ours(specs):
     families = []
     for name, doc, typ, samples in specs:
-        f = family(name, doc, typ)
-        for sample_name, labels, value in samples:
-            add(f, sample_name, labels, value)
-        families.append(f)
-    for fmt, encode in encoders.items():
-        rounds = []
+        families.append(metrics.Family(name, doc, typ))
+        families[-1].samples.extend(metrics.Sample(*s) for s in samples)
+    return families
+def peers(specs):
+    families = []
+    for name, doc, typ, samples in specs:
+        families.append(Metric(name, doc, typ))
+        for s in samples:
+            families[-1].add_sample(*s)
+    return families
+encoders = {
+    "text": (exposition.encode_text, lambda fs: generate_latest(Collected(fs))),
+    "openmetrics": (exposition.encode_openmetrics, lambda fs: openmetrics(Collected(fs))),
+}
+with open(cfg["sets"]) as sets:
+    sets = json.load(sets)
+out = {}
+for size, specs in sets.items():
+    families = {"ours": ours(specs), "peer": peers(specs)}
+    for fmt, (encode_ours, encode_peer) in encoders.items():
+        sides = {"ours": encode_ours, "peer": encode_peer}
+        seconds, bodies = {"ours": [], "peer": []}, {}
         for _ in range(cfg["rounds"]):
-            start = time.perf_counter()
-            for _ in range(cfg["repeats"]):
-                body = encode(families)
-            rounds.append((time.perf_counter() - start) / cfg["repeats"])
+            for side, encode in sides.items():
+                start = time.process_time()
+                for _ in range(cfg["repeats"]):
+                    bodies[side] = encode(families[side])
+                seconds[side].append((time.process_time() - start) / cfg["repeats"])
         out[f"{size} {fmt}"] = {
-            "us": statistics.median(rounds) * 1e6,
-            "bytes": len(body),
-            "sha256": hashlib.sha256(body).hexdigest(),
+            **{side: statistics.median(s) * 1e6 for side, s in seconds.items()},
+            "bytes": len(bodies["ours"]),
+            "equal": bodies["ours"] == bodies["peer"],
         }
 print(json.dumps(out))
 """
@@ -144,31 +149,31 @@ def main() -> None:
     peer_dir = peers.install(*PEER)
     specs = golden_specs()
     sets = {"golden": specs, f"golden x{opts.copies}": copied(specs, opts.copies)}
-    code = SIDE.replace("RSS\n", peers.RSS_MIB)
-    pod = {
+    imports = {
         (modules, side): peers.run(
-            code,
-            {"modules": [m.strip() for m in modules.split(",")], "side": side},
+            IMPORT.replace("RSS\n", peers.RSS_MIB),
+            {
+                "modules": [] if (modules, side) == (LIBRARY, "peer") else modules.split(","),
+                "side": side,
+            },
             *([peer_dir] if side == "peer" else []),
         )["rss"]
-        for modules in POD_IMPORTS
+        for modules in (LIBRARY, *POD_IMPORTS)
         for side in ("ours", "peer")
     }
     with tempfile.NamedTemporaryFile("w", suffix=".json") as sets_file:
         json.dump(sets, sets_file)
         sets_file.flush()
-        cfg = {"what": "encode", "sets": sets_file.name}
-        cfg.update(repeats=opts.repeats, rounds=opts.rounds)
-        ours = peers.run(code, dict(cfg, side="ours"))
-        theirs = peers.run(code, dict(cfg, side="peer"), peer_dir)
-    for key, mine in ours.items():
-        if key != "rss_import" and mine["sha256"] != theirs[key]["sha256"]:
-            raise SystemExit(f"{key}: the two encodings differ")
+        cfg = {"sets": sets_file.name, "repeats": opts.repeats, "rounds": opts.rounds}
+        encoded = peers.run(ENCODE, cfg, peer_dir)
+    unequal = [key for key, row in encoded.items() if not row["equal"]]
+    if unequal:
+        raise SystemExit(f"the two encodings differ: {unequal}")
     samples = {name: sum(len(s[3]) for s in chosen) for name, chosen in sets.items()}
-    write(opts, ours, theirs, pod, samples, peers.versions(peer_dir)["prometheus-client"])
+    write(opts, imports, encoded, samples, peers.versions(peer_dir)["prometheus-client"])
 
 
-def write(opts, ours: dict, theirs: dict, pod: dict, samples: dict, version: str) -> None:
+def write(opts, imports: dict, encoded: dict, samples: dict, version: str) -> None:
     from kube_scale_exporter import metrics, process  # noqa: PLC0415
     from kube_scale_exporter.web import exposition  # noqa: PLC0415
 
@@ -176,18 +181,18 @@ def write(opts, ours: dict, theirs: dict, pod: dict, samples: dict, version: str
     rows = [
         (
             "RSS of importing the families, encoders and process series, MiB",
-            ours["rss_import"],
-            theirs["rss_import"],
+            imports[LIBRARY, "ours"],
+            imports[LIBRARY, "peer"],
         ),
         *(
-            (f"RSS of `import {modules}`, MiB", pod[modules, "ours"], pod[modules, "peer"])
+            (f"RSS of `import {modules}`, MiB", imports[modules, "ours"], imports[modules, "peer"])
             for modules in POD_IMPORTS[:2]
         ),
         (
             "RSS of the default node pod's imports (bench/node_pod.py's IMPORT_STEPS: the "
             "above, yaml, requests, the Kubernetes client), MiB",
-            pod[POD_IMPORTS[2], "ours"],
-            pod[POD_IMPORTS[2], "peer"],
+            imports[POD_IMPORTS[2], "ours"],
+            imports[POD_IMPORTS[2], "peer"],
         ),
     ]
     lines = [
@@ -204,21 +209,20 @@ def write(opts, ours: dict, theirs: dict, pod: dict, samples: dict, version: str
         lines.append(
             f"| {label} | {mine:.1f} | {peer:.1f} | {peer - mine:+.1f} | {peer / mine:.1f}x |"
         )
-    for key, mine in ours.items():
-        if key == "rss_import":
-            continue
+    for key, row in encoded.items():
         size, fmt = key.rsplit(" ", 1)
-        peer = theirs[key]["us"]
+        mine, peer = row["ours"], row["peer"]
         lines.append(
-            f"| encode {samples[size]} samples ({size}, {fmt}, {mine['bytes']} bytes), us "
-            f"| {mine['us']:.0f} | {peer:.0f} | {peer - mine['us']:+.0f} | {peer / mine['us']:.2f}x |"
+            f"| CPU to encode {samples[size]} samples ({size}, {fmt}, {row['bytes']} bytes), us "
+            f"| {mine:.0f} | {peer:.0f} | {peer - mine:+.0f} | {peer / mine:.2f}x |"
         )
     lines += [
         "",
         f"Encode: the families of every file in tests/golden, and each of their series {opts.copies} "
         f"times with a `copy` label, built once, then encoded {opts.repeats} times per round; the "
-        f"median of {opts.rounds} rounds, each side in a fresh interpreter. Both sides' bytes "
-        "were equal for every row (compared by SHA-256). The pod's import: ours imports the "
+        f"median of {opts.rounds} rounds, the two sides' rounds alternating in one interpreter, "
+        "in CPU time of that process. Both sides' bytes were equal for every row. Imports: "
+        "each in a fresh interpreter; ours imports the "
         "package alone; the peer's row imports prometheus_client first, as the package "
         "did before (its package __init__ brings http.server, urllib.request, wsgiref and the "
         "rest whatever one imports of it). At 7,500 nodes each MiB per node pod is 7.3 GiB "
