@@ -5,8 +5,9 @@ beside prometheus_client, which the package used before.
 
 prometheus_client comes from a directory of its own (bench/peers.py):
 
-- import, each in a fresh interpreter: RSS the families, the encoders and the process series add to a bare
-  interpreter (ours: kube_scale_exporter.metrics, .web.exposition, .process; the peer:
+- import, each in a fresh interpreter: RSS the families, the encoders and the process
+  series add to a bare interpreter (ours: kube_scale_exporter.metrics, .web.exposition,
+  .process; the peer:
   `prometheus_client`, whose package __init__ any of its imports runs); and the node
   pod's own imports (POD_IMPORTS), without and with prometheus_client imported first,
   as the package did before;
