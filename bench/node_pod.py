@@ -193,11 +193,7 @@ def interpreter_alone() -> float:
 # What the default pod imports, in the order it does, grouped as it can be left out.
 IMPORT_STEPS = (
     (
-        "prometheus_client (with the ssl, http.server, urllib.request it imports)",
-        "prometheus_client",
-    ),
-    (
-        "kube_scale_exporter: cli, the HTTP server, the collectors' modules",
+        "kube_scale_exporter: cli, the HTTP server (with ssl), the collectors' modules",
         "kube_scale_exporter.cli,kube_scale_exporter.web.routes",
     ),
     ("yaml (`imagepull`: the kubelet's config)", "yaml"),

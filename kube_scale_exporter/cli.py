@@ -13,8 +13,6 @@ import signal
 import sys
 import threading
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
-
 from kube_scale_exporter import __version__, kube
 from kube_scale_exporter.collectors import COLLECTORS
 from kube_scale_exporter.flagtypes import (
@@ -25,6 +23,7 @@ from kube_scale_exporter.flagtypes import (
     positive_int,
     telemetry_path,
 )
+from kube_scale_exporter.process import ProcessMetrics
 from kube_scale_exporter.registry import (
     MODES,
     Collector,
@@ -257,12 +256,7 @@ def make_scraper(collectors: list[Collector]):
 def serve(args, collectors: list[Collector]) -> int:
     from kube_scale_exporter.web.routes import App, make_server  # noqa: PLC0415
 
-    extra = None
-    if args.process_metrics:
-        extra = CollectorRegistry(auto_describe=False)
-        ProcessCollector(registry=extra)
-        PlatformCollector(registry=extra)
-        GCCollector(registry=extra)
+    process_metrics = ProcessMetrics().families if args.process_metrics else None
     scraper = make_scraper(collectors)
     web = None
     if args.web_config:
@@ -285,7 +279,7 @@ def serve(args, collectors: list[Collector]) -> int:
         args.telemetry_path,
         args.scrape_timeout,
         args.max_requests,
-        extra,
+        process_metrics,
         web=web,
         kube_rbac=rbac,
     )

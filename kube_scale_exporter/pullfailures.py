@@ -22,10 +22,9 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from kube_scale_exporter.containerd.reference import parse
 from kube_scale_exporter.labels import OTHER, sanitize
+from kube_scale_exporter.metrics import CounterFamily, Family, GaugeFamily
 
 REASONS = ("rate_limited", "auth", "not_found", "timeout", "tls", "other")
 # The window of kubescale_image_pull_failing_nodes, as long as the alerts' rate window.
@@ -196,22 +195,22 @@ class FailureCounts:
             )
 
 
-def failure_families(state: FailureState) -> list[Metric]:
-    failures = CounterMetricFamily(
+def failure_families(state: FailureState) -> list[Family]:
+    failures = CounterFamily(
         "kubescale_image_pull_failures",
         "Failed image pulls reported by kubelet Failed events, by registry and cause.",
         labels=["registry", "reason"],
     )
     for (registry, reason), count in sorted(state.failures.items()):
         failures.add_metric([registry, reason], count)
-    succeeded = CounterMetricFamily(
+    succeeded = CounterFamily(
         "kubescale_image_pulls_succeeded",
         "Successful image pulls reported by kubelet Pulled events, by registry.",
         labels=["registry"],
     )
     for registry, count in sorted(state.succeeded.items()):
         succeeded.add_metric([registry], count)
-    nodes = GaugeMetricFamily(
+    nodes = GaugeFamily(
         "kubescale_image_pull_failing_nodes",
         "Nodes that reported a failed pull from the registry in the last 10 minutes.",
         labels=["registry"],

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from prometheus_client.core import Metric
+from kube_scale_exporter.metrics import Family
 
 MODES = ("node", "cluster")
 
@@ -139,7 +139,7 @@ class Collector:
         raise NotImplementedError
 
     @staticmethod
-    def families(state: Any) -> list[Metric]:
+    def families(state: Any) -> list[Family]:
         """The exposition of a state: pure, no I/O."""
         raise NotImplementedError
 

@@ -30,9 +30,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-
 from kube_scale_exporter import __version__
+from kube_scale_exporter.metrics import Family, GaugeFamily
 from kube_scale_exporter.registry import Collector
 
 log = logging.getLogger(__name__)
@@ -57,12 +56,12 @@ class ScrapeResult:
 
     outcomes: list[Outcome]
     states: dict[str, Any] = field(default_factory=dict)  # collector name -> its state
-    families: list[Metric] = field(default_factory=list)
+    families: list[Family] = field(default_factory=list)
 
 
 # A source of families that belong to the process rather than to one collector (the API
 # watches' health): called on every scrape, after the collectors.
-Source = Callable[[], Iterable[Metric]]
+Source = Callable[[], Iterable[Family]]
 
 
 class Scraper:
@@ -89,7 +88,7 @@ class Scraper:
             return future
 
     @staticmethod
-    def _run(collector: Collector) -> tuple[Any, list[Metric], float]:
+    def _run(collector: Collector) -> tuple[Any, list[Family], float]:
         start = time.monotonic()
         state = collector.observe()
         families = list(collector.families(state))
@@ -116,7 +115,7 @@ class Scraper:
         deadline = start + timeout
         futures = {c.name: self._submit(c) for c in self.collectors}
         result = ScrapeResult(outcomes=[])
-        out: list[Metric] = []
+        out: list[Family] = []
         for name, future in futures.items():
             error = None
             try:
@@ -171,14 +170,14 @@ class Scraper:
             log.exception("closing collector %s", collector.name)
 
 
-def collector_status(outcomes: Iterable[Outcome]) -> list[GaugeMetricFamily]:
+def collector_status(outcomes: Iterable[Outcome]) -> list[GaugeFamily]:
     """Success and duration per collector of one scrape."""
-    success = GaugeMetricFamily(
+    success = GaugeFamily(
         "kubescale_scrape_collector_success",
         "Whether the collector succeeded in this scrape (0 on error or timeout).",
         labels=["collector"],
     )
-    duration = GaugeMetricFamily(
+    duration = GaugeFamily(
         "kubescale_scrape_collector_duration_seconds",
         "How long the collector took in this scrape (up to the deadline on timeout).",
         labels=["collector"],
@@ -191,8 +190,8 @@ def collector_status(outcomes: Iterable[Outcome]) -> list[GaugeMetricFamily]:
 
 def build_info(
     version: str = __version__, python_version: str = platform.python_version()
-) -> GaugeMetricFamily:
-    info = GaugeMetricFamily(
+) -> GaugeFamily:
+    info = GaugeFamily(
         "kubescale_build_info",
         "A constant 1, labelled with the exporter's version and Python version.",
         labels=["version", "python_version"],

@@ -9,21 +9,13 @@ import os
 import subprocess
 from pathlib import Path
 
-from prometheus_client.exposition import generate_latest
+from kube_scale_exporter.web.exposition import encode_text
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "tests" / "golden"
 
 
-class _Families:
-    def __init__(self, families):
-        self._families = list(families)
-
-    def collect(self):
-        return iter(self._families)
-
-
 def render(families) -> str:
-    return generate_latest(_Families(families)).decode()
+    return encode_text(families).decode()
 
 
 def promtool_check(text: str) -> None:

@@ -25,8 +25,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from prometheus_client.core import GaugeMetricFamily
 
+from kube_scale_exporter.metrics import GaugeFamily
 from kube_scale_exporter.registry import Collector
 from testbed import builds, etcd_server
 from testbed.accounts import service_account
@@ -114,7 +114,7 @@ class Scripted(Collector):
     @staticmethod
     def families(state):
         name, value, _ = state
-        g = GaugeMetricFamily(f"kubescale_test_{name}", "A test value.")
+        g = GaugeFamily(f"kubescale_test_{name}", "A test value.")
         g.add_metric([], value)
         return [g]
 

@@ -9,6 +9,8 @@ exporter process, which logs every module it imports (PYTHONPROFILEIMPORTTIME).
 import ast
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -41,6 +43,11 @@ FORBIDDEN = {
     f"{NAME}.registry": (f"{NAME}.collectors", f"{NAME}.cli", f"{NAME}.scrape"),
     f"{NAME}.scrape": (f"{NAME}.collectors", f"{NAME}.cli", f"{NAME}.kube"),
     f"{NAME}.flagtypes": (f"{NAME}.cli", f"{NAME}.collectors", f"{NAME}.registry"),
+    # Metric families are below everything that builds or encodes them.
+    f"{NAME}.metrics": tuple(
+        f"{NAME}.{m}" for m in ("cli", "registry", "scrape", "collectors", "web", *BACKENDS)
+    ),
+    f"{NAME}.process": (f"{NAME}.cli", f"{NAME}.collectors", f"{NAME}.scrape", f"{NAME}.web"),
     # The HTTP side (server and routes) knows a scraper's interface, never a collector or
     # a backend.
     f"{NAME}.web": (
@@ -156,6 +163,11 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+# What no pod imports: prometheus_client (its package __init__ alone brings the
+# rest) and the HTTP servers and client of the standard library it would bring
+# (~8 MiB of RSS, bench/results/exposition.md).
+NOT_FOR_ANY_POD = ("prometheus_client", "http.server", "urllib.request", "wsgiref")
+
 # What node mode with the neighbor collectors alone has no use for: the API and etcd
 # clients' HTTP stack, the YAML readers, containerd's HTTP/2, bcrypt, Decimal quantities
 # (~15 MiB of RSS, docs/sizing.md).
@@ -206,8 +218,28 @@ def test_node_mode_with_the_neighbor_collectors_imports_only_what_they_need(tmp_
         ],
         tmp_path,
     )
-    assert {"kube_scale_exporter.netlink.neighbor", "prometheus_client"} <= modules
+    assert "kube_scale_exporter.netlink.neighbor" in modules
     assert sorted(m for m in modules if m.split(".")[0] in NOT_FOR_NEIGHBOR) == []
+    assert sorted(unwanted(modules)) == []
+
+
+def unwanted(modules: set[str]) -> set[str]:
+    return {m for m in modules for n in NOT_FOR_ANY_POD if m == n or m.startswith(n + ".")}
+
+
+@pytest.mark.integration
+def test_the_command_line_imports_no_client_library_or_stdlib_http_server():
+    """What `import kube_scale_exporter.cli` loads, in a fresh interpreter."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, kube_scale_exporter.cli; print(*sys.modules)"],
+        cwd=PACKAGE.parent,  # this tree's package, not an installed one
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
+    assert "kube_scale_exporter.cli" in loaded
+    assert sorted(unwanted(set(loaded))) == []
 
 
 # What the default node pod (its pod watch included) has no use for: requests' stack. The

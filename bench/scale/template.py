@@ -77,7 +77,7 @@ def parse(text: str) -> list[Series]:
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name.endswith("_created"):
-                continue  # prometheus_client's *_created series are off in the exporter
+                continue  # the exporter serves none (kube_scale_exporter/metrics.py)
             out.append(
                 Series(
                     fam.name,

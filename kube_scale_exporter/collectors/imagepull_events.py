@@ -48,12 +48,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from prometheus_client.core import HistogramMetricFamily
-
 from kube_scale_exporter import kube
 from kube_scale_exporter.durations import go_duration
 from kube_scale_exporter.flagtypes import positive_int
 from kube_scale_exporter.kube.flags import kubeconfig_problem
+from kube_scale_exporter.metrics import HistogramFamily
 from kube_scale_exporter.pullfailures import (
     FailureCounts,
     FailureState,
@@ -119,12 +118,12 @@ class HistogramSnapshot:
     counts: tuple[int, ...]
     sum: float
 
-    def family(self, name: str, doc: str) -> HistogramMetricFamily:
+    def family(self, name: str, doc: str) -> HistogramFamily:
         cumulative, running = [], 0
         for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
             running += count
             cumulative.append((bound, running))
-        return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=self.sum)
+        return HistogramFamily(name, doc, buckets=cumulative, sum_value=self.sum)
 
 
 # What event_summary reads; the rest of each event is dropped as it is decoded.

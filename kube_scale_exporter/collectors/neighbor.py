@@ -28,10 +28,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from kube_scale_exporter.files import PROC_STAT_BYTES, read_capped
 from kube_scale_exporter.flagtypes import non_negative_int
+from kube_scale_exporter.metrics import CounterFamily, Family, GaugeFamily
 from kube_scale_exporter.netlink.neighbor import (
     NeighborCount,
     NeighborTable,
@@ -126,7 +125,7 @@ class NeighborCollector(Collector):
         )
 
     @staticmethod
-    def families(state: NeighborState) -> list[Metric]:
+    def families(state: NeighborState) -> list[Family]:
         return table_families(state.tables, state.discards)
 
     @staticmethod
@@ -158,7 +157,7 @@ def read_unresolved_discards(procfs: str) -> dict[str, int]:
 
 def table_families(
     tables: Mapping[str, NeighborTable], discards: Mapping[str, int]
-) -> list[Metric]:
+) -> list[Family]:
     """The collector's exposition for tables read from the kernel."""
     gauges = [
         (
@@ -183,19 +182,19 @@ def table_families(
             "(sysctl net.*.neigh.default.gc_thresh3).",
         ),
     ]
-    out: list[Metric] = []
+    out: list[Family] = []
     for name, attr, text in gauges:
-        family = GaugeMetricFamily(name, text, labels=["family"])
+        family = GaugeFamily(name, text, labels=["family"])
         for t in tables.values():
             family.add_metric([t.family], getattr(t, attr))
         out.append(family)
     for name, field, text in COUNTERS:
-        family = CounterMetricFamily(name, text, labels=["family"])
+        family = CounterFamily(name, text, labels=["family"])
         for t in tables.values():
             if field in t.stats:  # table_fulls is missing on old kernels
                 family.add_metric([t.family], t.stats[field])
         out.append(family)
-    family = CounterMetricFamily(
+    family = CounterFamily(
         "kubescale_neighbor_unresolved_discards",
         "Packets dropped because their queue for an unresolved neighbor was full.",
         labels=["family"],

@@ -20,8 +20,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-
+from kube_scale_exporter.metrics import Family, GaugeFamily
 from kube_scale_exporter.netlink.neighbor import (
     NeighborCount,
     NeighborTable,
@@ -58,7 +57,7 @@ class NeighborGCCollector(Collector):
         return tables, count_entries(self._sock)
 
     @staticmethod
-    def families(state: NeighborCounts) -> list[Metric]:
+    def families(state: NeighborCounts) -> list[Family]:
         return count_families(*state)
 
     def close(self) -> None:
@@ -67,9 +66,9 @@ class NeighborGCCollector(Collector):
 
 def count_families(
     tables: Mapping[str, NeighborTable], counts: Mapping[str, NeighborCount]
-) -> list[Metric]:
+) -> list[Family]:
     """The collector's exposition for one read of the tables and one dump."""
-    eligible = GaugeMetricFamily(
+    eligible = GaugeFamily(
         "kubescale_neighbor_gc_eligible_entries",
         "Upper bound of the host's entries that count against gc_thresh3: all namespaces' "
         "entries less the PERMANENT, externally learned and managed ones of the exporter's "

@@ -19,7 +19,7 @@ that collector fails.
 
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from kube_scale_exporter.metrics import CounterFamily, GaugeFamily
 
 
 @dataclass(frozen=True)
@@ -43,17 +43,17 @@ def watch_health(collectors):
 
 
 def health_families(informers):
-    up = GaugeMetricFamily(
+    up = GaugeFamily(
         "kubescale_kube_watch_up",
         "1 when the informer's list+watch is established.",
         labels=["resource"],
     )
-    age = GaugeMetricFamily(
+    age = GaugeFamily(
         "kubescale_kube_last_sync_age_seconds",
         "Seconds since the informer last confirmed its cache current (list, event or bookmark).",
         labels=["resource"],
     )
-    relists = CounterMetricFamily(
+    relists = CounterFamily(
         "kubescale_kube_relists",
         "Lists after the first one (the watch fell behind: 410 Gone).",
         labels=["resource"],

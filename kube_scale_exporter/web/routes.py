@@ -20,15 +20,15 @@ import html
 import logging
 import ssl
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
-
+from kube_scale_exporter.metrics import Family
 from kube_scale_exporter.scrape import Scraper
 from kube_scale_exporter.web import kuberbac
 from kube_scale_exporter.web.auth import AuthBusy
+from kube_scale_exporter.web.exposition import choose_encoder
 from kube_scale_exporter.web.kuberbac import KubeRBAC
 from kube_scale_exporter.web.answer import Response
 from kube_scale_exporter.web.request import Request, accepts_gzip
@@ -46,16 +46,6 @@ TIMEOUT_MARGIN_SECONDS = 0.25
 SPARE_WORKERS = 8
 
 
-class _Families:
-    """Adapts one scrape's metric families to what prometheus_client's encoders read."""
-
-    def __init__(self, families):
-        self._families = families
-
-    def collect(self):
-        return iter(self._families)
-
-
 class App:
     """Everything a request handler needs; built once by the CLI."""
 
@@ -65,7 +55,7 @@ class App:
         telemetry_path: str,
         max_timeout: float,
         max_requests: int,
-        extra_registry: CollectorRegistry | None = None,
+        process_metrics: Callable[[], list[Family]] | None = None,
         title: str = "kube-scale-exporter",
         web: LiveWebConfig | None = None,
         kube_rbac: KubeRBAC | None = None,
@@ -73,7 +63,7 @@ class App:
         self.scraper = scraper
         self.telemetry_path = telemetry_path
         self.max_timeout = max_timeout
-        self.extra_registry = extra_registry
+        self.process_metrics = process_metrics
         self.title = title
         self.max_requests = max_requests
         self._slots = threading.BoundedSemaphore(max_requests) if max_requests > 0 else None
@@ -89,11 +79,11 @@ class App:
             return max(0.05, min(asked, self.max_timeout))
         return self.max_timeout
 
-    def metrics(self, timeout: float):
+    def metrics(self, timeout: float) -> list[Family]:
         families = self.scraper.scrape(timeout).families
-        if self.extra_registry is not None:
-            families.extend(self.extra_registry.collect())
-        return _Families(families)
+        if self.process_metrics is not None:
+            families.extend(self.process_metrics())
+        return families
 
     def try_acquire(self) -> bool:
         return self._slots is None or self._slots.acquire(blocking=False)

@@ -6,9 +6,9 @@ import pytest
 
 from kube_scale_exporter.cli import parse
 from kube_scale_exporter.scrape import Scraper
+from kube_scale_exporter.web.exposition import encode_text
 from testbed.etcd_server import VERSIONS, EtcdServer, start_cluster
 from testbed.metrics import collect
-from prometheus_client.exposition import generate_latest
 
 
 @pytest.fixture(params=VERSIONS)
@@ -77,12 +77,7 @@ def value(found, name, **labels):
 
 
 def scrape_text(scraper: Scraper, timeout: float) -> str:
-
-    class Families:
-        def collect(self):
-            return scraper.scrape(timeout).families
-
-    return generate_latest(Families()).decode()
+    return encode_text(scraper.scrape(timeout).families).decode()
 
 
 def success_of(text: str, collector: str) -> float:

@@ -6,8 +6,8 @@ import time
 
 import pytest
 import requests
-from prometheus_client.core import GaugeMetricFamily
 
+from kube_scale_exporter.metrics import GaugeFamily
 from kube_scale_exporter.web.routes import App, make_server
 from kube_scale_exporter.registry import Collector
 from kube_scale_exporter.scrape import Scraper
@@ -27,7 +27,7 @@ class Steady(Collector):
 
     @staticmethod
     def families(state):
-        return [GaugeMetricFamily("kubescale_test_steady", "Always 1.", value=state)]
+        return [GaugeFamily("kubescale_test_steady", "Always 1.", value=state)]
 
 
 def recovered(scrape, within=10.0):

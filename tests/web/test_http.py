@@ -17,8 +17,8 @@ pytestmark = pytest.mark.unit
 def serve():
     servers = []
 
-    def start(collectors, max_timeout=5.0, max_requests=40, extra=None):
-        app = App(Scraper(collectors), "/metrics", max_timeout, max_requests, extra)
+    def start(collectors, max_timeout=5.0, max_requests=40, process_metrics=None):
+        app = App(Scraper(collectors), "/metrics", max_timeout, max_requests, process_metrics)
         server = make_server(app, "127.0.0.1", 0)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)

@@ -40,9 +40,8 @@ the cluster defines (cpu, memory, nvidia.com/gpu, ...), named as kube-state-metr
 import re
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from kube_scale_exporter.collectors.balloon.summary import PHASES, REASONS, Summary
+from kube_scale_exporter.metrics import CounterFamily, Family, GaugeFamily
 
 
 @dataclass(frozen=True)
@@ -78,33 +77,33 @@ def reported_resources(reserved: dict) -> list[str]:
     return standard + extended[:MAX_EXTENDED_RESOURCES]
 
 
-def families(state: BalloonState) -> list[Metric]:
+def families(state: BalloonState) -> list[Family]:
     """The exposition of one state (see the module docstring)."""
     s = state.summary
-    pods = GaugeMetricFamily("kubescale_balloon_pods", "Balloon pods by phase.", labels=["phase"])
+    pods = GaugeFamily("kubescale_balloon_pods", "Balloon pods by phase.", labels=["phase"])
     for phase in PHASES:
         pods.add_metric([phase], s.phases[phase])
-    oldest = GaugeMetricFamily(
+    oldest = GaugeFamily(
         "kubescale_balloon_pending_oldest_seconds",
         "How long the oldest balloon not yet placed on a node has waited (0 when none waits).",
         value=round(s.pending_oldest, 3),
     )
-    reserved = GaugeMetricFamily(
+    reserved = GaugeFamily(
         "kubescale_balloon_reserved",
         "Resources requested by Running balloons: the headroom real pods can take at once.",
         labels=["resource", "unit"],
     )
     for name in sorted(reported_resources(s.reserved)):
         reserved.add_metric(list(resource_label(name)), float(s.reserved[name]))
-    nodes = GaugeMetricFamily(
+    nodes = GaugeFamily(
         "kubescale_balloon_nodes", "Nodes holding at least one Running balloon.", value=s.nodes
     )
-    preempted = CounterMetricFamily(
+    preempted = CounterFamily(
         "kubescale_balloon_preemptions",
         "Balloons evicted to make room for other pods, since the exporter started.",
         value=state.preemptions,
     )
-    bad = GaugeMetricFamily(
+    bad = GaugeFamily(
         "kubescale_balloon_misconfigured",
         "Balloon pods affected by each configuration problem.",
         labels=["reason"],

@@ -33,54 +33,48 @@ A member whose /metrics cannot be read fails only these series: its Status serie
 # The exposition above is quoted as served, its HELP lines whole.
 from __future__ import annotations
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-
 from kube_scale_exporter.etcd.cluster import ClusterState
+from kube_scale_exporter.metrics import CounterFamily, Family, GaugeFamily, HistogramFamily
 
 
-def performance_families(clusters: list[ClusterState]) -> list[Metric]:
+def performance_families(clusters: list[ClusterState]) -> list[Family]:
     mem = ["etcd_cluster", "member"]
-    up = GaugeMetricFamily(
+    up = GaugeFamily(
         "kubescale_etcd_member_metrics_up",
         "Whether the member's /metrics was read at the "
         "last refresh; 0: the series below are missing for it (the error is in `check` and "
         "the log).",
         labels=mem,
     )
-    fsync = HistogramMetricFamily(
+    fsync = HistogramFamily(
         "kubescale_etcd_wal_fsync_duration_seconds",
         "etcd's WAL fsync latency "
         "(etcd_disk_wal_fsync_duration_seconds) at fewer bounds; etcd wants its p99 below "
         "10ms. No _sum/_count: _count is the +Inf bucket.",
         labels=mem,
     )
-    commit = HistogramMetricFamily(
+    commit = HistogramFamily(
         "kubescale_etcd_backend_commit_duration_seconds",
         "etcd's backend commit latency "
         "(etcd_disk_backend_commit_duration_seconds) at fewer bounds; etcd wants its p99 "
         "below 25ms. No _sum/_count: _count is the +Inf bucket.",
         labels=mem,
     )
-    sent = CounterMetricFamily(
+    sent = CounterFamily(
         "kubescale_etcd_client_sent_bytes",
         "Bytes the member sent to its gRPC clients "
         "(etcd_network_client_grpc_sent_bytes_total): the kube-apiservers' read bandwidth. "
         "Resets when the member restarts.",
         labels=mem,
     )
-    ranges = CounterMetricFamily(
+    ranges = CounterFamily(
         "kubescale_etcd_range_requests",
         "Range requests the member answered, any result "
         "(grpc_server_handled_total of etcdserverpb.KV Range): the apiservers' GETs and "
         "LISTs. Resets when the member restarts.",
         labels=mem,
     )
-    refused = CounterMetricFamily(
+    refused = CounterFamily(
         "kubescale_etcd_writes_refused",
         "Writes (KV Put and Txn, lease grants) the member refused with ResourceExhausted: "
         "database space "

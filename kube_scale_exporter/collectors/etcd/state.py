@@ -64,12 +64,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-
 from kube_scale_exporter.collectors.etcd.config import NO_TLS
 from kube_scale_exporter.collectors.etcd.performance import performance_families
 from kube_scale_exporter.etcd.client import TLSFiles
 from kube_scale_exporter.etcd.cluster import ClusterState
+from kube_scale_exporter.metrics import Family, GaugeFamily
 
 ALARMS = ("NOSPACE", "CORRUPT")
 
@@ -87,69 +86,69 @@ class EtcdState:
     metrics_only: frozenset[str] = frozenset()
 
 
-def families(state: EtcdState) -> list[Metric]:
+def families(state: EtcdState) -> list[Family]:
     """The exposition of one state (see the module docstring)."""
     keys, keys_interval = state.keys, state.keys_interval
     cl, mem = ["etcd_cluster"], ["etcd_cluster", "member"]
-    up = GaugeMetricFamily(
+    up = GaugeFamily(
         "kubescale_etcd_up",
         "Whether any member of the etcd cluster answered at the last "
         "refresh (at most one per --etcd.min-interval).",
         labels=cl,
     )
-    member_up = GaugeMetricFamily(
+    member_up = GaugeFamily(
         "kubescale_etcd_member_up",
         "Whether the member answered at the last refresh: its Status request, or its "
         "/metrics with --etcd.local-access=metrics.",
         labels=mem,
     )
-    size = GaugeMetricFamily(
+    size = GaugeFamily(
         "kubescale_etcd_db_size_bytes",
         "Size of the member's backend database file; etcd "
         "refuses writes when it reaches the quota.",
         labels=mem,
     )
-    in_use = GaugeMetricFamily(
+    in_use = GaugeFamily(
         "kubescale_etcd_db_size_in_use_bytes",
         "Bytes of the backend database in use; the rest is free pages that a defragment returns.",
         labels=mem,
     )
-    quota = GaugeMetricFamily(
+    quota = GaugeFamily(
         "kubescale_etcd_quota_bytes",
         "The member's backend quota (--quota-backend-bytes); source in kubescale_etcd_quota_info.",
         labels=mem,
     )
-    quota_info = GaugeMetricFamily(
+    quota_info = GaugeFamily(
         "kubescale_etcd_quota_info",
         "Where kubescale_etcd_quota_bytes came from: status "
         "(etcd 3.6+ Status), metrics (the member's /metrics) or flag (--etcd.quota-bytes).",
         labels=[*mem, "source"],
     )
-    alarm = GaugeMetricFamily(
+    alarm = GaugeFamily(
         "kubescale_etcd_alarm_active",
         "Whether the alarm is raised on the member (NOSPACE: "
         "writes refused until compact, defragment and disarm).",
         labels=[*mem, "alarm"],
     )
-    leader = GaugeMetricFamily(
+    leader = GaugeFamily(
         "kubescale_etcd_is_leader", "Whether the member is the raft leader.", labels=mem
     )
-    term = GaugeMetricFamily(
+    term = GaugeFamily(
         "kubescale_etcd_raft_term",
         "The member's raft term; a rise is a leader election.",
         labels=mem,
     )
-    applied = GaugeMetricFamily(
+    applied = GaugeFamily(
         "kubescale_etcd_raft_applied_index", "The member's last applied raft index.", labels=mem
     )
-    key_count = GaugeMetricFamily(
+    key_count = GaugeFamily(
         "kubescale_etcd_keys",
         f"Keys per Kubernetes resource under --etcd.keys-prefix, "
         f"counted at most once per --etcd.keys-interval ({keys_interval:g}s) in the "
         f'background; the smaller resources are summed in resource="other".',
         labels=["etcd_cluster", "resource"],
     )
-    key_time = GaugeMetricFamily(
+    key_time = GaugeFamily(
         "kubescale_etcd_keys_refresh_timestamp_seconds",
         "When kubescale_etcd_keys was last counted for the cluster (Unix time).",
         labels=cl,

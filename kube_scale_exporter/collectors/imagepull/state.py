@@ -57,12 +57,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletPullSettings
 from kube_scale_exporter.containerd import pulls as pullmap
 from kube_scale_exporter.containerd.config import PullSettings
 from kube_scale_exporter.containerd.reference import Reference
+from kube_scale_exporter.metrics import Family, GaugeFamily
 
 
 @dataclass
@@ -157,9 +156,9 @@ def combine(
     )
 
 
-def families(state: PullState) -> list[Metric]:
+def families(state: PullState) -> list[Family]:
     def gauge(name, doc, value):
-        g = GaugeMetricFamily(name, doc)
+        g = GaugeFamily(name, doc)
         g.add_metric([], value)
         return g
 
