@@ -67,24 +67,32 @@ RESULTS = peers.ROOT / "bench" / "results" / "node_watches.md"
 
 
 # ---- the worker: N informers in one process, driven by lines on stdin ---------------------
-def worker(kubeconfig: str, nodes: list[str]) -> None:
+def worker(kubeconfig: str, nodes: list[str], in_flight: int) -> None:
     from kube_scale_exporter import kube  # noqa: PLC0415  (the worker's own process)
 
     config = kube.load(kubeconfig)
     informers: list = []
 
     def open_all():
+        # At most `in_flight` informers between start and first sync at a time: on two
+        # cores, 7,500 Python TLS clients started at once time out their own handshakes
+        # (5 s) and retry, a storm that never settles; a node's exporter has its own CPU.
         t0 = time.monotonic()
         made = [kube.for_node(kube.KubeClient(config), kube.PODS, n) for n in nodes]
+        pending: list = []
         for inf in made:
+            while len(pending) >= in_flight:
+                pending = [p for p in pending if not p.has_synced]
+                if len(pending) >= in_flight:
+                    time.sleep(0.005)
             inf.start()
-        synced_at = []
+            pending.append(inf)
         for inf in made:
             inf.wait_synced(600)
-            synced_at.append(time.monotonic() - t0)
         informers[:] = made
-        pods = sum(len(inf.items()) for inf in made)
-        return {"synced": len(synced_at), "pods": pods, "times": synced_at}
+        synced = [inf for inf in made if inf.has_synced]
+        pods = sum(len(inf.items()) for inf in synced)
+        return {"synced": len(synced), "pods": pods, "times": [i._last_sync - t0 for i in synced]}
 
     def close_all():
         for inf in informers:
@@ -138,7 +146,7 @@ def worker(kubeconfig: str, nodes: list[str]) -> None:
 
 # ---- the harness --------------------------------------------------------------------------
 class Workers:
-    def __init__(self, kubeconfig, nodes, procs, workdir):
+    def __init__(self, kubeconfig, nodes, procs, workdir, in_flight):
         self.procs = []
         chunk = -(-len(nodes) // procs)
         for i in range(procs):
@@ -148,7 +156,15 @@ class Workers:
                 json.dump(part, f)
             self.procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "bench.node_watches", "--worker", kubeconfig, path],
+                    [
+                        sys.executable,
+                        "-m",
+                        "bench.node_watches",
+                        "--worker",
+                        kubeconfig,
+                        path,
+                        str(in_flight),
+                    ],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     text=True,
@@ -184,9 +200,10 @@ class Workers:
                     p.stdin.flush()
                 except BrokenPipeError:
                     pass
+        deadline = time.monotonic() + 30  # one shared wait: a busy worker is killed
         for p in self.procs:
             try:
-                p.wait(60)
+                p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
@@ -211,6 +228,7 @@ def total(found, name, **labels) -> float:
 
 
 API_METRICS = {
+    "go_goroutines",
     "go_memstats_heap_inuse_bytes",
     "go_memstats_stack_inuse_bytes",
     "apiserver_cache_list_total",
@@ -239,6 +257,9 @@ class Reading:
         self.api_cpu = cpu_seconds(f.api.proc.pid)
         self.etcd_cpu = cpu_seconds(f.main_etcd.proc.pid)
         self.api_rss = rss_mib(f.api.proc.pid)[0]
+
+    def stacks_mib(self):
+        return total(self.api, "go_memstats_stack_inuse_bytes") / 2**20
 
     def heap_mib(self):
         """Go heap and goroutine stacks in use: what a watch's buffers and goroutines take."""
@@ -315,12 +336,14 @@ def run(opts) -> dict:
         base1 = Reading(f)
         out["quiet"] = delta(base0, base1)
         out["heap_before"], out["rss_before"] = base1.heap_mib(), base1.api_rss
+        out["goroutines_before"] = total(base1.api, "go_goroutines")
 
-        workers = Workers(f.kubeconfig, f.nodes, opts.procs, work)
+        workers = Workers(f.kubeconfig, f.nodes, opts.procs, work, opts.in_flight)
         workers.command("idle")
         time.sleep(10)
         idle = Reading(f)
         out["heap_idle"], out["rss_idle"] = idle.heap_mib(), idle.api_rss
+        out["goroutines_idle"] = total(idle.api, "go_goroutines")
         workers.command("close_idle")
         time.sleep(10)
         t = time.monotonic()
@@ -334,6 +357,8 @@ def run(opts) -> dict:
         open1 = Reading(f)
         out["open"] = delta(open0, open1)
         out["heap_after"], out["rss_after"] = open1.heap_mib(), open1.api_rss
+        out["goroutines_after"] = total(open1.api, "go_goroutines")
+        out["stacks_before"], out["stacks_after"] = base1.stacks_mib(), open1.stacks_mib()
         out["watches"] = total(
             open1.api, "apiserver_longrunning_requests", verb="WATCH", resource="pods"
         )
@@ -353,7 +378,8 @@ def run(opts) -> dict:
         time.sleep(out["restart"]["seconds"])
         q1 = Reading(f)
         out["after_quiet"] = delta(q0, q1)
-        out["api_restart"] = restart_api_server(f, workers)
+        if opts.api_restart:
+            out["api_restart"] = restart_api_server(f, workers)
         out["load_end"] = os.getloadavg()[0]
     finally:
         if workers is not None:
@@ -399,6 +425,23 @@ def restart_api_server(f: Fleet, workers: Workers) -> dict:
     return out
 
 
+def api_restart_rows(ar) -> list[str]:
+    at = ar["times"]
+    return [
+        f"| API server restart (every watch gets 410): its /readyz and default namespace answer after, s | {ar['ready_s']:.1f} |",
+        f"| ... informers relisted | {ar['relisted']} |",
+        f"| ... each relist after the new API server started (min / p50 / p90 / p99 / max; jitter 0-{NODE_RELIST_JITTER_SECONDS:g} s), s | "
+        + (
+            f"{at[0.0]:.1f} / {at[0.5]:.1f} / {at[0.9]:.1f} / {at[0.99]:.1f} / {at[1.0]:.1f} |"
+            if at
+            else "none |"
+        ),
+        f"| ... pod LISTs served / from the watch cache's spec.nodeName index | {ar['api_pod_lists']:.0f} / {ar['cache_pod_lists']:.0f} |",
+        f"| ... consistent reads / the API server's pod lists / all pod requests to etcd | {ar['consistent_reads']:.0f} / {ar['etcd_pod_lists']:.0f} / {ar['etcd_pod_requests']:.0f} |",
+        f"| ... main etcd Range requests from the restart to the last relist | {ar['etcd_range_grpc']:.0f} |",
+    ]
+
+
 def write(opts, r):
     n = opts.nodes
     per_heap = (r["heap_after"] - r["heap_before"]) * 1024 / n
@@ -431,8 +474,7 @@ def write(opts, r):
             f"| the fleet: {r['pods']} pods created bound and their status written, s "
             f"(pods/s) | {r['pods_s']:.0f} ({r['pods'] / r['pods_s']:.0f}) |",
         )
-    ar = r["api_restart"]
-    at = ar["times"]
+    g0, g1, gi = r["goroutines_before"], r["goroutines_after"], r["goroutines_idle"]
     lines = [
         f"# Node mode at {n} Nodes: {n} spec.nodeName pod watches on one API server",
         "",
@@ -442,15 +484,19 @@ def write(opts, r):
         f"as threads of {opts.procs} processes. Machine: 2 cores, 24 GiB, shared (load "
         f"average {r['load_start']:.1f} at start, {r['load_end']:.1f} at end). `python -m "
         f"bench.node_watches --nodes {n} --pods-per-node {opts.pods_per_node} --procs "
-        f"{opts.procs} --window {opts.window:g}{' --kwok' if opts.kwok else ''}`.",
+        f"{opts.procs} --window {opts.window:g} --in-flight {opts.in_flight}"
+        f"{' --kwok' if opts.kwok else ''}{'' if opts.api_restart else ' --no-api-restart'}`.",
         "",
         "| measure | value |",
         "|---|---:|",
         f"| pod watches open in the API server (apiserver_longrunning_requests, WATCH pods) | {r['watches']:.0f} |",
-        f"| open: all {r['open_synced']} informers synced, s | {r['open_s']:.1f} |",
+        f"| open ({opts.in_flight * opts.procs} opening at a time): all {r['open_synced']} informers synced, s | {r['open_s']:.1f} |",
         f"| API server Go heap + stacks in use without / with the watches, MiB | {r['heap_before']:.0f} / {r['heap_after']:.0f} |",
         f"| **API server heap + stacks per watch, KiB** | **{per_heap:.1f}** |",
+        f"| ... of which goroutine stacks, KiB | {(r['stacks_after'] - r['stacks_before']) * 1024 / n:.1f} |",
         f"| ... of which the TLS connection alone (an idle kept-alive one per Node), KiB | {per_conn:.1f} |",
+        f"| API server goroutines without / with the watches (per watch) / with idle connections (per connection) | "
+        f"{g0:.0f} / {g1:.0f} ({(g1 - g0) / n:.2f}) / {gi:.0f} ({(gi - g0) / n:.2f}) |",
         f"| API server RSS without / with, MiB | {r['rss_before']:.0f} / {r['rss_after']:.0f} |",
         f"| API server RSS per watch, KiB | {per_rss:.1f} |",
         f"| API server CPU at rest without / with the watches, cores | {cpu_quiet:.3f} / {cpu_open:.3f} |",
@@ -460,7 +506,7 @@ def write(opts, r):
         "| the fleet's RSS before the watchers, MiB | "
         + ", ".join(f"{k} {v:.0f}" for k, v in r["fleet_rss"].items())
         + " |",
-        f"| restart of all {r['restart_synced']} at once: closed in, s | {r['restart_closed_s']:.1f} |",
+        f"| restart of all {r['restart_synced']} at once (all closed, then {opts.in_flight * opts.procs} opening at a time): closed in, s | {r['restart_closed_s']:.1f} |",
         f"| ... all relisted and watching again, s | {rs['seconds']:.1f} |",
         f"| ... each informer synced after (p50 / p90 / p99 / max), s | {t[0.5]:.1f} / {t[0.9]:.1f} / {t[0.99]:.1f} / {t[1.0]:.1f} |",
         f"| pod LISTs the API server served during the restart | {rs['api_pod_lists']:.0f} |",
@@ -472,27 +518,18 @@ def write(opts, r):
         f"| main etcd mvcc ranges during the restart / quiet | {rs['etcd_range_mvcc']:.0f} / {aq['etcd_range_mvcc']:.0f} |",
         f"| main etcd CPU during the restart / quiet, s | {rs['etcd_cpu']:.2f} / {aq['etcd_cpu']:.2f} |",
         f"| API server CPU during the restart, s | {rs['api_cpu']:.1f} |",
-        f"| API server restart (every watch gets 410): its /readyz and default namespace answer after, s | {ar['ready_s']:.1f} |",
-        f"| ... informers relisted | {ar['relisted']} |",
-        f"| ... each relist after the new API server started (min / p50 / p90 / p99 / max; jitter 0-{NODE_RELIST_JITTER_SECONDS:g} s), s | "
-        + (
-            f"{at[0.0]:.1f} / {at[0.5]:.1f} / {at[0.9]:.1f} / {at[0.99]:.1f} / {at[1.0]:.1f} |"
-            if at
-            else "none |"
-        ),
-        f"| ... pod LISTs served / from the watch cache's spec.nodeName index | {ar['api_pod_lists']:.0f} / {ar['cache_pod_lists']:.0f} |",
-        f"| ... consistent reads / the API server's pod lists / all pod requests to etcd | {ar['consistent_reads']:.0f} / {ar['etcd_pod_lists']:.0f} / {ar['etcd_pod_requests']:.0f} |",
-        f"| ... main etcd Range requests from the restart to the last relist | {ar['etcd_range_grpc']:.0f} |",
     ]
+    if "api_restart" in r:
+        lines += api_restart_rows(r["api_restart"])
     lines += opts.notes
     peers.report(pathlib.Path(opts.results), lines)
     return per_heap
 
 
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+    if len(sys.argv) == 5 and sys.argv[1] == "--worker":
         with open(sys.argv[3]) as f:
-            worker(sys.argv[2], json.load(f))
+            worker(sys.argv[2], json.load(f), int(sys.argv[4]))
         return
     # A SIGTERM (timeout) unwinds like an exception: the fleet is stopped by its `finally`.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -503,6 +540,18 @@ def main():
     p.add_argument("--window", type=float, default=60.0)
     p.add_argument("--pods-timeout", type=float, default=900.0)
     p.add_argument("--lease-seconds", type=int, default=40)
+    p.add_argument(
+        "--in-flight",
+        type=int,
+        default=50,
+        help="informers each worker process has opening (not yet synced) at a time",
+    )
+    p.add_argument(
+        "--api-restart",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="end with an API server restart (every watch gets 410 and relists)",
+    )
     p.add_argument("--results", default=str(RESULTS), help="where the report goes")
     p.add_argument(
         "--kwok",
