@@ -12,6 +12,9 @@
     f.create_nodes(); f.wait_nodes_ready()
     f.create_workload(); f.wait_pods_running()
     f.stop()                        # every process, by PID
+    # or API objects alone (no scheduler, controller-manager or kwok; see `players`):
+    f = Fleet(tmp, size, players=False).start()
+    f.create_nodes(); f.create_bound_pods(per_node=1)
 
 The parts, all on loopback, on free ports:
 - a main etcd 3.6 and an events etcd 3.6: the API server keeps /events on the second
@@ -33,6 +36,13 @@ The pods come from Deployments (the ReplicaSet controller creates them and the s
 binds them): `pods` pause pods spread over the CPU pool, and `gpu_pods` that tolerate the
 GPU taint and request one GPU each. Deployment status is how readiness is counted: reading
 150,000 pods back would cost more than making them.
+
+With `players=False` only the etcds and the API server run: the Nodes are plain API
+objects (nothing renews a Lease, nothing marks them Unknown or taints them), and
+`create_bound_pods` writes pods already bound by spec.nodeName with a Running status, as a
+kubelet would have reported it. This is for what reads the API server (watches, lists),
+at sizes where kwok's Lease renewals (nodes / (lease_seconds/4) writes a second) would
+not keep up on a small machine.
 """
 
 from __future__ import annotations
@@ -215,14 +225,23 @@ class FleetSize:
             raise ValueError(f"{self.gpu_pods} GPU pods do not fit on {self.gpu_nodes} nodes")
 
 
+# 10.(64..127).x.0/24 for pods, 172.16.0.0/12 for nodes: room for 16,384 Nodes.
+def pod_net(index):
+    """The first three octets of the `index`th Node's podCIDR."""
+    return f"10.{64 + index // 256}.{index % 256}"
+
+
+def node_address(index):
+    return f"172.{16 + index // 65536}.{index // 256 % 256}.{index % 256}"
+
+
 def node_manifest(name, index, gpu):
     """A Node as a kubelet registers it: labels, capacity, an address, a podCIDR."""
     pool = "gpu" if gpu else "cpu"
     resources = GPU_NODE if gpu else CPU_NODE
     zone = ZONES[index % len(ZONES)]
-    # 10.(64..127).x.0/24 for pods, 172.16.0.0/12 for nodes: room for 16,384 Nodes.
-    pod_cidr = f"10.{64 + index // 256}.{index % 256}.0/24"
-    node_ip = f"172.{16 + index // 65536}.{index // 256 % 256}.{index % 256}"
+    pod_cidr = f"{pod_net(index)}.0/24"
+    node_ip = node_address(index)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -290,6 +309,49 @@ def deployment_manifest(name, replicas, gpu):
     }
 
 
+def bound_pod_manifest(name, node):
+    """A pause pod of the Deployments' shape, already bound to `node`."""
+    template = deployment_manifest("bound", 1, gpu=False)["spec"]["template"]
+    spec = {k: v for k, v in template["spec"].items() if k != "nodeSelector"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": template["metadata"]["labels"],
+        },
+        "spec": {**spec, "nodeName": node},
+    }
+
+
+def running_status(node_index, slot):
+    """What POD_RUNNING makes kwok write: Ready conditions, a running container, the
+    Node's address and the `slot`th address of its podCIDR."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "phase": "Running",
+        "startTime": now,
+        "hostIP": node_address(node_index),
+        "podIP": f"{pod_net(node_index)}.{slot + 2}",
+        "conditions": [
+            {"type": t, "status": "True", "lastTransitionTime": now}
+            for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+        ],
+        "containerStatuses": [
+            {
+                "name": "app",
+                "image": "registry.k8s.io/pause:3.10",
+                "imageID": "",
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": now}},
+            }
+        ],
+    }
+
+
 def split(total, per):
     """`total` as parts of at most `per`, as even as possible (Deployment sizes)."""
     if total <= 0:
@@ -302,9 +364,10 @@ def split(total, per):
 class Fleet:
     """The control plane, kwok and the objects it plays; see the module docstring."""
 
-    def __init__(self, workdir, size: FleetSize = FleetSize(), api_args=()):
+    def __init__(self, workdir, size: FleetSize = FleetSize(), api_args=(), players=True):
         self.workdir = pathlib.Path(workdir)
         self.size = size
+        self.players = players
         self.api_args = list(api_args)
         self.nodes = [f"kwok-cpu-{i:05d}" for i in range(size.nodes - size.gpu_nodes)]
         self.gpu_nodes = [f"kwok-gpu-{i:05d}" for i in range(size.gpu_nodes)]
@@ -343,6 +406,11 @@ class Fleet:
         ).start()
         self.api.write_kubeconfig(self.kubeconfig)
         self.admin = self.api.admin
+        self.admin.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        if self.players:
+            self._start_players()
+
+    def _start_players(self):
         pki = self._controller_pki()
         self.controller_manager = Proc(
             [
@@ -370,7 +438,6 @@ class Fleet:
             [kwok_binary(), "--kubeconfig", self.kubeconfig, "--config", self._kwok_config()],
             self.workdir / "kwok.log",
         )
-        self.admin.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
 
     def _controller_pki(self):
         """The controller-manager's files under the names control_plane.py gives them: the
@@ -466,6 +533,24 @@ class Fleet:
         self._parallel(
             lambda item: self._api().create("/api/v1/nodes", node_manifest(*item)), named
         )
+
+    def create_bound_pods(self, per_node):
+        """`per_node` Running pods on each CPU-pool Node, bound at creation (no scheduler),
+        their status written as a kubelet reports it (for a fleet without players)."""
+        if per_node > 250:
+            raise ValueError(f"{per_node} pods a Node do not fit a /24 podCIDR")
+        named = [(n, node, i) for n, node in enumerate(self.nodes) for i in range(per_node)]
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+
+        def make(item):
+            index, node, slot = item
+            name = f"{node}-{slot}"
+            api = self._api()
+            api.create(path, bound_pod_manifest(name, node))
+            api.merge_patch(f"{path}/{name}/status", {"status": running_status(index, slot)})
+
+        self._parallel(make, named)
+        return len(named)
 
     def ready_nodes(self) -> int:
         """Nodes whose Ready condition is True (a list from the watch cache)."""

@@ -23,6 +23,7 @@ from testbed.fleet import (
     KWOK_LABEL,
     NAMESPACE,
     POOL_LABEL,
+    Fleet,
     FleetSize,
     etcd_keys,
     fleet,
@@ -201,3 +202,56 @@ def test_node_mode_exporter_watches_one_kwok_nodes_pods(small_fleet, tmp_path):
         exporter.proc.stop()
         containerd.wipe()
         shutil.rmtree(containerd_dir, ignore_errors=True)
+
+
+def test_a_fleet_without_players_holds_bound_running_pods_and_no_leases():
+    """Fleet(players=False): the API server alone, Nodes as plain objects, pods bound by
+    spec.nodeName at creation with a kubelet's Running status; what node mode's
+    spec.nodeName watch reads is there, and nothing renews a Lease or marks a Node."""
+    from kube_scale_exporter import kube  # noqa: PLC0415
+
+    size = FleetSize(nodes=30, gpu_nodes=0, pods=0, gpu_pods=0)
+    workdir = tempfile.mkdtemp(prefix="fleet-objects-", dir="/tmp")
+    f = Fleet(workdir, size, players=False)
+    try:
+        f.start()
+        assert set(f.procs()) == {"etcd-main", "etcd-events", "kube-apiserver"}
+        f.create_nodes()
+        assert f.create_bound_pods(per_node=2) == 60
+        pods = f.admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+        assert len(pods) == 60
+        assert {p["status"]["phase"] for p in pods} == {"Running"}
+        by_node = {}
+        for p in pods:
+            by_node.setdefault(p["spec"]["nodeName"], []).append(p)
+        assert sorted(by_node) == sorted(f.nodes)
+        assert {len(v) for v in by_node.values()} == {2}
+        # Each pod's address is in its Node's podCIDR, its hostIP the Node's own.
+        nodes = {n["metadata"]["name"]: n for n in f.admin.get("/api/v1/nodes")["items"]}
+        for p in pods:
+            node = nodes[p["spec"]["nodeName"]]
+            assert (
+                p["status"]["podIP"].rsplit(".", 1)[0] == node["spec"]["podCIDR"].rsplit(".", 1)[0]
+            )
+            assert p["status"]["hostIP"] == node["status"]["addresses"][0]["address"]
+        leases = f.admin.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases")
+        assert leases["items"] == []
+        # The only taint is the one the TaintNodesByCondition admission puts on a new Node
+        # (NoSchedule: no eviction), never the node-lifecycle controller's unreachable one.
+        taints = {(t["key"], t["effect"]) for n in nodes.values() for t in n["spec"]["taints"]}
+        assert taints == {("node.kubernetes.io/not-ready", "NoSchedule")}
+
+        client = kube.KubeClient(kube.load(f.kubeconfig))
+        informer = kube.for_node(client, kube.PODS, f.nodes[7]).start()
+        try:
+            assert informer.wait_synced(30)
+            assert sorted(p["metadata"]["name"] for p in informer.items()) == [
+                f"{f.nodes[7]}-0",
+                f"{f.nodes[7]}-1",
+            ]
+        finally:
+            informer.stop()
+            client.close()
+    finally:
+        f.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
