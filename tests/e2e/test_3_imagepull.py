@@ -53,7 +53,9 @@ def pod(name, image, policy="Always"):
 NS_SLOT = "e2e-pull-slot"
 MIB = 1024 * 1024
 # The first pull frees its slot while the long one still downloads; the third, as big as
-# the first, then downloads for about as long as the first did.
+# the first, then takes the slot. containerd 2.1's transfer service downloads 3 blobs at
+# once for the whole daemon (one semaphore, max_concurrent_downloads): measured here, the
+# long pull's layers start only once the first's are done, and the third's behind them.
 FIRST = 150 * MIB
 LONG = 3 * FIRST
 THIRD = FIRST
@@ -61,8 +63,9 @@ POLL = 0.5  # seconds between reads of the node exporter
 
 
 def least_seconds(nbytes):
-    """The shortest pull of `nbytes` the throttle allows: the image's LAYERS layers at
-    once, each at RATE (one connection a layer)."""
+    """The shortest time the throttle lets `nbytes` through containerd's 3 downloads at
+    once (one connection a blob, each at RATE): one image alone, or several one after
+    another."""
     return nbytes / (LAYERS * RATE)
 
 
@@ -110,9 +113,9 @@ def test_queued_clears_when_a_slot_frees_and_the_kubelets_histogram_agrees(
         wait_for("third pull queued", lambda: node_gauges()[0] == 1, 60, POLL)
         queued_at = time.monotonic()
         assert not ph.pulls(kube, NS_SLOT), "a pull finished before the third was queued"
-        # The first pull's slot frees; the third takes it. Until then at worst the two
-        # pulls share 3 connections (containerd's downloads) at RATE each; twice that for
-        # a loaded machine.
+        # The first pull's slot frees; the third takes it. The first's bytes and at worst
+        # the long one's before them pass containerd's 3 downloads at RATE each; twice
+        # that for a loaded machine.
         seen = []
 
         def slot_freed():
@@ -124,8 +127,11 @@ def test_queued_clears_when_a_slot_frees_and_the_kubelets_histogram_agrees(
             "queued back to 0", slot_freed, 2 * least_seconds(FIRST + LONG) + 30, POLL
         )
         finished = ph.pulls(kube, NS_SLOT)
-        # In the same scrape: nothing waits, and two pulls download: the long one and
-        # the third, whose Pulled event has not come.
+        # In the same scrape: nothing waits for a kubelet slot, and two pulls are in
+        # progress: the long one and the third, whose Pulled event has not come (its
+        # ingest is open, its bytes wait for one of containerd's downloads). Before, the
+        # third waited throughout: 1, or 2 for the moment between the first's last blob
+        # and its pod showing the image present (the ingest source's estimate).
         assert in_progress == 2, seen
         assert "third" not in finished and "long" not in finished, (finished, seen)
         assert all(queued >= 1 for _, queued, _ in seen[:-1]), seen
@@ -140,10 +146,11 @@ def test_queued_clears_when_a_slot_frees_and_the_kubelets_histogram_agrees(
         done = wait_for(
             "three Pulled events",
             all_pulled,
-            2 * least_seconds(LONG + THIRD) + 30,
+            2 * least_seconds(LONG + THIRD) + 30,  # the rest of both, one after another
             POLL,
         )
-        # Only the third waited for a slot.
+        # Only the third waited for a kubelet slot (its wait for containerd's downloads
+        # is inside its pull time, as the long one's).
         assert done["third"].waited > max(done["first"].waited, done["long"].waited), done
 
         # Both histograms of the same three pulls. The kubelet observed each before it
