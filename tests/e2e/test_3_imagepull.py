@@ -10,15 +10,23 @@ proxy is frozen (SIGSTOP): no byte arrives, and after the exporter's default
 --image-pull.stall-after (2m) `stalled` and its alert fire, the pulls still in progress
 and C still queued (containerd 2.1 would cancel them after its
 image_pull_progress_timeout, 5m); with C's pod gone nothing is queued. Pulls go through containerd 2.1's transfer service.
+
+First, three pulls that finish: the third waits for one of the two slots, `queued` reads 1
+while it waits and 0 once the first pull frees its slot, the third then downloading; then
+the kubelet's own kubelet_image_pull_duration_seconds, read from its /metrics, against
+the cluster exporter's histograms of the same pulls (tests/e2e/pull_histograms.py).
 """
 
+import json
 import time
 
+from prometheus_client.parser import text_string_to_metric_families
 
 from kube_scale_exporter.labels import sanitize
 from kube_scale_exporter.pullfailures import parse_failed
 
-from .conftest import NODE_NAME, TIMINGS, wait_for
+from . import pull_histograms as ph
+from .conftest import NODE_METRICS, NODE_NAME, RATE, TIMINGS, metrics_text, wait_for
 
 NS = "e2e-pull"
 NS_FAILED = "e2e-pull-failed"
@@ -30,16 +38,150 @@ MEDIUM = 270 * 1024 * 1024
 NODE = '{job="kube-scale-exporter-node"}'
 
 
-def pod(name, image):
+def pod(name, image, policy="Always"):
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
-            "containers": [{"name": "c", "image": image, "imagePullPolicy": "Always"}],
+            "containers": [{"name": "c", "image": image, "imagePullPolicy": policy}],
             "terminationGracePeriodSeconds": 0,
         },
     }
+
+
+NS_SLOT = "e2e-pull-slot"
+MIB = 1024 * 1024
+# The first pull frees its slot while the long one still downloads; the third, as big as
+# the first, then takes the slot. containerd 2.1's transfer service downloads 3 blobs at
+# once for the whole daemon (one semaphore, max_concurrent_downloads): measured here, the
+# long pull's layers start only once the first's are done, and the third's behind them.
+FIRST = 150 * MIB
+LONG = 3 * FIRST
+THIRD = FIRST
+POLL = 0.5  # seconds between reads of the node exporter
+
+
+def least_seconds(nbytes):
+    """The shortest time the throttle lets `nbytes` through containerd's 3 downloads at
+    once (one connection a blob, each at RATE): one image alone, or several one after
+    another."""
+    return nbytes / (LAYERS * RATE)
+
+
+def node_gauges():
+    """(queued, in_progress) from one scrape of the node exporter."""
+    wanted = ("kubescale_image_pulls_queued", "kubescale_image_pulls_in_progress")
+    values = {
+        f.name: f.samples[0].value
+        for f in text_string_to_metric_families(metrics_text(NODE_METRICS))
+        if f.name in wanted and f.samples
+    }
+    return tuple(values.get(name) for name in wanted)
+
+
+def cluster_exporter_text(kube):
+    cluster_pod = kube.pods(selector="app.kubernetes.io/component=cluster")[0]
+    return metrics_text(f"http://{cluster_pod['status']['podIP']}:9867/metrics")
+
+
+def test_queued_clears_when_a_slot_frees_and_the_kubelets_histogram_agrees(
+    kube, deployed, pull_registry
+):
+    reg, proxy = pull_registry
+    t = time.monotonic()
+    sizes = {"first": FIRST, "long": LONG, "third": THIRD}
+    for name, size in sizes.items():
+        reg.push_image(f"slot-{name}", "1", [size // LAYERS] * LAYERS)
+    kube.namespace(NS_SLOT)
+    token = kube.cluster.admin_token
+    kubelet_before = ph.histograms(ph.kubelet_metrics(token), ph.KUBELET, by=ph.SIZE_LABEL)
+    ours_before = cluster_exporter_text(kube)
+
+    def start(name):
+        # IfNotPresent: the image is new to the node, so pulled once; the container then
+        # fails to be created (the image has no command) and its retries find it present.
+        image = f"{proxy.host}/slot-{name}:1"
+        kube.post(f"/api/v1/namespaces/{NS_SLOT}/pods", pod(name, image, "IfNotPresent"))
+
+    try:
+        start("first")
+        wait_for("first pull downloading", lambda: node_gauges()[1] == 1, 90, POLL)
+        start("long")
+        wait_for("both slots downloading", lambda: node_gauges()[1] == 2, 60, POLL)
+        start("third")
+        wait_for("third pull queued", lambda: node_gauges()[0] == 1, 60, POLL)
+        queued_at = time.monotonic()
+        assert not ph.pulls(kube, NS_SLOT), "a pull finished before the third was queued"
+        # The first pull's slot frees; the third takes it. The first's bytes and at worst
+        # the long one's before them pass containerd's 3 downloads at RATE each; twice
+        # that for a loaded machine.
+        seen = []
+
+        def slot_freed():
+            queued, in_progress = node_gauges()
+            seen.append((round(time.monotonic() - queued_at, 1), queued, in_progress))
+            return (queued, in_progress) if queued == 0 else None
+
+        _, in_progress = wait_for(
+            "queued back to 0", slot_freed, 2 * least_seconds(FIRST + LONG) + 30, POLL
+        )
+        finished = ph.pulls(kube, NS_SLOT)
+        # In the same scrape: nothing waits for a kubelet slot, and two pulls are in
+        # progress: the long one and the third, whose Pulled event has not come (its
+        # ingest is open, its bytes wait for one of containerd's downloads). Before, the
+        # third waited throughout: 1, or 2 for the moment between the first's last blob
+        # and its pod showing the image present (the ingest source's estimate).
+        assert in_progress == 2, seen
+        assert "third" not in finished and "long" not in finished, (finished, seen)
+        assert all(queued >= 1 for _, queued, _ in seen[:-1]), seen
+        wait_for("first pull's Pulled event", lambda: "first" in ph.pulls(kube, NS_SLOT), 10)
+        TIMINGS["imagepull_queued_seconds"] = time.monotonic() - queued_at
+        TIMINGS["imagepull_queued_polls"] = seen
+
+        def all_pulled():
+            finished = ph.pulls(kube, NS_SLOT)
+            return finished if len(finished) == len(sizes) else None
+
+        done = wait_for(
+            "three Pulled events",
+            all_pulled,
+            2 * least_seconds(LONG + THIRD) + 30,  # the rest of both, one after another
+            POLL,
+        )
+        # Only the third waited for a kubelet slot (its wait for containerd's downloads
+        # is inside its pull time, as the long one's).
+        assert done["third"].waited > max(done["first"].waited, done["long"].waited), done
+
+        # Both histograms of the same three pulls. The kubelet observed each before it
+        # sent the event; the cluster exporter counts once it has watched the events.
+        def ours_counted():
+            text = cluster_exporter_text(kube)
+            moved = [
+                ph.increase(ph.histograms(text, name), ph.histograms(ours_before, name))
+                for name in (ph.OURS, ph.OURS_WAIT)
+            ]
+            return moved if all(m.get("", ph.EMPTY).count >= len(done) for m in moved) else None
+
+        ours, ours_wait = wait_for("the cluster exporter counted them", ours_counted, 60, POLL)
+        kubelet_after = ph.histograms(ph.kubelet_metrics(token), ph.KUBELET, by=ph.SIZE_LABEL)
+        figures = ph.compare(
+            ph.increase(kubelet_after, kubelet_before), ours[""], ours_wait[""], done.values()
+        )
+        figures["least_seconds"] = {name: least_seconds(size) for name, size in sizes.items()}
+        TIMINGS["imagepull_histograms"] = json.dumps(figures)
+    finally:
+        kube.delete(f"/api/v1/namespaces/{NS_SLOT}")
+    wait_for(
+        "namespace gone",
+        lambda: (
+            kube.s.get(f"{kube.server}/api/v1/namespaces/{NS_SLOT}", timeout=10).status_code == 404
+        ),
+        timeout=120,
+        interval=2,
+    )
+    wait_for("nothing queued or downloading", lambda: node_gauges() == (0, 0), 60, POLL)
+    TIMINGS["scenario_imagepull_slot"] = time.monotonic() - t
 
 
 def test_third_pull_waits_for_a_slot_then_both_stall(prom, kube, pull_registry):
