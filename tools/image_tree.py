@@ -99,6 +99,8 @@ DROP_PATHS = (
     "lib/terminfo",
     "etc/terminfo",
 )
+# The CA bundle's carrier: no dependency of the package's brings it, the image ships it.
+CA_WHEEL = "certifi==2026.5.20"
 CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 # Where the image's OpenSSL (OPENSSLDIR /usr/lib/ssl) and Debian-minded clients look.
 CA_LINKS = {
@@ -115,7 +117,7 @@ import kube_scale_exporter
 for m in pkgutil.walk_packages(kube_scale_exporter.__path__, "kube_scale_exporter."):
     if not m.name.endswith(".__main__"):
         importlib.import_module(m.name)
-import bcrypt, h2.connection, h2.config, h2.events, yaml, requests, prometheus_client
+import bcrypt, h2.connection, h2.config, h2.events, yaml
 assert yaml.__with_libyaml__, "PyYAML without its C loader"
 bcrypt.checkpw(b"x", bcrypt.hashpw(b"x", bcrypt.gensalt(4)))
 cas = ssl.create_default_context().cert_store_stats()["x509_ca"]
@@ -180,6 +182,7 @@ def wheels(out: Path) -> tuple[list[Path], Path]:
         "--dest",
         out,
         ours,
+        CA_WHEEL,
     )
     return sorted(w for w in out.glob("*.whl") if w != ours), ours
 
