@@ -5,9 +5,10 @@ or later; .ci/setup.d/45-deploy.sh provides one), KUBECTL_BIN (default: the kube
 with the test API server, .ci/setup.d/40-kubernetes.sh) applies what it rendered.
 """
 
-import os
-import subprocess
 import functools
+import os
+import re
+import subprocess
 
 import pytest
 import yaml
@@ -39,6 +40,16 @@ def compose(tmp_path, components, resources=("base",), **fields) -> list[dict]:
     }
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(doc))
     return render(tmp_path)
+
+
+def deployment_memory_limit() -> int:
+    """The cluster-mode Deployment's memory limit in deploy/base, in bytes."""
+    with open(os.path.join(DEPLOY, "base", "cluster.yaml")) as f:
+        [dep] = [d for d in yaml.safe_load_all(f) if d and d["kind"] == "Deployment"]
+    [container] = dep["spec"]["template"]["spec"]["containers"]
+    value = container["resources"]["limits"]["memory"]
+    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", value).groups()
+    return int(number) << {"Mi": 20, "Gi": 30}[unit]
 
 
 def component_names() -> list[str]:

@@ -7,18 +7,15 @@ limit against the new figures.
 """
 
 import os
-import re
 
 import pytest
-import yaml
 
 from kube_scale_exporter.collectors.balloon.collector import MAX_CACHED_OBJECTS
 from kube_scale_exporter.collectors.imagepull_events import MAX_CACHED_EVENTS
-from tests.deploy.conftest import DEPLOY, REPO
+from tests.deploy.conftest import REPO, deployment_memory_limit
 
 RESULTS = os.path.join(REPO, "bench", "results")
 MIB = 1 << 20
-UNITS = {"Mi": MIB, "Gi": 1 << 30}
 
 
 def per_object_mib(resource: str, cached_as: str) -> float:
@@ -38,15 +35,6 @@ def rest_rss_mib() -> float:
             if line.startswith("| at rest: RSS at its end, MiB |"):
                 return float(line.split("|")[2])
     raise AssertionError("cluster_scale.md has no 'at rest: RSS' row")
-
-
-def deployment_memory_limit() -> int:
-    with open(os.path.join(DEPLOY, "base", "cluster.yaml")) as f:
-        [dep] = [d for d in yaml.safe_load_all(f) if d and d["kind"] == "Deployment"]
-    [container] = dep["spec"]["template"]["spec"]["containers"]
-    value = container["resources"]["limits"]["memory"]
-    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", value).groups()
-    return int(number) * UNITS[unit]
 
 
 @pytest.mark.unit

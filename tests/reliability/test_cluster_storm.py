@@ -11,9 +11,9 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import yaml
 
 from testbed.procs import rss_mib
+from tests.deploy.conftest import deployment_memory_limit
 from tests.reliability.conftest import COLLECTORS
 from tests.reliability.test_cluster_faults import status_body
 
@@ -22,18 +22,6 @@ pytestmark = pytest.mark.integration
 EVENTS_WATCH = r"/api/v1/events\?.*reason%3DPulled.*watch=1"
 PULLED = 'Successfully pulled image "registry.example.com/app:{i}" in 1.5s (4s including waiting)'
 CAP = 300
-DEPLOYMENT = pathlib.Path(__file__).parents[2] / "deploy" / "base" / "cluster.yaml"
-
-
-def memory_limit_mib():
-    """The cluster-mode Deployment's container memory limit."""
-    for doc in yaml.safe_load_all(DEPLOYMENT.read_text()):
-        if doc and doc.get("kind") == "Deployment":
-            limit = doc["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-            value = limit["memory"]
-            assert value.endswith("Mi"), value
-            return int(value[:-2])
-    raise AssertionError("no Deployment in deploy/base/cluster.yaml")
 
 
 def post_pulled(api, ns, indexes):
@@ -111,5 +99,5 @@ def test_storm_410_and_past_the_cap_then_recovery(cluster, proxy, run_exporter, 
     post_pulled(cluster, ns, range(1000, 1010))  # and it is watching again
     exporter.wait_for(lambda s: pulled_count(s) == CAP + 10, within=15)
 
-    assert rss_mib(exporter.proc.pid)[1] < memory_limit_mib()
+    assert rss_mib(exporter.proc.pid)[1] < deployment_memory_limit() / (1 << 20)
     cluster.admin.delete(f"/api/v1/namespaces/{ns}")
