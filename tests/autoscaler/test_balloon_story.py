@@ -266,9 +266,15 @@ def test_balloons_preempted_autoscaler_adds_nodes_then_groups_at_max(story):
     )
     assert got[("kubescale_balloon_preemptions_total",)] == 0
     assert got[("kubescale_balloon_misconfigured", ("reason", "priority_not_negative"))] == 0
-    # Until the first nodes came, no balloon ran: HeadroomExhausted holds until the
-    # balloons have stayed Running for its whole window, then clears.
+    # Until the first nodes came, no balloon ran: HeadroomExhausted clears once none is
+    # Pending, and step 2's preemption must come after the balloons have stayed Running
+    # for the alert's whole window (else a Pending replacement re-arms it).
     story.wait("no balloon alert once headroom stood a window", lambda: story.alerts() == {}, 90)
+    stood = (
+        'min_over_time(cluster_phase:kubescale_balloon_pods:max{phase="Running"}'
+        f"[{KNOBS['balloonExhaustedFor']}]) > 0"
+    )
+    story.wait("Running balloons through the alert's window", lambda: story.prom.query(stood), 90)
 
     # 2. A real workload (default priority 0) needs both CPU nodes: the scheduler preempts
     # both CPU balloons, their replacements go Pending, the autoscaler adds two nodes
