@@ -198,9 +198,8 @@ def _failure(where, exc, doing, read_timeout) -> TransportError:
     """The TransportError for `exc`, raised while `doing` something with `where`."""
     if isinstance(exc, TransportError):
         return exc
-    current = limits.current()
-    if current is not None and current.expired():
-        return Timeout(f"{where}: Timeout: no complete reply within {current.seconds:g}s")
+    if _expired():
+        return Timeout(f"{where}: Timeout: no complete reply within {limits.current().seconds:g}s")
     if isinstance(exc, TimeoutError):
         return ReadTimeout(f"{where}: ReadTimeout: {doing} within {read_timeout:g}s")
     if isinstance(exc, ssl.SSLError):

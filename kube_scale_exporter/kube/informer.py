@@ -4,8 +4,8 @@ The loop: list, then watch from the list's resourceVersion with allowWatchBookma
 list is a streaming list where the API server gives one (a watch that starts with the
 current state: kube/listing.py), else paged with limit/continue, or from the API server's
 watch cache in node mode. When a watch ends, the next one resumes from the last
-resourceVersion seen (an event or a BOOKMARK); only 410 Gone makes it list again. Errors back off with jitter (`Backoff`). Scrapes read `items()`;
-they never reach the API server.
+resourceVersion seen (an event or a BOOKMARK); only 410 Gone makes it list again. Errors
+back off with jitter (`Backoff`). Scrapes read `items()`; they never reach the API server.
 """
 
 import logging
