@@ -177,9 +177,12 @@ def test_with_the_watch_list_gate_off_the_informer_lists_in_pages_for_good(
         refused = [r.getMessage() for r in caplog.records if "no streaming list" in r.getMessage()]
         assert len(refused) == 1 and "WatchList feature gate" in refused[0]
 
+        # Synced comes before the watch is open; a cut before its upstream answers cuts
+        # nothing and the 410 would wait for a request that never comes.
+        assert wait_until(lambda: proxy.open_streams(r"watch=1") == 1, 10), "no pods watch"
         gone = b'{"kind":"Status","code":410,"reason":"Expired"}'
         proxy.inject(r"resourceVersion=\d", status=410, headers=JSON, body=gone, times=1)
-        proxy.cut_streams(r"watch=1")
+        assert proxy.cut_streams(r"watch=1") == 1
         assert wait_until(lambda: inf.health().relists == 1 and inf.health().up, 15), inf.health()
         assert proxy.count(STREAMING) == 1 and proxy.count(r"limit=500") == 2
         assert len([r for r in caplog.records if "no streaming list" in r.getMessage()]) == 1
