@@ -56,6 +56,15 @@ def main(argv=None) -> int:
         help="the Prometheus binary (promtool beside it); default: the first on PATH",
     )
     p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument(
+        "--reuse",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="full run: keep the raw blocks in DIR, or reuse those kept there (only the "
+        "recording rules' backfill and the queries run again: compare rule layouts or "
+        "Prometheus versions on the same history)",
+    )
     p.add_argument("--out", type=Path, default=RESULTS / "scale.md")
     args = p.parse_args(argv)
     if args.prometheus:
@@ -92,8 +101,15 @@ def main(argv=None) -> int:
             run = measure.run(workdir / "fit", segs, compact=args.compact, log=log)
             (RAW / "scale-fit.json").write_text(run.to_json())
         elif phase == "full":
-            segs = measure.plan([args.nodes], int(duration_seconds(args.full_window)))
-            run = measure.run(workdir / "full", segs, compact=args.compact, log=log)
+            stored = measure.stored_history(args.reuse) if args.reuse else None
+            segs = (
+                stored["segments"]
+                if stored
+                else measure.plan([args.nodes], int(duration_seconds(args.full_window)))
+            )
+            run = measure.run(
+                workdir / "full", segs, compact=args.compact, log=log, reuse=args.reuse
+            )
             (RAW / "scale-full.json").write_text(run.to_json())
         elif phase == "day":
             segs = measure.plan([args.day_nodes], 24 * 3600)

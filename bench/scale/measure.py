@@ -184,16 +184,23 @@ def wait_compacted(prom: Prometheus, data_dir: Path, timeout: float) -> float:
     raise TimeoutError("blocks still overlapping after the compaction wait")
 
 
-def run(
-    workdir: Path,
-    segments: list[Segment],
-    rule_files=queries.RULE_FILES,
-    dashboard_dir: Path = queries.DASHBOARD_DIR,
-    compact: bool = False,
-    log=lambda *a: None,
-) -> Run:
-    workdir.mkdir(parents=True, exist_ok=True)
-    node_t, cluster_t = template.load("node"), template.load("cluster")
+# In a --reuse directory: the raw blocks as promtool wrote them, before any rule ran on them,
+# and what made them (segments, synthesis and backfill figures).
+STORED_BLOCKS = "raw-blocks"
+STORED_HISTORY = "history.json"
+
+
+def stored_history(reuse: Path) -> dict | None:
+    """The history an earlier run kept in `reuse` (None: nothing kept there yet)."""
+    path = reuse / STORED_HISTORY
+    if not path.exists() or not (reuse / STORED_BLOCKS).is_dir():
+        return None
+    stored = json.loads(path.read_text())
+    stored["segments"] = [Segment(**s) for s in stored["segments"]]
+    return stored
+
+
+def _synthesize(workdir: Path, data: Path, segments: list[Segment], node_t, cluster_t, log) -> dict:
     om = workdir / "history.om"
     began = time.monotonic()
     with open(om, "w", buffering=1 << 22) as out:
@@ -201,15 +208,59 @@ def run(
     synth_s = time.monotonic() - began
     om_bytes = om.stat().st_size
     log(f"synthesized {written:,} samples ({om_bytes / 1e6:,.0f} MB) in {synth_s:.1f}s")
-    data = workdir / "data"
-    shutil.rmtree(data, ignore_errors=True)
     backfill_s = backfill.openmetrics(om, data)
     om.unlink()
     log(f"promtool openmetrics backfill {backfill_s:.1f}s ({written / backfill_s:,.0f} samples/s)")
+    return {
+        "segments": [asdict(s) for s in segments],
+        "samples_written": written,
+        "synth_seconds": synth_s,
+        "openmetrics_bytes": om_bytes,
+        "backfill_seconds": backfill_s,
+        "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def run(
+    workdir: Path,
+    segments: list[Segment],
+    rule_files=queries.RULE_FILES,
+    dashboard_dir: Path = queries.DASHBOARD_DIR,
+    compact: bool = False,
+    log=lambda *a: None,
+    reuse: Path | None = None,
+) -> Run:
+    """Synthesize and backfill `segments`, backfill the recording rules, query everything.
+
+    With `reuse`, the raw history is kept there after its backfill, and a later run given
+    the same directory copies it instead of synthesizing again (its segments are the stored
+    ones): only the recording rules' backfill and the queries run, so rule layouts (or
+    Prometheus versions) are compared on the same blocks."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    node_t, cluster_t = template.load("node"), template.load("cluster")
+    data = workdir / "data"
+    shutil.rmtree(data, ignore_errors=True)
+    notes = []
+    stored = stored_history(reuse) if reuse else None
+    if stored:
+        if stored["segments"] != segments:
+            raise ValueError(f"{reuse} holds other segments than asked: {stored['segments']}")
+        shutil.copytree(reuse / STORED_BLOCKS, data)
+        history = stored
+        notes.append(
+            f"raw history reused from {reuse} (synthesized and backfilled {stored['made']})"
+        )
+        log(f"raw blocks copied from {reuse / STORED_BLOCKS}")
+    else:
+        history = _synthesize(workdir, data, segments, node_t, cluster_t, log)
+        if reuse:
+            shutil.rmtree(reuse / STORED_BLOCKS, ignore_errors=True)
+            shutil.copytree(data, reuse / STORED_BLOCKS)
+            (reuse / STORED_HISTORY).write_text(json.dumps(history, indent=1))
+            log(f"raw blocks kept in {reuse / STORED_BLOCKS} for --reuse")
     groups = queries.load_rule_groups(rule_files)
     passes = backfill.recording_rules(groups, data, workdir, segments[0].start, segments[-1].end)
     log(f"recording rules backfilled: {passes}")
-    notes = []
     with Prometheus(workdir, data) as prom:
         if compact:
             waited = wait_compacted(prom, data, timeout=1800)
@@ -233,10 +284,10 @@ def run(
         shutil.rmtree(data, ignore_errors=True)
     return Run(
         reports,
-        written,
-        synth_s,
-        om_bytes,
-        backfill_s,
+        history["samples_written"],
+        history["synth_seconds"],
+        history["openmetrics_bytes"],
+        history["backfill_seconds"],
         passes,
         tsdb_bytes,
         {"node": node_t.sources, "cluster": cluster_t.sources},
