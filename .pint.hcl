@@ -23,12 +23,13 @@ rule {
 
 rule {
   // The dashboard views (the *-views.rules groups, every slowInterval) read records of the
-  // 30 s groups on purpose: a view at most one evaluation behind costs nothing a dashboard
-  // shows, and reading the raw per-node series again would double their cost at 7,500
-  // nodes (docs/sizing.md). The alerts that read a view hold for 15 minutes or more, where
-  // two minutes' lag is inside their `for`.
+  // 30 s groups on purpose (the image-pull totals their node:*:nonzero, the near-full count
+  // node_family:kubescale_neighbor_usage_high:ratio): a view at most one evaluation behind
+  // costs nothing a dashboard shows, and reading the raw per-node series again would double
+  // their cost at 7,500 nodes (docs/sizing.md). The alerts that read a view hold for 15
+  // minutes or more, where two minutes' lag is inside their `for`.
   match {
-    name = "(cluster_family:kubescale_neighbor_(usage:max|nodes_above_warning:sum|nodes:count|nodes_at_kernel_default:sum|table_overflows:rate5m|forced_gc_runs:rate5m)|node_family:kubescale_neighbor_usage:topk10|node:kubescale_(kubelet_serialize_image_pulls|image_pulls_failing|image_preload_missing):nonzero|cluster:kubescale_(kubelet_serialize_image_pulls|image_preload_nodes_missing|image_pulls_failing|image_pull_remaining_bytes):sum)"
+    name = "(cluster_family:kubescale_neighbor_(usage:max|nodes_above_warning:sum|nodes:count|nodes_at_kernel_default:sum|table_overflows:rate5m|forced_gc_runs:rate5m)|node_family:kubescale_neighbor_usage:(ratio|topk10)|node:kubescale_(kubelet_serialize_image_pulls|image_pulls_failing|image_preload_missing):nonzero|node:kubescale_(image_pulls_queued|image_pull_oldest_seconds):topk10|cluster:kubescale_image_pull_(nodes:count|nodes_with_backlog:sum|stalled:sum|oldest_seconds:max)|cluster:kubescale_image_pulls_(queued|in_progress):sum|cluster:kubescale_(kubelet_serialize_image_pulls|image_preload_nodes_missing|image_pulls_failing|image_pull_remaining_bytes):sum)"
   }
   disable = ["rule/dependency"]
 }
@@ -58,8 +59,9 @@ check "promql/series" {
     // cAdvisor's, served by a kubelet.
     "container_memory_working_set_bytes",
     "container_spec_memory_limit_bytes",
-    // Recorded only while a table overflows (`> 0`): a healthy stack has none.
+    // Recorded only while a table overflows (`> 0`), or is near full: a healthy stack has none.
     "node_family:kubescale_neighbor_table_overflows:increase5m",
+    "node_family:kubescale_neighbor_usage_high:ratio",
   ]
   // The stack reads its etcd from the cluster-mode Deployment (--etcd.cluster) only: the
   // node placement's job (--etcd.local) has none of these, the same collector's series.

@@ -235,6 +235,15 @@ local knobs = {
   // Evaluation interval of the rule groups that only dashboards read, and of the alerts
   // whose `for` is 15 minutes or more: at 7,500 nodes every per-node read of every
   // evaluation costs Prometheus CPU (docs/sizing.md). Under Prometheus' 5 min lookback.
+  // What runs on it, and why it may:
+  // - every node's neighbor usage ratio: the node dashboard and the "worst nodes" tables
+  //   read it; the near-full alerts read the 30 s record of the tables above the warning;
+  // - the image-pull fleet totals and "worst nodes" tables: only dashboards read them (the
+  //   per-node alerts read the 30 s node:*:nonzero records);
+  // - the exporter's target and watch counts and the alerts on them: their `for`
+  //   (exporterDownFor, kubeWatchDownFor) is 15 minutes, which a 2 minute step stays inside;
+  // - the kubelet settings, back-offs and preloads, containerd's settings, collector
+  //   failures and series budgets: alerts with a `for` of 15 minutes or more.
   slowInterval: '2m',
 };
 

@@ -11,7 +11,10 @@ local text = import '../lib/alerts.libsonnet';
         // A job has targets in a cluster while the exporter rules count them (one series per
         // cluster and job, not every target's `up`).
         local present(jobName) = 'group by (%s) (cluster_job:kubescale_exporter_targets:count{job="%s"})' % [c.clusterLabel, jobName],
+        // `for` of 15 minutes (exporterDownFor, kubeWatchDownFor) over the counts
+        // exporter.rules records on slowInterval: on slowInterval too.
         name: 'kube-scale-exporter-exporter',
+        interval: c.slowInterval,
         rules: [
           {
             // Whole targets against the job's size, with >=: a DaemonSet rollout stuck at its

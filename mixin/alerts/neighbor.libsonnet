@@ -8,7 +8,8 @@ local text = import '../lib/alerts.libsonnet';
         local c = $._config,
         local nearFull(severity, threshold) = {
           alert: 'KubeScaleNeighborTableNearFull',
-          expr: 'node_family:kubescale_neighbor_usage:ratio > %g' % threshold,
+          // The tables above the lower of the two thresholds, held over gapTolerance.
+          expr: 'node_family:kubescale_neighbor_usage_high:ratio > %g' % threshold,
           'for': c.neighborUsageFor,
           labels: { severity: severity },
           annotations: {

@@ -9,7 +9,10 @@ local promql = import '../lib/promql.libsonnet';
         local byUp = 'cluster_job_value:kubescale_exporter_up:count',
         local count = 'cluster_job:kubescale_exporter_targets:count',
         local orZero(expr) = '%s\nor on (%s, job)\n0 * %s' % [expr, c.clusterLabel, count],
+        // Read by the dashboards and by the exporter alerts, whose `for` is 15 minutes: on
+        // slowInterval (every target's `up` and watch state, 15,000 series at 7,500 nodes).
         name: 'kube-scale-exporter-exporter.rules',
+        interval: c.slowInterval,
         rules: [
           {
             // Every target's `up` read once: targets per cluster, job and `up` value (0 or 1, in `value`),

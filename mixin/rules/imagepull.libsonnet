@@ -12,15 +12,9 @@ local promql = import '../lib/promql.libsonnet';
       {
         local c = $._config,
         local nonzero(metric) = 'node:%s:nonzero' % metric,
-        local nodes = 'cluster:kubescale_image_pull_nodes:count',
-        local orZero(expr, base=nodes) = '%s\nor on (%s)\n0 * %s' % [expr, c.clusterLabel, base],
+        // The per-node gauges the 30 s alerts hold through their `for`.
         name: 'kube-scale-exporter-imagepull.rules',
         rules: [
-          {
-            record: nodes,
-            expr: 'count by (%(clusterLabel)s) (kubescale_image_pulls_in_progress{%(nodeExporterSelector)s})' % c,
-          },
-        ] + [
           {
             record: nonzero(metric),
             expr: '%s > 0' % promql.held(metric, c.nodeExporterSelector, c.gapTolerance),
@@ -31,7 +25,23 @@ local promql = import '../lib/promql.libsonnet';
             'kubescale_image_pull_stalled',
             'kubescale_image_pull_oldest_seconds',
           ]
-        ] + [
+        ],
+      },
+      {
+        local c = $._config,
+        local nonzero(metric) = 'node:%s:nonzero' % metric,
+        local nodes = 'cluster:kubescale_image_pull_nodes:count',
+        local orZero(expr, base=nodes) = '%s\nor on (%s)\n0 * %s' % [expr, c.clusterLabel, base],
+        // The fleet totals and "worst nodes" tables, which only dashboards read, and views of
+        // slow-moving inputs (the kubelet's settings, back-offs, preloads) that only dashboards
+        // and alerts with a `for` of 15 minutes and more read: on slowInterval.
+        name: 'kube-scale-exporter-imagepull-views.rules',
+        interval: c.slowInterval,
+        rules: [
+          {
+            record: nodes,
+            expr: 'count by (%(clusterLabel)s) (kubescale_image_pulls_in_progress{%(nodeExporterSelector)s})' % c,
+          },
           {
             record: 'cluster:kubescale_image_pulls_queued:sum',
             expr: orZero('sum by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_image_pulls_queued')]),
@@ -61,17 +71,7 @@ local promql = import '../lib/promql.libsonnet';
             record: 'cluster:kubescale_image_pull_nodes_with_backlog:sum',
             expr: orZero('count by (%s) (%s)' % [c.clusterLabel, nonzero('kubescale_image_pulls_queued')]),
           },
-        ],
-      },
-      {
-        local c = $._config,
-        local nonzero(metric) = 'node:%s:nonzero' % metric,
-        local orZero(expr, base='cluster:kubescale_image_pull_nodes:count') = '%s\nor on (%s)\n0 * %s' % [expr, c.clusterLabel, base],
-        // Views of slow-moving inputs (the kubelet's settings, back-offs, preloads) that only
-        // dashboards and alerts with a `for` of 15 minutes and more read: on slowInterval.
-        name: 'kube-scale-exporter-imagepull-views.rules',
-        interval: c.slowInterval,
-        rules: [
+        ] + [
           {
             record: nonzero(metric),
             expr: '%s > 0' % promql.held(metric, c.nodeExporterSelector, c.gapTolerance),

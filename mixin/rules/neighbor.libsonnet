@@ -1,5 +1,12 @@
-// Fleet views of the kernel neighbor (ARP/NDISC) tables. Per node the usage ratio is kept
-// (it feeds alerts and the "worst nodes" tables); everything else is per cluster and family.
+// Fleet views of the kernel neighbor (ARP/NDISC) tables. Per node the usage ratio is kept:
+// every 30 s for the tables near full (the alerts read those), every slowInterval for all
+// (the node dashboard and the "worst nodes" tables); the rest is per cluster and family.
+// The usage ratio of every node's tables, each side held over gapTolerance.
+local usage(c) = |||
+  last_over_time(%(neighborUsageMetric)s{%(nodeExporterSelector)s}[%(gapTolerance)s])
+  /
+  last_over_time(kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s}[%(gapTolerance)s])
+||| % c;
 {
   prometheusRules+:: {
     groups+: [
@@ -9,13 +16,12 @@
           {
             // GC-eligible entries are what gc_thresh3 limits (config: neighborUsageMetric).
             // Held over gapTolerance: the near-full alerts hold this ratio through their `for`,
-            // which a lost scrape (the dump of a huge table timing out) must not reset.
-            record: 'node_family:kubescale_neighbor_usage:ratio',
-            expr: |||
-              last_over_time(%(neighborUsageMetric)s{%(nodeExporterSelector)s}[%(gapTolerance)s])
-              /
-              last_over_time(kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s}[%(gapTolerance)s])
-            ||| % $._config,
+            // which a lost scrape (the dump of a huge table timing out) must not reset. Only
+            // the tables above the lower alert threshold are kept: the alerts read those, a
+            // handful of series instead of every node's twice per evaluation; the full ratio
+            // is recorded for the dashboards on slowInterval (neighbor-views.rules).
+            record: 'node_family:kubescale_neighbor_usage_high:ratio',
+            expr: '%s > %g\n' % [std.rstripChars(usage($._config), '\n'), std.min($._config.neighborUsageWarning, $._config.neighborUsageCritical)],
           },
         ],
       },
@@ -32,13 +38,16 @@
         ],
       },
       {
-        // Fleet views only dashboards read: on slowInterval.
+        // The per-node ratio and the fleet views, which dashboards and the hour-long
+        // kernel-default alert read: on slowInterval.
         name: 'kube-scale-exporter-neighbor-views.rules',
         interval: $._config.slowInterval,
         rules: [
           {
-            record: 'cluster_family:kubescale_neighbor_usage:max',
-            expr: 'max by (%(clusterLabel)s, family) (node_family:kubescale_neighbor_usage:ratio)' % $._config,
+            // Per node, for the node dashboard and the kernel-default alert; the views below
+            // read it as this group just recorded it.
+            record: 'node_family:kubescale_neighbor_usage:ratio',
+            expr: usage($._config),
           },
           {
             // The overview's "worst nodes" table: bounded to topK series per cluster and family.
@@ -46,18 +55,30 @@
             expr: 'topk by (%(clusterLabel)s, family) (%(topK)d, node_family:kubescale_neighbor_usage:ratio)' % $._config,
           },
           {
-            record: 'cluster_family:kubescale_neighbor_nodes_above_warning:sum',
-            expr: 'sum by (%(clusterLabel)s, family) (node_family:kubescale_neighbor_usage:ratio > bool %(neighborUsageWarning)g)' % $._config,
+            // The highest of each cluster and family is in its topk: 20 series read, not 15,000.
+            record: 'cluster_family:kubescale_neighbor_usage:max',
+            expr: 'max by (%(clusterLabel)s, family) (node_family:kubescale_neighbor_usage:topk%(topK)d)' % $._config,
           },
           {
             record: 'cluster_family:kubescale_neighbor_nodes:count',
             expr: 'count by (%(clusterLabel)s, family) (kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s})' % $._config,
           },
           {
+            // From the tables above the warning the 30 s group keeps, 0 where none is.
+            record: 'cluster_family:kubescale_neighbor_nodes_above_warning:sum',
+            expr: |||
+              count by (%(clusterLabel)s, family) (node_family:kubescale_neighbor_usage_high:ratio > %(neighborUsageWarning)g)
+              or on (%(clusterLabel)s, family)
+              0 * cluster_family:kubescale_neighbor_nodes:count
+            ||| % $._config,
+          },
+          {
             record: 'cluster_family:kubescale_neighbor_nodes_at_kernel_default:sum',
             expr: 'sum by (%(clusterLabel)s, family) (kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s} <= bool %(neighborKernelDefaultThresh3)d)' % $._config,
           },
           {
+            // From the raw counters, not the 30 s group's overflowing tables: a kernel without
+            // table_fulls has no counter, and its family shows no rate rather than a 0.
             record: 'cluster_family:kubescale_neighbor_table_overflows:rate%(rateInterval)s' % $._config,
             expr: 'sum by (%(clusterLabel)s, family) (rate(kubescale_neighbor_table_overflows_total{%(nodeExporterSelector)s}[%(rateInterval)s]))' % $._config,
           },
