@@ -243,7 +243,15 @@ local knobs = {
   // - the exporter's target and watch counts and the alerts on them: their `for`
   //   (exporterDownFor, kubeWatchDownFor) is 15 minutes, which a 2 minute step stays inside;
   // - the kubelet settings, back-offs and preloads, containerd's settings, collector
-  //   failures and series budgets: alerts with a `for` of 15 minutes or more.
+  //   failures and series budgets: alerts with a `for` of 15 minutes or more;
+  // - etcd's growth, fragmentation, leaders, keys and read rates, and the balloons' reserved
+  //   requests, nodes, preemptions and misconfigurations: dashboards, and alerts with a `for`
+  //   of 15 minutes or more (QuotaPredictedFull 30m, HighFragmentation, EventsInMainEtcd 1h,
+  //   ReadBandwidthHigh, NotObserved, BalloonMisconfigured, ImagePullsSerializedWithBacklog
+  //   15m, ImagePreloadMissing 1h): at 7,500 nodes these read few series, but every query
+  //   of every 30 s evaluation costs its own milliseconds.
+  // Alerts with a shorter `for` (NearFull's 10m, the pull alerts', AlarmActive's 1m) stay on
+  // the 30 s groups: a 2 minute step would be a fifth of their `for` or more.
   slowInterval: '2m',
 };
 

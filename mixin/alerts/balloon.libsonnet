@@ -1,8 +1,11 @@
 // Balloons are low-priority placeholder pods keeping spare capacity warm. No Running balloon
 // means no headroom; a Pending balloon that stays Pending means no new node is coming.
+local groups = import '../lib/groups.libsonnet';
 {
   prometheusAlerts+:: {
-    groups+: [
+    // KubeScaleBalloonMisconfigured's `for` is 15 minutes (slow): on slowInterval, in
+    // kube-scale-exporter-balloon-slow.
+    groups+: groups.split($._config, [
       {
         local c = $._config,
         name: 'kube-scale-exporter-balloon',
@@ -36,7 +39,7 @@
               description: 'The oldest Pending balloon has waited {{ $value | humanizeDuration }}.',
             },
           },
-          {
+          groups.slow({
             alert: 'KubeScaleBalloonMisconfigured',
             expr: 'cluster_reason:kubescale_balloon_misconfigured:max > 0',
             'for': c.balloonMisconfiguredFor,
@@ -45,9 +48,9 @@
               summary: 'Balloons are configured so that they cannot provide headroom.',
               description: '{{ $value }} balloons are misconfigured: {{ $labels.reason }}.',
             },
-          },
+          }),
         ],
       },
-    ],
+    ]),
   },
 }

@@ -4,9 +4,13 @@
 // per etcd cluster, naming the worst member. Every member is named by its machine (nodeLabel,
 // where the runbooks start) and by the member id etcd gives it.
 local text = import '../lib/alerts.libsonnet';
+local groups = import '../lib/groups.libsonnet';
+local slow = groups.slow;
 {
   prometheusAlerts+:: {
-    groups+: [
+    // Alerts with a `for` of 15 minutes or more (slow): on slowInterval, in
+    // kube-scale-exporter-etcd-slow.
+    groups+: groups.split($._config, [
       {
         local c = $._config,
         local etcdCluster = '%(clusterLabel)s, etcd_cluster' % c,
@@ -32,7 +36,7 @@ local text = import '../lib/alerts.libsonnet';
         local quotaAlerts = [
           nearQuota(c.warningSeverity, c.etcdQuotaWarning),
           nearQuota(c.criticalSeverity, c.etcdQuotaCritical),
-          {
+          slow({
             alert: 'KubeScaleEtcdDatabaseQuotaPredictedFull',
             expr: 'max by (%s) (\n  %s\n) >= 1\n' % [etcdCluster, std.strReplace(std.rstripChars(predicted, '\n'), '\n', '\n  ')],
             'for': c.etcdPredictFor,
@@ -42,8 +46,8 @@ local text = import '../lib/alerts.libsonnet';
               description: ('At the growth of the last %(etcdPredictWindow)s, etcd cluster {{ $labels.etcd_cluster }} reaches its backend quota within %(etcdPredictHours)d hours ({{ $value | humanizePercentage }} of it by then), first on node ' % c)
                            + members(predicted, etcdCluster, 1) + '.',
             },
-          },
-          {
+          }),
+          slow({
             // Per member: a defragmentation runs member by member.
             alert: 'KubeScaleEtcdHighFragmentation',
             expr: |||
@@ -57,7 +61,7 @@ local text = import '../lib/alerts.libsonnet';
               summary: 'Much of an etcd database file is free pages; a defragmentation would reclaim it.',
               description: '{{ $value | humanizePercentage }} of the database file is free pages on %s.' % thisMember,
             },
-          },
+          }),
         ],
         name: 'kube-scale-exporter-etcd',
         rules: (if c.etcdQuotaAlerts then quotaAlerts else []) + [
@@ -99,7 +103,7 @@ local text = import '../lib/alerts.libsonnet';
                            + '): the control plane cannot write to it. "database space exceeded" is NOSPACE; "too many requests" is a member whose applying lags.',
             },
           },
-          {
+          slow({
             alert: 'KubeScaleEtcdEventsInMainEtcd',
             expr: 'etcd_cluster:kubescale_etcd_events_keys:ratio{etcd_cluster!="%(etcdEventsClusterName)s"} > %(etcdEventsShare)g' % c,
             'for': c.etcdEventsFor,
@@ -108,7 +112,7 @@ local text = import '../lib/alerts.libsonnet';
               summary: 'Events take a large share of an etcd that should not hold them.',
               description: 'Events are {{ $value | humanizePercentage }} of the keys in etcd cluster {{ $labels.etcd_cluster }}; move them to their own etcd with --etcd-servers-overrides.',
             },
-          },
+          }),
           // Performance, per member: a slow disk or a heavy reader is one member's problem,
           // and the fix (a local SSD, events in their own etcd) is chosen per etcd cluster,
           // so the etcd_cluster label tells main from events. The rates are left out while no
@@ -133,7 +137,7 @@ local text = import '../lib/alerts.libsonnet';
               description: 'On %s, the backend commit to disk takes {{ $value | humanizeDuration }} (p99 over %s).' % [thisMember, c.rateInterval],
             },
           },
-          {
+          slow({
             alert: 'KubeScaleEtcdReadBandwidthHigh',
             expr: 'last_over_time(etcd_cluster_member:kubescale_etcd_client_sent_bytes:rate%(rateInterval)s[%(gapTolerance)s]) > %(etcdReadBytesPerSecond)g' % c,
             'for': c.etcdReadBandwidthFor,
@@ -142,8 +146,8 @@ local text = import '../lib/alerts.libsonnet';
               summary: 'An etcd member sends its clients more than the configured read bandwidth.',
               description: 'On %s, etcd sends {{ $value | humanize }}B/s to its clients, over %g MB/s for %s. Usually full LISTs without resourceVersion or informers relisting: find the client in apiserver_request_total by verb and resource, or in the audit log.' % [thisMember, c.etcdReadBytesPerSecond / 1e6, c.etcdReadBandwidthFor],
             },
-          },
-          {
+          }),
+          slow({
             // The "we cannot see it" companion: an etcd cluster reported in the last
             // notObservedLookback that no target reports as answering now (the targets that
             // watch etcd are a handful of the node job: TargetsDown would not notice them).
@@ -163,9 +167,9 @@ local text = import '../lib/alerts.libsonnet';
               summary: 'No kube-scale-exporter target sees an etcd cluster any more; its alerts are blind.',
               description: 'etcd cluster {{ $labels.etcd_cluster }} was reported in the last %(notObservedLookback)s but no target reaches it now (the targets are down or etcd does not answer them): its quota and alarm alerts cannot fire.' % c,
             },
-          },
+          }),
         ],
       },
-    ],
+    ]),
   },
 }

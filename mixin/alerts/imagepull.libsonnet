@@ -3,10 +3,13 @@
 // Each gauge is held over gapTolerance: a lost scrape or the DaemonSet's pod restarting does
 // not reset a `for`.
 local text = import '../lib/alerts.libsonnet';
+local groups = import '../lib/groups.libsonnet';
 local promql = import '../lib/promql.libsonnet';
 {
   prometheusAlerts+:: {
-    groups+: [
+    // KubeScaleImagePullsSerializedWithBacklog and KubeScaleImagePreloadMissing hold for 15
+    // minutes and an hour (slow): on slowInterval, in kube-scale-exporter-imagepull-slow.
+    groups+: groups.split($._config, [
       {
         local c = $._config,
         // The node gauges held over gapTolerance, non-zero ones only (rules/imagepull.libsonnet).
@@ -50,7 +53,7 @@ local promql = import '../lib/promql.libsonnet';
               description: 'The oldest unfinished image pull on node {{ $labels.%(nodeLabel)s }} started {{ $value | humanizeDuration }} ago.' % c,
             },
           },
-          {
+          groups.slow({
             alert: 'KubeScaleImagePullsSerializedWithBacklog',
             expr: |||
               %(queued)s > 0
@@ -65,8 +68,8 @@ local promql = import '../lib/promql.libsonnet';
               summary: 'The kubelet pulls one image at a time and pulls are queued behind it.',
               description: 'Node {{ $labels.%(nodeLabel)s }} runs the kubelet with serializeImagePulls=true while a download holds the only pull slot and {{ $value }} images wait for it.' % c,
             },
-          },
-          {
+          }),
+          groups.slow({
             alert: 'KubeScaleImagePreloadMissing',
             expr: held('kubescale_image_preload_missing') + ' > 0',
             'for': c.imagePreloadMissingFor,
@@ -75,7 +78,7 @@ local promql = import '../lib/promql.libsonnet';
               summary: 'A node lacks images it should have baked in.',
               description: 'Node {{ $labels.%(nodeLabel)s }} is missing {{ $value }} of its preloaded images.' % c,
             },
-          },
+          }),
         ],
       },
       {
@@ -170,6 +173,6 @@ local promql = import '../lib/promql.libsonnet';
           },
         ],
       },
-    ],
+    ]),
   },
 }

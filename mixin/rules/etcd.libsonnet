@@ -5,7 +5,9 @@
 // network (config: etcdLocalSelector, etcdRemoteSelector). Every gauge is read over
 // gapTolerance, so a scrape or two without a member's series (a slow Status call, our
 // exporter restarting) leaves no hole for the alerts reading these rules to reset their `for`.
+local groups = import '../lib/groups.libsonnet';
 local promql = import '../lib/promql.libsonnet';
+local slow = groups.slow;
 {
   prometheusRules+:: {
     local c = $._config,
@@ -19,7 +21,9 @@ local promql = import '../lib/promql.libsonnet';
     local held(metric, selector) = promql.held(metric, selector, c.gapTolerance),
     local perMember(metric, by=member, read=held) =
       'max by (%s) (\n  %s\n)\n' % [by, std.strReplace(std.rstripChars(placed(metric, read), '\n'), '\n', '\n  ')],
-    groups+: [
+    // Growth, fragmentation, leaders and keys: only dashboards and alerts with a `for` of
+    // an hour read them (slow: on slowInterval, in the -views.rules group beside).
+    groups+: groups.split(c, [
       {
         name: 'kube-scale-exporter-etcd.rules',
         rules: [
@@ -31,10 +35,10 @@ local promql = import '../lib/promql.libsonnet';
             record: 'etcd_cluster_member:kubescale_etcd_quota_bytes:max',
             expr: perMember('kubescale_etcd_quota_bytes'),
           },
-          {
+          slow({
             record: 'etcd_cluster_member:kubescale_etcd_db_size_in_use_bytes:max',
             expr: perMember('kubescale_etcd_db_size_in_use_bytes'),
-          },
+          }),
           {
             record: 'etcd_cluster_member:kubescale_etcd_quota_usage:ratio',
             expr: |||
@@ -43,19 +47,19 @@ local promql = import '../lib/promql.libsonnet';
               etcd_cluster_member:kubescale_etcd_quota_bytes:max
             |||,
           },
-          {
+          slow({
             // Share of the file that is free pages: what a defragmentation gives back.
             record: 'etcd_cluster_member:kubescale_etcd_fragmentation:ratio',
             expr: |||
               1 - etcd_cluster_member:kubescale_etcd_db_size_in_use_bytes:max
               / etcd_cluster_member:kubescale_etcd_db_size_bytes:max
             |||,
-          },
-          {
+          }),
+          slow({
             record: 'etcd_cluster_member:kubescale_etcd_db_size_bytes:deriv1h',
             expr: 'deriv(etcd_cluster_member:kubescale_etcd_db_size_bytes:max[1h])',
-          },
-          {
+          }),
+          slow({
             // Only where the database grows; a shrinking or flat one never reaches its quota.
             // Zero once over the quota (etcd overshoots it by the write that raised NOSPACE).
             record: 'etcd_cluster_member:kubescale_etcd_seconds_to_quota:deriv1h',
@@ -67,16 +71,16 @@ local promql = import '../lib/promql.libsonnet';
               )
               / (etcd_cluster_member:kubescale_etcd_db_size_bytes:deriv1h > 0)
             |||,
-          },
+          }),
           {
             record: 'etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max',
             expr: perMember('kubescale_etcd_alarm_active', member + ', alarm'),
           },
-          {
+          slow({
             record: 'etcd_cluster:kubescale_etcd_leaders:sum',
             expr: 'sum by (%s, etcd_cluster) (\n  %s\n)\n' % [c.clusterLabel, std.strReplace(std.rstripChars(perMember('kubescale_etcd_is_leader'), '\n'), '\n', '\n  ')],
-          },
-          {
+          }),
+          slow({
             // Only the pod beside the leader counts keys, every --etcd.keys-interval: after a
             // leader change the counts move to another pod within that interval, which
             // gapTolerance (as long) bridges.
@@ -88,8 +92,8 @@ local promql = import '../lib/promql.libsonnet';
                 last_over_time(kubescale_etcd_keys{%(etcdRemoteSelector)s}[%(gapTolerance)s])
               )
             ||| % c,
-          },
-          {
+          }),
+          slow({
             // Key share, not byte share: counting keys needs no values read, and
             // events are small and numerous, so their key share is the telling one.
             record: 'etcd_cluster:kubescale_etcd_events_keys:ratio',
@@ -98,7 +102,7 @@ local promql = import '../lib/promql.libsonnet';
               /
               sum by (%(clusterLabel)s, etcd_cluster) (etcd_cluster_resource:kubescale_etcd_keys:max)
             ||| % c,
-          },
+          }),
         ],
       },
       {
@@ -137,15 +141,16 @@ local promql = import '../lib/promql.libsonnet';
             record: 'etcd_cluster_member:kubescale_etcd_backend_commit_duration_seconds:p99_rate%(rateInterval)s' % c,
             expr: quantile('etcd_cluster_member_le:%s:max' % commit, commit),
           },
-          {
+          // Read by dashboards and by KubeScaleEtcdReadBandwidthHigh (a `for` of 15 minutes).
+          slow({
             // What the member sends its clients per second: the kube-apiservers' reads.
             record: 'etcd_cluster_member:kubescale_etcd_client_sent_bytes:rate%(rateInterval)s' % c,
             expr: rate('etcd_cluster_member:%s:max' % sent, sent, member),
-          },
-          {
+          }),
+          slow({
             record: 'etcd_cluster_member:kubescale_etcd_range_requests:rate%(rateInterval)s' % c,
             expr: rate('etcd_cluster_member:%s:max' % ranges, ranges, member),
-          },
+          }),
           {
             // Writes refused for space (NOSPACE) or overload: what a pod without etcd's key
             // sees of a raised alarm.
@@ -154,6 +159,6 @@ local promql = import '../lib/promql.libsonnet';
           },
         ],
       },
-    ],
+    ]),
   },
 }
