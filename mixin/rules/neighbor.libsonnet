@@ -38,6 +38,24 @@ local usage(c) = |||
         ],
       },
       {
+        // The kernel counters' fleet rates, which only dashboards read: on slowInterval, apart
+        // from the usage views for the same reason as above.
+        name: 'kube-scale-exporter-neighbor-overflows-views.rules',
+        interval: $._config.slowInterval,
+        rules: [
+          {
+            // From the raw counters, not the 30 s group's overflowing tables: a kernel without
+            // table_fulls has no counter, and its family shows no rate rather than a 0.
+            record: 'cluster_family:kubescale_neighbor_table_overflows:rate%(rateInterval)s' % $._config,
+            expr: 'sum by (%(clusterLabel)s, family) (rate(kubescale_neighbor_table_overflows_total{%(nodeExporterSelector)s}[%(rateInterval)s]))' % $._config,
+          },
+          {
+            record: 'cluster_family:kubescale_neighbor_forced_gc_runs:rate%(rateInterval)s' % $._config,
+            expr: 'sum by (%(clusterLabel)s, family) (rate(kubescale_neighbor_forced_gc_runs_total{%(nodeExporterSelector)s}[%(rateInterval)s]))' % $._config,
+          },
+        ],
+      },
+      {
         // The per-node ratio and the fleet views, which dashboards and the hour-long
         // kernel-default alert read: on slowInterval.
         name: 'kube-scale-exporter-neighbor-views.rules',
@@ -75,16 +93,6 @@ local usage(c) = |||
           {
             record: 'cluster_family:kubescale_neighbor_nodes_at_kernel_default:sum',
             expr: 'sum by (%(clusterLabel)s, family) (kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s} <= bool %(neighborKernelDefaultThresh3)d)' % $._config,
-          },
-          {
-            // From the raw counters, not the 30 s group's overflowing tables: a kernel without
-            // table_fulls has no counter, and its family shows no rate rather than a 0.
-            record: 'cluster_family:kubescale_neighbor_table_overflows:rate%(rateInterval)s' % $._config,
-            expr: 'sum by (%(clusterLabel)s, family) (rate(kubescale_neighbor_table_overflows_total{%(nodeExporterSelector)s}[%(rateInterval)s]))' % $._config,
-          },
-          {
-            record: 'cluster_family:kubescale_neighbor_forced_gc_runs:rate%(rateInterval)s' % $._config,
-            expr: 'sum by (%(clusterLabel)s, family) (rate(kubescale_neighbor_forced_gc_runs_total{%(nodeExporterSelector)s}[%(rateInterval)s]))' % $._config,
           },
         ],
       },
