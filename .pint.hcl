@@ -3,15 +3,6 @@
 // ones too. Every check is on; each one turned off here says why.
 
 rule {
-  // `> bool` turns the ratio's NaN (0/0) into 0 and its +Inf (a gc_thresh3 of 0) into 1
-  // before the sum, which therefore cannot be NaN or Inf.
-  match {
-    name = "cluster_family:kubescale_neighbor_nodes_above_warning:sum"
-  }
-  disable = ["promql/nan"]
-}
-
-rule {
   // rate() of a counter collapsed over the pods that read one etcd member: the same
   // counter from each reader, so the max is that counter, held over gaps (the comment of
   // the performance group in mixin/rules/etcd.libsonnet says why the collapse comes first).
@@ -22,16 +13,14 @@ rule {
 }
 
 rule {
-  // The views and slow groups (the *-views.rules and *-slow groups, every slowInterval) read
-  // records of the 30 s groups on purpose (the image-pull totals their node:*:nonzero, the
-  // near-full count node_family:kubescale_neighbor_usage_high:ratio, etcd's growth and
-  // fragmentation its per-member sizes, the etcd rates their collapsed counters), and some
-  // 30 s alerts read a view: a view at most one evaluation behind costs nothing a dashboard
-  // shows, and reading the raw per-node series again would double their cost at 7,500
-  // nodes (docs/sizing.md). The alerts that read a view hold for 15 minutes or more, where
-  // two minutes' lag is inside their `for`.
+  // The dashboard views (the *-views.rules groups, every slowInterval) read records of the
+  // 30 s groups on purpose (the image-pull totals and tables their node:*:nonzero, the
+  // near-full count node_family:kubescale_neighbor_usage_high:ratio, etcd's fragmentation
+  // and growth its per-member sizes, the etcd rates their collapsed counters): a view at
+  // most one evaluation behind costs nothing a dashboard shows, and reading the raw
+  // per-node series again would double their cost at 7,500 nodes (docs/sizing.md).
   match {
-    name = "(cluster_family:kubescale_neighbor_(usage:max|nodes_above_warning:sum|nodes:count|nodes_at_kernel_default:sum|table_overflows:rate5m|forced_gc_runs:rate5m)|node_family:kubescale_neighbor_usage:(ratio|topk10)|node:kubescale_(kubelet_serialize_image_pulls|image_pulls_failing|image_preload_missing):nonzero|node:kubescale_(image_pulls_queued|image_pull_oldest_seconds):topk10|cluster:kubescale_image_pull_(nodes:count|nodes_with_backlog:sum|stalled:sum|oldest_seconds:max)|cluster:kubescale_image_pulls_(queued|in_progress):sum|cluster:kubescale_(kubelet_serialize_image_pulls|image_preload_nodes_missing|image_pulls_failing|image_pull_remaining_bytes):sum|etcd_cluster_member:kubescale_etcd_(db_size_in_use_bytes:max|fragmentation:ratio|db_size_bytes:deriv1h|seconds_to_quota:deriv1h|client_sent_bytes:rate5m|range_requests:rate5m)|etcd_cluster:kubescale_etcd_(leaders:sum|events_keys:ratio)|etcd_cluster_resource:kubescale_etcd_keys:max|KubeScaleEtcd(DatabaseQuotaPredictedFull|HighFragmentation|EventsInMainEtcd|ReadBandwidthHigh)|KubeScaleImage(PullsSerializedWithBacklog|PreloadMissing)|KubeScaleBalloonMisconfigured)"
+    name = "(cluster_family:kubescale_neighbor_nodes_above_warning:sum|cluster:kubescale_image_pulls_(queued|in_progress):sum|cluster:kubescale_image_pull_(stalled:sum|oldest_seconds:max|nodes_with_backlog:sum)|node:kubescale_(image_pulls_queued|image_pull_oldest_seconds):topk10|etcd_cluster_member:kubescale_etcd_(fragmentation:ratio|db_size_bytes:deriv1h|seconds_to_quota:deriv1h|client_sent_bytes:rate5m|range_requests:rate5m))"
   }
   disable = ["rule/dependency"]
 }
