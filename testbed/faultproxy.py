@@ -146,10 +146,12 @@ class FaultProxy:
 
     def cut_streams(self, pattern: str = "") -> int:
         """End the proxied answers still streaming whose path matches, as a server or a
-        load balancer closing the connection does; returns how many were cut."""
+        load balancer closing the connection does; returns how many were cut. A cut answer
+        is no longer open, though its thread only ends at the upstream's next bytes."""
         rx = re.compile(pattern)
         with self._lock:
-            chosen = [sock for path, sock in self._streams.values() if rx.search(path)]
+            keys = [key for key, (path, _) in self._streams.items() if rx.search(path)]
+            chosen = [self._streams.pop(key)[1] for key in keys]
         for sock in chosen:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
