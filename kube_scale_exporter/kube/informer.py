@@ -58,6 +58,14 @@ FULL_RETRY_SECONDS = 60.0
 # resuming from its resourceVersion and relists.
 REFUSALS_BEFORE_RELIST = 3
 
+# After a streaming list is refused, lists are paged for this long, then the next relist
+# asks for a streaming list again: a refusal may pass (an overloaded server's ERROR 500, a
+# stream cut before the initial events ended) or last (the WatchList gate off, an etcd
+# too old to tell how current the watch cache is, until someone upgrades it); half an
+# hour bounds what a passing one costs, and a lasting one costs one refused request per
+# relist at most that often.
+WATCH_LIST_RETRY_SECONDS = 30 * 60.0
+
 
 class Informer:
     """A thread-safe cache of one resource, filtered on the server by label/field selectors.
@@ -79,9 +87,11 @@ class Informer:
     the cache was dropped is lost, and was reported), and the watch resumes from it.
 
     `watch_list` (unless `list_from_cache`): list by streaming (a watch with
-    sendInitialEvents) rather than in pages. The first time the server does not give one
-    (an older server, the WatchList gate off) the informer logs it and lists in pages for
-    the rest of its life; a new informer (the exporter restarted) tries again.
+    sendInitialEvents) rather than in pages. When the server does not give one (an older
+    server, the WatchList gate off, a stream that failed before its initial events ended)
+    the informer logs it and lists in pages (`watch_list` is False then); the first relist
+    at least `watch_list_retry` seconds later asks for a streaming list again, and logs
+    once when it is given one.
     """
 
     def __init__(
@@ -106,6 +116,7 @@ class Informer:
         rand=random.random,
         max_objects=None,
         full_retry=None,
+        watch_list_retry=WATCH_LIST_RETRY_SECONDS,
     ):
         self.client = client
         self.resource = resource
@@ -121,6 +132,10 @@ class Informer:
         # Node mode keeps its list from the watch cache: a few hundred pods found through
         # the cache's spec.nodeName index, already cheap.
         self.watch_list = watch_list and not list_from_cache
+        self.watch_list_retry = watch_list_retry
+        # When a refusal last switched lists to pages (monotonic); None before any, and
+        # again once a streaming list is given.
+        self._refused_at = None
         self.page_size = page_size
         self.backoff = backoff or Backoff()
         self.watch_timeout = watch_timeout
@@ -206,7 +221,7 @@ class Informer:
     def _run(self):
         while not self._stop.is_set():
             try:
-                if self._rv is None and self.watch_list:
+                if self._rv is None and self._lists_streaming():
                     self._watch_once(InitialEvents(self.path, self._transform, self.max_objects))
                     continue
                 if self._rv is None:
@@ -214,9 +229,13 @@ class Informer:
                     self.backoff.reset()
                 self._watch_once()
             except WatchListRefused as e:
-                self.watch_list = False
+                self.watch_list, self._refused_at = False, time.monotonic()
                 log.warning(
-                    "%s: no streaming list (%s); listing in pages from now on", self.path, e
+                    "%s: no streaming list (%s); listing in pages, asking again at the first "
+                    "relist after %gs",
+                    self.path,
+                    e,
+                    self.watch_list_retry,
                 )
             except Gone:
                 delay = self.relist_jitter * self._rand()
@@ -246,6 +265,13 @@ class Informer:
                 log.warning("%s: %s; retrying in %.1fs", self.path, e, delay, exc_info=not expected)
                 self._set_up(False)
                 self._stop.wait(delay)
+
+    def _lists_streaming(self) -> bool:
+        """Whether this list is a streaming one: as asked, unless one was refused less than
+        watch_list_retry seconds ago."""
+        if not self.watch_list and self._refused_at is not None:
+            self.watch_list = time.monotonic() - self._refused_at >= self.watch_list_retry
+        return self.watch_list
 
     def _list(self):
         fresh, rv = list_all(
@@ -377,6 +403,9 @@ class Informer:
             return initial
         self._install(initial.fresh.items, rv)
         log.info("%s: %d objects from a streaming list", self.path, len(initial.fresh.items))
+        if self._refused_at is not None:
+            self._refused_at = None
+            log.info("%s: given a streaming list again; lists stream from now on", self.path)
         return None
 
     def _event(self, event, refusing=False):

@@ -53,6 +53,12 @@ def bookmark(rv, end):
     return {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": meta}}
 
 
+def first_streaming_list_answered(proxy, answer, informers, client, namespace, **kw):
+    """A pods informer through `proxy` whose first streaming list gets `answer`."""
+    proxy.inject(STREAMING, status=200, headers=JSON, body=answer, times=1)
+    return informers(kube.Informer(client, kube.PODS, namespace=namespace, **kw))
+
+
 @pytest.mark.integration
 def test_a_streaming_list_gives_the_cache_a_paged_list_gives(
     apiserver, namespace, make_client, informers, caplog
@@ -133,20 +139,91 @@ def test_a_server_ignoring_send_initial_events_is_listed_in_pages(
     old_answer = lines({"type": "ADDED", "object": ghost}, bookmark("1", end=False))
     rec = Recorder()
     with proxy_for(apiserver) as proxy:
-        proxy.inject(STREAMING, status=200, headers=JSON, body=old_answer, times=1)
-        inf = informers(
-            kube.Informer(
-                make_client(apiserver, server=proxy.url),
-                kube.PODS,
-                namespace=namespace,
-                **rec.handlers(),
-            )
+        client = make_client(apiserver, server=proxy.url)
+        inf = first_streaming_list_answered(
+            proxy, old_answer, informers, client, namespace, **rec.handlers()
         )
         assert inf.wait_synced(10)
         assert names(inf) == ["p0", "p1"] and rec.of("add") == ["p0", "p1"]
         assert not inf.watch_list and proxy.count(r"limit=500") == 1
         refused = [r.getMessage() for r in caplog.records if "no streaming list" in r.getMessage()]
         assert len(refused) == 1 and "a bookmark before the end" in refused[0]
+
+
+def relist_after_410(proxy, inf, relists):
+    """The pods watch cut and its resume answered 410: the informer relists. Synced comes
+    before the watch is open; a cut before its upstream answers would cut nothing, and the
+    410 would wait for a request that never comes."""
+    assert wait_until(lambda: proxy.open_streams(r"watch=1") == 1, 10), "no pods watch"
+    gone = b'{"kind":"Status","code":410,"reason":"Expired"}'
+    proxy.inject(r"resourceVersion=\d", status=410, headers=JSON, body=gone, times=1)
+    assert proxy.cut_streams(r"watch=1") == 1
+    assert wait_until(lambda: inf.health().relists == relists and inf.health().up, 15), inf.health()
+
+
+# What an overloaded server sends in a stream it cannot go on with: an ERROR event, 500.
+OVERLOADED = {
+    "type": "ERROR",
+    "object": {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Internal error occurred: etcdserver: request timed out",
+        "reason": "InternalError",
+        "code": 500,
+    },
+}
+RETRY = 8.0  # long enough for the first relist to come within it on a busy machine
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fault", ["error-500", "ended-early"])
+def test_after_a_passing_refusal_the_informer_lists_in_pages_then_streams_again(
+    apiserver, namespace, make_client, informers, caplog, fault
+):
+    """One streaming list fails (an ERROR 500 event, or a stream that ends before its end
+    bookmark): the informer lists in pages, and relists in pages within watch_list_retry;
+    the first relist after it streams, and so do the ones after that. One log line per
+    switch."""
+    caplog.set_level(logging.INFO, logger="kube_scale_exporter.kube.informer")
+    create_pods(apiserver, namespace, 2)
+    if fault == "error-500":
+        answer = lines(OVERLOADED)
+    else:
+        real = apiserver.admin.get(f"/api/v1/namespaces/{namespace}/pods")
+        answer = lines(*({"type": "ADDED", "object": item} for item in real["items"]))
+
+    def logged(text):
+        return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+    with proxy_for(apiserver) as proxy:
+        client = make_client(apiserver, server=proxy.url)
+        inf = first_streaming_list_answered(
+            proxy, answer, informers, client, namespace, watch_list_retry=RETRY, **FAST
+        )
+        assert inf.wait_synced(10)
+        refused_by = time.monotonic()
+        assert names(inf) == ["p0", "p1"] and not inf.watch_list
+        assert proxy.count(STREAMING) == 1 and proxy.count(r"limit=500") == 1
+        refused = logged("no streaming list")
+        why = "etcdserver: request timed out" if fault == "error-500" else "ended before"
+        assert len(refused) == 1 and why in refused[0] and "after 8s" in refused[0]
+
+        relist_after_410(proxy, inf, 1)
+        assert time.monotonic() - refused_by < RETRY, "too slow to relist within the window"
+        assert proxy.count(STREAMING) == 1 and proxy.count(r"limit=500") == 2
+        assert not inf.watch_list
+
+        time.sleep(max(0.0, refused_by + RETRY - time.monotonic()))
+        apiserver.admin.create(f"/api/v1/namespaces/{namespace}/pods", pod_manifest("late"))
+        relist_after_410(proxy, inf, 2)
+        assert proxy.count(STREAMING) == 2 and proxy.count(r"limit=500") == 2
+        assert inf.watch_list and names(inf) == ["late", "p0", "p1"]
+        relist_after_410(proxy, inf, 3)  # and lists stream from now on
+        assert proxy.count(STREAMING) == 3 and proxy.count(r"limit=500") == 2
+        assert len(logged("no streaming list")) == 1
+        assert len(logged("given a streaming list again")) == 1
 
 
 @pytest.fixture
@@ -177,13 +254,7 @@ def test_with_the_watch_list_gate_off_the_informer_lists_in_pages_for_good(
         refused = [r.getMessage() for r in caplog.records if "no streaming list" in r.getMessage()]
         assert len(refused) == 1 and "WatchList feature gate" in refused[0]
 
-        # Synced comes before the watch is open; a cut before its upstream answers cuts
-        # nothing and the 410 would wait for a request that never comes.
-        assert wait_until(lambda: proxy.open_streams(r"watch=1") == 1, 10), "no pods watch"
-        gone = b'{"kind":"Status","code":410,"reason":"Expired"}'
-        proxy.inject(r"resourceVersion=\d", status=410, headers=JSON, body=gone, times=1)
-        assert proxy.cut_streams(r"watch=1") == 1
-        assert wait_until(lambda: inf.health().relists == 1 and inf.health().up, 15), inf.health()
+        relist_after_410(proxy, inf, 1)  # within the retry window (30 min): paged
         assert proxy.count(STREAMING) == 1 and proxy.count(r"limit=500") == 2
         assert len([r for r in caplog.records if "no streaming list" in r.getMessage()]) == 1
 
@@ -242,3 +313,16 @@ def test_initial_events_keep_the_state_until_their_end_and_refuse_what_is_not_on
 )
 def test_which_answers_to_a_streaming_list_make_the_informer_list_in_pages(status, refused):
     assert informer._refuses_parameters(kube.ApiError(status)) is refused
+
+
+@pytest.mark.unit
+def test_a_refused_informer_asks_for_a_streaming_list_again_only_after_the_retry_time():
+    inf = kube.Informer(None, kube.PODS, watch_list_retry=60.0)
+    assert inf._lists_streaming()
+    inf.watch_list, inf._refused_at = False, time.monotonic() - 59
+    assert not inf._lists_streaming() and not inf.watch_list
+    inf._refused_at = time.monotonic() - 61
+    assert inf._lists_streaming() and inf.watch_list
+    # Paged by choice, or listing from the watch cache: never streaming.
+    assert not kube.Informer(None, kube.PODS, watch_list=False)._lists_streaming()
+    assert not kube.Informer(None, kube.PODS, list_from_cache=True)._lists_streaming()
