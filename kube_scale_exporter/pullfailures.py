@@ -8,6 +8,11 @@ unpack image ...`; dockershim: `rpc error: code = 2 desc = ...`). The other `Fai
 messages (`Error: ErrImagePull`, `Error: ImagePullBackOff`, container start errors) repeat
 a failure already counted or are not pulls, so they are skipped.
 
+From the 10th distinct message of one reason about one object within 10 minutes, the
+kubelet's event recorder (client-go's tools/record) writes one event whose message is
+COMBINED_PREFIX + the newest message, and raises its count for each later one: the
+parsers read the message behind the prefix.
+
 The cause is one of a fixed set of classes, decided by words in ERROR; docs/imagepull.md
 lists the real messages behind each rule. Before matching, quoted strings and every token
 holding a `/` (URLs, image references, paths) are removed, so a registry or repository
@@ -29,6 +34,8 @@ from kube_scale_exporter.metrics import CounterFamily, Family, GaugeFamily
 REASONS = ("rate_limited", "auth", "not_found", "timeout", "tls", "other")
 # The window of kubescale_image_pull_failing_nodes, as long as the alerts' rate window.
 FAILING_NODES_WINDOW = 600.0
+# What client-go's EventAggregatorByReasonMessageFunc puts before the message (0.34: tools/record/events_cache.go).
+COMBINED_PREFIX = "(combined from similar events): "
 _PULLED_IMAGE = re.compile(r'^Successfully pulled image "([^"]*)"')
 _FAILED = re.compile(r'^Failed to pull image "([^"]*)": (.*)$', re.DOTALL)
 # Runtime errors are a few hundred bytes; past this an event message is not one.
@@ -66,6 +73,11 @@ _RULES = (
 )
 
 
+def uncombined(message: str | None) -> str:
+    """The kubelet's message, without the prefix of the recorder's combined event."""
+    return (message or "").removeprefix(COMBINED_PREFIX)
+
+
 def classify(error: str) -> str:
     """The reason class of a runtime's pull error text (one of REASONS)."""
     # str.split, not a regex: a 1 MB message of one token must cost linear time.
@@ -81,7 +93,7 @@ def parse_failed(message: str) -> tuple[str, str] | None:
     """(registry host, reason class) of a `Failed to pull image` message; None for any
     other message. The host is as the image names it, sanitized; an image reference that
     does not parse gives "invalid"."""
-    match = _FAILED.match(message or "")
+    match = _FAILED.match(uncombined(message))
     if match is None:
         return None
     try:
@@ -117,7 +129,7 @@ class RegistryLabels:
 
 def registry_of_pulled(message: str) -> str | None:
     """The sanitized registry host of a `Successfully pulled image "X" ...` message."""
-    match = _PULLED_IMAGE.match(message or "")
+    match = _PULLED_IMAGE.match(uncombined(message))
     if match is None:
         return None
     try:
@@ -172,7 +184,8 @@ class FailureCounts:
         self._failed(event, event.get("count") or 1)
 
     def on_update(self, old: dict, new: dict) -> None:
-        # The kubelet folds an identical repeat into the same event, raising its count.
+        # The kubelet folds an identical repeat into the same event, raising its count; a
+        # combined event's count rises for each similar one, its message the newest's.
         self._failed(new, (new.get("count") or 1) - (old.get("count") or 1))
 
     def succeeded(self, host: str | None, times: int) -> None:

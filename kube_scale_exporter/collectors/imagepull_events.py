@@ -7,7 +7,10 @@ events with the server-side field selector `reason=Pulled` feeds two histograms;
 cannot be selected by node on the server, and the histograms have no node label.
 Kubelets before 1.28 omit "(B including waiting)": their pulls count in the duration
 histogram only. "Container image ... already present on machine" (also reason Pulled) is
-not a pull and is skipped. Only events created after the collector started count.
+not a pull and is skipped. Only events created after the collector started count. A rise
+of an event's count counts as that many pulls with its message's times: a repeat of the
+same message, or the recorder's combined event (pullfailures.COMBINED_PREFIX), whose
+message is the newest of the pulls it folds in.
 
     # HELP kubescale_image_pull_duration_seconds Image pull time reported by kubelet Pulled events (download only).
     # TYPE kubescale_image_pull_duration_seconds histogram
@@ -60,6 +63,7 @@ from kube_scale_exporter.pullfailures import (
     created_since,
     failure_families,
     registry_of_pulled,
+    uncombined,
 )
 from kube_scale_exporter.registry import Collector, Needs, UsageError
 
@@ -80,7 +84,7 @@ _PULLED = re.compile(
 
 def parse_pulled(message: str) -> tuple[float, float | None] | None:
     """(pull seconds, queue-wait seconds or None) from a Pulled message; None if not a pull."""
-    match = _PULLED.match(message or "")
+    match = _PULLED.match(uncombined(message))
     if match is None:
         return None
     try:
@@ -185,7 +189,8 @@ class PulledEvents:
         self._observe(event, event.get("count") or 1)
 
     def on_update(self, old: dict, new: dict) -> None:
-        # The kubelet folds an identical repeat into the same event, raising its count.
+        # The kubelet folds an identical repeat into the same event, raising its count; a
+        # combined event's count rises for each similar one, its message the newest's.
         self._observe(new, (new.get("count") or 1) - (old.get("count") or 1))
 
     def snapshot(self) -> PulledState:

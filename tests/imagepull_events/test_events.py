@@ -62,6 +62,21 @@ def test_not_go_durations(bad):
         ('Successfully pulled image "nginx" in 812ms', (0.812, None)),  # kubelet < 1.28
         ('Container image "nginx" already present on machine', None),
         ('Pulling image "nginx"', None),
+        # client-go's recorder, from the 10th distinct Pulled message about one pod:
+        (
+            '(combined from similar events): Successfully pulled image "app:7" in 4.2s '
+            "(1m4.2s including waiting). Image size: 52428800 bytes.",
+            (4.2, 60.0),
+        ),
+        # ... the prefix once, at the start, as it writes it; nothing else is stripped.
+        ('(combined from similar events): Container image "nginx" already present', None),
+        (
+            "(combined from similar events): (combined from similar events): "
+            'Successfully pulled image "a" in 1s',
+            None,
+        ),
+        ('(combined from similar events):Successfully pulled image "a" in 1s', None),
+        (' (combined from similar events): Successfully pulled image "a" in 1s', None),
     ],
 )
 def test_pulled_messages(message, parsed):
@@ -109,6 +124,35 @@ def test_golden_exposition():
     assert_golden("imagepull_events", families(events.snapshot()))
 
 
+COMBINED = "(combined from similar events): "
+
+
+@pytest.mark.unit
+def test_a_combined_event_counts_each_rise_of_its_count_with_its_newest_message():
+    failures = FailureCounts(0, RegistryLabels(10))
+    events = PulledEvents(since=0, failures=failures)
+    first = event(COMBINED + 'Successfully pulled image "a:9" in 4s (6s including waiting)')
+    events.on_add(first)
+    second = dict(first, count=2, message=COMBINED + 'Successfully pulled image "a:10" in 10s')
+    events.on_update(first, second)
+    # Up by two: the pull the recorder held back is taken to be like the newest.
+    third = dict(
+        second,
+        count=4,
+        message=COMBINED + 'Successfully pulled image "ghcr.io/b:1" in 30s (31s including waiting)',
+    )
+    events.on_update(second, third)
+    present = dict(third, count=5, message=COMBINED + 'Container image "a:9" already present')
+    events.on_update(third, present)
+    got = families(events.snapshot())
+    assert sample(got, "kubescale_image_pull_duration_seconds_count") == 4
+    assert sample(got, "kubescale_image_pull_duration_seconds_sum") == 4 + 10 + 2 * 30
+    assert sample(got, "kubescale_image_pull_queue_wait_seconds_count") == 3
+    assert sample(got, "kubescale_image_pull_queue_wait_seconds_sum") == 2 + 2 * 1
+    assert sample(got, "kubescale_image_pulls_succeeded_total", registry="docker.io") == 2
+    assert sample(got, "kubescale_image_pulls_succeeded_total", registry="ghcr.io") == 2
+
+
 @pytest.mark.unit
 def test_events_from_before_the_start_do_not_count():
     events = PulledEvents(since=1_800_000_000.0)  # 2027-01-15T08:00:00Z
@@ -135,6 +179,18 @@ def post_event(api, ns, reason, message, count=1, host="node-a"):
         },
     )
     return name
+
+
+def recorder_patch(api, ns, name, count, message):
+    """What client-go's recorder sends for a later similar event: a strategic merge patch
+    of count, lastTimestamp and message (tools/record, eventObserve)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    api.admin.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/events/{name}",
+        {"count": count, "lastTimestamp": now, "message": message},
+        content_type="application/strategic-merge-patch+json",
+    )
 
 
 @pytest.mark.integration

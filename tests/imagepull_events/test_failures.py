@@ -12,11 +12,12 @@ from kube_scale_exporter.pullfailures import (
     classify,
     failure_families,
     parse_failed,
+    registry_of_pulled,
 )
 from testbed.golden import assert_golden
 from testbed.metrics import collect, sample
 
-from .test_events import event, post_event
+from .test_events import COMBINED, event, post_event, recorder_patch
 
 # Real messages, whole as the kubelet wrote them (event `Failed`), with where they come
 # from. "here": produced on this machine by a real containerd (tests/imagepull/
@@ -175,6 +176,29 @@ def test_real_messages_land_in_their_class(message, registry, reason):
 )
 def test_other_failed_messages_are_not_pulls(message):
     assert parse_failed(message) is None
+
+
+@pytest.mark.unit
+def test_a_combined_event_is_read_behind_its_prefix():
+    message = REAL[0][0]
+    assert parse_failed(COMBINED + message) == ("index.docker.io", "rate_limited")
+    assert parse_failed(COMBINED + "Error: ErrImagePull") is None
+    assert parse_failed(COMBINED + COMBINED + message) is None  # the recorder adds it once
+    assert parse_failed("Warning " + COMBINED + message) is None
+    pulled = 'Successfully pulled image "ghcr.io/x/app:9" in 2s (2s including waiting)'
+    assert registry_of_pulled(COMBINED + pulled) == registry_of_pulled(pulled) == "ghcr.io"
+    assert registry_of_pulled(COMBINED + 'Container image "a" already present') is None
+
+    counts = FailureCounts(0, RegistryLabels(10))
+    combined = event(COMBINED + message, name="p.1") | {"source": {"host": "node-1"}}
+    counts.on_add(combined)
+    newest = dict(combined, count=3, message=COMBINED + REAL[-1][0])
+    counts.on_update(combined, newest)
+    counts.on_update(newest, dict(newest, count=4, message=COMBINED + "Error: ErrImagePull"))
+    assert counts.snapshot().failures == {
+        ("index.docker.io", "rate_limited"): 1,
+        ("127.0.0.1_36793", "tls"): 2,
+    }
 
 
 @pytest.mark.unit
@@ -340,3 +364,66 @@ def test_an_event_written_through_events_k8s_io_v1_counts_with_its_node(
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert failures() == (1, 1)
+
+
+@pytest.mark.integration
+def test_combined_events_count_as_the_recorder_writes_them(apiserver, namespace, events_collector):
+    """client-go's recorder, past 9 distinct messages of one reason about one pod within 10
+    minutes: it creates an event of count 1 whose message is the prefix and the newest
+    message, then patches count, lastTimestamp and message on each later one (by more than
+    one when it held some back). Counted: each rise, with the newest message."""
+    time.sleep(1.1)  # creationTimestamp has whole seconds: no earlier test's event counts
+    c = events_collector()
+    collect(c)  # both watches synced
+    pulled = post_event(
+        apiserver,
+        namespace,
+        "Pulled",
+        COMBINED + 'Successfully pulled image "a:9" in 4s (6s including waiting)',
+    )
+    failed = post_event(apiserver, namespace, "Failed", COMBINED + REAL[0][0])
+    for name, count, message in (
+        (pulled, 2, 'Successfully pulled image "a:10" in 10s (10s including waiting)'),
+        (failed, 3, REAL[-1][0]),
+        (pulled, 4, 'Successfully pulled image "ghcr.io/b:1" in 30s (31s including waiting)'),
+        (pulled, 5, 'Container image "a:9" already present on machine'),
+        (failed, 4, "Error: ErrImagePull"),
+    ):
+        recorder_patch(apiserver, namespace, name, count, COMBINED + message)
+    # Plain events after the patches: once they are counted, so is every patch before them.
+    post_event(apiserver, namespace, "Pulled", 'Successfully pulled image "z" in 1s')
+    post_event(apiserver, namespace, "Failed", REAL[8][0])
+
+    def counted():
+        families = collect(c)
+        failures = {
+            (s.labels["registry"], s.labels["reason"]): s.value
+            for f in families
+            for s in f.samples
+            if s.name == "kubescale_image_pull_failures_total"
+        }
+        return families, failures
+
+    deadline = time.monotonic() + 15
+    while True:
+        families, failures = counted()
+        pulls = sample(families, "kubescale_image_pull_duration_seconds_count")
+        if pulls == 5 and ("private_registery.mydomain", "timeout") in failures:
+            break
+        assert time.monotonic() < deadline, (pulls, failures)
+        time.sleep(0.2)
+    assert failures == {
+        ("index.docker.io", "rate_limited"): 1,
+        ("127.0.0.1_36793", "tls"): 2,
+        ("private_registery.mydomain", "timeout"): 1,
+    }
+    assert sample(families, "kubescale_image_pull_duration_seconds_sum") == 4 + 10 + 2 * 30 + 1
+    assert sample(families, "kubescale_image_pull_queue_wait_seconds_count") == 4
+    assert sample(families, "kubescale_image_pull_queue_wait_seconds_sum") == 2 + 0 + 2 * 1
+    succeeded = {
+        s.labels["registry"]: s.value
+        for f in families
+        for s in f.samples
+        if s.name == "kubescale_image_pulls_succeeded_total"
+    }
+    assert succeeded == {"docker.io": 3, "ghcr.io": 2}
