@@ -28,14 +28,7 @@ pytestmark = pytest.mark.integration
 
 # (test file, alert, evaluation time) where vmalert differs from promtool, and why. Nothing
 # else may differ; a difference listed here that goes away fails too.
-KNOWN_DIFFERENCES = {
-    ("clusters_test.yaml", "KubeScaleEtcdReadBandwidthHigh", "30m0s"): (
-        "prod's cluster-mode exporter is rescheduled (no series for two minutes, then a new "
-        "instance): across the gap MetricsQL's rate() of the member's counter reads 75 MB/s at "
-        "minute 22 where Prometheus' extrapolating rate() reads 150 MB/s, so the 15m `for` "
-        "starts again at minute 23 (the alert is firing again at minute 40, on both)"
-    ),
-}
+KNOWN_DIFFERENCES: dict[tuple[str, str, str], str] = {}
 
 
 def _for_vmalert(test: dict, source: pathlib.Path, directory: pathlib.Path) -> pathlib.Path:
