@@ -12,8 +12,10 @@ What it costs, and why a flood cannot starve Prometheus:
 - Reviews of unknown tokens run at most MAX_REVIEWS at once and REVIEWS_PER_SECOND on
   average; past either the request gets 429 at once, without asking the API server. A
   token already cached as allowed is served from the cache whatever the flood; it is
-  reviewed again from half its TTL on, when a review is free, so a busy exporter keeps
-  serving it until it really expires.
+  reviewed again from half its TTL on, when a review is free, on a thread of its own: the
+  scrape that finds it due is answered at once, so an API server that is slow (restarting,
+  overloaded) never delays a scrape whose grant is cached, and a busy or failing one
+  leaves the grant standing until it really expires.
 - One token is reviewed once at a time; other requests with it meanwhile get 429 (none
   waits on a worker thread).
 - This runs before a request takes a --web.max-requests slot (kube_scale_exporter/web/routes.py).
@@ -144,12 +146,21 @@ class KubeRBAC:
                 self._reviews.release()
                 return entry.verdict if entry is not None else BUSY
             self._inflight[key] = None
+        if entry is not None:
+            # A grant past half its TTL: refreshed in the background, served meanwhile.
+            threading.Thread(
+                target=self._review_and_release, args=(key, token), daemon=True
+            ).start()
+            return entry.verdict
+        return self._review_and_release(key, token)
+
+    def _review_and_release(self, key: bytes, token: str) -> str:
+        """Review `token`, remember the verdict unless there was none (a failed refresh
+        leaves a cached grant standing until its expiry), free the token and the slot."""
         try:
             verdict = self._review(token)
             if verdict != UNAVAILABLE:
                 self._remember(key, verdict)
-            elif entry is not None:
-                verdict = entry.verdict  # refresh failed: the cached grant stands until expiry
             return verdict
         finally:
             with self._lock:

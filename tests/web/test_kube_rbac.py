@@ -300,8 +300,8 @@ def test_verdicts_expire_allowed_after_the_ttl_refusals_after_5s():
     rbac.check("Bearer good")
     assert rbac.reviews == 4
     clock.now += 30
-    rbac.check("Bearer good")  # past half its TTL: reviewed again
-    assert rbac.reviews == 5
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED  # past half its TTL: reviewed again
+    assert wait_until(lambda: rbac.reviews == 5 and not rbac._inflight)
     assert all(len(k) == 32 for k in rbac._cache)  # hashes, never the tokens
 
 
@@ -449,6 +449,33 @@ def test_a_grant_past_half_its_ttl_stands_while_reviews_are_busy_or_failing():
     assert rbac.check("Bearer good") == kuberbac.ALLOWED
     clock.now += 40
     client.fail = True
-    assert rbac.check("Bearer good") == kuberbac.ALLOWED  # refresh failed: cached grant
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED  # its refresh fails: cached grant
+    assert wait_until(lambda: rbac.reviews == 2 and not rbac._inflight)
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED  # and again, the grant stands
+    assert wait_until(lambda: rbac.reviews == 3 and not rbac._inflight)
     clock.now += 21
     assert rbac.check("Bearer good") == kuberbac.UNAVAILABLE  # expired: fail closed
+
+
+@pytest.mark.unit
+def test_a_grant_due_for_review_is_served_while_a_slow_api_server_answers():
+    # An API server restarting accepts connections and answers seconds later: the scrape
+    # that finds a cached grant due for its refresh must not wait for that answer (a scrape
+    # timeout is a few seconds), and the next ones neither.
+    client, clock = FakeClient(allowed={"good"}), Clock()
+    rbac = KubeRBAC(client, ttl=60, reviews_per_second=1000, clock=clock)
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED
+    clock.now += 31
+    client.gate = threading.Event()
+    for _ in range(3):
+        start = time.monotonic()
+        assert rbac.check("Bearer good") == kuberbac.ALLOWED
+        assert time.monotonic() - start < 1.0
+    assert wait_until(lambda: client.entered == 3)  # one refresh, held at the gate
+    client.gate.set()
+    assert wait_until(lambda: not rbac._inflight)
+    assert rbac.reviews == 2
+    # The refreshed grant is fresh again: no review until half its TTL has passed anew.
+    clock.now += 29
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED
+    assert rbac.reviews == 2
