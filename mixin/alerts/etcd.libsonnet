@@ -87,12 +87,13 @@ local slow = groups.slow;
           {
             // What a raised NOSPACE looks like where the alarm list is not read (the key-less
             // etcd-node pods): writes refused. Also "too many requests", which refuses writes
-            // as surely. Silent where KubeScaleEtcdAlarmActive already names NOSPACE.
+            // as surely. Silent where KubeScaleEtcdAlarmActive names NOSPACE, and for the
+            // rateInterval after it cleared: the rate still holds the alarm's refusals then.
             alert: 'KubeScaleEtcdWritesRefused',
             expr: |||
               sum by (%(clusterLabel)s, etcd_cluster) (last_over_time(etcd_cluster_member:kubescale_etcd_writes_refused:rate%(rateInterval)s[%(gapTolerance)s])) > %(etcdWritesRefusedPerSecond)g
               unless on (%(clusterLabel)s, etcd_cluster)
-              etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max{alarm="NOSPACE"} > 0
+              max_over_time(etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max{alarm="NOSPACE"}[%(rateInterval)s]) > 0
             ||| % c,
             'for': c.etcdWritesRefusedFor,
             labels: { severity: c.criticalSeverity },
