@@ -11,8 +11,10 @@ throttling proxy, and keeps N layer downloads in progress (`ctr content fetch`) 
 imagepull collector has live ingests to report; with 0 the imagepull collector is off. A
 scrape counts as failed when it is not HTTP 200 or when any collector reports
 kubescale_scrape_collector_success 0. It prints scrapes, failures, p50/p99 latency, CPU seconds per scrape and RSS at
-start, after 10,000 scrapes and at the end; with `--peer node_exporter` it runs Debian's
-node_exporter (arp collector, inside the namespace) under the same load for comparison.
+start, after 10,000 scrapes and at the end; with `--peer node_exporter` it runs
+node_exporter (testbed/node_exporter.py: `--node-exporter`, $NODE_EXPORTER_BIN or Debian
+sid's, the current release; its arp collector alone, inside the namespace) under the same
+load for comparison, and names the version that ran.
 Results go to bench/results/load.md as well as stdout.
 """
 
@@ -29,6 +31,7 @@ import threading
 import time
 from pathlib import Path
 
+from testbed import node_exporter
 from testbed.exporter import exporter_argv
 from testbed.netns import NetNS, neighbor_adds
 from testbed.ports import free_port
@@ -144,18 +147,9 @@ class ActivePulls:
             thing.stop()
 
 
-def node_exporter_argv(port: int) -> list[str]:
-    return [
-        "prometheus-node-exporter",
-        "--collector.disable-defaults",
-        "--collector.arp",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-
-
 def measure(name: str, argv: list[str], port: int, args, ns: NetNS, workdir: str) -> dict:
     """Run the server inside the namespace and load it from there (node_exporter's arp
-    collector reads /proc/net/arp, which is per namespace)."""
+    collector counts the entries of its own namespace)."""
     # `ip netns exec` execs the command in place, so the PID is the server's.
     proc = Proc(["ip", "netns", "exec", ns.name, *argv], os.path.join(workdir, f"{name}.log"))
     try:
@@ -197,8 +191,13 @@ def main() -> int:
         help="layer downloads kept in progress in a real containerd (0: imagepull off)",
     )
     parser.add_argument("--peer", choices=["none", "node_exporter"], default="node_exporter")
+    parser.add_argument("--node-exporter", help="the peer's binary (default: see testbed)")
     parser.add_argument("extra", nargs="*", help="flags passed to the exporter (after --)")
     args = parser.parse_args()
+    peer_bin = peer_version = None
+    if args.peer == "node_exporter":
+        peer_bin = node_exporter.binary(args.node_exporter)
+        peer_version = node_exporter.version(peer_bin)
 
     rows = []
     pulls = None
@@ -222,11 +221,10 @@ def main() -> int:
                 pulls = None
             if args.peer == "node_exporter":
                 port = free_port()
-                rows.append(
-                    measure(
-                        "node_exporter (arp)", node_exporter_argv(port), port, args, ns, workdir
-                    )
+                argv = node_exporter.argv(
+                    peer_bin, port, ["--collector.disable-defaults", "--collector.arp"]
                 )
+                rows.append(measure("node_exporter (arp)", argv, port, args, ns, workdir))
     finally:
         if pulls:
             pulls.stop()
@@ -242,7 +240,10 @@ def main() -> int:
         f"# Load: {args.concurrency} concurrent scrapers for {args.duration:.0f} s, "
         f"{args.neighbors} neighbor entries{pulls_text}\n\n"
         f"Exporter flags: `{' '.join(extra)}`; machine: {os.cpu_count()} cores, "
-        f"shared, load average {os.getloadavg()[0]:.1f} at the end.\n\n" + table(rows)
+        f"shared, load average {os.getloadavg()[0]:.1f} at the end."
+        + (f" Peer: `{peer_version}` ({peer_bin})." if peer_version else "")
+        + "\n\n"
+        + table(rows)
     )
     if len(rows) == 2 and rows[1]["scrapes"]:
         peer = rows[1]
