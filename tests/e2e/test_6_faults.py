@@ -59,15 +59,20 @@ class AlertWatch:
         self.prom = prom
         self.recovered_in = float("inf")  # set by recovered_after
         self.looks: list[set[str]] = []
+        self.first_seen: dict[str, dict] = {}  # alert name -> its labels when first seen
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.is_set():
             try:
-                self.looks.append({a["labels"]["alertname"] for a in self.prom.firing(None)})
+                firing = self.prom.firing(None)
             except requests.RequestException:
                 pass  # Prometheus itself is not under test here
+            else:
+                for alert in firing:
+                    self.first_seen.setdefault(alert["labels"]["alertname"], alert["labels"])
+                self.looks.append({a["labels"]["alertname"] for a in firing})
             self._stop.wait(1.0)
 
     def __enter__(self):
@@ -91,7 +96,7 @@ class AlertWatch:
             assert self.recovered_in < production_for(alert), (alert, self.recovered_in)
             TIMINGS.setdefault("fault_outage_alerts_at_short_for", []).append(alert)
         new -= MACHINE_LATENCY | OUTAGE
-        assert not new, f"alerts fired by the fault: {sorted(new)}"
+        assert not new, f"alerts fired by the fault: {[self.first_seen[a] for a in sorted(new)]}"
 
 
 @pytest.fixture(scope="module")
