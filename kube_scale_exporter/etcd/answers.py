@@ -14,6 +14,12 @@ from kube_scale_exporter.labels import sanitize
 MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, binascii.Error)
 MAX_UINT64 = (1 << 64) - 1
 
+# The etcd versions the tests run (testbed/etcd_server.py VERSIONS, by minor) and the
+# storage versions those write: 3.6 keeps data it has not migrated at "3.5.0" (while the
+# cluster version is 3.5: a member still on 3.5, or a downgrade enabled), then "3.6.0".
+KNOWN_VERSIONS = ("3.4", "3.5", "3.6")
+KNOWN_STORAGE_VERSIONS = ("3.5.0", "3.6.0")
+
 
 @dataclass(frozen=True)
 class Status:
@@ -27,6 +33,8 @@ class Status:
     db_size_quota: int  # 0 when etcd does not send it (before 3.6)
     raft_term: int | None  # None when read from /metrics, which has no term
     raft_applied_index: int
+    # The version of the member's data (etcd 3.6+); None before 3.6, and from /metrics.
+    storage_version: str | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -77,6 +85,24 @@ def mapping(value) -> dict:
     if not isinstance(value, dict):
         raise TypeError(f"expected an object, got {value!r:.40}")
     return value
+
+
+def status(doc: dict) -> Status:
+    """Maintenance.Status as the gateway answers it (etcd 3.4-3.6): fields holding zero are
+    left out (no dbSizeQuota before 3.6, no leader while there is none)."""
+    header = mapping(doc.get("header", {}))
+    storage = doc.get("storageVersion")
+    return Status(
+        member_id=member_id(header.get("member_id", "0")),
+        leader_id=member_id(doc.get("leader", "0")),
+        version=text(doc.get("version", "")),
+        db_size=uint(doc.get("dbSize", 0)),
+        db_size_in_use=uint(doc.get("dbSizeInUse", 0)),
+        db_size_quota=uint(doc.get("dbSizeQuota", 0)),
+        raft_term=uint(doc.get("raftTerm", 0)),
+        raft_applied_index=uint(doc.get("raftAppliedIndex", 0)),
+        storage_version=None if storage is None else text(storage, 40),
+    )
 
 
 def encode_key(key: bytes) -> str:

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kube_scale_exporter.etcd import answers
 from kube_scale_exporter.etcd.answers import (
     MALFORMED,
     Alarm,
@@ -144,20 +145,7 @@ class EtcdClient:
             ) from None
 
     def status(self) -> Status:
-        def decode(doc):
-            header = mapping(doc.get("header", {}))
-            return Status(
-                member_id=member_id(header.get("member_id", "0")),
-                leader_id=member_id(doc.get("leader", "0")),
-                version=text(doc.get("version", "")),
-                db_size=uint(doc.get("dbSize", 0)),
-                db_size_in_use=uint(doc.get("dbSizeInUse", 0)),
-                db_size_quota=uint(doc.get("dbSizeQuota", 0)),
-                raft_term=uint(doc.get("raftTerm", 0)),
-                raft_applied_index=uint(doc.get("raftAppliedIndex", 0)),
-            )
-
-        return self._read("/v3/maintenance/status", {}, decode)
+        return self._read("/v3/maintenance/status", {}, answers.status)
 
     def members(self) -> list[Member]:
         def decode(doc):

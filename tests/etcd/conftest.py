@@ -22,6 +22,12 @@ def quota_source(version: str) -> str:
     return "status" if version.startswith("3.6") else "metrics"
 
 
+def storage_version(version: str) -> str | None:
+    """Status' storageVersion of a member alone on its fresh data: etcd 3.6 sends it (its
+    data migrated to its own version), 3.4 and 3.5 do not."""
+    return "3.6.0" if version.startswith("3.6") else None
+
+
 @pytest.fixture
 def etcd_factory(tmp_path):
     """start(version=..., name=..., **EtcdServer options) -> a running member, stopped after."""

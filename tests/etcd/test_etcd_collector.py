@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.etcd.conftest import quota_source, samples, value
+from tests.etcd.conftest import quota_source, samples, storage_version, value
 from testbed.etcd_server import etcd_metric, etcdctl_binary, put_many
 from testbed.metrics import collect
 from kube_scale_exporter.etcd.cluster import client_url
@@ -45,6 +45,23 @@ def test_sizes_and_quota_match_etcds_own_metrics(etcd_factory, collector_factory
     assert value(found, "kubescale_etcd_raft_applied_index", **member) >= 3000 / 128
     assert value(found, "kubescale_etcd_alarm_active", alarm="NOSPACE", **member) == 0
     assert value(found, "kubescale_etcd_up", etcd_cluster="main") == 1
+    # Its version as its /metrics tells it, its data's storage version (3.6 moved it to
+    # 3.6.0 as soon as the cluster version was set, long before the writes above ended),
+    # and nothing in `check` about either.
+    state = collector.observe()
+    status = state.clusters[0].members[0].status
+    assert status.version == server_version(session, etcd.client_url)
+    assert status.version.startswith(version)
+    assert status.storage_version == storage_version(version)
+    assert not [f for f in collector.advise(state) if "version" in f.summary]
+
+
+def server_version(session, url) -> str:
+    """etcd_server_version's label on the member's /metrics page."""
+    for line in session.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("etcd_server_version{"):
+            return line.split('"')[1]
+    raise KeyError("etcd_server_version")
 
 
 def settle(session, url):

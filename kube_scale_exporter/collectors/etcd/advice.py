@@ -1,8 +1,14 @@
-"""What `kube-scale-exporter check` says about etcd: quota, alarms, fragmentation, events."""
+"""What `kube-scale-exporter check` says about etcd: quota, alarms, fragmentation, events,
+versions."""
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
+
 from kube_scale_exporter.collectors.etcd.state import EtcdState
+from kube_scale_exporter.etcd.answers import KNOWN_STORAGE_VERSIONS, KNOWN_VERSIONS
+from kube_scale_exporter.etcd.cluster import MemberState
 from kube_scale_exporter.etcd.page import Histogram
 from kube_scale_exporter.etcd.client import TLSFiles
 from kube_scale_exporter.registry import Finding
@@ -76,12 +82,85 @@ REFUSED_ADVICE = (
 )
 
 
+MIXED_ADVICE = (
+    "A rolling upgrade or downgrade was left part way: until every member runs the same "
+    "version the cluster runs as its oldest member ({oldest}), the newer version's features "
+    "stay off, and an etcd 3.6 member keeps its data at storage version 3.5.0. Replace the "
+    "rest one at a time, each once the one before is healthy (etcdctl endpoint health "
+    "--cluster)."
+)
+STORAGE_ADVICE = (
+    "A member moves its data to the cluster version within seconds of that changing. It "
+    "stays behind while a downgrade is enabled (etcdctl downgrade enable; etcdctl endpoint "
+    "status -w json shows downgradeInfo): then the member can run the older etcd next, "
+    "and etcdctl downgrade cancel ends it. Otherwise, if this stays, the member's log "
+    'says why ("failed to update storage version").'
+)
+UNKNOWN_ADVICE = (
+    f"Tested on etcd {', '.join(KNOWN_VERSIONS)} (storage versions "
+    f"{', '.join(KNOWN_STORAGE_VERSIONS)}): the exporter reads the Status fields and "
+    "/metrics samples those send. A newer kube-scale-exporter may know this one."
+)
+
+
+def _minor(version: str) -> str | None:
+    """The minor version, "3.6", of "3.6.16" or "3.6.0-rc.1"; None for any other text."""
+    match = re.match(r"(\d+)\.(\d+)\.\d+", version)
+    return f"{match[1]}.{match[2]}" if match else None
+
+
+def _shown(text: str) -> str:
+    """What a member sent, as `check` prints it: short, and no control characters."""
+    return re.sub(r"[^0-9A-Za-z.+_-]", "?", text[:40]) or "(none)"
+
+
+def _on(by: dict[str, list[str]]) -> str:
+    return "; ".join(f"{what} on {', '.join(names)}" for what, names in sorted(by.items()))
+
+
+def _versions(cluster: str, answering: list[MemberState]) -> list[Finding]:
+    """Members at different etcd versions (an upgrade part way), data not at its member's
+    storage version, and storage versions this exporter does not know."""
+    out = []
+    where = f"etcd {cluster}"
+    versions, unknown, storage = (defaultdict(list) for _ in range(3))
+    for m in answering:
+        s = m.status
+        versions[_shown(s.version)].append(m.name)
+        minor = _minor(s.version)
+        if s.storage_version is not None and s.storage_version not in KNOWN_STORAGE_VERSIONS:
+            unknown[f"storage version {_shown(s.storage_version)}"].append(m.name)
+        elif s.storage_version and minor in KNOWN_VERSIONS and _minor(s.storage_version) != minor:
+            storage[
+                f"etcd {_shown(s.version)} with its data at storage version {s.storage_version}"
+            ].append(m.name)
+    minors = sorted(
+        {v for v in map(_minor, versions) if v}, key=lambda v: tuple(map(int, v.split(".")))
+    )
+    if len(minors) > 1:
+        out.append(
+            Finding(
+                "warning",
+                f"{where}: members run different etcd versions: {_on(versions)}",
+                MIXED_ADVICE.format(oldest=minors[0]),
+            )
+        )
+    elif storage:
+        out.append(Finding("warning", f"{where}: {_on(storage)}", STORAGE_ADVICE))
+    if unknown:
+        out.append(
+            Finding("info", f"{where}: not known to this exporter: {_on(unknown)}", UNKNOWN_ADVICE)
+        )
+    return out
+
+
 def _mib(n: float) -> str:
     return f"{n / 1024**2:,.0f} MiB"
 
 
 def advise(state: EtcdState) -> list[Finding]:
-    """What `check` tells a person: quota, alarms, fragmentation, events in the main etcd.
+    """What `check` tells a person: quota, alarms, fragmentation, events in the main etcd,
+    versions.
 
     Commands name the member URLs and TLS files the exporter uses, so they run as printed.
     """
@@ -169,6 +248,7 @@ def advise(state: EtcdState) -> list[Finding]:
                         f"{etcdctl(None if metrics_only else m.url, tls)} defrag",
                     )
                 )
+        out.extend(_versions(cluster.name, answering))
         counts = state.keys.get(cluster.name, ({}, 0))[0]
         events = counts.get("events", 0)
         others = sum(v for k, v in counts.items() if k != "events")
