@@ -3,7 +3,8 @@
 count and a first-key read, with HTTP 200 and with 500.
 
 Documented error: EtcdError. Invariants: integers fit uint64, member ids are decimal,
-texts are bounded, and a first key lies within the range asked.
+texts are bounded, new Status field names few and printable, and a first key lies
+within the range asked.
 """
 
 from __future__ import annotations
@@ -80,7 +81,12 @@ def _valid(got) -> None:
         _id(got.member_id)
         _id(got.leader_id)
         for name, value in dataclasses.asdict(got).items():  # a Status: sizes, term, index
-            if name not in ("member_id", "leader_id", "version", "storage_version"):
+            if name not in ("member_id", "leader_id", "version", "storage_version", "new_fields"):
                 _uint(value)
         if len(got.version) > 256 or len(got.storage_version or "") > 40:
             raise InvariantBroken("version text unbounded")
+        names = got.new_fields
+        if len(names) > 5 or not all(
+            len(n) <= 40 and n.isascii() and n.isprintable() for n in names
+        ):
+            raise InvariantBroken(f"new fields {names!r:.100}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass
 
 from kube_scale_exporter.labels import sanitize
@@ -14,6 +15,29 @@ from kube_scale_exporter.labels import sanitize
 MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, binascii.Error)
 MAX_UINT64 = (1 << 64) - 1
 
+# Maintenance.Status' fields up to etcd 3.6 (rpc.proto's StatusResponse). `check` names
+# any other: the member is newer than this exporter, which reads the fields it knows.
+STATUS_FIELDS = frozenset(
+    {
+        "header",
+        "version",
+        "dbSize",
+        "leader",
+        "raftIndex",
+        "raftTerm",
+        "raftAppliedIndex",
+        "errors",
+        "dbSizeInUse",
+        "isLearner",
+        "storageVersion",
+        "dbSizeQuota",
+        "downgradeInfo",
+    }
+)
+# At most this many new field names are kept, each cut to NAME_CHARS: the answer is
+# bounded (STATUS_BYTES) but its field names are whatever the peer sent.
+MAX_NEW_FIELDS, NAME_CHARS = 5, 40
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_]")
 # The etcd versions the tests run (testbed/etcd_server.py VERSIONS, by minor) and the
 # storage versions those write: 3.6 keeps data it has not migrated at "3.5.0" (while the
 # cluster version is 3.5: a member still on 3.5, or a downgrade enabled), then "3.6.0".
@@ -35,6 +59,7 @@ class Status:
     raft_applied_index: int
     # The version of the member's data (etcd 3.6+); None before 3.6, and from /metrics.
     storage_version: str | None = None
+    new_fields: tuple[str, ...] = ()  # fields not in STATUS_FIELDS, for `check`
 
     @property
     def is_leader(self) -> bool:
@@ -70,6 +95,14 @@ def uint(value) -> int:
     return n
 
 
+def required(doc: dict, key: str):
+    """A field every etcd member sends (never zero, so never left out by the gateway):
+    without it the answer is not a member's, and reading on would report zeros."""
+    if key not in doc:
+        raise ValueError(f"no {key}, which every etcd member sends")
+    return doc[key]
+
+
 def member_id(value) -> str:
     """Member ids as the gateway sends them: decimal strings."""
     return str(uint(value))
@@ -90,18 +123,22 @@ def mapping(value) -> dict:
 def status(doc: dict) -> Status:
     """Maintenance.Status as the gateway answers it (etcd 3.4-3.6): fields holding zero are
     left out (no dbSizeQuota before 3.6, no leader while there is none)."""
-    header = mapping(doc.get("header", {}))
     storage = doc.get("storageVersion")
     return Status(
-        member_id=member_id(header.get("member_id", "0")),
+        member_id=member_id(required(mapping(required(doc, "header")), "member_id")),
         leader_id=member_id(doc.get("leader", "0")),
         version=text(doc.get("version", "")),
-        db_size=uint(doc.get("dbSize", 0)),
-        db_size_in_use=uint(doc.get("dbSizeInUse", 0)),
+        db_size=uint(required(doc, "dbSize")),
+        # Without it every byte would count as free pages, worth a defragment.
+        db_size_in_use=uint(required(doc, "dbSizeInUse")),
         db_size_quota=uint(doc.get("dbSizeQuota", 0)),
         raft_term=uint(doc.get("raftTerm", 0)),
         raft_applied_index=uint(doc.get("raftAppliedIndex", 0)),
-        storage_version=None if storage is None else text(storage, 40),
+        storage_version=None if storage is None else text(storage, NAME_CHARS),
+        new_fields=tuple(
+            _UNSAFE_NAME.sub("?", k[:NAME_CHARS])
+            for k in sorted(k for k in doc if k not in STATUS_FIELDS)[:MAX_NEW_FIELDS]
+        ),
     )
 
 

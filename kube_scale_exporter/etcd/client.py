@@ -3,7 +3,8 @@
 etcd 3.4 and later serve the gateway on every client URL, with the same TLS as gRPC.
 Keys and values travel base64-encoded, int64 fields come back as decimal strings, and
 fields holding their zero value are left out of the JSON, so every read below defaults
-to zero. Why not a gRPC client: see docs/etcd.md, "Design notes".
+to zero but those a member never sends as zero (answers.required). Why not a gRPC
+client: see docs/etcd.md, "Design notes".
 """
 
 from __future__ import annotations

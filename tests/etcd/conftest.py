@@ -1,6 +1,8 @@
 """Fixtures for the etcd collector tests: real etcd members, collectors built from flags."""
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +11,21 @@ from kube_scale_exporter.scrape import Scraper
 from kube_scale_exporter.web.exposition import encode_text
 from testbed.etcd_server import VERSIONS, EtcdServer, start_cluster
 from testbed.metrics import collect
+
+
+# What real etcd members sent (python -m fuzz.capture etcd): status-3.4, -3.5.30, -3.6.
+SENT = Path(__file__).resolve().parents[2] / "fuzz" / "corpus" / "etcd_json"
+
+
+def sent_status(etcd: str, /, **changes) -> dict:
+    """The Status document etcd `etcd` sent, with fields changed (None: left out)."""
+    doc = json.loads((SENT / f"status-{etcd}").read_text())
+    for key, value in changes.items():
+        if value is None:
+            doc.pop(key, None)
+        else:
+            doc[key] = value
+    return doc
 
 
 @pytest.fixture(params=VERSIONS)

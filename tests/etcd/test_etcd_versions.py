@@ -1,32 +1,17 @@
 """etcd versions and storage versions: what Status tells of each, and what `check` says of
 a cluster part way through an upgrade or a downgrade, on real etcd 3.5.30 and 3.6."""
 
-import json
-from pathlib import Path
-
 import pytest
 
 from kube_scale_exporter.collectors.etcd.advice import advise
 from kube_scale_exporter.collectors.etcd.state import EtcdState
 from kube_scale_exporter.etcd import answers
 from kube_scale_exporter.etcd.cluster import ClusterState, MemberState
+from tests.etcd.conftest import sent_status as sent
 from testbed import etcd_server
 from testbed.metrics import wait_until
 
-# What real etcd members sent (python -m fuzz.capture etcd): status-3.4, -3.5.30, -3.6.
-SENT = Path(__file__).resolve().parents[2] / "fuzz" / "corpus" / "etcd_json"
 GiB = 1 << 30
-
-
-def sent(version: str, **changes) -> dict:
-    """The Status document etcd `version` sent, with fields changed (None: left out)."""
-    doc = json.loads((SENT / f"status-{version}").read_text())
-    for key, value in changes.items():
-        if value is None:
-            doc.pop(key, None)
-        else:
-            doc[key] = value
-    return doc
 
 
 def cluster(**docs) -> EtcdState:
@@ -52,7 +37,7 @@ def about_versions(state: EtcdState) -> set[tuple[str, str]]:
 def test_each_versions_status_as_etcd_sent_it(version, storage, quota):
     status = answers.status(sent(version))
     assert status.version.startswith(version)
-    assert (status.storage_version, status.db_size_quota) == (storage, quota)
+    assert (status.storage_version, status.db_size_quota, status.new_fields) == (storage, quota, ())
     assert about_versions(cluster(m0=sent(version), m1=sent(version))) == set()
 
 
@@ -89,7 +74,23 @@ def test_data_left_at_an_older_storage_version_is_named():
 def test_a_storage_version_the_exporter_does_not_know_is_named():
     state = cluster(m0=sent("3.6", storageVersion="3.7.0"), m1=sent("3.6"))
     assert about_versions(state) == {
-        ("info", "etcd main: not known to this exporter: storage version 3.7.0 on m0")
+        ("info", "etcd main: a version this exporter does not know: storage version 3.7.0 on m0")
+    }
+
+
+@pytest.mark.unit
+def test_an_etcd_version_the_exporter_does_not_know_is_named():
+    state = cluster(m0=sent("3.6", version="3.7.0"), m1=sent("3.6", version="3.7.0"))
+    assert about_versions(state) == {
+        ("info", "etcd main: a version this exporter does not know: etcd 3.7.0 on m0, m1")
+    }
+    assert about_versions(cluster(m0=sent("3.6", version=None))) == {
+        ("info", "etcd main: a version this exporter does not know: no etcd version on m0")
+    }
+    # Text that is no etcd version: shown with what a version has no use for (here a
+    # terminal escape) as ?.
+    assert about_versions(cluster(m0=sent("3.6", version="\x1b[2Jv3.6"))) == {
+        ("info", "etcd main: a version this exporter does not know: etcd ??2Jv3.6 on m0")
     }
 
 

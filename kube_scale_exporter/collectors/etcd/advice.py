@@ -120,20 +120,24 @@ def _on(by: dict[str, list[str]]) -> str:
 
 def _versions(cluster: str, answering: list[MemberState]) -> list[Finding]:
     """Members at different etcd versions (an upgrade part way), data not at its member's
-    storage version, and storage versions this exporter does not know."""
+    storage version, and versions or Status fields this exporter does not know."""
     out = []
     where = f"etcd {cluster}"
-    versions, unknown, storage = (defaultdict(list) for _ in range(3))
+    versions, unknown, storage, new = (defaultdict(list) for _ in range(4))
     for m in answering:
         s = m.status
         versions[_shown(s.version)].append(m.name)
         minor = _minor(s.version)
+        if minor not in KNOWN_VERSIONS:
+            unknown[f"etcd {_shown(s.version)}" if s.version else "no etcd version"].append(m.name)
         if s.storage_version is not None and s.storage_version not in KNOWN_STORAGE_VERSIONS:
             unknown[f"storage version {_shown(s.storage_version)}"].append(m.name)
         elif s.storage_version and minor in KNOWN_VERSIONS and _minor(s.storage_version) != minor:
             storage[
                 f"etcd {_shown(s.version)} with its data at storage version {s.storage_version}"
             ].append(m.name)
+        if s.new_fields:
+            new[", ".join(s.new_fields)].append(m.name)
     minors = sorted(
         {v for v in map(_minor, versions) if v}, key=lambda v: tuple(map(int, v.split(".")))
     )
@@ -149,7 +153,19 @@ def _versions(cluster: str, answering: list[MemberState]) -> list[Finding]:
         out.append(Finding("warning", f"{where}: {_on(storage)}", STORAGE_ADVICE))
     if unknown:
         out.append(
-            Finding("info", f"{where}: not known to this exporter: {_on(unknown)}", UNKNOWN_ADVICE)
+            Finding(
+                "info",
+                f"{where}: a version this exporter does not know: {_on(unknown)}",
+                UNKNOWN_ADVICE,
+            )
+        )
+    if new:
+        out.append(
+            Finding(
+                "info",
+                f"{where}: Status fields this exporter does not read: {_on(new)}",
+                "etcd sends fields newer than this exporter knows; it reads those it knows.",
+            )
         )
     return out
 

@@ -1,0 +1,170 @@
+"""A Status the exporter does not know: a new field, a field left out, a version it was
+not tested on. Decoded from what real members sent; then a real etcd 3.6 answers behind
+testbed/faultproxy.py, which replaces its Status with that same answer changed: what the
+collector reports (its success series, its member series) and what `check` says, never a
+crash."""
+
+import json
+import time
+
+import pytest
+
+from kube_scale_exporter.cli import main
+from kube_scale_exporter.etcd import answers
+from kube_scale_exporter.scrape import Scraper
+from kube_scale_exporter.web.exposition import encode_text
+from tests.etcd.conftest import samples, sent_status, success_of, value
+from testbed.faultproxy import FaultProxy
+
+MEMBER = {"etcd_cluster": "main", "member": "default"}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("version", ["3.4", "3.5.30", "3.6"])
+@pytest.mark.parametrize("field", ["dbSize", "dbSizeInUse", "header"])
+def test_a_field_every_member_sends_is_required(version, field):
+    with pytest.raises(ValueError, match=f"no {field}, which every etcd member sends"):
+        answers.status(sent_status(version, **{field: None}))
+    with pytest.raises(ValueError, match="no member_id"):
+        answers.status(sent_status(version, header={"cluster_id": "1", "revision": "3"}))
+
+
+@pytest.mark.unit
+def test_fields_left_out_as_zero_are_read_as_zero():
+    """The gateway leaves out fields holding zero: no leader during an election, no
+    dbSizeQuota before 3.6."""
+    status = answers.status(sent_status("3.6", leader=None, dbSizeQuota=None))
+    assert (status.leader_id, status.is_leader, status.db_size_quota) == ("0", False, 0)
+
+
+@pytest.mark.unit
+def test_new_fields_are_named_few_short_and_printable():
+    new = {f"field{i}": "1" for i in range(7)} | {"x\ny" + "z" * 60: {"a": 1}}
+    status = answers.status(sent_status("3.6", **new))
+    assert status.new_fields == ("field0", "field1", "field2", "field3", "field4")
+    status = answers.status(sent_status("3.4", **{"x\ny" + "z" * 60: {"a": 1}}))
+    assert status.new_fields == ("x?y" + "z" * 37,)
+    assert status.db_size == int(sent_status("3.4")["dbSize"])  # the rest read as before
+
+
+@pytest.fixture
+def proxied(etcd_factory):
+    """(etcd 3.6, a proxy in front of it, the Status it sends)."""
+    etcd = etcd_factory(version="3.6")
+    proxy = FaultProxy(upstream=etcd.client_url).start()
+    real = etcd.session().post(etcd.client_url + "/v3/maintenance/status", json={}, timeout=10)
+    yield etcd, proxy, real.json()
+    proxy.stop()
+
+
+@pytest.fixture
+def scrape():
+    """scrape(collector) -> (exposition text, samples) of one scrape, as /metrics serves it."""
+    scrapers = []
+
+    def one(collector):
+        scrapers.append(Scraper([collector]))
+        families = scrapers[-1].scrape(5.0).families
+        return encode_text(families).decode(), samples(families)
+
+    yield one
+    for scraper in scrapers:
+        scraper.close()
+
+
+def answer_status(proxy, doc: dict, **changes) -> dict:
+    """The proxy answers every Status with `doc` changed (None: the field left out)."""
+    changed = {k: v for k, v in {**doc, **changes}.items() if v is not None}
+    proxy.inject(
+        r"^/v3/maintenance/status",
+        status=200,
+        headers={"Content-Type": "application/json"},
+        body=json.dumps(changed).encode(),
+    )
+    return changed
+
+
+def local(proxy) -> list[str]:
+    """The flags of a pod beside its member, reading Status: every request goes to the one
+    URL given (no discovery), so through the proxy."""
+    return ["--etcd.local", f"main={proxy.url}", "--etcd.local-access=full"]
+
+
+def check(proxy, capsys) -> tuple[int, str]:
+    """`kube-scale-exporter check` on the cluster behind the proxy: (exit status, output)."""
+    status = main(["check", "--mode", "node", "--collector.disable-defaults", *local(proxy)])
+    return status, capsys.readouterr().out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "changes,said",
+    [
+        # A field a newer etcd may add: read as before, and named.
+        (
+            {"compactRevision": "12"},
+            "etcd main: Status fields this exporter does not read: compactRevision on default",
+        ),
+        # A version it was not tested on, or none at all.
+        (
+            {"version": "3.7.0"},
+            "etcd main: a version this exporter does not know: etcd 3.7.0 on default",
+        ),
+        (
+            {"version": None},
+            "etcd main: a version this exporter does not know: no etcd version on default",
+        ),
+    ],
+)
+def test_what_it_does_not_know_is_named_and_the_rest_reported(
+    proxied, collector_factory, scrape, capsys, changes, said
+):
+    etcd, proxy, real = proxied
+    answer_status(proxy, real, **changes)
+    text, found = scrape(collector_factory(*local(proxy), mode="node"))
+    assert success_of(text, "etcd") == 1
+    assert value(found, "kubescale_etcd_member_up", **MEMBER) == 1
+    assert value(found, "kubescale_etcd_db_size_bytes", **MEMBER) == int(real["dbSize"])
+    assert value(found, "kubescale_etcd_quota_info", source="status", **MEMBER) == 1
+    status, out = check(proxy, capsys)
+    assert said in out and status == 0, out  # an info line: nothing to change
+
+
+@pytest.mark.integration
+def test_a_status_without_dbsizequota_takes_the_quota_from_metrics(
+    proxied, collector_factory, scrape, capsys
+):
+    """As 3.4 and 3.5 answer: the quota comes from the member's /metrics, and says so."""
+    etcd, proxy, real = proxied
+    answer_status(proxy, real, dbSizeQuota=None)
+    text, found = scrape(collector_factory(*local(proxy), mode="node"))
+    assert success_of(text, "etcd") == 1
+    assert value(found, "kubescale_etcd_quota_info", source="metrics", **MEMBER) == 1
+    assert value(found, "kubescale_etcd_quota_bytes", **MEMBER) == int(real["dbSizeQuota"])
+    status, out = check(proxy, capsys)
+    assert status == 0 and "nothing to report" in out, out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("field", ["dbSize", "dbSizeInUse", "header"])
+def test_a_status_without_a_field_every_member_sends_is_no_answer(
+    proxied, collector_factory, scrape, capsys, field
+):
+    """Every etcd since 3.4 sends these (never zero, so the gateway never leaves them out):
+    without one the answer is not a member's. Read as zero, dbSizeInUse would make the
+    whole database free pages and advise a defragment."""
+    etcd, proxy, real = proxied
+    answer_status(proxy, real, **{field: None})
+    collector = collector_factory(*local(proxy), "--etcd.min-interval", "0.1", mode="node")
+    text, found = scrape(collector)
+    # Its only member, so no cluster answered: the collector failed, with no series.
+    assert success_of(text, "etcd") == 0
+    assert not [name for name, _ in found if name.startswith("kubescale_etcd_")]
+    status, out = check(proxy, capsys)
+    assert status == 1 and "FAILED" in out and f"no {field}, which every etcd member sends" in out
+    # Whole answers again: the same collector reports, past --etcd.min-interval.
+    proxy.clear()
+    time.sleep(0.15)
+    text, found = scrape(collector)
+    assert success_of(text, "etcd") == 1
+    assert value(found, "kubescale_etcd_member_up", **MEMBER) == 1
