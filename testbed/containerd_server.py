@@ -27,6 +27,12 @@ VERSIONS = {
     "1.7": os.environ.get("CONTAINERD17_DIR", f"{_CACHE}/containerd-trixie") + "/root/usr/bin",
     "2.1": os.environ.get("CONTAINERD2_DIR", f"{_CACHE}/containerd-sid") + "/root/usr/bin",
 }
+# The .ci/setup.d step that puts each there.
+SETUP_STEPS = {
+    "1.6": "50-imagepull.sh",
+    "1.7": "52-containerd-trixie.sh",
+    "2.1": "51-containerd-sid.sh",
+}
 DEFAULT_STATE = "/run/containerd"
 DISABLED_CRI = (
     '"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"'
@@ -56,6 +62,14 @@ def require(binary: str) -> str:
     if not os.path.exists(binary):
         raise FileNotFoundError(f"{binary} is missing (.ci/setup.d/50-imagepull.sh installs it)")
     return binary
+
+
+def binary(version: str) -> str:
+    """The containerd of `version` (a key of VERSIONS); missing, the error names its step."""
+    path = os.path.join(VERSIONS[version], "containerd")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} is missing (.ci/setup.d/{SETUP_STEPS[version]})")
+    return path
 
 
 class ContainerdServer:

@@ -9,12 +9,40 @@ given. `start` returns once /-/ready answers, i.e. the TSDB is loaded.
 """
 
 import json
+import os
+import shutil
 import time
 
 import requests
 
 from .ports import free_port
 from .procs import Proc, wait_for_port
+
+# The Prometheus releases the tests run (the rules, the live mixin test): Debian's
+# (bookworm, on PATH) and the current upstream one users run, Debian sid's unpacked into a
+# cache by .ci/setup.d/15-prometheus-sid.sh (PROMETHEUS3_BIN / PROMTOOL3_BIN, the same
+# variables). Each finder gives the binary's path, None or a missing path when absent.
+SETUP_STEPS = {"2.42": "10-base.sh", "3.5": "15-prometheus-sid.sh"}
+SID_BIN = "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin"
+RELEASES = {
+    "2.42": {
+        "promtool": lambda: shutil.which("promtool"),
+        "prometheus": lambda: shutil.which("prometheus"),
+    },
+    "3.5": {
+        "promtool": lambda: os.environ.get("PROMTOOL3_BIN", f"{SID_BIN}/promtool"),
+        "prometheus": lambda: os.environ.get("PROMETHEUS3_BIN", f"{SID_BIN}/prometheus"),
+    },
+}
+
+
+def binary(release: str, name: str) -> str:
+    """`name` (prometheus or promtool) of a release; missing, the error names its step."""
+    path = RELEASES[release][name]()
+    if not path or not os.access(path, os.X_OK):
+        where = f"{path} is missing" if path else f"no {name} on PATH"
+        raise FileNotFoundError(f"{where} (.ci/setup.d/{SETUP_STEPS[release]})")
+    return path
 
 
 class PrometheusServer:

@@ -28,7 +28,7 @@ import pytest
 
 from kube_scale_exporter.metrics import GaugeFamily
 from kube_scale_exporter.registry import Collector
-from testbed import builds, etcd_server
+from testbed import builds, containerd_server, etcd_server, prometheus
 from testbed.accounts import service_account
 from testbed.kube_apiserver import KubeApiServer, apiserver_on_new_etcd
 
@@ -77,6 +77,15 @@ def pytest_report_header(config):
         ("kwok", builds.kwok_binary),
         ("helm", builds.helm_binary, "version", "--short"),
         *((f"etcd {v}", lambda v=v: etcd_server.etcd_binary(v)) for v in etcd_server.VERSIONS),
+        *(
+            (f"containerd {v}", lambda v=v: containerd_server.binary(v))
+            for v in containerd_server.VERSIONS
+        ),
+        *(
+            (f"{name} {r}", lambda r=r, name=name: prometheus.binary(r, name))
+            for r, finders in prometheus.RELEASES.items()
+            for name in finders
+        ),
     ):
         try:
             lines.append(f"{what}: {builds.version_line(find(), *ask)}")

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from testbed.prometheus import RELEASES as PROMETHEUS_RELEASES
 from tools import build_mixin as build  # noqa: F401  (re-exported: the mixin tests import it from here)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -25,20 +26,6 @@ CUSTOM_CONFIG = {
 # Every alert group, the opt-in ones included.
 EVERYTHING = {"prometheusSelfProtection": True}
 
-# The Prometheus releases the rules are tested on: Debian's (bookworm, on PATH) and the
-# current upstream one users run, Debian sid's unpacked into a cache by
-# .ci/setup.d/15-prometheus-sid.sh (PROMETHEUS3_BIN / PROMTOOL3_BIN, the same variables).
-SID_BIN = "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin"
-PROMETHEUS_RELEASES = {
-    "2.42": {
-        "promtool": lambda: shutil.which("promtool"),
-        "prometheus": lambda: shutil.which("prometheus"),
-    },
-    "3.5": {
-        "promtool": lambda: os.environ.get("PROMTOOL3_BIN", f"{SID_BIN}/promtool"),
-        "prometheus": lambda: os.environ.get("PROMETHEUS3_BIN", f"{SID_BIN}/prometheus"),
-    },
-}
 _versions = {}
 
 
