@@ -130,6 +130,7 @@ class Cluster:
         self.logs.mkdir()
         self.save()
         try:
+            host.share_netns_dir()
             self._network()
             self._pki()
             self._etcds()

@@ -65,6 +65,7 @@ CORE_PATHS = (WORK, KUBELET_DIR, CONTAINERD_STATE, CNI_CONF, *LOG_DIRS)
 CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
 IPTABLES = ("iptables", "ip6tables", "iptables-legacy", "ip6tables-legacy")
 OUR_CHAINS = ("KUBE-", "CNI-")
+NETNS_DIR = pathlib.Path("/run/netns")
 
 
 def run(*argv, check=True, quiet=True, **kw):
@@ -120,6 +121,26 @@ def our_mounts() -> list:
     return out
 
 
+def netns_dir_mounted() -> bool:
+    """Whether /run/netns is a mount point of its own (what `ip netns add` makes it)."""
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == str(NETNS_DIR) for line in f)
+
+
+def share_netns_dir() -> None:
+    """Make /run/netns a shared bind mount of itself, as `ip netns add` does, before the
+    CNI plugin mounts pods' namespaces in it. A pod's namespace mounted while /run/netns is
+    a plain directory sits on the root mount; the first `ip netns add` after that (a test's
+    own namespace) binds the directory over it, and containerd can then neither unmount
+    nor remove that pod's namespace: the pod stays Terminating ("remove netns: unlinkat
+    ...: device or resource busy")."""
+    if netns_dir_mounted():
+        return
+    NETNS_DIR.mkdir(parents=True, exist_ok=True)
+    run("mount", "--bind", str(NETNS_DIR), str(NETNS_DIR))
+    run("mount", "--make-shared", str(NETNS_DIR))
+
+
 def kube_cgroups() -> list:
     out = []
     if CGROUP_ROOT.is_dir():
@@ -135,6 +156,7 @@ def snapshot() -> dict:
         "sysctls": read_sysctls(),
         "paths": sorted(str(p) for p in OWNED_PATHS if p.exists()),
         "netns": sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else [],
+        "netns_dir_mounted": netns_dir_mounted(),
         "links": [BRIDGE] if pathlib.Path(f"/sys/class/net/{BRIDGE}").exists() else [],
         "iptables": iptables_chains(),
         "mounts": our_mounts(),
@@ -266,6 +288,13 @@ def restore(before: dict | None) -> None:
         for ns in os.listdir("/run/netns"):
             if ns.startswith("cni-") and ns not in netns_before:
                 run("ip", "netns", "delete", ns, check=False)
+    if (
+        before
+        and not before.get("netns_dir_mounted", True)
+        and netns_dir_mounted()
+        and not any(NETNS_DIR.iterdir())
+    ):
+        run("umount", str(NETNS_DIR), check=False)
     if pathlib.Path(f"/sys/class/net/{BRIDGE}").exists():
         run("ip", "link", "delete", BRIDGE, check=False)
     remove_cgroups()
