@@ -15,7 +15,7 @@ from testbed.containerd_server import ContainerdServer
 from testbed.etcd_server import EtcdServer
 from testbed.faultproxy import FaultProxy
 from testbed.metrics import wait_until
-from testbed.kube_apiserver import KubeApiServer
+from testbed.kube_apiserver import apiserver_on_new_etcd
 from tests.reliability.running import RunningExporter
 
 # The cluster-mode exporter under test runs every cluster collector (each named on its
@@ -62,17 +62,8 @@ def run_exporter(workdir):
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    work = tmp_path_factory.mktemp("cluster")
-    etcd = EtcdServer(work / "etcd").start()
-    try:
-        api = KubeApiServer(work / "api", etcd.client_url).start()
-    except BaseException:
-        etcd.stop()
-        raise
-    api.etcd = etcd
-    yield api
-    api.stop()
-    etcd.stop()
+    with apiserver_on_new_etcd(tmp_path_factory.mktemp("cluster")) as api:
+        yield api
 
 
 @pytest.fixture
