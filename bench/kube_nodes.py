@@ -7,12 +7,14 @@ pods, then simulates one exporter per node, all in this process:
 
 - ours: `kube.for_node` informers (spec.nodeName field selector, first list from the API
   server's watch cache, one watch resumed from bookmarks);
-- peer: what a careless per-node agent does: a consistent paged list of every pod from
-  etcd, then a watch of every pod, filtering for its node on the client.
+- peer: what a careless per-node agent does: a list of every pod (on 1.34 a streaming
+  list from the watch cache, as the informer asks for a full list), then a watch of every
+  pod, filtering for its node on the client.
 
 For each it measures the start (all caches synced) and `--churn-seconds` of pod status
 updates at 10 per second: API server and etcd CPU seconds, requests by verb at the API
-server, LIST response and watch event bytes (the API server's own histograms).
+server, LIST reply bytes at start and all the pod bytes sent to the clients (the API
+server's own apiserver_response_sizes, LIST and WATCH).
 Results go to bench/results/kube_nodes.md.
 """
 
@@ -74,14 +76,17 @@ class EventCount:
 
 def measure(api, etcd, make_informers, churn_seconds, pods):
     def counts():
-        """LIST requests, LIST response bytes and watch event bytes, as the server saw them."""
-        return {
-            "lists": api.metric_sum("apiserver_request_total", resource="pods", verb="LIST"),
-            "list_bytes": api.metric_sum(
-                "apiserver_response_sizes_sum", resource="pods", verb="LIST"
-            ),
-            "watch_bytes": api.metric_sum("apiserver_watch_events_sizes_sum", kind="Pod"),
-        }
+        """Pod LIST and WATCH requests and the bytes their replies sent, as the server saw
+        them. A streaming list (1.34's default for a full list) is a WATCH; a watch's bytes
+        are recorded when it ends. Not apiserver_watch_events_sizes: from 1.29 it counts an
+        event once however many watchers it is sent to (kubernetes#135367)."""
+        found = {}
+        for verb in ("LIST", "WATCH"):
+            found[verb] = api.metric_sum("apiserver_request_total", resource="pods", verb=verb)
+            found[verb + " bytes"] = api.metric_sum(
+                "apiserver_response_sizes_sum", resource="pods", verb=verb
+            )
+        return found
 
     before = (cpu_seconds(api.proc.pid), cpu_seconds(etcd.proc.pid), counts())
     start = time.perf_counter()
@@ -122,15 +127,24 @@ def measure(api, etcd, make_informers, churn_seconds, pods):
     for inf in informers:
         inf.stop(timeout=0.1)
         inf.client.close()
+    # The watches' bytes are counted as the server ends them: until the sum stays put 2 s.
+    closed, last, stable_since = time.monotonic(), None, time.monotonic()
+    while time.monotonic() - stable_since < 2 and time.monotonic() - closed < 30:
+        now = counts()
+        if now != last:
+            last, stable_since = now, time.monotonic()
+        time.sleep(0.2)
+    sent = sum(last[v + " bytes"] - before[2][v + " bytes"] for v in ("LIST", "WATCH"))
     return {
         "sync_s": sync_s,
         "start_api_cpu": synced[0] - before[0],
         "start_etcd_cpu": synced[1] - before[1],
-        "start_lists": synced[2]["lists"] - before[2]["lists"],
-        "start_bytes": synced[2]["list_bytes"] - before[2]["list_bytes"],
+        "start_lists": synced[2]["LIST"] - before[2]["LIST"],
+        "start_bytes": synced[2]["LIST bytes"] - before[2]["LIST bytes"],
         "churn_api_cpu": churned[0] - synced[0],
         "churn_etcd_cpu": churned[1] - synced[1],
-        "churn_bytes": churned[2]["watch_bytes"] - synced[2]["watch_bytes"],
+        "sent_bytes": sent,
+        "watches": last["WATCH"] - before[2]["WATCH"],
         "updates": updates,
         "churn_events": events.n - events_at_sync,
         "relists": sum(inf.health().relists for inf in informers),
@@ -199,7 +213,12 @@ def main():
         (f"API server CPU during {opts.churn_seconds:g} s of churn, s", "churn_api_cpu", 1),
         ("etcd CPU during churn, s", "churn_etcd_cpu", 1),
         ("watch events delivered to the clients during churn", "churn_events", 1),
-        ("watch event bytes sent during churn, MiB", "churn_bytes", 2**20),
+        (
+            "pod bytes sent to the clients, start and churn (LIST replies, watch streams), MiB",
+            "sent_bytes",
+            2**20,
+        ),
+        ("WATCH requests, start and churn (a streaming list is one)", "watches", 1),
         ("relists", "relists", 1),
     ]
     lines = [
