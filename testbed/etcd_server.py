@@ -95,6 +95,20 @@ def put_many(session, url, items, batch=128):
             raise RuntimeError(reply.text)
 
 
+def prefix_range(etcd, prefix: str, **options) -> dict:
+    """One range over every key under `prefix` through the member's JSON gateway, with the
+    gateway's options (`keys_only`, `count_only`): its reply, as JSON."""
+    start = prefix.encode()
+    end = start[:-1] + bytes([start[-1] + 1])
+    reply = etcd.session().post(
+        etcd.client_url + "/v3/kv/range",
+        json={"key": _b64(start), "range_end": _b64(end), **options},
+        timeout=30,
+    )
+    reply.raise_for_status()
+    return reply.json()
+
+
 def etcd_metric(session, url, name) -> float:
     """One unlabelled sample of etcd's own /metrics."""
     for line in session.get(url + "/metrics", timeout=10).text.splitlines():

@@ -47,7 +47,6 @@ not keep up on a small machine.
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -60,7 +59,7 @@ import yaml
 
 from .builds import kube_binary, kwok_binary
 from .control_plane import controller_manager_argv, scheduler_argv
-from .etcd_server import CONTROL_PLANE_VERSION, EtcdServer
+from .etcd_server import CONTROL_PLANE_VERSION, EtcdServer, prefix_range
 from .kube_apiserver import Api, KubeApiServer
 from .procs import Proc
 
@@ -642,16 +641,4 @@ def fleet(workdir, size: FleetSize = FleetSize(), api_args=()):
 
 def etcd_keys(etcd: EtcdServer, prefix: str) -> int:
     """How many keys under `prefix` (e.g. "/registry/events/") one etcd holds."""
-    start = prefix.encode()
-    end = start[:-1] + bytes([start[-1] + 1])
-    reply = etcd.session().post(
-        etcd.client_url + "/v3/kv/range",
-        json={
-            "key": base64.b64encode(start).decode(),
-            "range_end": base64.b64encode(end).decode(),
-            "count_only": True,
-        },
-        timeout=30,
-    )
-    reply.raise_for_status()
-    return int(reply.json().get("count", 0))
+    return int(prefix_range(etcd, prefix, count_only=True).get("count", 0))

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from testbed.etcd_server import prefix_range
 from testbed.fleet import NAMESPACE, Fleet, FleetSize
 from testbed.metrics import wait_until
 from tests.etcd.conftest import samples
@@ -50,19 +51,7 @@ CRD = {
 def keys_under(etcd, prefix=PREFIX):
     """Every key under `prefix` in one etcd: one keys-only range through its JSON gateway
     (a few hundred keys, well under a reply's size limit)."""
-    start = prefix.encode()
-    end = start[:-1] + bytes([start[-1] + 1])
-    reply = etcd.session().post(
-        etcd.client_url + "/v3/kv/range",
-        json={
-            "key": base64.b64encode(start).decode(),
-            "range_end": base64.b64encode(end).decode(),
-            "keys_only": True,
-        },
-        timeout=30,
-    )
-    reply.raise_for_status()
-    body = reply.json()
+    body = prefix_range(etcd, prefix, keys_only=True)
     keys = [base64.b64decode(kv["key"]).decode() for kv in body.get("kvs", [])]
     assert len(keys) == int(body.get("count", 0)), "the range was cut short"
     return keys
