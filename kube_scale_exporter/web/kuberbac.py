@@ -20,7 +20,10 @@ What it costs, and why a flood cannot starve Prometheus:
   waits on a worker thread).
 - This runs before a request takes a --web.max-requests slot (kube_scale_exporter/web/routes.py).
 - The API server failing or unreachable: 503 for tokens not cached (fail closed), logged
-  at most every 10 s.
+  at most every 10 s. A grant whose TTL runs out while the API server cannot be asked
+  (a review found it unreachable or failing) is served up to STALE_GRACE longer, reviewed
+  again in the background meanwhile: an API server restart or upgrade costs Prometheus no
+  scrape, and the first answer the API server gives replaces it, a refusal included.
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ MAX_REVIEWS = 4
 REVIEWS_PER_SECOND = 20.0
 # Both reviews of one token within this, in all (Prometheus' scrape timeout is 10 s).
 REVIEW_TIMEOUT = 5.0
+# How long past its TTL a grant stands while the API server cannot be asked: a control
+# plane restart or upgrade takes minutes; a permission revoked meanwhile could not have
+# been reviewed anyway, and the first review that gets an answer ends it.
+STALE_GRACE = 300.0
 
 ALLOWED, UNAUTHENTICATED, FORBIDDEN, BUSY, UNAVAILABLE = (
     "allowed",
@@ -71,6 +78,7 @@ class _Entry:
     verdict: str
     at: float
     expires: float
+    unreachable: bool = False  # its last review could not ask the API server
 
 
 class _Bucket:
@@ -100,12 +108,14 @@ class KubeRBAC:
         max_entries: int = MAX_ENTRIES,
         max_reviews: int = MAX_REVIEWS,
         reviews_per_second: float = REVIEWS_PER_SECOND,
+        stale_grace: float = STALE_GRACE,
         clock=time.monotonic,
     ):
         self.client = client
         self.path = path
         self.ttl = ttl
         self.negative_ttl = min(negative_ttl, ttl)
+        self.stale_grace = stale_grace
         self.max_entries = max_entries
         self.clock = clock
         self._lock = threading.Lock()
@@ -126,9 +136,15 @@ class KubeRBAC:
         now = self.clock()
         with self._lock:
             entry = self._cache.get(key)
-            if entry is not None and entry.expires <= now:
+            grace = self.stale_grace if entry is not None and entry.verdict == ALLOWED else 0.0
+            if entry is not None and entry.expires + grace <= now:
                 del self._cache[key]
                 entry = None
+            # A grant past its TTL serves again only once the API server has been found
+            # unreachable; until then it is reviewed first, kept for that fallback.
+            stale = None
+            if entry is not None and entry.expires <= now and not entry.unreachable:
+                stale, entry = entry, None
             if entry is not None:
                 self._cache.move_to_end(key)
                 fresh = entry.verdict != ALLOWED or now - entry.at < self.ttl / 2
@@ -152,15 +168,24 @@ class KubeRBAC:
                 target=self._review_and_release, args=(key, token), daemon=True
             ).start()
             return entry.verdict
-        return self._review_and_release(key, token)
+        verdict = self._review_and_release(key, token)
+        if verdict == UNAVAILABLE and stale is not None:
+            return ALLOWED  # the API server cannot be asked: the grant stands, in grace
+        return verdict
 
     def _review_and_release(self, key: bytes, token: str) -> str:
-        """Review `token`, remember the verdict unless there was none (a failed refresh
-        leaves a cached grant standing until its expiry), free the token and the slot."""
+        """Review `token`, remember the verdict, or where there was none (the API server
+        could not be asked) mark the cached grant so: it stands until its expiry, then for
+        the grace. Free the token and the slot."""
         try:
             verdict = self._review(token)
             if verdict != UNAVAILABLE:
                 self._remember(key, verdict)
+            else:
+                with self._lock:
+                    entry = self._cache.get(key)
+                    if entry is not None and entry.verdict == ALLOWED:
+                        entry.unreachable = True
             return verdict
         finally:
             with self._lock:

@@ -453,8 +453,33 @@ def test_a_grant_past_half_its_ttl_stands_while_reviews_are_busy_or_failing():
     assert wait_until(lambda: rbac.reviews == 2 and not rbac._inflight)
     assert rbac.check("Bearer good") == kuberbac.ALLOWED  # and again, the grant stands
     assert wait_until(lambda: rbac.reviews == 3 and not rbac._inflight)
-    clock.now += 21
-    assert rbac.check("Bearer good") == kuberbac.UNAVAILABLE  # expired: fail closed
+    clock.now += 21  # past its TTL, the API server still not reachable: the grace
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED
+    assert wait_until(lambda: rbac.reviews == 4 and not rbac._inflight)
+    clock.now += kuberbac.STALE_GRACE
+    assert rbac.check("Bearer good") == kuberbac.UNAVAILABLE  # past the grace: fail closed
+
+
+@pytest.mark.unit
+def test_an_expired_grant_stands_through_an_outage_until_the_api_server_answers():
+    # An API server restart longer than the TTL, and no refresh tried before expiry: the
+    # first scrape after it reviews (the API server cannot be asked), the grant stands in
+    # its grace; the first answer the API server gives then rules, a refusal included.
+    client, clock = FakeClient(allowed={"good"}), Clock()
+    rbac = KubeRBAC(client, ttl=60, reviews_per_second=1000, clock=clock)
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED
+    clock.now += 90
+    client.fail = True
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED  # reviewed: unreachable, grace
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED  # reviewed again, in the background
+    assert wait_until(lambda: rbac.reviews == 3 and not rbac._inflight)
+    assert rbac.check("Bearer unknown") == kuberbac.UNAVAILABLE  # nothing to stand on
+    assert wait_until(lambda: not rbac._inflight)
+    client.fail = False
+    client.allowed = set()  # revoked while the API server was away
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED  # served while the review runs
+    assert wait_until(lambda: not rbac._inflight)
+    assert rbac.check("Bearer good") == kuberbac.UNAUTHENTICATED
 
 
 @pytest.mark.unit
