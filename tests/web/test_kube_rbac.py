@@ -285,6 +285,15 @@ class Clock:
         return self.now
 
 
+def granted():
+    """A scripted API server, a clock and a KubeRBAC (TTL 60 s) that has just granted
+    the token "good"."""
+    client, clock = FakeClient(allowed={"good"}), Clock()
+    rbac = KubeRBAC(client, ttl=60, reviews_per_second=1000, clock=clock)
+    assert rbac.check("Bearer good") == kuberbac.ALLOWED
+    return client, clock, rbac
+
+
 @pytest.mark.unit
 def test_verdicts_expire_allowed_after_the_ttl_refusals_after_5s():
     client, clock = FakeClient(allowed={"good"}, authenticated={"meh"}), Clock()
@@ -465,9 +474,7 @@ def test_an_expired_grant_stands_through_an_outage_until_the_api_server_answers(
     # An API server restart longer than the TTL, and no refresh tried before expiry: the
     # first scrape after it reviews (the API server cannot be asked), the grant stands in
     # its grace; the first answer the API server gives then rules, a refusal included.
-    client, clock = FakeClient(allowed={"good"}), Clock()
-    rbac = KubeRBAC(client, ttl=60, reviews_per_second=1000, clock=clock)
-    assert rbac.check("Bearer good") == kuberbac.ALLOWED
+    client, clock, rbac = granted()
     clock.now += 90
     client.fail = True
     assert rbac.check("Bearer good") == kuberbac.ALLOWED  # reviewed: unreachable, grace
@@ -487,9 +494,7 @@ def test_a_grant_due_for_review_is_served_while_a_slow_api_server_answers():
     # An API server restarting accepts connections and answers seconds later: the scrape
     # that finds a cached grant due for its refresh must not wait for that answer (a scrape
     # timeout is a few seconds), and the next ones neither.
-    client, clock = FakeClient(allowed={"good"}), Clock()
-    rbac = KubeRBAC(client, ttl=60, reviews_per_second=1000, clock=clock)
-    assert rbac.check("Bearer good") == kuberbac.ALLOWED
+    client, clock, rbac = granted()
     clock.now += 31
     client.gate = threading.Event()
     for _ in range(3):
