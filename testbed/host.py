@@ -155,7 +155,7 @@ def snapshot() -> dict:
     return {
         "sysctls": read_sysctls(),
         "paths": sorted(str(p) for p in OWNED_PATHS if p.exists()),
-        "netns": sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else [],
+        "netns": sorted(os.listdir(NETNS_DIR)) if NETNS_DIR.is_dir() else [],
         "netns_dir_mounted": netns_dir_mounted(),
         "links": [BRIDGE] if pathlib.Path(f"/sys/class/net/{BRIDGE}").exists() else [],
         "iptables": iptables_chains(),
@@ -284,8 +284,8 @@ def restore(before: dict | None) -> None:
     clean_iptables(before["iptables"] if before else {})
     unmount_ours(before["mounts"] if before else [])
     netns_before = set(before["netns"]) if before else set()
-    if os.path.isdir("/run/netns"):
-        for ns in os.listdir("/run/netns"):
+    if NETNS_DIR.is_dir():
+        for ns in os.listdir(NETNS_DIR):
             if ns.startswith("cni-") and ns not in netns_before:
                 run("ip", "netns", "delete", ns, check=False)
     if (
