@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import platform
 import signal
 import sys
 import threading
 
-from kube_scale_exporter import __version__, kube
+from kube_scale_exporter import PYTHON_VERSION, __version__, kube
 from kube_scale_exporter.collectors import COLLECTORS
 from kube_scale_exporter.flagtypes import (
     duration,
@@ -299,7 +298,7 @@ def serve(args, collectors: list[Collector]) -> int:
         "kube-scale-exporter %s (Python %s) mode=%s collectors=%s listening on %s:%d "
         "tls=%s basic_auth=%s kube_rbac=%s",
         __version__,
-        platform.python_version(),
+        PYTHON_VERSION,
         args.mode,
         ",".join(c.name for c in collectors) or "none",
         host or "*",

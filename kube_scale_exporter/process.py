@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import gc
 import os
-import platform
+import sys
 
+from kube_scale_exporter import PYTHON_VERSION
 from kube_scale_exporter.metrics import CounterFamily, Family, GaugeFamily
 
 PROC = "/proc"
+# sys.implementation.name as python_info spells it (platform.python_implementation()).
+IMPLEMENTATIONS = {"cpython": "CPython", "pypy": "PyPy"}
 
 
 def _boot_time(proc: str) -> float | None:
@@ -28,16 +31,14 @@ def _boot_time(proc: str) -> float | None:
 
 
 def _python_info() -> GaugeFamily:
-    major, minor, patchlevel = platform.python_version_tuple()
+    major, minor, patchlevel = (PYTHON_VERSION.split(".") + ["0"])[:3]
     info = GaugeFamily(
         "python_info",
         "Python platform information",
         labels=["version", "implementation", "major", "minor", "patchlevel"],
     )
-    info.add_metric(
-        [platform.python_version(), platform.python_implementation(), major, minor, patchlevel],
-        1,
-    )
+    implementation = IMPLEMENTATIONS.get(sys.implementation.name, sys.implementation.name)
+    info.add_metric([PYTHON_VERSION, implementation, major, minor, patchlevel], 1)
     return info
 
 

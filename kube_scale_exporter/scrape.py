@@ -20,7 +20,6 @@ scrape.
 from __future__ import annotations
 
 import logging
-import platform
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -30,7 +29,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from kube_scale_exporter import __version__
+from kube_scale_exporter import PYTHON_VERSION, __version__
 from kube_scale_exporter.metrics import Family, GaugeFamily
 from kube_scale_exporter.registry import Collector
 
@@ -188,9 +187,7 @@ def collector_status(outcomes: Iterable[Outcome]) -> list[GaugeFamily]:
     return [success, duration]
 
 
-def build_info(
-    version: str = __version__, python_version: str = platform.python_version()
-) -> GaugeFamily:
+def build_info(version: str = __version__, python_version: str = PYTHON_VERSION) -> GaugeFamily:
     info = GaugeFamily(
         "kubescale_build_info",
         "A constant 1, labelled with the exporter's version and Python version.",

@@ -242,9 +242,11 @@ def test_the_command_line_imports_no_client_library_or_stdlib_http_server():
     assert sorted(unwanted(set(loaded))) == []
 
 
-# What the default node pod (its pod watch included) has no use for: requests' stack. The
-# API client is httpclient.py on the standard library (6.5 MiB less, docs/sizing.md).
-NOT_FOR_THE_NODE_POD = ("requests", "urllib3", "charset_normalizer", "idna")
+# What the default node pod (its pod watch included) has no use for: requests' stack (the
+# API client is httpclient.py on the standard library: 6.5 MiB less, docs/sizing.md);
+# `platform` and `html` (the Python version is read from sys, the landing page escapes its
+# five characters itself: 0.5 MiB less, bench/results/node_memory.md).
+NOT_FOR_THE_NODE_POD = ("requests", "urllib3", "charset_normalizer", "idna", "platform", "html")
 
 
 def pods_watched(families) -> bool:

@@ -16,7 +16,6 @@ module only answers complete requests, and knows a scraper's interface, never a 
 from __future__ import annotations
 
 import gzip
-import html
 import logging
 import ssl
 import threading
@@ -44,6 +43,14 @@ TIMEOUT_MARGIN_SECONDS = 0.25
 
 # Worker threads beyond --web.max-requests, for /healthz and cheap answers.
 SPARE_WORKERS = 8
+
+# What the landing page escapes in text and attribute values. The `html` module would do
+# it too, but importing it loads its table of every named entity: 0.5 MiB per node pod.
+HTML_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"})
+
+
+def escape_html(text: str) -> str:
+    return text.translate(HTML_ESCAPES)
 
 
 class App:
@@ -94,11 +101,11 @@ class App:
 
     def landing_page(self) -> bytes:
         names = ", ".join(sorted(c.name for c in self.scraper.collectors)) or "none"
-        path = html.escape(self.telemetry_path)
+        path = escape_html(self.telemetry_path)
         return (
-            f"<html><head><title>{html.escape(self.title)}</title></head><body>"
-            f"<h1>{html.escape(self.title)}</h1>"
-            f"<p>Enabled collectors: {html.escape(names)}</p>"
+            f"<html><head><title>{escape_html(self.title)}</title></head><body>"
+            f"<h1>{escape_html(self.title)}</h1>"
+            f"<p>Enabled collectors: {escape_html(names)}</p>"
             f'<p><a href="{path}">Metrics</a> &middot; <a href="/healthz">Health</a></p>'
             "</body></html>\n"
         ).encode()

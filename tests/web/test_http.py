@@ -1,5 +1,6 @@
 """The HTTP endpoints, the scrape-timeout header and the concurrency cap, in process."""
 
+import html
 import threading
 import time
 
@@ -40,6 +41,15 @@ def test_landing_health_and_not_found(serve, scripted):
     assert page.status_code == 200 and 'href="/metrics"' in page.text and "a" in page.text
     assert get(base + "/healthz").text == "ok\n"
     assert get(base + "/nope").status_code == 404
+
+
+def test_the_landing_page_escapes_what_it_echoes_as_html_escape_does(scripted):
+    hostile = """/m"><script>alert('x')</script>&"""
+    app = App(Scraper([scripted("a")]), hostile, 5.0, 40, title="<kse> & 'co'")
+    page = app.landing_page().decode()
+    assert f'href="{html.escape(hostile)}"' in page
+    assert f"<title>{html.escape(app.title)}</title>" in page
+    assert "<script>" not in page
 
 
 def test_metrics_without_client_library_defaults(serve, scripted):
