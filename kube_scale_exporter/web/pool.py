@@ -1,5 +1,11 @@
 """A fixed-size pool of daemon worker threads, started only when work needs them.
 
+`then(item, result)` runs after `work(item)`, once its thread counts as free again: what it
+hands on (the HTTP server gives the connection back to its loop, which reads the client's
+next request) cannot find every thread busy and start another. Were the hand-back inside
+`work`, back-to-back requests on one connection would start a thread about every 60th
+request, up to the pool's size (54 threads, 0.9 MiB of RSS, after 3,000 scrapes).
+
 Not concurrent.futures.ThreadPoolExecutor: its threads are joined at interpreter exit,
 so one answer stuck on a hung collector would hold up SIGTERM; and no futures are needed.
 """
@@ -15,9 +21,10 @@ log = logging.getLogger(__name__)
 
 
 class Pool:
-    def __init__(self, size: int, work: Callable, name: str):
+    def __init__(self, size: int, work: Callable, name: str, then: Callable | None = None):
         self._size = max(1, size)
         self._work = work
+        self._then = then
         self._name = name
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -52,12 +59,19 @@ class Pool:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
+            result = None
             try:
-                self._work(item)
+                result = self._work(item)
             except Exception as exc:  # a thread must survive; one line, not a traceback
                 log.error("%s worker: %r", self._name, exc)
                 log.debug("%s worker", self._name, exc_info=True)
             with self._lock:
-                if not self._queue.empty():
-                    continue  # take the queued item without waiting to be promised one
-                self._waiting += 1
+                if self._queue.empty():
+                    self._waiting += 1
+                # else: take the queued item without waiting to be promised one
+            if self._then is not None:
+                try:
+                    self._then(item, result)
+                except Exception as exc:
+                    log.error("%s worker, after its work: %r", self._name, exc)
+                    log.debug("%s worker", self._name, exc_info=True)

@@ -89,7 +89,7 @@ class HTTPServer:
         self.server_port = self._listener.port
         self._conns = Connections(self._sel)
         self._handback = HandBack(self._sel)
-        self._pool = Pool(limits.workers, self._answer, "http")
+        self._pool = Pool(limits.workers, self._answer, "http", then=self._give_back)
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()
@@ -99,6 +99,9 @@ class HTTPServer:
 
     def open_connections(self) -> int:
         return len(self._conns)
+
+    def worker_threads(self) -> int:
+        return self._pool.threads()
 
     def serve_forever(self) -> None:
         self._stopped.clear()
@@ -277,13 +280,14 @@ class HTTPServer:
 
     # --- answering (worker threads) ------------------------------------------------------
 
-    def _answer(self, item: tuple[Conn, int]) -> None:
+    def _answer(self, item: tuple[Conn, int]) -> bool:
+        """Whether the connection is kept for another request."""
         conn, length = item
-        keep = False
-        try:
-            keep = answer(conn, length, self.handler, self.notes, self._stop.is_set())
-        finally:
-            self._handback.give(conn, keep)
+        return answer(conn, length, self.handler, self.notes, self._stop.is_set())
+
+    def _give_back(self, item: tuple[Conn, int], keep: bool | None) -> None:
+        """After the answer, its thread free again; keep is None when answering raised."""
+        self._handback.give(item[0], bool(keep))
 
     def _take_back(self) -> None:
         for conn, keep in self._handback.take():

@@ -1,6 +1,7 @@
 """The HTTP endpoints, the scrape-timeout header and the concurrency cap, in process."""
 
 import html
+import http.client
 import threading
 import time
 
@@ -50,6 +51,24 @@ def test_the_landing_page_escapes_what_it_echoes_as_html_escape_does(scripted):
     assert f'href="{html.escape(hostile)}"' in page
     assert f"<title>{html.escape(app.title)}</title>" in page
     assert "<script>" not in page
+
+
+def test_back_to_back_scrapes_on_one_connection_are_answered_by_one_worker_thread(scripted):
+    """A connection is handed back to the loop only once its thread is free for the next
+    request: a thread per 60 requests was started before, up to the pool's size."""
+    server = make_server(App(Scraper([scripted("a")]), "/metrics", 5.0, 40), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=10)
+        for _ in range(1000):
+            conn.request("GET", "/metrics")
+            reply = conn.getresponse()
+            assert reply.status == 200 and reply.read()
+        conn.close()
+        assert server.worker_threads() == 1
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_metrics_without_client_library_defaults(serve, scripted):
