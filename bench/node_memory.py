@@ -4,13 +4,14 @@ Each configuration runs as its own exporter process on this host (hostNetwork, a
 DaemonSet does) and takes --scrapes sequential scrapes (default 10,000); its RSS is read
 after the first and the last. From the interpreter alone to the default pod of deploy/:
 `neighbor`, + `neighbor_gc`, + `imagepull` on a real containerd (with the kubelet's config
-file), + its pod watch of MAX_PODS pods on a real API server. node_exporter (its version
-printed) runs with its default collectors under the same scrapes. Results:
-bench/results/node_memory.md.
+file), + its pod watch of MAX_PODS pods on a real API server; then the default pod once
+more as deployed: from the image testbed/image.py builds from this tree, which the target
+is judged on. node_exporter (its version printed) runs with its default collectors under
+the same scrapes. Results: bench/results/node_memory.md.
 
-Run as root: python -m bench.node_memory [--scrapes N] [--no-pod-watch] [--node-exporter PATH]
-The exporter runs on the interpreter running this; run it with the image's (Debian's
-python3, e.g. in a venv) to measure that.
+Run as root: python -m bench.node_memory [--scrapes N] [--no-pod-watch] [--no-image]
+[--node-exporter PATH]. The rows before the image's run on the interpreter running this;
+run it with Debian's python3.11 (the image's, e.g. in a venv) to compare them.
 """
 
 from __future__ import annotations
@@ -33,18 +34,23 @@ from bench.node_pod import (
     load_average,
     parse_args,
     run_binary,
+    run_in_image,
     run_ours,
 )
 from testbed import node_exporter
 from testbed.ports import free_port
 
 RESULTS = REPO / "bench/results/node_memory.md"
-TARGET_MIB = 28  # the default node pod after 10,000 scrapes
+TARGET_MIB = 28  # the default node pod after 10,000 scrapes, in its image when it ran there
+IMAGE_ROW = (
+    "the default node pod in its image, as the DaemonSet runs it (read-only root, uid 65534, "
+    "host paths and service account mounted)"
+)
 FLEET_NODES = 7_500
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(__doc__, 10_000, argv)
+    args = parse_args(__doc__, 10_000, argv, image=True)
     peer_bin = node_exporter.binary(args.node_exporter)
     load_before = load_average()
     rows = [("the interpreter alone (`python -c 'import time; time.sleep(30)'`)", None)]
@@ -69,6 +75,8 @@ def main(argv: list[str] | None = None) -> None:
                 )
             for label, flags in layers:
                 rows.append((label, run_ours(flags, args.scrapes, LOG_DIR)))
+            if args.pod_watch and args.image:
+                rows.append((IMAGE_ROW, run_in_image(pod, args.scrapes, LOG_DIR)))
     port = free_port()
     peer = run_binary(
         node_exporter.argv(peer_bin, port, []), port, args.scrapes, LOG_DIR / "node-exporter.log"

@@ -16,6 +16,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,8 +24,14 @@ from pathlib import Path
 
 import requests
 
+from kube_scale_exporter.collectors.imagepull.kubelet import DEFAULT_KUBELET_CONFIG
+from kube_scale_exporter.containerd.config import DEFAULT_CONFIG as DEFAULT_CONTAINERD_CONFIG
+from kube_scale_exporter.containerd.ingestdir import DEFAULT_INGEST_DIR
+from kube_scale_exporter.kube.config import SERVICE_ACCOUNT_DIR
 from testbed.containerd_server import ContainerdServer
 from testbed.exporter import start_exporter
+from testbed.metrics import wait_until
+from testbed.ports import free_port
 from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
 
 NODE = "bench-node"
@@ -41,12 +48,26 @@ NEIGHBOR_GC = ["--collector.neighbor_gc"]
 IMAGEPULL = ["--collector.imagepull"]
 
 
+# The default DaemonSet's args (deploy/base/node.yaml with components/imagepull): in the
+# image its paths are the defaults, where deploy/ mounts them.
+IMAGE_POD_FLAGS = [
+    "--mode=node",
+    "--collector.disable-defaults",
+    *NEIGHBOR,
+    *NEIGHBOR_GC,
+    *IMAGEPULL,
+    "--image-pull.source=ingest",
+]
+
 REPO = Path(__file__).resolve().parent.parent
 LOG_DIR = REPO / "bench/results/logs"
 
 
-def parse_args(doc: str, scrapes: int, argv: list[str] | None) -> argparse.Namespace:
-    """The node benches' flags: --scrapes, --no-pod-watch, --node-exporter."""
+def parse_args(
+    doc: str, scrapes: int, argv: list[str] | None, image: bool = False
+) -> argparse.Namespace:
+    """The node benches' flags: --scrapes, --no-pod-watch, --node-exporter; with `image`,
+    --no-image."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--scrapes", type=int, default=scrapes)
     parser.add_argument(
@@ -56,6 +77,13 @@ def parse_args(doc: str, scrapes: int, argv: list[str] | None) -> argparse.Names
         help="leave out the pod watch (no API server)",
     )
     parser.add_argument("--node-exporter", help="node_exporter binary to run beside ours")
+    if image:
+        parser.add_argument(
+            "--no-image",
+            dest="image",
+            action="store_false",
+            help="leave out the default pod run from the image (testbed/image.py's build)",
+        )
     args = parser.parse_args(argv)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     return args
@@ -68,6 +96,9 @@ class Pod:
     containerd: ContainerdServer
     imagepull_flags: list[str]
     watch_flags: list[str] = field(default_factory=list)
+    # In the image: host path -> where the DaemonSet mounts it, and the pod's environment.
+    volumes: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
 
     def flags(self, *layers: Sequence[str], watch: bool = False) -> list[str]:
         """Node mode with only these collectors, as the DaemonSet passes them."""
@@ -103,15 +134,32 @@ def default_pod(workdir: Path, pod_watch: bool) -> Iterator[Pod]:
                 f"--containerd.config={containerd.config}",
                 f"--kubelet.config-file={kubelet}",
             ],
+            volumes={
+                str(ingest): DEFAULT_INGEST_DIR,
+                str(containerd.config): DEFAULT_CONTAINERD_CONFIG,
+                str(kubelet): DEFAULT_KUBELET_CONFIG,
+            },
+            env={"NODE_NAME": NODE},
         )
         if pod_watch:
-            pod.watch_flags = stack.enter_context(_node_pods(workdir / "api"))
+            api = stack.enter_context(_node_pods(workdir / "api"))
+            kubeconfig = api.write_kubeconfig(str(workdir / "api" / "kubeconfig"))
+            pod.watch_flags = [f"--kube.kubeconfig={kubeconfig}", f"--kube.node-name={NODE}"]
+            account = workdir / "serviceaccount"  # what the kubelet mounts for the pod
+            account.mkdir()
+            (account / "token").write_text(api.admin_token)
+            (account / "ca.crt").write_bytes(Path(api.ca).read_bytes())
+            pod.volumes[str(account)] = SERVICE_ACCOUNT_DIR
+            pod.env |= {
+                "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                "KUBERNETES_SERVICE_PORT": str(api.port),
+            }
         yield pod
 
 
 @contextlib.contextmanager
-def _node_pods(workdir: Path) -> Iterator[list[str]]:
-    """An API server holding MAX_PODS running pods on NODE; the flags of a watch on them."""
+def _node_pods(workdir: Path):
+    """An API server holding MAX_PODS running pods on NODE."""
     from testbed.kube_apiserver import apiserver_on_new_etcd, pod_manifest  # noqa: PLC0415
 
     with apiserver_on_new_etcd(workdir) as api:
@@ -123,8 +171,7 @@ def _node_pods(workdir: Path) -> Iterator[list[str]]:
                 f"{base}/{name}/status",
                 {"status": {"phase": "Running", "startTime": "2027-01-01T00:00:00Z"}},
             )
-        kubeconfig = api.write_kubeconfig(str(workdir / "kubeconfig"))
-        yield [f"--kube.kubeconfig={kubeconfig}", f"--kube.node-name={NODE}"]
+        yield api
 
 
 @dataclass
@@ -162,12 +209,55 @@ def scrape_process(pid: int, url: str, scrapes: int) -> Run:
     return Run(scrapes, used, statistics.median(walls) * 1000, first, rss, peak, samples)
 
 
+def healthy(url: str, timeout: float = 60.0) -> None:
+    """Wait until every collector succeeds and every watch is up, or fail: a row measured
+    with a collector failing would be too light."""
+    text = ""
+
+    def all_up() -> bool:
+        nonlocal text
+        text = requests.get(url, timeout=10).text
+        up = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(("kubescale_scrape_collector_success{", "kubescale_kube_watch_up{"))
+        ]
+        return bool(up) and all(v == 1 for v in up)
+
+    if not wait_until(all_up, timeout):
+        raise RuntimeError(f"{url}: a collector failing or a watch down:\n{text[-3000:]}")
+
+
 def run_ours(flags: list[str], scrapes: int, log_dir: Path) -> Run:
     exporter = start_exporter(flags, log_dir)
     try:
+        healthy(exporter.url + "/metrics")
         return scrape_process(exporter.proc.pid, exporter.url + "/metrics", scrapes)
     finally:
         exporter.proc.stop()
+
+
+def run_in_image(pod: Pod, scrapes: int, log_dir: Path) -> Run:
+    """The default pod as the DaemonSet runs it: the image testbed/image.py builds from this
+    tree, unpacked (read-only root, its uid, no capabilities), the pod's host paths mounted
+    read-only where deploy/ mounts them, in-cluster API access from a service account
+    directory; hostNetwork, as here."""
+    from testbed import container, image  # noqa: PLC0415  (only this row builds the image)
+
+    with tempfile.TemporaryDirectory(prefix="kse-image-") as tmp:
+        root = Path(tmp) / "root"
+        config = container.unpack(image.build(), root)
+        port = free_port()
+        args = [*IMAGE_POD_FLAGS, f"--web.listen-address=127.0.0.1:{port}"]
+        with open(log_dir / "exporter-image.log", "wb") as log:
+            proc = container.start(root, config, args, env=pod.env, volumes=pod.volumes, stdout=log)
+            try:
+                wait_for_port(port)
+                healthy(f"http://127.0.0.1:{port}/metrics")
+                return scrape_process(proc.pid, f"http://127.0.0.1:{port}/metrics", scrapes)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
 
 
 def run_binary(argv: list[str], port: int, scrapes: int, log: Path) -> Run:
