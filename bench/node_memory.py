@@ -43,8 +43,9 @@ from testbed.ports import free_port
 RESULTS = REPO / "bench/results/node_memory.md"
 TARGET_MIB = 28  # the default node pod after 10,000 scrapes, in its image when it ran there
 IMAGE_ROW = (
-    "the default node pod in its image, as the DaemonSet runs it (read-only root, uid 65534, "
-    "host paths and service account mounted)"
+    "the default node pod in its image, as the DaemonSet runs it (its args with "
+    "--web.kube-rbac, read-only root, uid 65534, host paths and service account mounted; "
+    "each scrape with a reviewed token)"
 )
 FLEET_NODES = 7_500
 

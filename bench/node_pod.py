@@ -48,8 +48,9 @@ NEIGHBOR_GC = ["--collector.neighbor_gc"]
 IMAGEPULL = ["--collector.imagepull"]
 
 
-# The default DaemonSet's args (deploy/base/node.yaml with components/imagepull): in the
-# image its paths are the defaults, where deploy/ mounts them.
+# The default DaemonSet's args (deploy/base/node.yaml with components/imagepull and
+# kube-rbac; tests/deploy holds them equal): in the image its paths are the defaults, where
+# deploy/ mounts them, and every scrape brings a token the API server reviews.
 IMAGE_POD_FLAGS = [
     "--mode=node",
     "--collector.disable-defaults",
@@ -57,6 +58,7 @@ IMAGE_POD_FLAGS = [
     *NEIGHBOR_GC,
     *IMAGEPULL,
     "--image-pull.source=ingest",
+    "--web.kube-rbac",
 ]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,6 +101,8 @@ class Pod:
     # In the image: host path -> where the DaemonSet mounts it, and the pod's environment.
     volumes: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    # What a scrape of the in-image pod sends (--web.kube-rbac: a token to review).
+    scrape_headers: dict[str, str] = field(default_factory=dict)
 
     def flags(self, *layers: Sequence[str], watch: bool = False) -> list[str]:
         """Node mode with only these collectors, as the DaemonSet passes them."""
@@ -150,6 +154,7 @@ def default_pod(workdir: Path, pod_watch: bool) -> Iterator[Pod]:
             (account / "token").write_text(api.admin_token)
             (account / "ca.crt").write_bytes(Path(api.ca).read_bytes())
             pod.volumes[str(account)] = SERVICE_ACCOUNT_DIR
+            pod.scrape_headers = {"Authorization": f"Bearer {api.admin_token}"}
             pod.env |= {
                 "KUBERNETES_SERVICE_HOST": "127.0.0.1",
                 "KUBERNETES_SERVICE_PORT": str(api.port),
@@ -191,9 +196,10 @@ class Run:
         return self.cpu_s * 1000 / self.scrapes
 
 
-def scrape_process(pid: int, url: str, scrapes: int) -> Run:
+def scrape_process(pid: int, url: str, scrapes: int, headers: dict | None = None) -> Run:
     walls = []
     with requests.Session() as session:
+        session.headers.update(headers or {})
         text = session.get(url, timeout=60).text
         first = rss_mib(pid)[0]
         cpu = cpu_seconds(pid)
@@ -209,14 +215,14 @@ def scrape_process(pid: int, url: str, scrapes: int) -> Run:
     return Run(scrapes, used, statistics.median(walls) * 1000, first, rss, peak, samples)
 
 
-def healthy(url: str, timeout: float = 60.0) -> None:
+def healthy(url: str, timeout: float = 60.0, headers: dict | None = None) -> None:
     """Wait until every collector succeeds and every watch is up, or fail: a row measured
     with a collector failing would be too light."""
     text = ""
 
     def all_up() -> bool:
         nonlocal text
-        text = requests.get(url, timeout=10).text
+        text = requests.get(url, timeout=10, headers=headers).text
         up = [
             float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()
@@ -253,8 +259,9 @@ def run_in_image(pod: Pod, scrapes: int, log_dir: Path) -> Run:
             proc = container.start(root, config, args, env=pod.env, volumes=pod.volumes, stdout=log)
             try:
                 wait_for_port(port)
-                healthy(f"http://127.0.0.1:{port}/metrics")
-                return scrape_process(proc.pid, f"http://127.0.0.1:{port}/metrics", scrapes)
+                url = f"http://127.0.0.1:{port}/metrics"
+                healthy(url, headers=pod.scrape_headers)
+                return scrape_process(proc.pid, url, scrapes, pod.scrape_headers)
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)

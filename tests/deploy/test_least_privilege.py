@@ -109,3 +109,11 @@ def test_each_escalation_is_caught(manifests, change, found):
     assert escalations(pod) == []
     change(pod)
     assert any(found in e for e in escalations(pod)), escalations(pod)
+
+
+def test_the_node_memory_bench_runs_the_default_node_pods_args(manifests):
+    """bench/node_memory.py judges the 28 MiB target on the pod it starts from the image:
+    the DaemonSet's own args, or the figure is of another pod."""
+    from bench.node_pod import IMAGE_POD_FLAGS  # noqa: PLC0415  (bench code, this test only)
+
+    assert pods(manifests)["kube-scale-exporter-node"]["containers"][0]["args"] == IMAGE_POD_FLAGS
