@@ -30,7 +30,7 @@ from kube_scale_exporter.containerd.ingestdir import DEFAULT_INGEST_DIR
 from kube_scale_exporter.kube.config import SERVICE_ACCOUNT_DIR
 from testbed.containerd_server import ContainerdServer
 from testbed.exporter import start_exporter
-from testbed.metrics import wait_until
+from testbed.metrics import parse_exposition, wait_until
 from testbed.ports import free_port
 from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
 
@@ -224,9 +224,10 @@ def healthy(url: str, timeout: float = 60.0, headers: dict | None = None) -> Non
         nonlocal text
         text = requests.get(url, timeout=10, headers=headers).text
         up = [
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith(("kubescale_scrape_collector_success{", "kubescale_kube_watch_up{"))
+            s.value
+            for family in parse_exposition(text)
+            if family.name in ("kubescale_scrape_collector_success", "kubescale_kube_watch_up")
+            for s in family.samples
         ]
         return bool(up) and all(v == 1 for v in up)
 

@@ -59,19 +59,20 @@ class Pool:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            result = None
-            try:
-                result = self._work(item)
-            except Exception as exc:  # a thread must survive; one line, not a traceback
-                log.error("%s worker: %r", self._name, exc)
-                log.debug("%s worker", self._name, exc_info=True)
+            result = self._survive(self._work, item)
             with self._lock:
                 if self._queue.empty():
                     self._waiting += 1
                 # else: take the queued item without waiting to be promised one
             if self._then is not None:
-                try:
-                    self._then(item, result)
-                except Exception as exc:
-                    log.error("%s worker, after its work: %r", self._name, exc)
-                    log.debug("%s worker", self._name, exc_info=True)
+                self._survive(self._then, item, result)
+
+    def _survive(self, call: Callable, *args):
+        """call(*args), or None when it raised: a thread must survive; one line, not a
+        traceback."""
+        try:
+            return call(*args)
+        except Exception as exc:
+            log.error("%s worker: %r", self._name, exc)
+            log.debug("%s worker", self._name, exc_info=True)
+            return None
