@@ -101,8 +101,8 @@ def exporters(work: Path, api, containerd: ContainerdServer) -> dict[str, list[s
     }
 
 
-def resources(pid: int, api_port: int, url: str) -> dict:
-    """What one exporter holds now."""
+def resources(pid: int, api_ports: set[int], text: str) -> dict:
+    """What one exporter process holds now; `text` is a scrape of it just taken."""
     fds = os.listdir(f"/proc/{pid}/fd")
     sockets = set()
     for fd in fds:
@@ -116,11 +116,10 @@ def resources(pid: int, api_port: int, url: str) -> dict:
             for line in f.readlines()[1:]:
                 fields = line.split()
                 remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-                if remote_port == api_port and fields[3] == "01" and fields[9] in sockets:
+                if remote_port in api_ports and fields[3] == "01" and fields[9] in sockets:
                     to_api += 1
     with open(f"/proc/{pid}/status") as f:
         threads = int(next(line.split()[1] for line in f if line.startswith("Threads:")))
-    text = requests.get(url, timeout=30).text
     watches = sum(
         s.value
         for family in parse_exposition(text)
@@ -321,9 +320,8 @@ def main() -> int:
             for name, exp in procs.items():
                 if not exp.proc.alive():
                     raise SystemExit(f"{name} exited:\n{exp.proc.log_tail()}")
-                rows[name].append(
-                    (elapsed, resources(exp.proc.pid, api_port, exp.url + "/metrics"))
-                )
+                text = requests.get(exp.url + "/metrics", timeout=30).text
+                rows[name].append((elapsed, resources(exp.proc.pid, {api_port}, text)))
             print(
                 f"{elapsed / 60:5.1f} min {churn.counts} "
                 + "; ".join(f"{n}: {r[-1][1]}" for n, r in rows.items()),

@@ -2,6 +2,7 @@
 
 account = service_account(api, "prometheus", rules, directory)
 account.name, account.kubeconfig, account.token
+token = metrics_reader_token(create, namespace, name)
 """
 
 from __future__ import annotations
@@ -43,3 +44,30 @@ def service_account(api, name: str, rules: list, directory) -> Account:
     )["status"]["token"]
     path = os.path.join(str(directory), f"kubeconfig-{sa}")
     return Account(sa, api.write_kubeconfig(path, token=token), token)
+
+
+def metrics_reader_token(create, namespace: str, name: str, seconds: int = 3600) -> str:
+    """A ServiceAccount `name` bound to kube-scale-exporter-metrics-reader, as docs/deploy.md
+    tells users to bind Prometheus', and a token of it valid `seconds`. `create(path, body)`
+    posts as an admin (a running cluster's or the test API server's client)."""
+    create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}})
+    create(
+        f"{RBAC}/clusterrolebindings",
+        {
+            "metadata": {"name": f"{name}-kube-scale-exporter"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "kube-scale-exporter-metrics-reader",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    return create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": seconds},
+        },
+    )["status"]["token"]

@@ -207,6 +207,32 @@ class Cluster:
     def import_image(self, archive):
         self.ctr("images", "import", str(archive))
 
+    def etcd_session(self):
+        """requests to the etcd members as their client (the TLS pair the API server's
+        health checks use)."""
+        pki = self.pki / "etcd"
+        s = requests.Session()
+        s.trust_env = False
+        s.verify = str(pki / "ca.crt")
+        s.cert = (str(pki / "healthcheck-client.crt"), str(pki / "healthcheck-client.key"))
+        return s
+
+    def etcd_client_secret(self, namespace, name):
+        """A Secret of the etcd CA and a client certificate (ca.crt, tls.crt, tls.key), what
+        an exporter reading the TLS members mounts."""
+        pki = self.pki / "etcd"
+        self.kubectl(
+            "-n",
+            namespace,
+            "create",
+            "secret",
+            "generic",
+            name,
+            f"--from-file=ca.crt={pki / 'ca.crt'}",
+            f"--from-file=tls.crt={pki / 'healthcheck-client.crt'}",
+            f"--from-file=tls.key={pki / 'healthcheck-client.key'}",
+        )
+
     def add_registry(self, host, endpoint):
         node.add_registry(self.work, host, endpoint)
 

@@ -293,6 +293,24 @@ def kube_proxy_argv(binary, kubeconfig):
     ]
 
 
+def millicores(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+def free_cpu(get) -> int:
+    """The node's allocatable CPU less what its Pending and Running pods request, in
+    millicores; `get(path, **params)` reads the API as an admin."""
+    node = get(f"/api/v1/nodes/{NODE_NAME}")
+    pods = get("/api/v1/pods", fieldSelector=f"spec.nodeName={NODE_NAME}")["items"]
+    used = sum(
+        millicores(c.get("resources", {}).get("requests", {}).get("cpu", "0m"))
+        for p in pods
+        if p["status"].get("phase") in ("Pending", "Running")
+        for c in p["spec"]["containers"]
+    )
+    return millicores(node["status"]["allocatable"]["cpu"]) - used
+
+
 def wait_ready(session, server, procs, timeout=120):
     """Until the node is Ready; fails at once if one of the cluster's `procs` exited."""
     deadline = time.monotonic() + timeout

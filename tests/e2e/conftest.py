@@ -16,6 +16,7 @@ import requests
 import yaml
 
 from testbed import image, operator
+from testbed.accounts import metrics_reader_token
 from testbed.cluster import Cluster
 from testbed.node import NODE_IP, NODE_NAME
 from testbed.prometheus import PrometheusServer
@@ -220,7 +221,7 @@ def deployed(kube):
     t = time.monotonic()
     operator.apply_crds(kube.cluster.kubeconfig)
     kube.apply_kustomization(REPO / "deploy")
-    SCRAPE_TOKEN.append(metrics_reader_token(kube))
+    SCRAPE_TOKEN.append(metrics_reader_token(kube.post, NS, "e2e-prometheus"))
     wait_exporters_ready(kube)
     TIMINGS["deploy"] = time.monotonic() - t
     return kube
@@ -229,28 +230,6 @@ def deployed(kube):
 # The stand-in Prometheus' token (deploy/components/kube-rbac, in the default install):
 # metrics_text and the test Prometheus send it. Set by `deployed`.
 SCRAPE_TOKEN: list[str] = []
-
-
-def metrics_reader_token(kube) -> str:
-    """A ServiceAccount bound to kube-scale-exporter-metrics-reader, as docs/deploy.md
-    tells users to bind Prometheus', and a token of it."""
-    kube.post(f"/api/v1/namespaces/{NS}/serviceaccounts", {"metadata": {"name": "e2e-prometheus"}})
-    kube.post(
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        {
-            "metadata": {"name": "e2e-prometheus-kube-scale-exporter"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "kube-scale-exporter-metrics-reader",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "e2e-prometheus", "namespace": NS}],
-        },
-    )
-    return kube.post(
-        f"/api/v1/namespaces/{NS}/serviceaccounts/e2e-prometheus/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )["status"]["token"]
 
 
 def wait_exporters_ready(kube, timeout=180):

@@ -10,28 +10,12 @@ with a PriorityClass below the autoscaler's cutoff (-10) is flagged as misconfig
 import time
 
 from testbed.node import PAUSE_IMAGE as PAUSE
+from testbed.node import free_cpu
 
-from .conftest import NODE_NAME, TIMINGS, wait_for
+from .conftest import TIMINGS, wait_for
 
 NS = "e2e-balloon"
 CLUSTER = '{job="kube-scale-exporter-cluster"}'
-
-
-def millicores(q):
-    return int(q[:-1]) if q.endswith("m") else int(float(q) * 1000)
-
-
-def free_cpu(kube):
-    node = kube.get(f"/api/v1/nodes/{NODE_NAME}")
-    alloc = millicores(node["status"]["allocatable"]["cpu"])
-    pods = kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={NODE_NAME}")["items"]
-    used = sum(
-        millicores(c.get("resources", {}).get("requests", {}).get("cpu", "0m"))
-        for p in pods
-        if p["status"].get("phase") in ("Pending", "Running")
-        for c in p["spec"]["containers"]
-    )
-    return alloc - used
 
 
 def deployment(name, replicas, cpu, priority_class):
@@ -73,7 +57,7 @@ def test_balloons_preempted_headroom_exhausted(prom, kube):
     )
     kube.namespace(NS)
     try:
-        free = free_cpu(kube)
+        free = free_cpu(kube.get)
         balloon = free * 2 // 5
         kube.post(
             f"/apis/apps/v1/namespaces/{NS}/deployments",

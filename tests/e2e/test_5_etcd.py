@@ -57,18 +57,8 @@ def event(i, size):
 
 def test_events_etcd_nospace_alarm_names_events(prom, kube, cluster):
     t = time.monotonic()
-    pki = cluster.work / "pki" / "etcd"
-    kube.kubectl(
-        "-n",
-        NS,
-        "create",
-        "secret",
-        "generic",
-        "kse-e2e-etcd-client",
-        f"--from-file=ca.crt={pki / 'ca.crt'}",
-        f"--from-file=tls.crt={pki / 'healthcheck-client.crt'}",
-        f"--from-file=tls.key={pki / 'healthcheck-client.key'}",
-    )
+    # The overlay's cluster Deployment mounts it.
+    cluster.etcd_client_secret(NS, "kse-e2e-etcd-client")
     kube.apply_kustomization(HERE / "overlay")
     kube.patch(f"/api/v1/nodes/{NODE_NAME}", {"metadata": {"labels": {ROLE: ""}}})
     try:

@@ -232,13 +232,7 @@ def test_containerd_restarted_mid_pull(steady, cluster, kube, pull_registry):
 
 def main_leader(cluster):
     """The name of main's leader, from each member's Status (over TLS, the etcd client pair)."""
-    s = requests.Session()
-    s.trust_env = False
-    s.verify = str(cluster.pki / "etcd/ca.crt")
-    s.cert = (
-        str(cluster.pki / "etcd/healthcheck-client.crt"),
-        str(cluster.pki / "etcd/healthcheck-client.key"),
-    )
+    s = cluster.etcd_session()
     for name, client, _, _ in MAIN_MEMBERS:
         try:
             status = s.post(f"https://{NODE_IP}:{client}/v3/maintenance/status", json={}, timeout=5)
