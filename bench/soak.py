@@ -67,6 +67,76 @@ KUBELET_CONFIG = (
 )
 
 
+FIGURES = (
+    ("rss_mib", "RSS, MiB"),
+    ("fds", "open files"),
+    ("threads", "threads"),
+    ("api_conns", "API connections"),
+    ("watches_up", "watches up"),
+)
+
+
+def samples_named(text: str, name: str) -> list:
+    """The samples called `name` in a scrape's text."""
+    return [s for family in parse_exposition(text) for s in family.samples if s.name == name]
+
+
+def sample_every(minutes: float, take) -> None:
+    """take(elapsed seconds) every SAMPLE_SECONDS for `minutes`, at the start and at the
+    end included; it returns what to print beside the minute."""
+    began = time.monotonic()
+    end = began + minutes * 60
+    while True:
+        elapsed = time.monotonic() - began
+        print(f"{elapsed / 60:5.1f} min {take(elapsed)}", flush=True)
+        if time.monotonic() >= end:
+            return
+        time.sleep(min(SAMPLE_SECONDS, max(0.0, end - time.monotonic())))
+
+
+def every(stop: threading.Event, counts: dict, period: float, step) -> None:
+    """step() every `period` seconds, give or take a fifth, until `stop`; a failure is
+    counted in counts["errors"] and shown, and the soak goes on."""
+    while not stop.wait(period * random.uniform(0.8, 1.2)):
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001  (counted and shown: the soak goes on)
+            counts["errors"] += 1
+            print(f"churn {step.__name__}: {type(exc).__name__}: {exc}"[:300], flush=True)
+
+
+def tables(rows: dict[str, list[tuple[float, dict]]], figures) -> list[str]:
+    """The report's two tables: each figure's first, median, last and largest value per
+    exporter, then every sample."""
+
+    def fmt(value) -> str:
+        return f"{value:.1f}" if isinstance(value, float) else f"{value:g}"
+
+    lines = [
+        "| exporter | figure | first | median | last | max | last - first |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, samples in rows.items():
+        for key, title in figures:
+            values = [s[key] for _, s in samples]
+            lines.append(
+                f"| {name} | {title} | {fmt(values[0])} | {fmt(statistics.median(values))} | "
+                f"{fmt(values[-1])} | {fmt(max(values))} | {fmt(values[-1] - values[0])} |"
+            )
+    lines += [
+        "",
+        "Samples (minute: " + " / ".join(title for _, title in figures) + "):",
+        "",
+        "| minute | " + " | ".join(rows) + " |",
+        "|---:|" + "---|" * len(rows),
+    ]
+    first = next(iter(rows.values()))
+    for i, (elapsed, _) in enumerate(first):
+        cells = [" / ".join(fmt(r[i][1][key]) for key, _ in figures) for r in rows.values()]
+        lines.append(f"| {elapsed / 60:.1f} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def exporters(work: Path, api, containerd: ContainerdServer) -> dict[str, list[str]]:
     kubeconfig = api.write_kubeconfig(str(work / "kubeconfig"))
     kubelet = work / "kubelet.yaml"
@@ -120,12 +190,7 @@ def resources(pid: int, api_ports: set[int], text: str) -> dict:
                     to_api += 1
     with open(f"/proc/{pid}/status") as f:
         threads = int(next(line.split()[1] for line in f if line.startswith("Threads:")))
-    watches = sum(
-        s.value
-        for family in parse_exposition(text)
-        if family.name == "kubescale_kube_watch_up"
-        for s in family.samples
-    )
+    watches = sum(s.value for s in samples_named(text, "kubescale_kube_watch_up"))
     return {
         "rss_mib": rss_mib(pid)[0],
         "fds": len(fds),
@@ -144,7 +209,7 @@ class Churn:
         self.stop = threading.Event()
         self.counts = {"pods": 0, "pulls": 0, "balloon cycles": 0, "defrags": 0, "errors": 0}
         self._threads = [
-            threading.Thread(target=self._every, args=(period, step), daemon=True)
+            threading.Thread(target=every, args=(self.stop, self.counts, period, step), daemon=True)
             for period, step in (
                 (CHURN_SECONDS, self._pod),
                 (PULL_SECONDS, self._pull),
@@ -174,14 +239,6 @@ class Churn:
             t.join(60)
         for fetch in self._fetches:
             fetch.stop()
-
-    def _every(self, period: float, step):
-        while not self.stop.wait(period * random.uniform(0.8, 1.2)):
-            try:
-                step()
-            except Exception as exc:  # noqa: BLE001  (counted and shown: the soak goes on)
-                self.counts["errors"] += 1
-                print(f"churn {step.__name__}: {type(exc).__name__}: {exc}"[:300], flush=True)
 
     def _pod(self):
         name = f"churn-{secrets.token_hex(4)}"
@@ -262,11 +319,6 @@ class Churn:
         self.counts["defrags"] += 1
 
 
-def _value(url: str, name: str) -> int:
-    text = requests.get(url + "/metrics", timeout=30).text
-    return int(sum(s.value for f in parse_exposition(text) for s in f.samples if s.name == name))
-
-
 def scrape_loop(urls: list[str], stop: threading.Event, failures: dict):
     with requests.Session() as session:
         while not stop.wait(SCRAPE_SECONDS):
@@ -313,26 +365,20 @@ def main() -> int:
         )
         scraper.start()
         stack.callback(stop.set)
-        began = time.monotonic()
-        end = began + args.minutes * 60
-        while True:
-            elapsed = time.monotonic() - began
+
+        def take(elapsed: float) -> str:
             for name, exp in procs.items():
                 if not exp.proc.alive():
                     raise SystemExit(f"{name} exited:\n{exp.proc.log_tail()}")
                 text = requests.get(exp.url + "/metrics", timeout=30).text
                 rows[name].append((elapsed, resources(exp.proc.pid, {api_port}, text)))
-            print(
-                f"{elapsed / 60:5.1f} min {churn.counts} "
-                + "; ".join(f"{n}: {r[-1][1]}" for n, r in rows.items()),
-                flush=True,
-            )
-            if time.monotonic() >= end:
-                break
-            time.sleep(min(SAMPLE_SECONDS, max(0.0, end - time.monotonic())))
+            return f"{churn.counts} " + "; ".join(f"{n}: {r[-1][1]}" for n, r in rows.items())
+
+        sample_every(args.minutes, take)
         counts = dict(churn.counts)
-        counts["preemptions counted"] = _value(
-            procs["cluster"].url, "kubescale_balloon_preemptions_total"
+        text = requests.get(procs["cluster"].url + "/metrics", timeout=30).text
+        counts["preemptions counted"] = int(
+            sum(s.value for s in samples_named(text, "kubescale_balloon_preemptions_total"))
         )
     text = report(args.minutes, started_at, rows, counts, failures)
     print(text)
@@ -350,35 +396,8 @@ def report(minutes, started_at, rows, counts, failures) -> str:
         + (", ".join(f"{u}: {n}" for u, n in failures.items()) or "none")
         + ".",
         "",
-        "| exporter | figure | first | median | last | max | last - first |",
-        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for name, samples in rows.items():
-        for figure in ("rss_mib", "fds", "threads", "api_conns", "watches_up"):
-            values = [s[figure] for _, s in samples]
-            fmt = "{:.1f}" if figure == "rss_mib" else "{:g}"
-            lines.append(
-                f"| {name} | {figure} | {fmt.format(values[0])} | "
-                f"{fmt.format(statistics.median(values))} | {fmt.format(values[-1])} | "
-                f"{fmt.format(max(values))} | {fmt.format(values[-1] - values[0])} |"
-            )
-    lines += [
-        "",
-        "Samples (minute: RSS MiB / open files / threads / API connections / watches up):",
-        "",
-    ]
-    lines.append("| minute | " + " | ".join(rows) + " |")
-    lines.append("|---:|" + "---|" * len(rows))
-    for i in range(len(next(iter(rows.values())))):
-        cells = []
-        for samples in rows.values():
-            _, s = samples[i]
-            cells.append(
-                f"{s['rss_mib']:.1f} / {s['fds']} / {s['threads']} / {s['api_conns']} / "
-                f"{s['watches_up']}"
-            )
-        minute = next(iter(rows.values()))[i][0] / 60
-        lines.append(f"| {minute:.1f} | " + " | ".join(cells) + " |")
+    lines += tables(rows, FIGURES)
     return "\n".join(lines) + "\n"
 
 

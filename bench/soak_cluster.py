@@ -24,7 +24,7 @@ The churn, each on its own thread:
   the balloons' Deployment brings the preempted one back;
 - every DEFRAG_SECONDS each etcd member (main's three, events) defragmented.
 
-Every SAMPLE_SECONDS, for each exporter pod's process (found on the host by its container
+Every bench.soak.SAMPLE_SECONDS, for each exporter pod's process (found on the host by its container
 ID): RSS, its container's working set (the cgroup's usage less inactive file pages, what
 the kubelet evicts and OOM-kills by), CPU seconds, open files, threads, TCP connections to
 the API server, watches up, collectors failing, and the container's restarts. Results in
@@ -37,9 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import random
 import secrets
-import statistics
 import tempfile
 import threading
 import time
@@ -48,13 +46,20 @@ from pathlib import Path
 
 import requests
 
-from bench.soak import resources
+from bench.soak import (
+    SCRAPE_SECONDS,
+    every,
+    resources,
+    sample_every,
+    samples_named,
+    tables,
+)
 from testbed import image, operator
+from testbed.accounts import metrics_reader_token
 from testbed.cluster import Cluster
-from testbed.control_plane import API_PORT, EVENTS_PORT, EVENTS_QUOTA
+from testbed.control_plane import API_PORT, EVENTS_PORT, EVENTS_QUOTA, MAIN_MEMBERS
 from testbed.kube_apiserver import Api
-from testbed.metrics import parse_exposition
-from testbed.node import NODE_IP, NODE_NAME, PAUSE_IMAGE
+from testbed.node import NODE_IP, NODE_NAME, PAUSE_IMAGE, free_cpu
 from testbed.procs import cpu_seconds
 from testbed.registry_server import RegistryServer
 from testbed.throttle_proxy import ThrottleProxy
@@ -65,8 +70,6 @@ OVERLAY = ROOT / "tests" / "e2e" / "overlay"
 EXPORTER_NS = "kube-scale-exporter"
 NS = "kse-soak"
 CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
-SCRAPE_SECONDS = 5.0
-SAMPLE_SECONDS = 30.0
 CHURN_SECONDS = 4.0
 KEEP_PODS = 8
 PULL_SECONDS = 30.0
@@ -77,7 +80,6 @@ BALLOON_SECONDS = 180.0
 DEFRAG_SECONDS = 300.0
 # The API server as the pods reach it: the kubernetes Service, and its own port.
 API_PORTS = {443, API_PORT}
-MAIN_MEMBERS = (2379, 2386, 2389)
 FIGURES = (
     ("rss_mib", "RSS, MiB"),
     ("working_set_mib", "working set, MiB"),
@@ -89,23 +91,6 @@ FIGURES = (
     ("failing", "collectors failing"),
     ("restarts", "restarts"),
 )
-
-
-def millicores(quantity: str) -> int:
-    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
-
-
-def free_cpu(api: Api) -> int:
-    """The node's allocatable CPU less what its Pending and Running pods request."""
-    node = api.get(f"/api/v1/nodes/{NODE_NAME}")
-    pods = api.get("/api/v1/pods", fieldSelector=f"spec.nodeName={NODE_NAME}")["items"]
-    used = sum(
-        millicores(c.get("resources", {}).get("requests", {}).get("cpu", "0m"))
-        for p in pods
-        if p["status"].get("phase") in ("Pending", "Running")
-        for c in p["spec"]["containers"]
-    )
-    return millicores(node["status"]["allocatable"]["cpu"]) - used
 
 
 def until(what: str, fn, timeout: float, stop: threading.Event | None = None):
@@ -148,7 +133,7 @@ class Churn:
         self._pulls: list[tuple[str, str]] = []
         self._balloon_cpu = 0
         self._threads = [
-            threading.Thread(target=self._every, args=(period, step), daemon=True)
+            threading.Thread(target=every, args=(self.stop, self.counts, period, step), daemon=True)
             for period, step in (
                 (CHURN_SECONDS, self._pod),
                 (PULL_SECONDS, self._pull),
@@ -163,7 +148,7 @@ class Churn:
             "/apis/scheduling.k8s.io/v1/priorityclasses",
             {"metadata": {"name": "overprovisioning"}, "value": -1, "globalDefault": False},
         )
-        self._balloon_cpu = free_cpu(self.api) * 2 // 5
+        self._balloon_cpu = free_cpu(self.api.get) * 2 // 5
         labels = {"run": "overprovisioning"}
         self.api.create(
             f"/apis/apps/v1/namespaces/{NS}/deployments",
@@ -200,14 +185,6 @@ class Churn:
         for t in self._threads:
             t.join(120)
 
-    def _every(self, period: float, step):
-        while not self.stop.wait(period * random.uniform(0.8, 1.2)):
-            try:
-                step()
-            except Exception as exc:  # noqa: BLE001  (counted and shown: the soak goes on)
-                self.counts["errors"] += 1
-                print(f"churn {step.__name__}: {type(exc).__name__}: {exc}"[:300], flush=True)
-
     def _pod(self):
         name = f"churn-{secrets.token_hex(4)}"
         self.api.create(
@@ -238,7 +215,7 @@ class Churn:
         body = pod(name, PAUSE_IMAGE, imagePullPolicy="IfNotPresent")
         body["metadata"]["labels"] = {"app": "kse-soak-workload"}
         # More than is free beside the balloons, less than is free without one of them.
-        cpu = free_cpu(self.api) + self._balloon_cpu * 3 // 4
+        cpu = free_cpu(self.api.get) + self._balloon_cpu * 3 // 4
         body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": f"{cpu}m"}}
         self.api.create(f"/api/v1/namespaces/{NS}/pods", body)
         try:
@@ -259,12 +236,8 @@ class Churn:
         self.counts["preemption cycles"] += 1
 
     def _defrag(self):
-        pki = self.cluster.pki / "etcd"
-        with requests.Session() as s:
-            s.trust_env = False
-            s.verify = str(pki / "ca.crt")
-            s.cert = (str(pki / "healthcheck-client.crt"), str(pki / "healthcheck-client.key"))
-            for port in MAIN_MEMBERS:
+        with self.cluster.etcd_session() as s:
+            for _, port, _, _ in MAIN_MEMBERS:
                 s.post(
                     f"https://{NODE_IP}:{port}/v3/maintenance/defragment", json={}, timeout=60
                 ).raise_for_status()
@@ -337,14 +310,8 @@ def sample(p: dict, session: requests.Session, url: str) -> dict:
     figures = resources(pid, API_PORTS, text)
     figures["working_set_mib"] = working_set_mib(pid)
     figures["cpu_s"] = cpu_seconds(pid)
-    figures["failing"] = int(
-        sum(
-            1
-            for family in parse_exposition(text)
-            if family.name == "kubescale_scrape_collector_success"
-            for s in family.samples
-            if s.value == 0
-        )
+    figures["failing"] = sum(
+        1 for s in samples_named(text, "kubescale_scrape_collector_success") if s.value == 0
     )
     figures["restarts"] = status.get("restartCount", 0)
     return figures
@@ -372,50 +339,12 @@ def scrape_loop(api: Api, session: requests.Session, stop: threading.Event, fail
                     targets = urls(api)
 
 
-def value(session: requests.Session, url: str, name: str) -> int:
-    text = session.get(url, timeout=30).text
-    return int(sum(s.value for f in parse_exposition(text) for s in f.samples if s.name == name))
-
-
-def metrics_reader_token(api: Api) -> str:
-    """A ServiceAccount bound to the metrics-reader ClusterRole, as docs/deploy.md tells
-    users to bind Prometheus', and a token of it that outlives the soak."""
-    api.create(f"/api/v1/namespaces/{EXPORTER_NS}/serviceaccounts", {"metadata": {"name": "soak"}})
-    api.create(
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        {
-            "metadata": {"name": "kse-soak-metrics-reader"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "kube-scale-exporter-metrics-reader",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "soak", "namespace": EXPORTER_NS}],
-        },
-    )
-    return api.create(
-        f"/api/v1/namespaces/{EXPORTER_NS}/serviceaccounts/soak/token",
-        {"spec": {"expirationSeconds": 24 * 3600}},
-    )["status"]["token"]
-
-
 def deploy(cluster: Cluster, api: Api) -> None:
     """deploy/ with the e2e overlay (its etcd client Secret first), the node labelled
-    control-plane; until both exporter pods run and every watch is up."""
+    control-plane; until both exporter pods are ready."""
     operator.apply_crds(cluster.kubeconfig)
     cluster.kubectl("create", "namespace", EXPORTER_NS)
-    pki = cluster.pki / "etcd"
-    cluster.kubectl(
-        "-n",
-        EXPORTER_NS,
-        "create",
-        "secret",
-        "generic",
-        "kse-e2e-etcd-client",
-        f"--from-file=ca.crt={pki / 'ca.crt'}",
-        f"--from-file=tls.crt={pki / 'healthcheck-client.crt'}",
-        f"--from-file=tls.key={pki / 'healthcheck-client.key'}",
-    )
+    cluster.etcd_client_secret(EXPORTER_NS, "kse-e2e-etcd-client")  # the overlay mounts it
     cluster.kubectl("apply", "-f", "-", input=cluster.kubectl("kustomize", str(OVERLAY)))
     api.merge_patch(f"/api/v1/nodes/{NODE_NAME}", {"metadata": {"labels": {CONTROL_PLANE: ""}}})
 
@@ -459,7 +388,8 @@ def main() -> int:
             )
             session = stack.enter_context(requests.Session())
             session.trust_env = False
-            session.headers["Authorization"] = f"Bearer {metrics_reader_token(api)}"
+            token = metrics_reader_token(api.create, EXPORTER_NS, "soak", seconds=24 * 3600)
+            session.headers["Authorization"] = f"Bearer {token}"
             registry = RegistryServer(f"{tmp}/registry").start()
             stack.callback(registry.stop)
             proxy = ThrottleProxy(tmp, registry.port, PULL_RATE)
@@ -473,30 +403,30 @@ def main() -> int:
                 target=scrape_loop, args=(api, session, stop, failures), daemon=True
             ).start()
             stack.callback(stop.set)
-            began = time.monotonic()
-            end = began + args.minutes * 60
-            while True:
-                elapsed = time.monotonic() - began
-                pods, where = exporter_pods(api), urls(api)
+
+            def take(elapsed: float) -> str:
+                # A pod being replaced (a restart, an eviction) is waited for, and counted.
+                pods = until(
+                    "both exporter pods running",
+                    lambda: found if len(found := exporter_pods(api)) == 2 else None,
+                    180,
+                )
+                where = urls(api)
                 for name in rows:
                     rows[name].append((elapsed, sample(pods[name], session, where[name])))
                 db.append(events_db_mib())
-                print(
-                    f"{elapsed / 60:5.1f} min {churn.counts} events db {db[-1]:.1f} MiB; "
-                    + "; ".join(f"{n}: {r[-1][1]}" for n, r in rows.items()),
-                    flush=True,
+                return f"{churn.counts} events db {db[-1]:.1f} MiB; " + "; ".join(
+                    f"{n}: {r[-1][1]}" for n, r in rows.items()
                 )
-                if time.monotonic() >= end:
-                    break
-                time.sleep(min(SAMPLE_SECONDS, max(0.0, end - time.monotonic())))
+
+            sample_every(args.minutes, take)
             counts = dict(churn.counts)
-            where = urls(api)
-            counts["preemptions counted"] = value(
-                session, where["cluster"], "kubescale_balloon_preemptions_total"
-            )
-            counts["pulls counted"] = value(
-                session, where["cluster"], "kubescale_image_pulls_succeeded_total"
-            )
+            text = session.get(urls(api)["cluster"], timeout=30).text
+            for key, metric in (
+                ("preemptions counted", "kubescale_balloon_preemptions_total"),
+                ("pulls counted", "kubescale_image_pulls_succeeded_total"),
+            ):
+                counts[key] = int(sum(s.value for s in samples_named(text, metric)))
             cluster_rss = cluster.rss_mib()
     finally:
         remains = cluster.down()
@@ -524,35 +454,8 @@ def report(minutes, started_at, rows, counts, failures, db, cluster_rss, remains
         + ("clean" if not remains else "NOT clean: " + "; ".join(remains))
         + ".",
         "",
-        "| exporter | figure | first | median | last | max | last - first |",
-        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for name, samples in rows.items():
-        for key, title in FIGURES:
-            values = [s[key] for _, s in samples]
-            fmt = "{:.1f}" if isinstance(values[0], float) else "{:g}"
-            lines.append(
-                f"| {name} | {title} | {fmt.format(values[0])} | "
-                f"{fmt.format(statistics.median(values))} | {fmt.format(values[-1])} | "
-                f"{fmt.format(max(values))} | {fmt.format(values[-1] - values[0])} |"
-            )
-    lines += [
-        "",
-        "Samples (minute: RSS / working set MiB / CPU s / open files / threads / API "
-        "connections / watches up / failing / restarts):",
-        "",
-        "| minute | " + " | ".join(rows) + " |",
-        "|---:|" + "---|" * len(rows),
-    ]
-    for i in range(len(rows["node"])):
-        cells = [
-            " / ".join(
-                (f"{s[key]:.1f}" if isinstance(s[key], float) else str(s[key]))
-                for key, _ in FIGURES
-            )
-            for s in (samples[i][1] for samples in rows.values())
-        ]
-        lines.append(f"| {rows['node'][i][0] / 60:.1f} | " + " | ".join(cells) + " |")
+    lines += tables(rows, FIGURES)
     return "\n".join(lines) + "\n"
 
 
