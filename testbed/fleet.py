@@ -639,6 +639,7 @@ def fleet(workdir, size: FleetSize = FleetSize(), api_args=()):
         f.stop()
 
 
-def etcd_keys(etcd: EtcdServer, prefix: str) -> int:
-    """How many keys under `prefix` (e.g. "/registry/events/") one etcd holds."""
-    return int(prefix_range(etcd, prefix, count_only=True).get("count", 0))
+def etcd_keys(etcd: EtcdServer, prefix: str, revision: int = 0) -> int:
+    """How many keys under `prefix` (e.g. "/registry/events/") one etcd holds, now or at
+    `revision` (an API server list's resourceVersion: the same moment as the list)."""
+    return int(prefix_range(etcd, prefix, count_only=True, revision=revision).get("count", 0))
