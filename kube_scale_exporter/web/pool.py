@@ -29,29 +29,33 @@ class Pool:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
-        self._waiting = 0  # threads blocked on the queue and not yet promised an item
+        # Threads free to take an item (blocked on the queue, or on their way to it), and
+        # items queued that no thread has taken yet: a thread starts only for an item no
+        # free thread will take. Both are counts, not promises to a particular thread, so
+        # they stay right whichever free thread the queue hands an item to.
+        self._idle = 0
+        self._unclaimed = 0
 
     def submit(self, item) -> None:
         with self._lock:
             self._queue.put(item)
-            if self._waiting:
-                self._waiting -= 1
-                return
-            if self._threads < self._size:
-                try:
-                    threading.Thread(
-                        target=self._run, name=f"{self._name}-{self._threads + 1}", daemon=True
-                    ).start()
-                except RuntimeError as exc:  # a pids limit: the threads there are will do
-                    log.warning(
-                        "cannot start another %s worker thread (%d running): %s",
-                        self._name,
-                        self._threads,
-                        exc,
-                    )
-                else:
-                    self._threads += 1
-            # else: the item waits for the next thread to finish its work
+            self._unclaimed += 1
+            if self._unclaimed <= self._idle or self._threads >= self._size:
+                return  # a free thread takes it, or the next one to finish its work does
+            try:
+                threading.Thread(
+                    target=self._run, name=f"{self._name}-{self._threads + 1}", daemon=True
+                ).start()
+            except RuntimeError as exc:  # a pids limit: the threads there are will do
+                log.warning(
+                    "cannot start another %s worker thread (%d running): %s",
+                    self._name,
+                    self._threads,
+                    exc,
+                )
+            else:
+                self._threads += 1
+                self._idle += 1
 
     def threads(self) -> int:
         return self._threads
@@ -59,11 +63,12 @@ class Pool:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
+            with self._lock:
+                self._idle -= 1
+                self._unclaimed -= 1
             result = self._survive(self._work, item)
             with self._lock:
-                if self._queue.empty():
-                    self._waiting += 1
-                # else: take the queued item without waiting to be promised one
+                self._idle += 1
             if self._then is not None:
                 self._survive(self._then, item, result)
 

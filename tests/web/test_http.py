@@ -53,19 +53,33 @@ def test_the_landing_page_escapes_what_it_echoes_as_html_escape_does(scripted):
     assert "<script>" not in page
 
 
-def test_back_to_back_scrapes_on_one_connection_are_answered_by_one_worker_thread(scripted):
+@pytest.mark.parametrize("clients", [1, 2])
+def test_back_to_back_scrapes_take_one_worker_thread_per_client(scripted, clients):
     """A connection is handed back to the loop only once its thread is free for the next
-    request: a thread per 60 requests was started before, up to the pool's size."""
+    request, and a thread starts only for a request no free thread will take: one
+    Prometheus, or an HA pair, scraping back to back keeps one thread each. Before, one
+    client started a thread about every 60 requests, and two grew the pool to its size."""
     server = make_server(App(Scraper([scripted("a")]), "/metrics", 5.0, 40), "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    failures = []
+
+    def scrape():
         conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=10)
         for _ in range(300):
             conn.request("GET", "/metrics")
             reply = conn.getresponse()
-            assert reply.status == 200 and reply.read()
+            if reply.status != 200 or not reply.read():
+                failures.append(reply.status)
         conn.close()
-        assert server.worker_threads() == 1
+
+    try:
+        scrapers = [threading.Thread(target=scrape) for _ in range(clients)]
+        for t in scrapers:
+            t.start()
+        for t in scrapers:
+            t.join(60)
+        assert not failures
+        assert server.worker_threads() == clients
     finally:
         server.shutdown()
         server.server_close()
