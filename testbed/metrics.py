@@ -13,12 +13,14 @@ def sample(families, name, **labels):
     raise KeyError(f"{name}{labels} not in scrape")
 
 
-def wait_until(predicate, timeout=5.0):
+def wait_until(predicate, timeout=5.0, interval=0.02):
+    """predicate() until it is true (True) or `timeout` seconds pass (False); an API read
+    as the predicate wants an `interval` of a second or so."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(0.02)
+        time.sleep(interval)
     return False
 
 
