@@ -105,6 +105,20 @@ def every(stop: threading.Event, counts: dict, period: float, step) -> None:
             print(f"churn {step.__name__}: {type(exc).__name__}: {exc}"[:300], flush=True)
 
 
+def report_text(title, setting, counts, failures, rows, figures, more="") -> str:
+    """A soak's report: its title, where it ran, the churn done and the failed scrapes,
+    `more`, then the tables."""
+    summary = (
+        f"{setting} Churn done: "
+        + ", ".join(f"{v} {k}" for k, v in counts.items())
+        + f". Scrapes every {SCRAPE_SECONDS:g} s; failed scrapes: "
+        + (", ".join(f"{name}: {n}" for name, n in failures.items()) or "none")
+        + "."
+        + more
+    )
+    return "\n".join([f"# {title}", "", summary, "", *tables(rows, figures)]) + "\n"
+
+
 def tables(rows: dict[str, list[tuple[float, dict]]], figures) -> list[str]:
     """The report's two tables: each figure's first, median, last and largest value per
     exporter, then every sample."""
@@ -387,18 +401,14 @@ def main() -> int:
 
 
 def report(minutes, started_at, rows, counts, failures) -> str:
-    lines = [
-        f"# Soak under churn, {minutes:g} minutes (`python -m bench.soak --minutes {minutes:g}`)",
-        "",
-        f"Started {started_at} on the shared 2-core machine. Churn done: "
-        + ", ".join(f"{v} {k}" for k, v in counts.items())
-        + f". Scrapes every {SCRAPE_SECONDS:g} s; failed scrapes: "
-        + (", ".join(f"{u}: {n}" for u, n in failures.items()) or "none")
-        + ".",
-        "",
-    ]
-    lines += tables(rows, FIGURES)
-    return "\n".join(lines) + "\n"
+    return report_text(
+        f"Soak under churn, {minutes:g} minutes (`python -m bench.soak --minutes {minutes:g}`)",
+        f"Started {started_at} on the shared 2-core machine.",
+        counts,
+        failures,
+        rows,
+        FIGURES,
+    )
 
 
 if __name__ == "__main__":

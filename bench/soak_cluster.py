@@ -49,10 +49,10 @@ import requests
 from bench.soak import (
     SCRAPE_SECONDS,
     every,
+    report_text,
     resources,
     sample_every,
     samples_named,
-    tables,
 )
 from testbed import image, operator
 from testbed.accounts import metrics_reader_token
@@ -439,24 +439,21 @@ def main() -> int:
 
 
 def report(minutes, started_at, rows, counts, failures, db, cluster_rss, remains) -> str:
-    lines = [
-        f"# The e2e cluster under churn, {minutes:g} minutes "
+    return report_text(
+        f"The e2e cluster under churn, {minutes:g} minutes "
         f"(`python -m bench.soak_cluster --minutes {minutes:g}`)",
-        "",
-        f"Started {started_at} on the shared 2-core machine: Kubernetes 1.34 (testbed/cluster.py), "
-        "deploy/ with tests/e2e/overlay, the node labelled control-plane. Churn done: "
-        + ", ".join(f"{v} {k}" for k, v in counts.items())
-        + f". Scrapes every {SCRAPE_SECONDS:g} s; failed scrapes: "
-        + (", ".join(f"{n}: {k}" for n, k in failures.items()) or "none")
-        + f". Events etcd database {db[0]:.1f} MiB first, {max(db):.1f} MiB at most "
+        f"Started {started_at} on the shared 2-core machine: Kubernetes 1.34 "
+        "(testbed/cluster.py), deploy/ with tests/e2e/overlay, the node labelled control-plane.",
+        counts,
+        failures,
+        rows,
+        FIGURES,
+        more=f" Events etcd database {db[0]:.1f} MiB first, {max(db):.1f} MiB at most "
         f"(quota {EVENTS_QUOTA >> 20} MiB). The cluster's own processes: {cluster_rss:.0f} MiB "
         "RSS at the end. Host after `down`: "
         + ("clean" if not remains else "NOT clean: " + "; ".join(remains))
         + ".",
-        "",
-    ]
-    lines += tables(rows, FIGURES)
-    return "\n".join(lines) + "\n"
+    )
 
 
 if __name__ == "__main__":
