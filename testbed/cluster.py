@@ -37,7 +37,7 @@ import requests
 
 from . import control_plane, host, node
 from .builds import kube_binary
-from .control_plane import API_PORT, PORTS, kubeconfig
+from .control_plane import API_PORT, EVENTS_QUOTA, PORTS, kubeconfig
 from .host import BRIDGE, KUBELET_DIR, WORK, run
 from .node import NODE_IP, PAUSE_IMAGE
 from .ports import port_is_free
@@ -52,8 +52,9 @@ def current_kubectl() -> str:
 class Cluster:
     """The cluster's parts and their state; `up()` and `down()` (also from a fresh object)."""
 
-    def __init__(self, work=WORK):
+    def __init__(self, work=WORK, events_quota=EVENTS_QUOTA):
         self.work = pathlib.Path(work)
+        self.events_quota = events_quota
         self.pki = self.work / "pki"
         self.logs = self.work / "logs"
         self.state_file = self.work / "state.json"
@@ -168,7 +169,9 @@ class Cluster:
         # All members first: a member of a new cluster waits for its peers.
         started = [
             (port, self._start(f"etcd-{name}", argv))
-            for name, port, argv in control_plane.etcds(self.work, self.pki / "etcd")
+            for name, port, argv in control_plane.etcds(
+                self.work, self.pki / "etcd", self.events_quota
+            )
         ]
         for port, proc in started:
             wait_for_port(port, proc=proc, timeout=30)

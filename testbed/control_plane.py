@@ -141,9 +141,9 @@ def main_etcd_urls() -> str:
     return ",".join(f"https://127.0.0.1:{client}" for _, client, _, _ in MAIN_MEMBERS)
 
 
-def etcds(work, etcd_pki):
+def etcds(work, etcd_pki, events_quota=EVENTS_QUOTA):
     """(name, client port, argv) of each member, in the order they start: main's three over
-    TLS, events in plain HTTP with a small quota."""
+    TLS, events in plain HTTP with a small quota (the e2e fills it to NOSPACE)."""
     peers = ",".join(f"{name}=http://127.0.0.1:{peer}" for name, _, peer, _ in MAIN_MEMBERS)
     return [
         *(
@@ -166,7 +166,7 @@ def etcds(work, etcd_pki):
                 EVENTS_PORT,
                 EVENTS_PEER_PORT,
                 EVENTS_METRICS_PORT,
-                quota=EVENTS_QUOTA,
+                quota=events_quota,
                 tls=False,
             ),
         ),
