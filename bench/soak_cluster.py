@@ -321,8 +321,8 @@ def sample(p: dict, session: requests.Session, url: str) -> dict:
     return figures
 
 
-def urls(api: Api) -> dict[str, str]:
-    pods = exporter_pods(api)
+def urls(pods: dict[str, dict]) -> dict[str, str]:
+    """Where each of exporter_pods' pods answers."""
     return {
         "node": f"http://{NODE_IP}:9867/metrics",
         "cluster": f"http://{pods['cluster']['status']['podIP']}:9867/metrics",
@@ -331,7 +331,7 @@ def urls(api: Api) -> dict[str, str]:
 
 def scrape_loop(api: Api, session: requests.Session, stop: threading.Event, failures: dict):
     """Both pods every SCRAPE_SECONDS; a pod that moved (a restart) is found again."""
-    targets = urls(api)
+    targets = urls(exporter_pods(api))
     while not stop.wait(SCRAPE_SECONDS):
         for name, url in targets.items():
             try:
@@ -340,7 +340,7 @@ def scrape_loop(api: Api, session: requests.Session, stop: threading.Event, fail
                 failures[name] = failures.get(name, 0) + 1
                 print(f"scrape {name}: {exc}"[:300], flush=True)
                 with contextlib.suppress(Exception):
-                    targets = urls(api)
+                    targets = urls(exporter_pods(api))
 
 
 def deploy(cluster: Cluster, api: Api) -> None:
@@ -415,7 +415,7 @@ def main() -> int:
                     lambda: found if len(found := exporter_pods(api)) == 2 else None,
                     180,
                 )
-                where = urls(api)
+                where = urls(pods)
                 for name in rows:
                     rows[name].append((elapsed, sample(pods[name], session, where[name])))
                 db.append(events_db_mib())
@@ -425,7 +425,7 @@ def main() -> int:
 
             sample_every(args.minutes, take)
             counts = dict(churn.counts)
-            text = session.get(urls(api)["cluster"], timeout=30).text
+            text = session.get(urls(exporter_pods(api))["cluster"], timeout=30).text
             for key, metric in (
                 ("preemptions counted", "kubescale_balloon_preemptions_total"),
                 ("pulls counted", "kubescale_image_pulls_succeeded_total"),

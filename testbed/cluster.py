@@ -210,20 +210,26 @@ class Cluster:
     def import_image(self, archive):
         self.ctr("images", "import", str(archive))
 
-    def etcd_session(self):
-        """requests to the etcd members as their client (the TLS pair the API server's
-        health checks use)."""
+    @property
+    def etcd_client(self):
+        """(CA, certificate, key) of the etcd members' client pair, the one the API
+        server's health checks use."""
         pki = self.pki / "etcd"
+        return pki / "ca.crt", pki / "healthcheck-client.crt", pki / "healthcheck-client.key"
+
+    def etcd_session(self):
+        """requests to the etcd members as their client."""
+        ca, cert, key = self.etcd_client
         s = requests.Session()
         s.trust_env = False
-        s.verify = str(pki / "ca.crt")
-        s.cert = (str(pki / "healthcheck-client.crt"), str(pki / "healthcheck-client.key"))
+        s.verify = str(ca)
+        s.cert = (str(cert), str(key))
         return s
 
     def etcd_client_secret(self, namespace, name):
-        """A Secret of the etcd CA and a client certificate (ca.crt, tls.crt, tls.key), what
-        an exporter reading the TLS members mounts."""
-        pki = self.pki / "etcd"
+        """A Secret of the client pair (ca.crt, tls.crt, tls.key), what an exporter reading
+        the TLS members mounts."""
+        ca, cert, key = self.etcd_client
         self.kubectl(
             "-n",
             namespace,
@@ -231,9 +237,9 @@ class Cluster:
             "secret",
             "generic",
             name,
-            f"--from-file=ca.crt={pki / 'ca.crt'}",
-            f"--from-file=tls.crt={pki / 'healthcheck-client.crt'}",
-            f"--from-file=tls.key={pki / 'healthcheck-client.key'}",
+            f"--from-file=ca.crt={ca}",
+            f"--from-file=tls.crt={cert}",
+            f"--from-file=tls.key={key}",
         )
 
     def add_registry(self, host, endpoint):

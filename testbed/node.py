@@ -18,6 +18,8 @@ import time
 import requests
 import yaml
 
+from kube_scale_exporter.kube.quantity import parse_quantity, pod_requests
+
 from .host import (
     BRIDGE,
     CNI_BIN,
@@ -293,22 +295,18 @@ def kube_proxy_argv(binary, kubeconfig):
     ]
 
 
-def millicores(quantity: str) -> int:
-    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
-
-
 def free_cpu(get) -> int:
-    """The node's allocatable CPU less what its Pending and Running pods request, in
-    millicores; `get(path, **params)` reads the API as an admin."""
+    """The node's allocatable CPU less what its Pending and Running pods request (as the
+    scheduler counts them, kube.quantity.pod_requests), in millicores; `get(path, **params)`
+    reads the API as an admin."""
     node = get(f"/api/v1/nodes/{NODE_NAME}")
     pods = get("/api/v1/pods", fieldSelector=f"spec.nodeName={NODE_NAME}")["items"]
     used = sum(
-        millicores(c.get("resources", {}).get("requests", {}).get("cpu", "0m"))
+        pod_requests(p).get("cpu", 0)
         for p in pods
         if p["status"].get("phase") in ("Pending", "Running")
-        for c in p["spec"]["containers"]
     )
-    return millicores(node["status"]["allocatable"]["cpu"]) - used
+    return int((parse_quantity(node["status"]["allocatable"]["cpu"]) - used) * 1000)
 
 
 def wait_ready(session, server, procs, timeout=120):

@@ -65,12 +65,16 @@ def test_back_to_back_scrapes_take_one_worker_thread_per_client(scripted, client
 
     def scrape():
         conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=10)
-        for _ in range(300):
-            conn.request("GET", "/metrics")
-            reply = conn.getresponse()
-            if reply.status != 200 or not reply.read():
-                failures.append(reply.status)
-        conn.close()
+        try:
+            for _ in range(300):
+                conn.request("GET", "/metrics")
+                reply = conn.getresponse()
+                if reply.status != 200 or not reply.read():
+                    failures.append(reply.status)
+        except OSError as exc:  # http.client's errors too: a client that gave up failed
+            failures.append(repr(exc))
+        finally:
+            conn.close()
 
     try:
         scrapers = [threading.Thread(target=scrape) for _ in range(clients)]
