@@ -65,6 +65,14 @@ def main(argv=None) -> int:
         "recording rules' backfill and the queries run again: compare rule layouts or "
         "Prometheus versions on the same history)",
     )
+    p.add_argument(
+        "--rules",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="full run: measure DIR's prometheus_rules.yaml and prometheus_alerts.yaml instead "
+        "of rules/ (another commit's layout, with --reuse to compare on the same history)",
+    )
     p.add_argument("--out", type=Path, default=RESULTS / "scale.md")
     args = p.parse_args(argv)
     if args.prometheus:
@@ -108,7 +116,16 @@ def main(argv=None) -> int:
                 else measure.plan([args.nodes], int(duration_seconds(args.full_window)))
             )
             run = measure.run(
-                workdir / "full", segs, compact=args.compact, log=log, reuse=args.reuse
+                workdir / "full",
+                segs,
+                rule_files=(
+                    tuple(args.rules / f.name for f in queries.RULE_FILES)
+                    if args.rules
+                    else queries.RULE_FILES
+                ),
+                compact=args.compact,
+                log=log,
+                reuse=args.reuse,
             )
             (RAW / "scale-full.json").write_text(run.to_json())
         elif phase == "day":

@@ -104,19 +104,31 @@ def _count(prom: Prometheus, expr: str, at: int) -> int:
     return int(prom.scalar(expr, at))
 
 
+# Prometheus' CPU per round of a group, at least: /proc counts it in 10 ms ticks, so a group
+# of a few milliseconds is repeated until the ticks add up, and its cost is the mean.
+ROUND_CPU_SECONDS = 0.25
+ROUND_MAX_RUNS = 100
+
+
+def _round(prom: Prometheus, rules: list[dict], at: int) -> tuple[float, float]:
+    """CPU and wall seconds of one evaluation of `rules`, the mean of as many as one round runs."""
+    cpu, began, runs = prom.cpu_seconds(), time.monotonic(), 0
+    while True:
+        for r in rules:
+            prom.query(f"count({r['expr'].strip()})", at)
+        runs += 1
+        used = prom.cpu_seconds() - cpu
+        if used >= ROUND_CPU_SECONDS or runs >= ROUND_MAX_RUNS:
+            return used / runs, (time.monotonic() - began) / runs
+
+
 def group_cost(
     prom: Prometheus, groups: list[dict], at: int, rounds: int = 3
 ) -> dict[str, dict[str, float]]:
-    """The cheapest of `rounds` evaluations of each group (the others met a busy machine)."""
+    """The cheapest of `rounds` rounds of each group (the others met a busy machine)."""
     out = {}
     for g in groups:
-        best_cpu, best_wall = float("inf"), float("inf")
-        for _ in range(rounds):
-            cpu, began = prom.cpu_seconds(), time.monotonic()
-            for r in g["rules"]:
-                prom.query(f"count({r['expr'].strip()})", at)
-            best_cpu = min(best_cpu, prom.cpu_seconds() - cpu)
-            best_wall = min(best_wall, time.monotonic() - began)
+        best_cpu, best_wall = min(_round(prom, g["rules"], at) for _ in range(rounds))
         interval = queries.duration_seconds(g["interval"]) if "interval" in g else SCRAPE_INTERVAL
         out[g["name"]] = {"cpu": best_cpu, "wall": best_wall, "interval": interval}
     return out
@@ -259,6 +271,8 @@ def run(
             (reuse / STORED_HISTORY).write_text(json.dumps(history, indent=1))
             log(f"raw blocks kept in {reuse / STORED_BLOCKS} for --reuse")
     groups = queries.load_rule_groups(rule_files)
+    if tuple(rule_files) != queries.RULE_FILES:
+        notes.append(f"rules and alerts read from {', '.join(str(f) for f in rule_files)}")
     passes = backfill.recording_rules(groups, data, workdir, segments[0].start, segments[-1].end)
     log(f"recording rules backfilled: {passes}")
     with Prometheus(workdir, data) as prom:

@@ -151,7 +151,8 @@ def render(
             (
                 "- CPU / wall (blocks): Prometheus' CPU seconds (from /proc) and the wall time to evaluate the "
                 "group's expressions one after another on the full run's backfilled blocks, each wrapped in "
-                "count() so JSON encoding is left out; the cheapest of 3 rounds. CPU seconds are what the "
+                "count() so JSON encoding is left out; the cheapest of 3 rounds, each repeating the group until "
+                "Prometheus has used 0.25 CPU-s (/proc counts in 10 ms ticks) and taking the mean. CPU seconds are what the "
                 "group costs whatever else the shared machine runs: on a free core, its evaluation time;"
             ),
             "- Prometheus last / max: the group's own `evaluationTime` in the live run, while the same 2 "
