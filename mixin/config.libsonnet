@@ -232,16 +232,28 @@ local knobs = {
   datasourceName: 'prometheus',
   // Rows in "worst nodes" tables: bounded so a panel never returns thousands of series.
   topK: 10,
+  // Evaluation interval of the per-node alerts with a `for` under 15 minutes (or none) and
+  // of the per-node records they read: the neighbor tables near full (10m) or overflowing,
+  // pulls queued (10m), stalled (2m) or too old (5m). Each evaluation reads every node's
+  // series (15,000 tables at 7,500 nodes): every 30 s, these groups alone would take most
+  // of the rules' budget (docs/sizing.md). A `for` still spans an evaluation after the first
+  // that saw the condition; an overflow (no `for`) alerts within two intervals of the
+  // scrape that saw it (this step, and the age of the record it reads). '1m' halves
+  // those delays and doubles these groups' cost.
+  nodeAlertInterval: '2m',
   // Evaluation interval of the rule groups that only dashboards read, and of the alerts
   // whose `for` is 15 minutes or more: at 7,500 nodes every per-node read of every
-  // evaluation costs Prometheus CPU (docs/sizing.md). Under Prometheus' 5 min lookback.
+  // evaluation costs Prometheus CPU (docs/sizing.md). Such an alert fires at most two
+  // intervals after its `for` runs out (its own step, and the age of the record it reads).
+  // Under Prometheus' 5 min lookback, so a record read between evaluations is never stale.
   // What runs on it, and why it may:
   // - every node's neighbor usage ratio: the node dashboard and the "worst nodes" tables
-  //   read it; the near-full alerts read the 30 s record of the tables above the warning;
+  //   read it; the near-full alerts read the nodeAlertInterval record of the tables above
+  //   the warning;
   // - the image-pull fleet totals and "worst nodes" tables: only dashboards read them (the
-  //   per-node alerts read the 30 s node:*:nonzero records);
+  //   per-node alerts read the nodeAlertInterval node:*:nonzero records);
   // - the exporter's target and watch counts and the alerts on them: their `for`
-  //   (exporterDownFor, kubeWatchDownFor) is 15 minutes, which a 2 minute step stays inside;
+  //   (exporterDownFor, kubeWatchDownFor) is 15 minutes, four steps of 4 minutes;
   // - the kubelet settings, back-offs and preloads, containerd's settings, collector
   //   failures and series budgets: alerts with a `for` of 15 minutes or more;
   // - etcd's growth, fragmentation, leaders, keys and read rates, and the balloons' reserved
@@ -250,9 +262,11 @@ local knobs = {
   //   ReadBandwidthHigh, NotObserved, BalloonMisconfigured, ImagePullsSerializedWithBacklog
   //   15m, ImagePreloadMissing 1h): at 7,500 nodes these read few series, but every query
   //   of every 30 s evaluation costs its own milliseconds.
-  // Alerts with a shorter `for` (NearFull's 10m, the pull alerts', AlarmActive's 1m) stay on
-  // the 30 s groups: a 2 minute step would be a fifth of their `for` or more.
-  slowInterval: '2m',
+  // Set '2m' where Prometheus has the CPU to spare: at 7,500 nodes that doubles these
+  // groups' cost (docs/sizing.md gives both).
+  // Alerts on few series with a shorter `for` (etcd's, the balloons', the registries') stay
+  // on the stack's interval.
+  slowInterval: '4m',
 };
 
 // Knobs that were renamed, with what replaced them.

@@ -17,7 +17,9 @@ local promql = import '../lib/promql.libsonnet';
         // Queued images are only a pull-slot backlog while something downloads: with nothing
         // in progress they are pods in ImagePullBackOff or waiting for another reason.
         local downloading = held('kubescale_image_pulls_in_progress') + ' > 0',
+        // Over the nodeAlertInterval records of every node's pulls: on that interval too.
         name: 'kube-scale-exporter-imagepull',
+        interval: c.nodeAlertInterval,
         rules: [
           {
             alert: 'KubeScaleImagePullBacklog',

@@ -18,7 +18,9 @@ local text = import '../lib/alerts.libsonnet';
           },
         },
         // Nodes on the kernel default that already use a good share of it.
+        // Over the nodeAlertInterval records of every node's tables: on that interval too.
         name: 'kube-scale-exporter-neighbor',
+        interval: c.nodeAlertInterval,
         rules: [
           nearFull(c.warningSeverity, c.neighborUsageWarning),
           nearFull(c.criticalSeverity, c.neighborUsageCritical),

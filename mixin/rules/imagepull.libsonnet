@@ -12,8 +12,9 @@ local promql = import '../lib/promql.libsonnet';
       {
         local c = $._config,
         local nonzero(metric) = 'node:%s:nonzero' % metric,
-        // The per-node gauges the 30 s alerts hold through their `for`.
+        // The per-node gauges the alerts hold through their `for` (nodeAlertInterval).
         name: 'kube-scale-exporter-imagepull.rules',
+        interval: c.nodeAlertInterval,
         rules: [
           {
             record: nonzero(metric),

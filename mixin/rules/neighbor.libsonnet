@@ -1,6 +1,7 @@
 // Fleet views of the kernel neighbor (ARP/NDISC) tables. Per node the usage ratio is kept:
-// every 30 s for the tables near full (the alerts read those), every slowInterval for all
-// (the node dashboard and the "worst nodes" tables); the rest is per cluster and family.
+// every nodeAlertInterval for the tables near full (the alerts read those), every
+// slowInterval for all (the node dashboard and the "worst nodes" tables); the rest is per
+// cluster and family.
 // The usage ratio of every node's tables, each side held over gapTolerance.
 local usage(c) = |||
   last_over_time(%(neighborUsageMetric)s{%(nodeExporterSelector)s}[%(gapTolerance)s])
@@ -12,6 +13,7 @@ local usage(c) = |||
     groups+: [
       {
         name: 'kube-scale-exporter-neighbor.rules',
+        interval: $._config.nodeAlertInterval,
         rules: [
           {
             // GC-eligible entries are what gc_thresh3 limits (config: neighborUsageMetric).
@@ -29,6 +31,7 @@ local usage(c) = |||
         // Apart from the usage ratio, so that neither group reads more than half the
         // node tables' samples of one evaluation.
         name: 'kube-scale-exporter-neighbor-overflows.rules',
+        interval: $._config.nodeAlertInterval,
         rules: [
           {
             // Only the nodes whose table overflowed: the overflow alert reads these.
@@ -44,7 +47,7 @@ local usage(c) = |||
         interval: $._config.slowInterval,
         rules: [
           {
-            // From the raw counters, not the 30 s group's overflowing tables: a kernel without
+            // From the raw counters, not the overflowing tables of the group above: a kernel without
             // table_fulls has no counter, and its family shows no rate rather than a 0.
             record: 'cluster_family:kubescale_neighbor_table_overflows:rate%(rateInterval)s' % $._config,
             expr: 'sum by (%(clusterLabel)s, family) (rate(kubescale_neighbor_table_overflows_total{%(nodeExporterSelector)s}[%(rateInterval)s]))' % $._config,
@@ -82,7 +85,7 @@ local usage(c) = |||
             expr: 'count by (%(clusterLabel)s, family) (kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s})' % $._config,
           },
           {
-            // From the tables above the warning the 30 s group keeps, 0 where none is.
+            // From the tables above the warning neighbor.rules keeps, 0 where none is.
             record: 'cluster_family:kubescale_neighbor_nodes_above_warning:sum',
             expr: |||
               count by (%(clusterLabel)s, family) (node_family:kubescale_neighbor_usage_high:ratio > %(neighborUsageWarning)g)

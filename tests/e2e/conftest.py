@@ -152,11 +152,12 @@ class Prom(PrometheusServer):
 
 def e2e_rules() -> dict:
     """The mixin's recording rules and alerts with every `for:` at SHORT_FOR, the groups on
-    slowInterval at the stack's own interval (2 min is longer than any wait here), and the
+    nodeAlertInterval and slowInterval at the stack's own interval (their 2 and 4 minutes
+    are longer than any wait here), and the
     image pull backlog threshold at 1 (one queued pull is what a one-node test can make)."""
     defaults = mixin_object()["config"]
     config = {k: SHORT_FOR for k in defaults if k.endswith("For")}
-    config["slowInterval"] = SCRAPE
+    config["nodeAlertInterval"] = config["slowInterval"] = SCRAPE
     config["imagePullQueuedThreshold"] = 1
     m = mixin_object(config)
     return {"groups": m["rules"]["groups"] + m["alerts"]["groups"]}

@@ -8,6 +8,8 @@ import _gojsonnet
 import pytest
 import yaml
 
+from kube_scale_exporter.durations import go_duration
+
 from tests.mixin.support import (
     REPO,
     alert_rules,
@@ -160,6 +162,52 @@ def test_groups_are_small_and_uniquely_named(everything):
     for g in groups:
         assert 0 < len(g["rules"]) <= 20, g["name"]
         assert g["name"].startswith("kube-scale-exporter-")
+
+
+# The interval of a group that sets none: the stack's (kube-prometheus evaluates every 30 s).
+STACK_INTERVAL = 30
+# Prometheus' lookback: an instant selector finds a record at most this old.
+LOOKBACK = 300
+
+
+def _interval(group) -> float:
+    return go_duration(group["interval"]) if "interval" in group else STACK_INTERVAL
+
+
+@pytest.mark.unit
+def test_every_alert_is_evaluated_again_within_its_for(everything):
+    """An alert's `for` spans at least one evaluation after the one that first saw the
+    condition (a `for` shorter than the step is no `for`), and an alert without one, which
+    fires at its first evaluation, runs at least every nodeAlertInterval. Every group runs
+    within Prometheus' lookback, so a record read between its evaluations is never stale."""
+    fastest = go_duration(everything["config"]["nodeAlertInterval"])
+    for group in everything["alerts"]["groups"] + everything["rules"]["groups"]:
+        interval = _interval(group)
+        assert interval < LOOKBACK, group["name"]
+        for rule in group["rules"]:
+            if "alert" not in rule:
+                continue
+            if "for" in rule:
+                assert interval <= go_duration(rule["for"]), (group["name"], rule["alert"])
+            else:
+                assert interval <= fastest, (group["name"], rule["alert"])
+
+
+@pytest.mark.unit
+def test_no_alert_reads_a_record_evaluated_less_often_than_itself(everything):
+    """A record recorded less often than the alert that reads it would hold the alert on a
+    value older than its own step: the alert would fire (or clear) a record's step late."""
+    recorded = {
+        r["record"]: _interval(g) for g in everything["rules"]["groups"] for r in g["rules"]
+    }
+    checked = 0
+    for group in everything["alerts"]["groups"]:
+        for rule in group["rules"]:
+            for name in RECORDING_NAME.findall(rule["expr"]):
+                if name in recorded:
+                    checked += 1
+                    assert recorded[name] <= _interval(group), (rule["alert"], name)
+    assert checked > 20
 
 
 @pytest.mark.unit

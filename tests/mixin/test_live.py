@@ -32,7 +32,8 @@ def working_collectors():
 
 def every_second(workdir, rule_files=demo.RULE_FILES):
     """The generated rule files with every group on the stack's own interval: the groups on
-    slowInterval would otherwise run once in 2 minutes, longer than any wait here."""
+    nodeAlertInterval and slowInterval would otherwise run every 2 and 4 minutes, longer than
+    any wait here."""
     out = []
     for path in rule_files:
         rules = yaml.safe_load(path.read_text())
