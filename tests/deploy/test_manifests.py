@@ -711,6 +711,15 @@ def plain_config():
         return yaml.safe_load(f)
 
 
+@pytest.mark.unit
+def test_the_plain_config_evaluates_rules_at_the_interval_their_cost_was_measured_at():
+    """The mixin's groups with no interval run at the global one; docs/sizing.md's rule cost
+    is bench.scale's, which evaluates at its scrape interval."""
+    from bench.scale.prom import SCRAPE_INTERVAL  # noqa: PLC0415  (bench code, this test only)
+
+    assert plain_config()["global"]["evaluation_interval"] == f"{SCRAPE_INTERVAL}s"
+
+
 @pytest.mark.integration
 def test_the_plain_scrape_config_has_a_job_per_service_monitor(manifests):
     """deploy/prometheus/prometheus.yml is static YAML: it must say what the
