@@ -60,19 +60,35 @@ class AlertWatch:
         self.recovered_in = float("inf")  # set by recovered_after
         self.looks: list[set[str]] = []
         self.first_seen: dict[str, dict] = {}  # alert name -> its labels when first seen
+        # Why a target was down, as Prometheus saw it: (seconds in, scrape pool, instance,
+        # lastError, lastScrapeDuration).
+        self.target_errors: list[tuple[float, str, str, str, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
+        started = time.monotonic()
         while not self._stop.is_set():
             try:
                 firing = self.prom.firing(None)
+                targets = self.prom.targets()
             except requests.RequestException:
                 pass  # Prometheus itself is not under test here
             else:
                 for alert in firing:
                     self.first_seen.setdefault(alert["labels"]["alertname"], alert["labels"])
                 self.looks.append({a["labels"]["alertname"] for a in firing})
+                self.target_errors += [
+                    (
+                        round(time.monotonic() - started, 1),
+                        t.get("scrapePool", ""),
+                        t["labels"].get("instance", ""),
+                        t.get("lastError", ""),
+                        round(t.get("lastScrapeDuration", 0.0), 3),
+                    )
+                    for t in targets
+                    if t.get("health") == "down"
+                ]
             self._stop.wait(1.0)
 
     def __enter__(self):
@@ -89,6 +105,8 @@ class AlertWatch:
         gaps = [i for i, firing in enumerate(self.looks) if STEADY not in firing]
         assert not gaps, f"{STEADY} resolved at looks {gaps} of {len(self.looks)}"
         new = set().union(*self.looks) - self.before
+        if self.target_errors:
+            TIMINGS.setdefault("fault_targets_down", []).append(self.target_errors)
         if new & MACHINE_LATENCY:
             TIMINGS.setdefault("fault_latency_alerts", []).append(sorted(new & MACHINE_LATENCY))
         for alert in new & OUTAGE:
@@ -96,7 +114,10 @@ class AlertWatch:
             assert self.recovered_in < production_for(alert), (alert, self.recovered_in)
             TIMINGS.setdefault("fault_outage_alerts_at_short_for", []).append(alert)
         new -= MACHINE_LATENCY | OUTAGE
-        assert not new, f"alerts fired by the fault: {[self.first_seen[a] for a in sorted(new)]}"
+        assert not new, (
+            f"alerts fired by the fault: {[self.first_seen[a] for a in sorted(new)]}; "
+            f"targets down meanwhile: {self.target_errors}"
+        )
 
 
 @pytest.fixture(scope="module")
