@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,11 +27,12 @@ from kube_scale_exporter.collectors.imagepull.kubelet import DEFAULT_KUBELET_CON
 from kube_scale_exporter.containerd.config import DEFAULT_CONFIG as DEFAULT_CONTAINERD_CONFIG
 from kube_scale_exporter.containerd.ingestdir import DEFAULT_INGEST_DIR
 from kube_scale_exporter.kube.config import SERVICE_ACCOUNT_DIR
+from bench.scraping import Run, scrape_process
 from testbed.containerd_server import ContainerdServer
 from testbed.exporter import start_exporter
 from testbed.metrics import parse_exposition, wait_until
 from testbed.ports import free_port
-from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
+from testbed.procs import Proc, rss_mib, wait_for_port
 
 NODE = "bench-node"
 MAX_PODS = 110  # the kubelet's default maxPods: a full node's pod watch
@@ -177,42 +177,6 @@ def _node_pods(workdir: Path):
                 {"status": {"phase": "Running", "startTime": "2027-01-01T00:00:00Z"}},
             )
         yield api
-
-
-@dataclass
-class Run:
-    """One server under `scrapes` sequential scrapes over one kept-alive connection."""
-
-    scrapes: int
-    cpu_s: float  # the server's user + system CPU over the scrapes
-    wall_p50_ms: float
-    rss_first: float  # MiB after the first scrape
-    rss_last: float  # MiB after the last
-    peak: float
-    samples: int  # lines of the last answer that are samples
-
-    @property
-    def cpu_ms_per_scrape(self) -> float:
-        return self.cpu_s * 1000 / self.scrapes
-
-
-def scrape_process(pid: int, url: str, scrapes: int, headers: dict | None = None) -> Run:
-    walls = []
-    with requests.Session() as session:
-        session.headers.update(headers or {})
-        text = session.get(url, timeout=60).text
-        first = rss_mib(pid)[0]
-        cpu = cpu_seconds(pid)
-        for _ in range(scrapes):
-            started = time.perf_counter()
-            reply = session.get(url, timeout=60)
-            walls.append(time.perf_counter() - started)
-            reply.raise_for_status()
-            text = reply.text
-        used = cpu_seconds(pid) - cpu
-    rss, peak = rss_mib(pid)
-    samples = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-    return Run(scrapes, used, statistics.median(walls) * 1000, first, rss, peak, samples)
 
 
 def healthy(url: str, timeout: float = 60.0, headers: dict | None = None) -> None:
