@@ -1,7 +1,7 @@
 """The cluster-mode exporter on a kwok fleet, beside kube-state-metrics on the same cluster.
 
     flock /work/.bigrun.lock python -m bench.cluster_scale [--nodes 2000] [--pods 20000]
-        [--rollout 10000] [--event-rate 500] [--event-seconds 300] [--rest 60]
+        [--rollout 10000] [--event-rate 500] [--event-seconds 300] [--rest 60] [--scrapes 200]
 
 One fleet (testbed/fleet.py: the 1.34 API server on a main and an events etcd 3.6,
 scheduler, controller-manager, kwok Nodes and pods), then, in one run:
@@ -16,11 +16,15 @@ scheduler, controller-manager, kwok Nodes and pods), then, in one run:
    same exporter with a balloon selector that matches every fleet pod (it watches the same
    pods and nodes as kube-state-metrics does), kube-state-metrics with its defaults, and
    with --resources=pods,nodes; all at rest;
-4. churn: a rollout that replaces `--rollout` pods (a template change);
-5. `--event-rate` image-pull events a second for `--event-seconds`, written through the
+4. CPU per scrape: each of the four in turn takes `--scrapes` sequential scrapes over one
+   kept-alive connection (bench/scraping.py, as the node benches measure it) while the
+   others rest; its CPU over them per scrape, and the same less what it used at rest over
+   as long (its watches' own work);
+5. churn: a rollout that replaces at least `--rollout` pods, whole Deployments (a template change);
+6. `--event-rate` image-pull events a second for `--event-seconds`, written through the
    API server as events.k8s.io/v1 Events the way kubelet reports a pull (Pulling, then
    Pulled or Failed): the exporter's counters are compared with what was sent;
-6. a relist: what listing the exporter's caches again costs (after a 410), in this
+7. a relist: what listing the exporter's caches again costs (after a 410), in this
    process with the collectors' own field projections.
 
 CPU is per minute of each phase (user + system from /proc), bytes read from /proc/PID/io
@@ -43,6 +47,7 @@ from pathlib import Path
 import requests
 
 from bench import peers
+from bench.scraping import scrape_process
 from kube_scale_exporter import kube
 from kube_scale_exporter.collectors.balloon.collector import NODE_FIELDS, POD_FIELDS
 from kube_scale_exporter.collectors.balloon.collector import _node_allocatable as node_shape
@@ -61,6 +66,7 @@ from testbed.ports import free_port
 from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
 
 RESULTS = peers.ROOT / "bench" / "results" / "cluster_scale.md"
+SERVERS = ("exporter (deploy)", "exporter (every pod)", "ksm (defaults)", "ksm (pods,nodes)")
 BALLOONS = 20
 # A pull kubelet reports: Pulling, then Pulled (or Failed, one in FAILED_EVERY).
 FAILED_EVERY = 10
@@ -325,6 +331,25 @@ def pull_counts(url):
     }
 
 
+def scrape_costs(watched, scrapes, rest_phase):
+    """Each server's CPU per scrape, one server at a time; `rest_phase` gives the CPU per
+    minute each used at rest, taken off as its watches' work over the same time."""
+    out = {}
+    for name in SERVERS:
+        w = watched[name]
+        started = time.monotonic()
+        run = scrape_process(w.proc.pid, w.url + "/metrics", scrapes)
+        at_rest = w.phases[rest_phase]["cpu_s_per_min"] * (time.monotonic() - started) / 60
+        out[name] = {
+            "cpu_ms": run.cpu_ms_per_scrape,
+            "net_cpu_ms": (run.cpu_s - at_rest) * 1000 / scrapes,
+            "wall_p50_ms": run.wall_p50_ms,
+            "samples": run.samples,
+            "seconds": time.monotonic() - started,
+        }
+    return out
+
+
 def relist_cost(fleet):
     """CPU and wall time of listing again what the exporter caches, in this process, with
     the collectors' projections; and the caches' sizes."""
@@ -365,6 +390,7 @@ def main():
     ap.add_argument("--event-rate", type=float, default=500)
     ap.add_argument("--event-seconds", type=float, default=300)
     ap.add_argument("--rest", type=float, default=60)
+    ap.add_argument("--scrapes", type=int, default=200)
     ap.add_argument("--out", default=str(RESULTS))
     opts = ap.parse_args()
     log = []
@@ -426,6 +452,8 @@ def main():
                 if name == "exporter (deploy)":
                     rest("rest, the exporter (deploy) alone")
             rest("rest, all four")
+            scrapes = scrape_costs(watched, opts.scrapes, "rest, all four")
+            say(f"{opts.scrapes} scrapes each: {json.dumps(scrapes)}")
 
             for w in watched.values():
                 w.begin()
@@ -475,6 +503,7 @@ def main():
         opts,
         {
             "first": first,
+            "scrapes": scrapes,
             "phases": {n: w.phases for n, w in watched.items()},
             "rollout": {"pods": replaced, "seconds": rollout_s},
             "events": {
@@ -511,7 +540,7 @@ def write(opts, r):
     out = Path(opts.out)
     out.with_suffix(".json").write_text(json.dumps(r, indent=1) + "\n")
     phases = r["phases"]
-    procs = ["exporter (deploy)", "exporter (every pod)", "ksm (defaults)", "ksm (pods,nodes)"]
+    procs = SERVERS
     lines = [
         f"# Cluster mode at {opts.nodes} nodes and {r['total_pods']} pods, beside kube-state-metrics",
         "",
@@ -521,7 +550,8 @@ def write(opts, r):
         "24 GiB, shared with other sessions' builds and tests (timings are noisy). "
         f"`python -m bench.cluster_scale --nodes {opts.nodes} --gpu-nodes {opts.gpu_nodes} "
         f"--pods {opts.pods} --rollout {opts.rollout} --event-rate {opts.event_rate:g} "
-        f"--event-seconds {opts.event_seconds:g} --rest {opts.rest:g}`; raw figures in "
+        f"--event-seconds {opts.event_seconds:g} --rest {opts.rest:g} --scrapes {opts.scrapes}`; "
+        "raw figures in "
         f"{out.with_suffix('.json').name}.",
         "",
         "What each watches: *exporter (deploy)* is deploy/base/cluster.yaml with the balloon,",
@@ -569,6 +599,29 @@ def write(opts, r):
                 f"| {phase}: {key} | {ratio(k[phase][key], e[phase][key])} "
                 f"| {ratio(kd[phase][key], d[phase][key])} |"
             )
+    sc = r["scrapes"]
+    lines += [
+        "",
+        "## CPU per scrape",
+        "",
+        f"Each in turn, {opts.scrapes} sequential scrapes over one kept-alive connection while "
+        "the others rested; *net* takes off what the same process used at rest over as long "
+        "(its watches' work, from the at-rest window above).",
+        "",
+        "| | " + " | ".join(procs) + " |",
+        "|---|" + "---:|" * len(procs),
+        "| CPU ms per scrape | " + " | ".join(f"{sc[p]['cpu_ms']:.2f}" for p in procs) + " |",
+        "| net CPU ms per scrape | "
+        + " | ".join(f"{sc[p]['net_cpu_ms']:.2f}" for p in procs)
+        + " |",
+        "| scrape p50, ms | " + " | ".join(f"{sc[p]['wall_p50_ms']:.1f}" for p in procs) + " |",
+        "| samples | " + " | ".join(f"{sc[p]['samples']:,}" for p in procs) + " |",
+        "",
+        "Ratios of CPU per scrape: ksm (pods,nodes) / exporter (every pod) "
+        f"{ratio(sc['ksm (pods,nodes)']['cpu_ms'], sc['exporter (every pod)']['cpu_ms'])}, "
+        "ksm (defaults) / exporter (deploy) "
+        f"{ratio(sc['ksm (defaults)']['cpu_ms'], sc['exporter (deploy)']['cpu_ms'])}.",
+    ]
     a = phases["kube-apiserver"]
     none, alone = a["rest, nothing watching"], a["rest, the exporter (deploy) alone"]
     added = (alone["cpu_s_per_min"] - none["cpu_s_per_min"]) / 60
