@@ -233,15 +233,20 @@ def deployed(kube):
 SCRAPE_TOKEN: list[str] = []
 
 
+def running_and_ready(pod) -> bool:
+    """Running, every container ready, and not on its way out (a terminating pod still
+    says Running and ready until its process exits)."""
+    return (
+        pod["status"].get("phase") == "Running"
+        and "deletionTimestamp" not in pod["metadata"]
+        and all(c.get("ready") for c in pod["status"].get("containerStatuses", []))
+    )
+
+
 def wait_exporters_ready(kube, timeout=180):
     def ready():
         pods = kube.pods(selector="app.kubernetes.io/name=kube-scale-exporter")
-        running = [
-            p
-            for p in pods
-            if p["status"].get("phase") == "Running"
-            and all(c.get("ready") for c in p["status"].get("containerStatuses", []))
-        ]
+        running = [p for p in pods if running_and_ready(p)]
         comps = {p["metadata"]["labels"]["app.kubernetes.io/component"] for p in running}
         return comps >= {"node", "cluster"} and len(running) == len(pods)
 
@@ -299,6 +304,7 @@ __all__ = [
     "RATE",
     "TIMINGS",
     "metrics_text",
+    "running_and_ready",
     "wait_exporters_ready",
     "wait_for",
 ]

@@ -150,10 +150,12 @@ def steady(prom, kube):
 
 
 def unhealthy(prom):
-    """What keeps the exporter from healthy: a target down, a collector whose last scrape
-    failed, a watch down (empty when all is well)."""
+    """What keeps the exporter from healthy: a job without a target, a target down, a
+    collector whose last scrape failed, a watch down (empty when all is well)."""
     found = []
     for job in (CLUSTER_JOB, NODE_JOB):
+        if not prom.query(f"up{{{job}}}"):
+            found.append(f"no target: {job}")
         found += [f"down: {r['metric']}" for r in prom.query(f"up{{{job}}} != 1")]
         found += [
             f"failed: {r['metric']}"
