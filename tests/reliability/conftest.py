@@ -7,12 +7,13 @@ containerd's socket path stays under the 108-byte limit.
 
 import shutil
 import tempfile
+import time
 
 import pytest
 
 from kube_scale_exporter.collectors import COLLECTORS as REGISTERED
 from testbed.containerd_server import ContainerdServer
-from testbed.etcd_server import EtcdServer
+from testbed.etcd_server import CONTROL_PLANE_VERSION, EtcdServer
 from testbed.faultproxy import FaultProxy
 from testbed.metrics import wait_until
 from testbed.kube_apiserver import apiserver_on_new_etcd
@@ -22,6 +23,24 @@ from tests.reliability.running import RunningExporter
 # command line: one without the options it needs exits 2), and the watch the faults are aimed at.
 COLLECTORS = {c.name for c in REGISTERED if "cluster" in c.modes}
 WATCH = r"/api/v1/pods\?.*watch=1"
+
+# The times the fault tables in docs/reliability.md quote, as this run measured them.
+FIGURES = {}
+
+
+def timed(figure, wait):
+    """Run wait(), keep how long it took as FIGURES[figure] and return what it returned."""
+    start = time.monotonic()
+    result = wait()
+    FIGURES[figure] = time.monotonic() - start
+    return result
+
+
+def pytest_terminal_summary(terminalreporter):
+    if FIGURES:
+        terminalreporter.write_sep("-", "fault figures (s), docs/reliability.md")
+        for figure, seconds in FIGURES.items():
+            terminalreporter.write_line(f"{figure}: {seconds:.2f}")
 
 
 @pytest.fixture
@@ -33,7 +52,7 @@ def workdir():
 
 @pytest.fixture
 def etcd(workdir):
-    server = EtcdServer(f"{workdir}/etcd").start()
+    server = EtcdServer(f"{workdir}/etcd", version=CONTROL_PLANE_VERSION).start()
     yield server
     server.stop()
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from testbed.metrics import wait_until
-from tests.reliability.conftest import COLLECTORS, WATCH
+from tests.reliability.conftest import COLLECTORS, FIGURES, WATCH, timed
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,12 @@ def test_api_server_stopped_then_restarted(cluster, cluster_exporter):
         assert age is not None and age >= 3
     finally:
         cluster.start()
-    cluster_exporter.wait_for(lambda s: all_up(s) and watch_up(s) == 1, within=RECOVERY_SECONDS)
+    timed(
+        "kube-apiserver restarted: watch_up 1 after it is ready",
+        lambda: cluster_exporter.wait_for(
+            lambda s: all_up(s) and watch_up(s) == 1, within=RECOVERY_SECONDS
+        ),
+    )
 
 
 def test_410_gone_relists(proxy, cluster_exporter):
@@ -72,12 +77,15 @@ def test_410_gone_relists(proxy, cluster_exporter):
         times=1,
     )
     _end_pod_watches(proxy)
-    after = cluster_exporter.wait_for(
-        lambda s: (
-            s.value("kubescale_kube_relists_total", resource="pods") == before + 1
-            and watch_up(s) == 1
+    after = timed(
+        "410 Gone: relisted and watching after the cut",
+        lambda: cluster_exporter.wait_for(
+            lambda s: (
+                s.value("kubescale_kube_relists_total", resource="pods") == before + 1
+                and watch_up(s) == 1
+            ),
+            within=RECOVERY_SECONDS,
         ),
-        within=RECOVERY_SECONDS,
     )
     assert all_up(after)
 
@@ -106,7 +114,10 @@ def test_5xx_backs_off_and_recovers(proxy, cluster_exporter, status):
     )
     assert in_window <= 6, in_window
     proxy.clear()
-    s = cluster_exporter.wait_for(lambda s: watch_up(s) == 1, within=RECOVERY_SECONDS)
+    s = timed(
+        f"{status} on every watch: watch_up 1 after the errors stop",
+        lambda: cluster_exporter.wait_for(lambda s: watch_up(s) == 1, within=RECOVERY_SECONDS),
+    )
     assert all_up(s)
     assert time.monotonic() - start < 8 + RECOVERY_SECONDS
 
@@ -158,7 +169,10 @@ def test_hung_watch_keeps_scrapes_fast_and_is_visible(proxy, cluster_exporter):
     # No event or bookmark arrives: the cache's age says how stale it is.
     assert s.value("kubescale_kube_last_sync_age_seconds", resource="pods") >= 3
     proxy.clear()  # also lets the hung request go
-    cluster_exporter.wait_for(lambda s: watch_up(s) == 1, within=RECOVERY_SECONDS)
+    timed(
+        "hung watch: watch_up 1 after its release",
+        lambda: cluster_exporter.wait_for(lambda s: watch_up(s) == 1, within=RECOVERY_SECONDS),
+    )
 
 
 def test_sigterm_with_a_hung_watch_exits_within_seconds(proxy, cluster_exporter):
@@ -168,12 +182,14 @@ def test_sigterm_with_a_hung_watch_exits_within_seconds(proxy, cluster_exporter)
     # A re-watch is in flight, hung, when the signal comes.
     assert wait_until(lambda: proxy.count(r"watch=1", "hang") > hung, 10)
     code, took = cluster_exporter.terminate()
+    FIGURES["SIGTERM, a re-watch hung at the proxy: exit in"] = took
     assert code == 0
     assert took < 3.0, f"shutdown took {took:.2f}s"
 
 
 def test_sigterm_with_open_watches_is_clean(cluster_exporter):
     code, took = cluster_exporter.terminate()
+    FIGURES["SIGTERM, every watch open: exit in"] = took
     assert code == 0 and took < 3.0, (code, took)
     with open(cluster_exporter.log_path) as f:
         log = f.read()

@@ -18,6 +18,7 @@ import pytest
 
 from testbed.metrics import wait_until
 from testbed.ports import unread_by_server
+from tests.reliability.conftest import FIGURES, timed
 
 from kube_scale_exporter.collectors import COLLECTORS
 
@@ -72,7 +73,11 @@ def node_exporter_proc(run_exporter, etcd, containerd):
 def test_etcd_paused_times_out_alone_and_recovers(node_exporter_proc, etcd):
     etcd.proc.pause()
     try:
-        failed = node_exporter_proc.wait_for(only_failing("etcd"), within=SCRAPE_TIMEOUT + 3)
+        failed = timed(
+            "etcd frozen: etcd reports 0 within",
+            lambda: node_exporter_proc.wait_for(only_failing("etcd"), within=SCRAPE_TIMEOUT + 3),
+        )
+        FIGURES["etcd frozen: scrape meanwhile"] = failed.seconds
         # No cluster answers: the collector fails and contributes no stale series.
         assert failed.value("kubescale_etcd_db_size_bytes", etcd_cluster="main") is None
         # Every scrape while it is frozen still answers within its timeout.
@@ -80,34 +85,61 @@ def test_etcd_paused_times_out_alone_and_recovers(node_exporter_proc, etcd):
             assert only_failing("etcd")(node_exporter_proc.wait_for(lambda s: True, within=0))
     finally:
         etcd.proc.resume()
-    node_exporter_proc.wait_for(all_up, within=5)
+    timed(
+        "etcd frozen: back after SIGCONT",
+        lambda: node_exporter_proc.wait_for(all_up, within=5),
+    )
 
 
 def test_etcd_stopped_then_restarted(node_exporter_proc, etcd):
     etcd.stop()
-    node_exporter_proc.wait_for(only_failing("etcd"), within=SCRAPE_TIMEOUT + 2)
+    timed(
+        "etcd stopped: etcd reports 0 within",
+        lambda: node_exporter_proc.wait_for(only_failing("etcd"), within=SCRAPE_TIMEOUT + 2),
+    )
     # A stopped etcd refuses connections: the failure is quick, not a timeout.
-    assert node_exporter_proc.scrape(SCRAPE_TIMEOUT).seconds < 1.5
+    refused = node_exporter_proc.scrape(SCRAPE_TIMEOUT).seconds
+    FIGURES["etcd stopped: scrape meanwhile"] = refused
+    assert refused < 1.5
     etcd.start()
-    node_exporter_proc.wait_for(all_up, within=10)
+    timed(
+        "etcd stopped: back after it is started",
+        lambda: node_exporter_proc.wait_for(all_up, within=10),
+    )
 
 
 def test_containerd_socket_gone_then_back(node_exporter_proc, containerd):
     containerd.stop()
     if os.path.exists(containerd.address):
         os.unlink(containerd.address)
-    node_exporter_proc.wait_for(only_failing("imagepull"), within=SCRAPE_TIMEOUT + 2)
+    gone = timed(
+        "containerd gone: imagepull reports 0 within",
+        lambda: node_exporter_proc.wait_for(only_failing("imagepull"), within=SCRAPE_TIMEOUT + 2),
+    )
+    FIGURES["containerd gone: scrape meanwhile"] = gone.seconds
     containerd.start()
-    node_exporter_proc.wait_for(all_up, within=10)
+    timed(
+        "containerd gone: back after it is started",
+        lambda: node_exporter_proc.wait_for(all_up, within=10),
+    )
 
 
 def test_containerd_paused_times_out_alone(node_exporter_proc, containerd):
     containerd.proc.pause()
     try:
-        node_exporter_proc.wait_for(only_failing("imagepull"), within=SCRAPE_TIMEOUT + 3)
+        frozen = timed(
+            "containerd frozen: imagepull reports 0 within",
+            lambda: node_exporter_proc.wait_for(
+                only_failing("imagepull"), within=SCRAPE_TIMEOUT + 3
+            ),
+        )
+        FIGURES["containerd frozen: scrape meanwhile"] = frozen.seconds
     finally:
         containerd.proc.resume()
-    node_exporter_proc.wait_for(all_up, within=10)
+    timed(
+        "containerd frozen: back after SIGCONT",
+        lambda: node_exporter_proc.wait_for(all_up, within=10),
+    )
 
 
 def test_every_source_down_at_once_still_answers(node_exporter_proc, etcd, containerd):
@@ -156,6 +188,7 @@ def test_sigterm_exits_within_seconds_while_a_source_hangs(run_exporter, etcd, c
         scrape.close()
         etcd.proc.resume()
         containerd.proc.resume()
+    FIGURES["SIGTERM, a scrape stuck on frozen etcd and containerd: exit in"] = took
     assert code == 0
     assert took < 3.0, f"shutdown took {took:.2f}s"
 
