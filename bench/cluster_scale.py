@@ -66,7 +66,6 @@ from testbed.ports import free_port
 from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
 
 RESULTS = peers.ROOT / "bench" / "results" / "cluster_scale.md"
-SERVERS = ("exporter (deploy)", "exporter (every pod)", "ksm (defaults)", "ksm (pods,nodes)")
 BALLOONS = 20
 # A pull kubelet reports: Pulling, then Pulled (or Failed, one in FAILED_EVERY).
 FAILED_EVERY = 10
@@ -331,16 +330,15 @@ def pull_counts(url):
     }
 
 
-def scrape_costs(watched, scrapes, rest_phase):
+def scrape_costs(servers, scrapes, rest_phase):
     """Each server's CPU per scrape, one server at a time; `rest_phase` gives the CPU per
     minute each used at rest, taken off as its watches' work over the same time."""
     out = {}
-    for name in SERVERS:
-        w = watched[name]
+    for w in servers:
         started = time.monotonic()
         run = scrape_process(w.proc.pid, w.url + "/metrics", scrapes)
         at_rest = w.phases[rest_phase]["cpu_s_per_min"] * (time.monotonic() - started) / 60
-        out[name] = {
+        out[w.name] = {
             "cpu_ms": run.cpu_ms_per_scrape,
             "net_cpu_ms": (run.cpu_s - at_rest) * 1000 / scrapes,
             "wall_p50_ms": run.wall_p50_ms,
@@ -452,7 +450,7 @@ def main():
                 if name == "exporter (deploy)":
                     rest("rest, the exporter (deploy) alone")
             rest("rest, all four")
-            scrapes = scrape_costs(watched, opts.scrapes, "rest, all four")
+            scrapes = scrape_costs([watched[n] for n in first], opts.scrapes, "rest, all four")
             say(f"{opts.scrapes} scrapes each: {json.dumps(scrapes)}")
 
             for w in watched.values():
@@ -540,7 +538,7 @@ def write(opts, r):
     out = Path(opts.out)
     out.with_suffix(".json").write_text(json.dumps(r, indent=1) + "\n")
     phases = r["phases"]
-    procs = SERVERS
+    procs = list(r["first"])  # the four servers, in the order they were started
     lines = [
         f"# Cluster mode at {opts.nodes} nodes and {r['total_pods']} pods, beside kube-state-metrics",
         "",

@@ -154,9 +154,10 @@ def unhealthy(prom):
     collector whose last scrape failed, a watch down (empty when all is well)."""
     found = []
     for job in (CLUSTER_JOB, NODE_JOB):
-        if not prom.query(f"up{{{job}}}"):
+        up = prom.query(f"up{{{job}}}")
+        if not up:
             found.append(f"no target: {job}")
-        found += [f"down: {r['metric']}" for r in prom.query(f"up{{{job}}} != 1")]
+        found += [f"down: {r['metric']}" for r in up if r["value"][1] != "1"]
         found += [
             f"failed: {r['metric']}"
             for r in prom.query(f"kubescale_scrape_collector_success{{{job}}} != 1")

@@ -146,15 +146,22 @@ def test_every_source_down_at_once_still_answers(node_exporter_proc, etcd, conta
     etcd.proc.pause()
     containerd.proc.pause()
     try:
-        scrape = node_exporter_proc.wait_for(
-            lambda s: s.success.get("etcd") == 0 and s.success.get("imagepull") == 0,
-            within=SCRAPE_TIMEOUT + 3,
+        scrape = timed(
+            "etcd and containerd frozen: both report 0 within",
+            lambda: node_exporter_proc.wait_for(
+                lambda s: s.success.get("etcd") == 0 and s.success.get("imagepull") == 0,
+                within=SCRAPE_TIMEOUT + 3,
+            ),
         )
+        FIGURES["etcd and containerd frozen: scrape meanwhile"] = scrape.seconds
         assert scrape.success["neighbor"] == 1 and scrape.success["neighbor_gc"] == 1
     finally:
         etcd.proc.resume()
         containerd.proc.resume()
-    node_exporter_proc.wait_for(all_up, within=10)
+    timed(
+        "etcd and containerd frozen: both back after SIGCONT",
+        lambda: node_exporter_proc.wait_for(all_up, within=10),
+    )
 
 
 def test_netlink_refused_fails_only_the_neighbor_collectors(run_exporter, etcd, containerd):
