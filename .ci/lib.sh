@@ -52,3 +52,33 @@ SOURCES
     rm -rf "$cache" "$work"
     mv "$cache.new" "$cache"
 }
+
+# go_pin MODDIR MODULE: the version .ci/go/MODDIR/go.mod requires of MODULE (the one place
+# each version is pinned; testbed/builds.py reads the same).
+go_pin() {
+    local v
+    v="$(sed -nE "s#^(require)?[[:space:]]*$2 (v[^[:space:]]+).*#\2#p" ".ci/go/$1/go.mod")"
+    [[ -n "$v" ]] || { echo "no $2 version in .ci/go/$1/go.mod" >&2; return 1; }
+    echo "$v"
+}
+
+# go_build MODDIR DEST TAGS LDFLAGS PACKAGE...: each package's command, built in .ci/go/MODDIR
+# (CGO off, the go.mod's pins only), installed into the directory DEST, which is replaced whole
+# so that no test ever runs a binary while it is being written.
+go_build() {
+    local mod=$1 dest=$2 tags=$3 ldflags=$4 work start=$SECONDS
+    shift 4
+    command -v go >/dev/null || { echo "go_build: no go on PATH" >&2; return 1; }
+    work="$(mktemp -d /var/tmp/go-build.XXXXXX)"
+    (
+        cd ".ci/go/$mod"
+        export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=local
+        go build -trimpath -tags "$tags" -ldflags "-s -w $ldflags" -o "$work/" "$@"
+    ) || { rm -rf "$work"; return 1; }
+    mkdir -p "$(dirname "$dest")"
+    rm -rf "$dest.new"
+    mv "$work" "$dest.new"
+    chmod 0755 "$dest.new"
+    rm -rf "$dest" && mv "$dest.new" "$dest"
+    echo "$mod: built in $((SECONDS - start)) s into $dest"
+}

@@ -30,7 +30,7 @@ import tempfile
 import time
 
 from bench import peers
-from testbed.builds import etcd36_version, kube_binary, kwok_binary, version_line
+from testbed.builds import CONTROL_PLANE_ETCD, etcd_version, kube_binary, kwok_binary, version_line
 from testbed.etcd_server import etcd_metric
 from testbed.fleet import Fleet, FleetSize, etcd_keys
 from testbed.procs import cpu_seconds, rss_mib
@@ -116,7 +116,7 @@ def write(opts, runs):
         "# The kwok fleet: control-plane cost at size",
         "",
         f"kube-apiserver, kube-scheduler, kube-controller-manager "
-        f"{version_line(kube_binary('kube-apiserver'))}; etcd {etcd36_version()} (main and "
+        f"{version_line(kube_binary('kube-apiserver'))}; etcd {etcd_version(CONTROL_PLANE_ETCD)} (main and "
         f"events); {version_line(kwok_binary())}; harness: {peers.ours()}; machine: 2 cores, "
         "24 GiB, shared with other sessions (load average, 1 min, at start and end below). "
         f"Node Leases of {opts.lease_seconds} s (renewed every {opts.lease_seconds // 4} s); "

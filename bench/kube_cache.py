@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench import peers
 from bench.kube_list import realistic_pod
-from testbed.builds import etcd36_version, kube_binary, version_line
+from testbed.builds import CONTROL_PLANE_ETCD, etcd_version, kube_binary, version_line
 from testbed.kube_apiserver import apiserver_on_new_etcd
 
 RESULTS = peers.ROOT / "bench" / "results" / "kube_cache.md"
@@ -173,7 +173,7 @@ def write(opts, runs):
         f"# Informer cache memory: {opts.pods} pods, {opts.events} Pulled events",
         "",
         f"Real kube-apiserver {version_line(kube_binary('kube-apiserver'))} on etcd "
-        f"{etcd36_version()}, loopback; ours: {peers.ours()}; each variant in a fresh process; "
+        f"{etcd_version(CONTROL_PLANE_ETCD)}, loopback; ours: {peers.ours()}; each variant in a fresh process; "
         "machine: 2 cores, shared.",
         "",
         "| objects | cached as | objects listed | RSS added per 10,000, MiB | whole / this |",

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench import peers
-from testbed.builds import etcd36_version, kube_binary, version_line
+from testbed.builds import CONTROL_PLANE_ETCD, etcd_version, kube_binary, version_line
 from testbed.kube_apiserver import apiserver_on_new_etcd, pod_manifest
 
 RESULTS = peers.ROOT / "bench" / "results" / "kube_list.md"
@@ -213,7 +213,7 @@ def write(opts, runs, peer_versions):
         f"# Kubernetes client cost: {opts.pods} pods on {opts.nodes} nodes, {opts.rounds} relists",
         "",
         f"Real kube-apiserver {version_line(kube_binary('kube-apiserver'))} on etcd "
-        f"{etcd36_version()}, loopback; ours: {peers.ours()}; peers: `kubernetes` {peer_versions['kubernetes']} (the "
+        f"{etcd_version(CONTROL_PLANE_ETCD)}, loopback; ours: {peers.ours()}; peers: `kubernetes` {peer_versions['kubernetes']} (the "
         f"official Python client) and lightkube {peer_versions['lightkube']} (httpx2, msgspec "
         "models); machine: 2 cores, shared.",
         "",

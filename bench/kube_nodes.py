@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kube_scale_exporter import kube
-from testbed.builds import etcd36_version, kube_binary, version_line
+from testbed.builds import CONTROL_PLANE_ETCD, etcd_version, kube_binary, version_line
 from testbed.kube_apiserver import apiserver_on_new_etcd, pod_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -225,7 +225,7 @@ def main():
         f"# Node mode at the API server: {opts.nodes} nodes, {total} pods, "
         f"{ours['updates']} status updates in {opts.churn_seconds:g} s",
         "",
-        f"Real kube-apiserver {version_line(kube_binary('kube-apiserver'))} on etcd {etcd36_version()}, loopback; one simulated exporter per node. Peer: "
+        f"Real kube-apiserver {version_line(kube_binary('kube-apiserver'))} on etcd {etcd_version(CONTROL_PLANE_ETCD)}, loopback; one simulated exporter per node. Peer: "
         "a per-node agent that lists and watches every pod and filters on the client. "
         "Machine: 2 cores, shared.",
         "",

@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import peers
 from bench.kube_cache import create
-from testbed.builds import etcd36_version, kube_binary, version_line
+from testbed.builds import CONTROL_PLANE_ETCD, etcd_version, kube_binary, version_line
 from testbed.kube_apiserver import apiserver_on_new_etcd
 
 RESULTS = peers.ROOT / "bench" / "results" / "kube_watch_list.md"
@@ -208,7 +208,7 @@ def write(opts, runs):
         f"# A relist of {opts.pods} pods: streaming list (watch-list) vs paged list",
         "",
         f"Real kube-apiserver {version_line(kube_binary('kube-apiserver'))} (WatchList gate "
-        f"at its default, on) on etcd {etcd36_version()}, loopback; ours: {peers.ours()}; "
+        f"at its default, on) on etcd {etcd_version(CONTROL_PLANE_ETCD)}, loopback; ours: {peers.ours()}; "
         f"{opts.rounds} rounds per variant, order alternating, each in a fresh process; "
         "medians; machine: 2 cores, shared (compare within a row).",
         "",

@@ -59,7 +59,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import peers
 from kube_scale_exporter.kube.informer import NODE_RELIST_JITTER_SECONDS
-from testbed.builds import etcd36_version, kube_binary, kwok_binary, version_line
+from testbed.builds import CONTROL_PLANE_ETCD, etcd_version, kube_binary, kwok_binary, version_line
 from testbed.fleet import Fleet, FleetSize
 from testbed.procs import cpu_seconds, rss_mib
 
@@ -479,7 +479,7 @@ def write(opts, r):
         f"# Node mode at {n} Nodes: {n} spec.nodeName pod watches on one API server",
         "",
         f"kube-apiserver {version_line(kube_binary('kube-apiserver'))} on etcd "
-        f"{etcd36_version()} (events on their own etcd); {fleet}; the watchers: "
+        f"{etcd_version(CONTROL_PLANE_ETCD)} (events on their own etcd); {fleet}; the watchers: "
         f"{peers.ours()}'s `kube.for_node` informer, one `KubeClient` (one connection) each, "
         f"as threads of {opts.procs} processes. Machine: 2 cores, 24 GiB, shared (load "
         f"average {r['load_start']:.1f} at start, {r['load_end']:.1f} at end). `python -m "

@@ -3,15 +3,22 @@
 The version of each comes from its go.mod under .ci/go (the one place it is pinned), so a
 version bump there moves the setup step, the tests and the benches together:
 
-    kube_binary("kube-apiserver")   Kubernetes (.ci/setup.d/40-kubernetes.sh), $KUBE_DIR
-    etcd36_binary()                 etcd 3.6 (.ci/setup.d/26-etcd36.sh), $ETCD36_BIN
+    kube_binary("kube-apiserver")   Kubernetes 1.37 (.ci/setup.d/40-kubernetes.sh), $KUBE_DIR;
+                                    release="1.35": its kube-apiserver alone, $KUBE_1_35_DIR
+    etcd_binary("3.7")              etcd 3.7 and 3.6 (.ci/setup.d/26-etcd.sh), $ETCD37_BIN,
+                                    $ETCD36_BIN
+    prometheus_binary("3.16", "promtool")
+                                    Prometheus 3.16 and 3.13 LTS, prometheus and promtool
+                                    (.ci/setup.d/15-prometheus.sh), $PROMETHEUS_3_16_DIR, ...
+    containerd_dir("2.3")           containerd 2.3 LTS and 2.4 (.ci/setup.d/50-containerd.sh),
+                                    $CONTAINERD_2_3_DIR, $CONTAINERD_2_4_DIR
     kube_rbac_proxy_binary()        kube-rbac-proxy (.ci/bench.d/42-kube-rbac-proxy.sh),
                                     $KUBE_RBAC_PROXY_BIN
     kwok_binary()                   kwok (.ci/setup.d/47-kwok.sh), $KWOK_BIN
     cluster_autoscaler_binary()     cluster-autoscaler, kwok provider
                                     (.ci/setup.d/48-cluster-autoscaler.sh),
                                     $CLUSTER_AUTOSCALER_BIN
-    helm_binary()                   Helm 3 (.ci/setup.d/48-helm.sh), $HELM_BIN
+    helm_binary()                   Helm 4 (.ci/setup.d/48-helm.sh), $HELM_BIN
     jb_binary()                     jsonnet-bundler (.ci/setup.d/49-mixin-tools.sh), $JB_BIN
     go_jsonnet_binary("jsonnet")    go-jsonnet's jsonnet and jsonnetfmt (the same step),
                                     $GO_JSONNET_DIR
@@ -42,20 +49,24 @@ def pinned(build: str, module: str) -> str:
     return found.group(1)
 
 
-def kube_version() -> str:
-    return pinned("kubernetes", "k8s.io/kubernetes")
+# Each Kubernetes release the tests run: its go.mod under .ci/go. 1.37 is the whole cluster;
+# 1.35, the oldest release upstream supports, is its kube-apiserver alone.
+KUBE_RELEASES = {"1.37": "kubernetes", "1.35": "kubernetes-1.35"}
+KUBE_RELEASE = "1.37"
 
 
-def etcd36_version() -> str:
-    return pinned("etcd", "go.etcd.io/etcd/server/v3")
+def kube_version(release: str = KUBE_RELEASE) -> str:
+    return pinned(KUBE_RELEASES[release], "k8s.io/kubernetes")
 
 
-def kube_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("KUBE_DIR", str(CACHE / f"kubernetes-{kube_version()}")))
+def kube_dir(release: str = KUBE_RELEASE) -> pathlib.Path:
+    env = "KUBE_DIR" if release == KUBE_RELEASE else f"KUBE_{release.replace('.', '_')}_DIR"
+    default = CACHE / f"kubernetes-{kube_version(release)}"
+    return pathlib.Path(os.environ.get(env, str(default)))
 
 
-def kube_binary(name: str) -> str:
-    path = kube_dir() / name
+def kube_binary(name: str, release: str = KUBE_RELEASE) -> str:
+    path = kube_dir(release) / name
     if not os.access(path, os.X_OK):
         raise FileNotFoundError(f"{path} missing: run .ci/setup.d/40-kubernetes.sh")
     return str(path)
@@ -73,10 +84,44 @@ def cached_binary(env: str, default: pathlib.Path, step: str, name: str = "") ->
     return path
 
 
-def etcd36_binary() -> str:
-    return cached_binary(
-        "ETCD36_BIN", CACHE / f"etcd-{etcd36_version()}" / "etcd", "setup.d/26-etcd36.sh"
-    )
+# The etcd line kubeadm 1.37 runs: every test's and bench's control plane.
+CONTROL_PLANE_ETCD = "3.7"
+
+
+def etcd_version(line: str) -> str:
+    """The release of etcd LINE ("3.6", "3.7") .ci/go/etcd-LINE/go.mod pins, e.g. "v3.7.3"."""
+    return pinned(f"etcd-{line}", "go.etcd.io/etcd/server/v3")
+
+
+def etcd_binary(line: str) -> str:
+    default = CACHE / f"etcd-{etcd_version(line)}" / "etcd"
+    return cached_binary(f"ETCD{line.replace('.', '')}_BIN", default, "setup.d/26-etcd.sh")
+
+
+def prometheus_version(line: str) -> str:
+    """Prometheus LINE's release ("3.16" -> "3.16.0"): its module's tag v0.3YY.Z is 3.YY.Z."""
+    tag = pinned(f"prometheus-{line}", "github.com/prometheus/prometheus")
+    minor, patch = tag.removeprefix("v0.3").split(".")
+    return f"3.{int(minor)}.{patch}"
+
+
+def prometheus_binary(line: str, name: str) -> str:
+    """`name` (prometheus or promtool) of Prometheus LINE ("3.13", "3.16")."""
+    default = CACHE / f"prometheus-{prometheus_version(line)}"
+    env = f"PROMETHEUS_{line.replace('.', '_')}_DIR"
+    return cached_binary(env, default, "setup.d/15-prometheus.sh", name)
+
+
+def containerd_version(line: str) -> str:
+    return pinned(f"containerd-{line}", "github.com/containerd/containerd/v2")
+
+
+def containerd_dir(line: str) -> str:
+    """The directory of containerd LINE's ("2.3", "2.4") containerd, ctr and shim."""
+    default = CACHE / f"containerd-{containerd_version(line)}"
+    env = f"CONTAINERD_{line.replace('.', '_')}_DIR"
+    cached_binary(env, default, "setup.d/50-containerd.sh", "containerd")
+    return os.environ.get(env, str(default))
 
 
 def kube_rbac_proxy_version() -> str:
@@ -99,7 +144,7 @@ def kwok_binary() -> str:
 
 
 def helm_version() -> str:
-    return pinned("helm", "helm.sh/helm/v3")
+    return pinned("helm", "helm.sh/helm/v4")
 
 
 def helm_binary() -> str:

@@ -13,7 +13,7 @@ import time
 import requests
 import yaml
 
-from .builds import etcd36_binary
+from .builds import CONTROL_PLANE_ETCD, etcd_binary
 from .node import NODE_IP
 from .pki import TestCA, openssl
 
@@ -101,7 +101,7 @@ def etcd_argv(name, data, etcd_pki, port, peer, metrics, quota=None, tls=True, p
     scheme = "https" if tls else "http"
     listen = f"{scheme}://127.0.0.1:{port},{scheme}://{NODE_IP}:{port}"
     argv = [
-        etcd36_binary(),
+        etcd_binary(CONTROL_PLANE_ETCD),
         "--name",
         name,
         "--data-dir",

