@@ -1,5 +1,6 @@
-"""A real kube-apiserver (Kubernetes 1.34, built by .ci/setup.d/40-kubernetes.sh) on a free
-loopback port, on etcd 3.6 as kubeadm runs it.
+"""A real kube-apiserver (built by .ci/setup.d/40-kubernetes.sh) on a free loopback port, on
+etcd 3.7 as kubeadm 1.37 runs it. The release is 1.37, or the one $KSE_KUBE_RELEASE names
+(1.35, the oldest upstream supports: `make test-kube-1.35` runs the API-level tests on it).
 
     with apiserver_on_new_etcd(tmp) as api:                     # api.etcd is its etcd
         ...
@@ -25,13 +26,21 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from .builds import kube_binary
+from .builds import KUBE_RELEASE, KUBE_RELEASES, kube_binary
 from .etcd_server import CONTROL_PLANE_VERSION, EtcdServer
 from .pki import TestCA, openssl
 from .ports import free_port
 from .procs import Proc, wait_for_port
 
 LIMITED_USER = "limited"
+
+
+def release() -> str:
+    """The Kubernetes release of the API servers tests start: $KSE_KUBE_RELEASE or 1.37."""
+    wanted = os.environ.get("KSE_KUBE_RELEASE", KUBE_RELEASE)
+    if wanted not in KUBE_RELEASES:
+        raise ValueError(f"KSE_KUBE_RELEASE={wanted}: not one of {', '.join(KUBE_RELEASES)}")
+    return wanted
 
 
 class Api:
@@ -131,7 +140,7 @@ class KubeApiServer:
 
     def argv(self):
         return [
-            kube_binary("kube-apiserver"),
+            kube_binary("kube-apiserver", release()),
             "--etcd-servers",
             self.etcd_url,
             "--bind-address",

@@ -20,6 +20,7 @@ import yaml
 
 from kube_scale_exporter.kube.quantity import parse_quantity, pod_requests
 
+from .builds import containerd_dir
 from .host import (
     BRIDGE,
     CNI_BIN,
@@ -83,13 +84,15 @@ def create_network(ipam_dir):
 
 # ---------------------------------------------------------------- containerd
 
-# containerd 2.1 (Debian sid's, unpacked by .ci/setup.d/51-containerd-sid.sh): kubelet 1.34
-# speaks CRI v1. Its shim comes from the same package (PATH below); runc is bookworm's
-# (sid's needs a newer glibc).
-CONTAINERD_BIN = (
-    pathlib.Path(os.environ.get("CONTAINERD2_DIR", "/var/cache/kube-scale-exporter/containerd-sid"))
-    / "root/usr/bin"
-)
+
+# containerd 2.3, the LTS (.ci/setup.d/50-containerd.sh, from the Go module proxy), with its
+# own shim (PATH below) and bookworm's runc. The directory is looked up when the node starts,
+# so that importing this module needs no binary.
+def containerd_bin() -> pathlib.Path:
+    return pathlib.Path(containerd_dir(NODE_CONTAINERD))
+
+
+NODE_CONTAINERD = "2.3"
 RUNC = "/usr/sbin/runc"
 
 # Config version 3 (containerd 2.x): the CRI is two plugins, images and runtime. Pulls go
@@ -132,12 +135,12 @@ oom_score = 0
 
 
 def containerd_argv(config):
-    return [str(CONTAINERD_BIN / "containerd"), "--config", str(config)]
+    return [str(containerd_bin() / "containerd"), "--config", str(config)]
 
 
 def containerd_env():
     """containerd finds its shim on PATH: the one of its own package first."""
-    return dict(os.environ, PATH=f"{CONTAINERD_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    return dict(os.environ, PATH=f"{containerd_bin()}:{os.environ.get('PATH', '/usr/bin:/bin')}")
 
 
 def write_containerd_config(work):
@@ -162,7 +165,7 @@ def write_containerd_config(work):
 def ctr(*args, check=True):
     """ctr against the node's containerd, in the CRI's namespace."""
     return run(
-        str(CONTAINERD_BIN / "ctr"),
+        str(containerd_bin() / "ctr"),
         "--address",
         str(CONTAINERD_SOCK),
         "-n",

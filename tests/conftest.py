@@ -28,7 +28,7 @@ import pytest
 
 from kube_scale_exporter.metrics import GaugeFamily
 from kube_scale_exporter.registry import Collector
-from testbed import builds, containerd_server, etcd_server, prometheus
+from testbed import builds, containerd_server, etcd_server, kube_apiserver, prometheus
 from testbed.accounts import service_account
 from testbed.kube_apiserver import KubeApiServer, apiserver_on_new_etcd
 
@@ -73,7 +73,10 @@ def pytest_report_header(config):
     """The versions this run's real components are, as each binary reports itself."""
     lines = []
     for what, find, *ask in (
-        ("kubernetes", lambda: builds.kube_binary("kube-apiserver")),
+        *(
+            (f"kubernetes {r}", lambda r=r: builds.kube_binary("kube-apiserver", r))
+            for r in builds.KUBE_RELEASES
+        ),
         ("kwok", builds.kwok_binary),
         ("helm", builds.helm_binary, "version", "--short"),
         *((f"etcd {v}", lambda v=v: etcd_server.etcd_binary(v)) for v in etcd_server.VERSIONS),
@@ -91,6 +94,7 @@ def pytest_report_header(config):
             lines.append(f"{what}: {builds.version_line(find(), *ask)}")
         except (FileNotFoundError, ImportError) as e:
             lines.append(f"{what}: not installed ({e})")
+    lines.append(f"API servers started by tests: Kubernetes {kube_apiserver.release()}")
     # No --version flag: the pin it was built from (48-cluster-autoscaler.sh stamps it).
     try:
         builds.cluster_autoscaler_binary()

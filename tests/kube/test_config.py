@@ -9,6 +9,7 @@ import yaml
 from kube_scale_exporter import httpclient, kube
 from kube_scale_exporter.kube.config import ConfigError, from_kubeconfig, in_cluster
 from testbed.builds import kube_version
+from testbed.kube_apiserver import release
 
 
 def _version(client):
@@ -18,7 +19,7 @@ def _version(client):
 @pytest.mark.integration
 def test_kubeconfig_with_token_and_ca_file(apiserver, make_client):
     client = make_client(apiserver)
-    assert _version(client) == kube_version()
+    assert _version(client) == kube_version(release())
 
 
 @pytest.mark.integration
@@ -26,7 +27,7 @@ def test_kubeconfig_with_inline_ca(apiserver, make_client):
     client = make_client(apiserver, ca_inline=True)
     assert client.config.verify.startswith(client.config._tmpdir.name)
     assert os.stat(client.config.verify).st_mode & 0o777 == 0o600
-    assert _version(client) == kube_version()
+    assert _version(client) == kube_version(release())
     # Authenticated as the admin: a list needs more than the public /version.
     assert "items" in client.get("/api/v1/namespaces")
 
@@ -52,7 +53,7 @@ def test_requests_ca_bundle_in_environment_does_not_replace_the_cluster_ca(
 ):
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", apiserver.client_ca[0])
     client = make_client(apiserver)
-    assert _version(client) == kube_version()
+    assert _version(client) == kube_version(release())
 
 
 @pytest.mark.integration

@@ -1,7 +1,7 @@
 // prometheus-operator and prometheus-config-reloader built from the Go module proxy
-// (.ci/setup.d/47-prometheus-operator.sh). The release's go.mod replaces its two nested
+// (.ci/setup.d/44-prometheus-operator.sh). The release's go.mod replaces its two nested
 // modules with local directories, which `go install` refuses; here each is replaced by
-// its published module of the same version instead. v0.93.0: the newest release whose
+// its published module of the same version instead. v0.93.1: the newest release whose
 // three modules the proxy serves (pkg/client v0.94.x is refused).
 module kse.invalid/build/prometheus-operator
 
@@ -111,9 +111,9 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus-community/prom-label-proxy v0.14.0 // indirect
-	github.com/prometheus-operator/prometheus-operator v0.93.0 // indirect
-	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.93.0 // indirect
-	github.com/prometheus-operator/prometheus-operator/pkg/client v0.93.0 // indirect
+	github.com/prometheus-operator/prometheus-operator v0.93.1 // indirect
+	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.93.1 // indirect
+	github.com/prometheus-operator/prometheus-operator/pkg/client v0.93.1 // indirect
 	github.com/prometheus/alertmanager v0.33.1 // indirect
 	github.com/prometheus/client_golang v1.24.1 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
@@ -181,8 +181,8 @@ require (
 )
 
 replace (
-	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring => github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.93.0
-	github.com/prometheus-operator/prometheus-operator/pkg/client => github.com/prometheus-operator/prometheus-operator/pkg/client v0.93.0
+	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring => github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.93.1
+	github.com/prometheus-operator/prometheus-operator/pkg/client => github.com/prometheus-operator/prometheus-operator/pkg/client v0.93.1
 )
 
 tool (
