@@ -23,6 +23,8 @@ version bump there moves the setup step, the tests and the benches together:
     go_jsonnet_binary("jsonnet")    go-jsonnet's jsonnet and jsonnetfmt (the same step),
                                     $GO_JSONNET_DIR
     pint_binary()                   pint (the same step), $PINT_BIN
+    node_exporter_binary()          node_exporter (.ci/bench.d/16-node-exporter.sh),
+                                    $NODE_EXPORTER_BIN
     kube_state_metrics_binary()     kube-state-metrics (.ci/bench.d/48-kube-state-metrics.sh),
                                     $KUBE_STATE_METRICS_BIN
 """
@@ -192,6 +194,15 @@ def pint_version() -> str:
 def pint_binary() -> str:
     default = CACHE / f"pint-{pint_version()}" / "pint"
     return cached_binary("PINT_BIN", default, MIXIN_TOOLS_STEP)
+
+
+def node_exporter_version() -> str:
+    return pinned("node-exporter", "github.com/prometheus/node_exporter")
+
+
+def node_exporter_binary() -> str:
+    default = CACHE / f"node-exporter-{node_exporter_version()}" / "node_exporter"
+    return cached_binary("NODE_EXPORTER_BIN", default, "bench.d/16-node-exporter.sh")
 
 
 def kube_state_metrics_version() -> str:

@@ -1,7 +1,7 @@
 """node_exporter, the peer the node benches run beside ours: which binary, which version.
 
 The binary is the one a bench is given, else $NODE_EXPORTER_BIN, else the one
-.ci/setup.d/16-node-exporter-sid.sh unpacked (Debian sid's: the current upstream release).
+.ci/bench.d/16-node-exporter.sh built from the Go module proxy (testbed/builds.py).
 """
 
 from __future__ import annotations
@@ -9,17 +9,18 @@ from __future__ import annotations
 import os
 import subprocess
 
-CACHED = "/var/cache/kube-scale-exporter/node-exporter-sid/root/usr/bin/prometheus-node-exporter"
+from . import builds
 
 
 def binary(given: str | None = None) -> str:
-    path = given or os.environ.get("NODE_EXPORTER_BIN") or CACHED
-    if not os.access(path, os.X_OK):
-        raise SystemExit(
-            f"no node_exporter at {path}: run .ci/setup.d/16-node-exporter-sid.sh, or give "
-            "its path (--node-exporter or NODE_EXPORTER_BIN)"
-        )
-    return path
+    if given:
+        if not os.access(given, os.X_OK):
+            raise SystemExit(f"no node_exporter at {given}")
+        return given
+    try:
+        return builds.node_exporter_binary()
+    except FileNotFoundError as e:
+        raise SystemExit(f"{e}, or give its path (--node-exporter or NODE_EXPORTER_BIN)") from e
 
 
 def version(path: str) -> str:

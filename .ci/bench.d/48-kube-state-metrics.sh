@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # kube-state-metrics, the peer bench/cluster_scale.py runs beside the cluster-mode exporter on
 # the same kwok fleet. Built from the Go module proxy with .ci/go/kube-state-metrics/go.mod,
-# where its version is pinned (v2.15.0: the proxy here serves v2.16.0, but the checksum
-# database answers 404 for it and for its k8s.io/sample-controller, so go.sum could not be
-# verified; v2.15.0 verifies).
+# where its version is pinned.
 #
 #   KUBE_STATE_METRICS_BIN  the binary (default below, one directory per version); testbed
 #                           reads the same variable.
