@@ -71,15 +71,15 @@ check-generated: deploy-check
 # The Helm of .ci/go/helm/go.mod's pin, where .ci/setup.d/48-helm.sh builds it.
 HELM ?= /var/cache/kube-scale-exporter/helm-$(shell sed -nE 's/^(require)?[[:space:]]*helm.sh\/helm\/v4 (v[0-9.]+).*/\2/p' .ci/go/helm/go.mod)/helm
 
-# A kubectl whose kustomize knows Components, looked for as tests/deploy does
-# (.ci/setup.d/45-deploy.sh provides one).
-KUSTOMIZE_KUBECTL ?= $(firstword $(wildcard /var/cache/kube-scale-exporter/kubectl-sid/usr/bin/kubectl) $(shell command -v kubectl))
+# A kubectl whose kustomize knows Components: the one .ci/setup.d/40-kubernetes.sh builds, else
+# the machine's own (tests/deploy looks in the same order).
+KUSTOMIZE_KUBECTL ?= $(firstword $(shell $(PYTHON) -m testbed.builds kube_binary kubectl 2>/dev/null) $(shell command -v kubectl))
 
 # kustomize renders the default install, the base, every overlay, and the base with each
 # component alone (a kustomization of our own in a temporary directory: kustomize takes
 # only relative paths). What they grant is tests/deploy's business; this is the quick part.
 deploy-check:
-	@test -n "$(KUSTOMIZE_KUBECTL)" || { echo "deploy-check: no kubectl; run .ci/setup.d/45-deploy.sh" >&2; exit 1; }
+	@test -n "$(KUSTOMIZE_KUBECTL)" || { echo "deploy-check: no kubectl; run .ci/setup.d/40-kubernetes.sh" >&2; exit 1; }
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	for k in deploy deploy/base deploy/overlays/*/; do \
 		$(KUSTOMIZE_KUBECTL) kustomize $$k >/dev/null || { echo "deploy-check: $$k does not render" >&2; exit 1; }; \

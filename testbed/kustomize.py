@@ -1,7 +1,5 @@
-"""kustomize renders of deploy/, with a kubectl whose kustomize knows Components (1.21+).
-
-.ci/setup.d/45-deploy.sh provides one: $KUSTOMIZE_KUBECTL, Debian sid's kubectl unpacked
-into the cache, or the machine's own.
+"""kustomize renders of deploy/, with a kubectl whose kustomize knows Components (1.21+):
+$KUSTOMIZE_KUBECTL, the one .ci/setup.d/40-kubernetes.sh builds, or the machine's own.
 """
 
 import functools
@@ -13,10 +11,7 @@ import tempfile
 import pytest
 import yaml
 
-CACHE = "/var/cache/kube-scale-exporter"
-# Where 45-deploy.sh unpacks Debian sid's kubectl when the machine has no
-# kubectl that knows Components.
-SID_KUBECTL = f"{CACHE}/kubectl-sid/usr/bin/kubectl"
+from .builds import kube_dir
 
 PROBE_COMPONENT = {
     "apiVersion": "kustomize.config.k8s.io/v1alpha1",
@@ -28,9 +23,13 @@ PROBE = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe"}}
 
 @functools.cache
 def kustomize_kubectl() -> str:
-    """The first kubectl whose kustomize renders a Component: $KUSTOMIZE_KUBECTL, the
-    unpacked sid package, the one on PATH. None of them fails the test (never a skip)."""
-    candidates = [os.environ.get("KUSTOMIZE_KUBECTL"), SID_KUBECTL, shutil.which("kubectl")]
+    """The first kubectl whose kustomize renders a Component: $KUSTOMIZE_KUBECTL, the built
+    one, the one on PATH. None of them fails the test (never a skip)."""
+    candidates = [
+        os.environ.get("KUSTOMIZE_KUBECTL"),
+        str(kube_dir() / "kubectl"),
+        shutil.which("kubectl"),
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         os.makedirs(os.path.join(tmp, "c"))
         with open(os.path.join(tmp, "c", "kustomization.yaml"), "w") as f:
@@ -49,7 +48,7 @@ def kustomize_kubectl() -> str:
                 return path
     pytest.fail(
         f"no kubectl with kustomize Components among {candidates}: "
-        "run .ci/setup.d/45-deploy.sh (or set KUSTOMIZE_KUBECTL)"
+        "run .ci/setup.d/40-kubernetes.sh (or set KUSTOMIZE_KUBECTL)"
     )
 
 

@@ -1,7 +1,7 @@
 """deploy/ rendered by kustomize, and a real kube-apiserver with the kubectl of its version.
 
 Two kubectls: KUSTOMIZE_KUBECTL renders (its kustomize must know Components, kubectl 1.21
-or later; .ci/setup.d/45-deploy.sh provides one), KUBECTL_BIN (default: the kubectl built
+or later; the one 40-kubernetes.sh builds does), KUBECTL_BIN (default: the kubectl built
 with the test API server, .ci/setup.d/40-kubernetes.sh) applies what it rendered.
 """
 
