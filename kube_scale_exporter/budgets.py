@@ -10,7 +10,7 @@ Nothing in the exporter reads them: they are what a version of it promises Prome
 
 # A node pod with the default node collectors: their entries below, the health of its pod
 # watch (3) and the exporter's own series (build_info, success and duration per collector).
-NODE_SERIES = 43
+NODE_SERIES = 45
 # A node pod on an etcd node (--etcd.local) also reports its member: the node's series,
 # etcd's node entry and etcd's own success and duration, with room to spare.
 ETCD_NODE_SERIES = 180
@@ -28,7 +28,9 @@ SAMPLE_LIMIT_FACTOR = 2
 COLLECTOR_SERIES = {
     "neighbor": {"node": 20},  # 10 families, ipv4 and ipv6
     "neighbor_gc": {"node": 2},
-    "imagepull": {"node": 11},  # and 1 more with --image-pull.preload, which is opt-in
+    # 12 under the kubelet's default re-verification policy, 13 with the allowlist's size
+    # under NeverVerifyAllowlistedImages; and 1 more with --image-pull.preload (opt-in).
+    "imagepull": {"node": 13},
     # node: the local member with --etcd.local-access=full, 27, and beside the leader one
     # key count per resource (--etcd.keys-max-resources, default 100), other and the
     # timestamp (24 without the key); cluster: 26 per member, and the key counts.

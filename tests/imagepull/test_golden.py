@@ -139,6 +139,17 @@ CONTAINERD = PullSettings(
 )
 
 
+# The kubelet's defaults for pull slots; its re-verification allowlist covers both images
+# this node should have baked in (tests/imagepull/test_kubelet_verification.py reads it).
+KUBELET = KubeletPullSettings(
+    serialize=True,
+    max_parallel=1,
+    verification_policy="NeverVerifyAllowlistedImages",
+    allowlist=("registry.k8s.io/pause", "nvcr.io/nvidia/*"),
+    policy_set=True,
+)
+
+
 def state():
     owners = ManifestIndex(lambda: MANIFESTS).lookup({i.digest for i in INGESTS if i.digest})
     return combine(
@@ -147,7 +158,7 @@ def state():
         group(INGESTS, owners),
         PRESENT,
         images_wanted(PODS),
-        KubeletPullSettings(serialize=True, max_parallel=1),
+        KUBELET,
         PRELOAD,
         failing=images_failing(PODS),
         containerd=CONTAINERD,
@@ -157,7 +168,8 @@ def state():
 def test_golden_exposition():
     assert datetime.fromtimestamp(NOW - 3600, UTC).isoformat() == "2027-01-15T07:00:00+00:00"
     text = assert_golden("imagepull", families(state()))
-    assert series_count(text) == 12
+    assert series_count(text) == 14
+    assert 'verification_policy{policy="NeverVerifyAllowlistedImages"} 1.0' in text
 
 
 def test_golden_input_reads_as_documented():

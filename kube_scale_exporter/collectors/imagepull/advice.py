@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from kube_scale_exporter.collectors.imagepull.kubelet import (
+    ALLOWLIST_FIELD,
+    DEFAULT_VERIFICATION_POLICY,
+    POLICY_FIELD,
+    VERIFICATION_DISABLED,
+    VERIFICATION_GATE,
+    allowlisted,
+)
 from kube_scale_exporter.collectors.imagepull.state import PullState
 from kube_scale_exporter.registry import Finding
 
@@ -20,7 +28,8 @@ def _size(n: int) -> str:
 
 
 def advise(state: PullState) -> list[Finding]:
-    """Pull progress, the kubelet's pull settings, stalls and missing preloaded images."""
+    """Pull progress, the kubelet's pull settings and credential re-verification, stalls,
+    containerd's pull settings and missing preloaded images."""
     found = []
     waiting = len(state.queued or ())
     busy = len(state.pulls)
@@ -37,7 +46,16 @@ def advise(state: PullState) -> list[Finding]:
     kubelet = state.kubelet
     behind_serial = bool(kubelet and kubelet.serialize and waiting and busy)
     if kubelet is None:
-        found.append(Finding("info", f"pull settings unknown: {state.kubelet_error}"))
+        if not state.kubelet_refused:
+            found.append(Finding("info", f"pull settings unknown: {state.kubelet_error}"))
+        else:
+            found.append(
+                Finding(
+                    "warning",
+                    f"the kubelet refuses its config file: {state.kubelet_error}",
+                    REFUSED_FILE_ADVICE,
+                )
+            )
     elif behind_serial:
         found.append(
             Finding(
@@ -93,6 +111,7 @@ def advise(state: PullState) -> list[Finding]:
                 "blob resumes it.",
             )
         )
+    found += _verification(state)
     found += _containerd(state)
     if state.failing:
         found.append(
@@ -182,3 +201,124 @@ def _containerd(state: PullState) -> list[Finding]:
             )
         )
     return found
+
+
+REFUSED_FILE_ADVICE = (
+    "The kubelet reads this file only when it starts: it runs on with what it read then, "
+    "and will not start again with the file as it is. Correct what the error names, check "
+    "that `kubelet --config` starts with it, then restart the kubelet. Until then the "
+    "kubelet's pull settings are not exported for this node."
+)
+
+# What a re-verification costs, said once wherever a policy makes them.
+REVERIFY_COST = (
+    "A re-verification is a pull through the CRI: containerd asks the registry for the "
+    "manifest (and a token), finds the layers present and downloads nothing. It takes one "
+    "of the kubelet's pull slots (with serializeImagePulls it waits behind any pull in "
+    "progress), and if the registry refuses it (rate limit, outage) the pod fails with "
+    "ErrImagePull although the image is on the node (ErrImageNeverPull under "
+    "imagePullPolicy: Never). Behind one NAT address every node's re-verifications count "
+    "against the same per-address registry quota."
+)
+
+
+def _allowlist_yaml(patterns) -> str:
+    lines = [f"  {POLICY_FIELD}: NeverVerifyAllowlistedImages", f"  {ALLOWLIST_FIELD}:"]
+    return "\n".join(lines + [f"  - {p}" for p in patterns])
+
+
+def _verification(state: PullState) -> list[Finding]:
+    """KEP-2535's credential re-verification: which images already on this node the
+    kubelet checks against their registry again, and what that costs a fleet."""
+    kubelet = state.kubelet
+    if kubelet is None:
+        return []
+    policy = kubelet.verification_policy
+    if policy == VERIFICATION_DISABLED:
+        return [
+            Finding(
+                "info",
+                f"featureGates.{VERIFICATION_GATE} is false in the kubelet config: no image "
+                f"already on this node is checked against its registry again, and any pod "
+                f"here can use any image present, whatever its pull secret",
+            )
+        ]
+    if policy == "NeverVerify":
+        return [
+            Finding(
+                "info",
+                f"{POLICY_FIELD} is NeverVerify: an image already on this node is never checked "
+                f"against its registry again (no registry request), and any pod here can use "
+                f"it, whatever its pull secret",
+            )
+        ]
+    if policy == "NeverVerifyPreloadedImages":
+        default = "" if kubelet.policy_set else " (the default)"
+        return [
+            Finding(
+                "info",
+                f"{POLICY_FIELD} is NeverVerifyPreloadedImages{default}: images baked into the "
+                f"node image are used without asking the registry; an image the kubelet pulled "
+                f"with a pull secret is checked against its registry again when a pod with "
+                f"other credentials first uses it here (once per node, image and credential; "
+                f"pulls without credentials or with the node's own are never checked again)",
+                REVERIFY_COST,
+            )
+        ]
+    preload = state.preload_repositories
+    if policy == "NeverVerifyAllowlistedImages":
+        count = len(kubelet.allowlist)
+        exposed = [r for r in preload if not allowlisted(kubelet.allowlist, r)]
+        summary = (
+            f"{POLICY_FIELD} is NeverVerifyAllowlistedImages with {count} "
+            f"{ALLOWLIST_FIELD} pattern(s): only images they match are used without "
+            f"asking the registry; every other image present, baked-in ones included, is "
+            f"checked against its registry when a pod first uses it on this node (and for "
+            f"each new credential)"
+        )
+        if not exposed:
+            return [Finding("info", summary, REVERIFY_COST)]
+        listed = [*kubelet.allowlist, *exposed]
+        return [
+            Finding("info", summary),
+            Finding(
+                "warning",
+                f"{len(exposed)} of the {len(preload)} images of --image-pull.preload are not "
+                f"in {ALLOWLIST_FIELD}: each node checks them against their registry at first "
+                f"use, so a scale-up of N nodes makes N requests each, the burst the baked-in "
+                f"images were meant to avoid",
+                "Not allowlisted:\n"
+                + "\n".join(f"  {r}" for r in exposed)
+                + "\n"
+                + REVERIFY_COST
+                + "\nIn the kubelet config file set\n"
+                + _allowlist_yaml(listed)
+                + "\n(names without tag or digest, matched as pods write them: `nginx` is not "
+                "`docker.io/library/nginx`; `HOST/*` covers a registry) and restart the kubelet.",
+            ),
+        ]
+    # AlwaysVerify
+    summary = (
+        f"{POLICY_FIELD} is AlwaysVerify: every image present without a pull record of the "
+        f"kubelet's, baked-in ones included, is checked against its registry when a pod first "
+        f"uses it on this node, and again for each new credential"
+    )
+    advice = (
+        REVERIFY_COST
+        + "\nIf tenants need not be kept from each other's baked-in images, exempt them in "
+        "the kubelet config file:\n"
+        + _allowlist_yaml(preload or ["registry.example/team/image", "registry.example/*"])
+        + "\nor go back to the default (remove the line, or set\n"
+        f"  {POLICY_FIELD}: {DEFAULT_VERIFICATION_POLICY}\n) and restart the kubelet."
+    )
+    if not preload:
+        return [Finding("info", summary, advice)]
+    return [
+        Finding(
+            "warning",
+            f"{summary}; the {len(preload)} image(s) of --image-pull.preload included, so a "
+            f"scale-up of N nodes makes N registry requests for each, the burst the baked-in "
+            f"images were meant to avoid",
+            advice,
+        )
+    ]

@@ -13,6 +13,7 @@ from kube_scale_exporter.collectors.imagepull.advice import advise
 from kube_scale_exporter.collectors.imagepull.kubelet import (
     DEFAULT_KUBELET_CONFIG,
     KubeletConfigFile,
+    UnknownKubeletConfig,
 )
 from kube_scale_exporter.collectors.imagepull.pods import (
     images_failing,
@@ -224,6 +225,8 @@ class ImagePullCollector(Collector):
             names = [*(wanted or ()), *(r.name for r in self.preload)]
             present = self.source.present(names, in_use)
         kubelet = self.kubelet.read()
+        if self.kubelet.unknown:  # a newer kubelet's file, maybe: fail, naming it
+            raise UnknownKubeletConfig(self.kubelet.error)
         most = most_pulls(kubelet, wanted, present) if self.source.by_count else None
         pulls = self.source.pulls(ingests, now, self.stall_after, settings, most)
         return combine(
@@ -235,6 +238,7 @@ class ImagePullCollector(Collector):
             kubelet,
             self.preload,
             kubelet_error=self.kubelet.error,
+            kubelet_refused=self.kubelet.refused,
             pods_error=self.pods_error,
             failing=failing,
             containerd=settings,

@@ -3,8 +3,8 @@
 Sources: containerd's content ingests, images and version (gRPC socket, namespace
 k8s.io; or, with --image-pull.source=ingest, its ingest directory alone) and its config
 file (containerd/config.py), the pods on this node (one watch filtered on spec.nodeName)
-and the kubelet's config file. No series has a label, so a
-node costs at most twelve series.
+and the kubelet's config file. One series has a label, the kubelet's re-verification
+policy from a fixed set of five values, so a node costs at most fourteen series.
 
     # HELP kubescale_image_pulls_in_progress Images downloading now (containerd ingests grouped by manifest; estimated from download slots with --image-pull.source=ingest).
     # TYPE kubescale_image_pulls_in_progress gauge
@@ -33,6 +33,12 @@ node costs at most twelve series.
     # HELP kubescale_kubelet_max_parallel_image_pulls Pulls the kubelet runs at once (maxParallelImagePulls; 0 means no limit).
     # TYPE kubescale_kubelet_max_parallel_image_pulls gauge
     kubescale_kubelet_max_parallel_image_pulls 1.0
+    # HELP kubescale_kubelet_image_pull_credentials_verification_policy The kubelet's imagePullCredentialsVerificationPolicy in force (KEP-2535; NeverVerifyPreloadedImages when unset; Disabled when its config turns KubeletEnsureSecretPulledImages off); always 1.
+    # TYPE kubescale_kubelet_image_pull_credentials_verification_policy gauge
+    kubescale_kubelet_image_pull_credentials_verification_policy{policy="NeverVerifyAllowlistedImages"} 1.0
+    # HELP kubescale_kubelet_preloaded_images_verification_allowlist_patterns Entries in the kubelet's preloadedImagesVerificationAllowlist, the images used without credential re-verification (NeverVerifyAllowlistedImages only; 0: every image present is re-verified).
+    # TYPE kubescale_kubelet_preloaded_images_verification_allowlist_patterns gauge
+    kubescale_kubelet_preloaded_images_verification_allowlist_patterns 2.0
     # HELP kubescale_containerd_max_concurrent_downloads Layers one containerd pull downloads at once (the setting in force: CRI, or the transfer service on 2.x; 0 means no limit).
     # TYPE kubescale_containerd_max_concurrent_downloads gauge
     kubescale_containerd_max_concurrent_downloads 3.0
@@ -44,12 +50,14 @@ node costs at most twelve series.
     kubescale_image_preload_missing 0.0
 
 `queued` and `failing` are absent until the pod watch has synced (or when the API is
-not configured); the kubelet series are absent without a readable kubelet config file,
-the containerd ones without a readable containerd config (the progress timeout also
-when containerd's version cannot be asked and a version 2 file could be 1.6 or 1.7;
-1.6 has none: 0); `preload_missing`
-is absent without --image-pull.preload. See docs/imagepull.md for how ingests are
-mapped to images and the limits of that mapping.
+not configured); the kubelet series are absent without a readable kubelet config file or
+with one the kubelet refuses (a version, kind or policy the kubelet 1.37 does not have
+fails the collector, naming it: kubelet.UnknownKubeletConfig); the containerd ones without
+a readable containerd config (the progress timeout also when containerd's version cannot
+be asked and a version 2 file could be 1.6 or 1.7; 1.6 has none: 0); `preload_missing`
+is absent without --image-pull.preload, the allowlist's size under any other policy than
+NeverVerifyAllowlistedImages. See docs/imagepull.md for how ingests are mapped to images
+and the limits of that mapping.
 """
 
 # The exposition above is quoted as served, its HELP lines whole.
@@ -76,8 +84,12 @@ class PullState:
     waiting_since: list[float]  # when pods began waiting for each image not present
     kubelet: KubeletPullSettings | None
     kubelet_error: str | None = None
+    kubelet_refused: bool = False  # the error is the file's content, which the kubelet refuses
     preload_missing: list[str] | None = None  # None: no --image-pull.preload
     preload_total: int = 0
+    # --image-pull.preload's images as HOST/REPOSITORY, no tag: what the kubelet's
+    # re-verification allowlist is matched against.
+    preload_repositories: list[str] = field(default_factory=list)
     pods_error: str | None = None
     containerd: PullSettings | None = None
     containerd_error: str | None = None
@@ -116,6 +128,7 @@ def combine(
     containerd=None,
     containerd_error=None,
     by_count: bool = False,
+    kubelet_refused: bool = False,
 ) -> PullState:
     """Combine the sources into a PullState (pure: the golden test feeds it fixed input).
 
@@ -150,8 +163,10 @@ def combine(
         waiting_since=waiting_since,
         kubelet=kubelet,
         kubelet_error=kubelet_error,
+        kubelet_refused=kubelet_refused,
         preload_missing=preload_missing,
         preload_total=len(preload),
+        preload_repositories=[f"{r.host}/{r.repository}" for r in preload],
         pods_error=pods_error,
     )
 
@@ -224,6 +239,25 @@ def families(state: PullState) -> list[Family]:
                 state.kubelet.max_parallel,
             ),
         ]
+        policy = GaugeFamily(
+            "kubescale_kubelet_image_pull_credentials_verification_policy",
+            "The kubelet's imagePullCredentialsVerificationPolicy in force (KEP-2535; "
+            "NeverVerifyPreloadedImages when unset; Disabled when its config turns "
+            "KubeletEnsureSecretPulledImages off); always 1.",
+            labels=["policy"],
+        )
+        policy.add_metric([state.kubelet.verification_policy], 1.0)
+        out.append(policy)
+        if state.kubelet.verification_policy == "NeverVerifyAllowlistedImages":
+            out.append(
+                gauge(
+                    "kubescale_kubelet_preloaded_images_verification_allowlist_patterns",
+                    "Entries in the kubelet's preloadedImagesVerificationAllowlist, the images "
+                    "used without credential re-verification (NeverVerifyAllowlistedImages "
+                    "only; 0: every image present is re-verified).",
+                    len(state.kubelet.allowlist),
+                )
+            )
     if state.containerd is not None:
         out.append(
             gauge(
