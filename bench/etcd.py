@@ -1,7 +1,7 @@
-"""Benchmark of the etcd collector against real 3-member etcd 3.4, 3.5 and 3.5.30 clusters on
+"""Benchmark of the etcd collector against real 3-member etcd 3.5.30, 3.6 and 3.7 clusters on
 loopback.
 
-    python -m bench.etcd [--keys 100000] [--resources 50] [--runs 5] [--versions 3.4,3.5,3.5.30]
+    python -m bench.etcd [--keys 100000] [--resources 50] [--runs 5] [--versions 3.5.30,3.6,3.7]
 
 Prints, and writes to bench/results/etcd.md: requests the collector sends to etcd per
 scrape and per minute (per member), how long a status refresh and a cached scrape
@@ -251,7 +251,7 @@ def main(argv=None) -> int:
     opts.add_argument("--keys", type=int, default=100_000)
     opts.add_argument("--resources", type=int, default=50)
     opts.add_argument("--runs", type=int, default=5)
-    opts.add_argument("--versions", default="3.4,3.5,3.5.30", help="etcd versions, comma-separated")
+    opts.add_argument("--versions", default="3.5.30,3.6,3.7", help="etcd versions, comma-separated")
     o = opts.parse_args(argv)
     lines = []
 

@@ -1,7 +1,7 @@
 """What watching the local etcd member costs, without the key and with it, beside the peer:
 Prometheus scraping the member's metrics listener itself (kube-prometheus' way).
 
-    python -m bench.etcd_local [--runs 20] [--versions 3.4,3.5,3.5.30]
+    python -m bench.etcd_local [--runs 20] [--versions 3.5.30,3.6,3.7]
 
 For each etcd version (one member with a plain metrics listener, as kubeadm runs it):
 requests to etcd per refresh, the median refresh time, and the series each way puts in
@@ -105,7 +105,7 @@ def bench_version(version: str, runs: int, say) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=20)
-    p.add_argument("--versions", default="3.4,3.5,3.5.30")
+    p.add_argument("--versions", default="3.5.30,3.6,3.7")
     o = p.parse_args(argv)
     lines = []
 

@@ -1,6 +1,6 @@
 """Record the fuzz seeds from real components: python -m fuzz.capture [NAME...] (as root).
 
-Each capture starts what it reads from (a network namespace, etcd 3.4, 3.5.30 and 3.6,
+Each capture starts what it reads from (a network namespace, etcd 3.5.30, 3.6 and 3.7,
 containerd 1.6 and 2.1, a Prometheus scraping a socket) on this machine, writes the bytes
 it received to fuzz/corpus/NAME/, and stops it. Files already there are replaced; inputs
 that once broke an invariant (crash-*) and those `python -m fuzz keep` added (found-*)
@@ -292,7 +292,7 @@ def ingest() -> None:
     _write("ingest_dir", files)
 
 
-# ---- etcd: JSON gateway answers and /metrics pages of 3.4, 3.5.30 and 3.6 ---------------
+# ---- etcd: JSON gateway answers and /metrics pages of 3.5.30, 3.6 and 3.7 ---------------
 
 
 def etcd() -> None:
@@ -316,7 +316,7 @@ def etcd() -> None:
     }
     work = tempfile.mkdtemp(prefix="fz-", dir="/tmp")
     try:
-        for version in ("3.4", "3.5.30", "3.6"):
+        for version in ("3.5.30", "3.6", "3.7"):
             server = EtcdServer(f"{work}/{version}", version=version, quota_bytes=16 << 20).start()
             try:
                 session = server.session()

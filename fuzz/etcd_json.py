@@ -3,7 +3,7 @@
 count and a first-key read, with HTTP 200 and with 500.
 
 Documented error: EtcdError. Invariants: integers fit uint64, member ids are decimal,
-texts are bounded, new Status field names few and printable, and a first key lies
+texts (versions, a downgrade's target) are bounded, new Status field names few and printable, and a first key lies
 within the range asked.
 """
 
@@ -17,6 +17,8 @@ from kube_scale_exporter.etcd.client import EtcdClient, EtcdError
 
 TARGETS = ("kube_scale_exporter.etcd.client", "kube_scale_exporter.etcd.answers")
 RANGE = (b"/registry/pods/", b"/registry/pods0")
+# Status' fields that are texts (the rest are unsigned integers).
+TEXTS = ("member_id", "leader_id", "version", "storage_version", "new_fields", "downgrade_target")
 
 
 class _Session:
@@ -81,9 +83,13 @@ def _valid(got) -> None:
         _id(got.member_id)
         _id(got.leader_id)
         for name, value in dataclasses.asdict(got).items():  # a Status: sizes, term, index
-            if name not in ("member_id", "leader_id", "version", "storage_version", "new_fields"):
+            if name not in TEXTS:
                 _uint(value)
-        if len(got.version) > 256 or len(got.storage_version or "") > 40:
+        if (
+            len(got.version) > 256
+            or len(got.storage_version or "") > 40
+            or len(got.downgrade_target or "") > 40
+        ):
             raise InvariantBroken("version text unbounded")
         names = got.new_fields
         if len(names) > 5 or not all(

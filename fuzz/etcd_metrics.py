@@ -4,8 +4,8 @@ wanted lines kept) and etcd/page.py's parse(), then metrics_only.status_of() as
 
 Documented errors: EtcdError (a line or the page past its cap), MetricsError (samples
 that are not etcd's). Invariants: every value kept is finite, >= 0 and below 2^63;
-histograms are cumulative at our bounds; the member id is hex and the version a
-short token.
+histograms are cumulative at our bounds; the member id is hex, the version a short
+token, and the KV methods named few, short and printable.
 """
 
 from __future__ import annotations
@@ -68,6 +68,9 @@ def check(data: bytes) -> None:
         raise InvariantBroken(f"member id {found.member_id!r}")
     if not re.fullmatch(r"[0-9A-Za-z.+-]{0,40}", found.version):
         raise InvariantBroken(f"version {found.version!r}")
+    methods = found.new_methods
+    if len(methods) > 5 or not all(re.fullmatch(r"[0-9A-Za-z_?]{0,40}", m) for m in methods):
+        raise InvariantBroken(f"new KV methods {methods!r:.100}")
     try:
         status_of(found)
     except page.MetricsError:

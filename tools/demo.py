@@ -1,7 +1,7 @@
 """`make demo`: watch the mixin work against real components on this machine, in minutes.
 
 Starts, all on free loopback ports and in a temporary directory:
-  - a real etcd (Debian's 3.4) with a 16 MiB backend quota,
+  - a real etcd 3.7 (.ci/setup.d/26-etcd.sh builds it) with a 16 MiB backend quota,
   - kube-scale-exporter twice: node mode (this host's neighbor tables) and cluster mode
     watching that etcd (--etcd.cluster main=URL),
   - Debian's Prometheus with the generated rules (rules/*.yaml), scraping both
@@ -166,7 +166,7 @@ def report(start, prom, etcd, quiet=False):
 def run(opts, workdir):
     procs = []
     try:
-        etcd_server = EtcdServer(workdir, version="3.4", name="etcd-0", quota_bytes=QUOTA).start()
+        etcd_server = EtcdServer(workdir, name="etcd-0", quota_bytes=QUOTA).start()
         procs.append(etcd_server)
         etcd = Etcd(etcd_server.client_url)
 

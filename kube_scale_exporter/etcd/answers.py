@@ -15,8 +15,9 @@ from kube_scale_exporter.labels import sanitize
 MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, binascii.Error)
 MAX_UINT64 = (1 << 64) - 1
 
-# Maintenance.Status' fields up to etcd 3.6 (rpc.proto's StatusResponse). `check` names
-# any other: the member is newer than this exporter, which reads the fields it knows.
+# Maintenance.Status' fields up to etcd 3.7 (rpc.proto's StatusResponse; 3.7 added none).
+# `check` names any other: the member is newer than this exporter, which reads the fields
+# it knows.
 STATUS_FIELDS = frozenset(
     {
         "header",
@@ -39,10 +40,11 @@ STATUS_FIELDS = frozenset(
 MAX_NEW_FIELDS, NAME_CHARS = 5, 40
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_]")
 # The etcd versions the tests run (testbed/etcd_server.py VERSIONS, by minor) and the
-# storage versions those write: 3.6 keeps data it has not migrated at "3.5.0" (while the
-# cluster version is 3.5: a member still on 3.5, or a downgrade enabled), then "3.6.0".
-KNOWN_VERSIONS = ("3.4", "3.5", "3.6")
-KNOWN_STORAGE_VERSIONS = ("3.5.0", "3.6.0")
+# storage versions those write. A member keeps its data at the cluster version's storage
+# version: a 3.7 member at "3.6.0" while another still runs 3.6 (or a downgrade to 3.6 is
+# enabled), then "3.7.0"; 3.6 likewise at "3.5.0", then "3.6.0"; 3.5 sends none.
+KNOWN_VERSIONS = ("3.5", "3.6", "3.7")
+KNOWN_STORAGE_VERSIONS = ("3.5.0", "3.6.0", "3.7.0")
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class Status:
     # The version of the member's data (etcd 3.6+); None before 3.6, and from /metrics.
     storage_version: str | None = None
     new_fields: tuple[str, ...] = ()  # fields not in STATUS_FIELDS, for `check`
+    # The target of a downgrade the cluster has enabled (downgradeInfo, etcd 3.6+), else None.
+    downgrade_target: str | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -120,9 +124,19 @@ def mapping(value) -> dict:
     return value
 
 
+def downgrade_target(value) -> str | None:
+    """downgradeInfo's targetVersion while a downgrade is enabled; the gateway sends `{}`
+    when none is (false and "" are left out)."""
+    info = mapping(value)
+    if info.get("enabled") is not True:
+        return None
+    return text(info.get("targetVersion", ""), NAME_CHARS) or "?"
+
+
 def status(doc: dict) -> Status:
-    """Maintenance.Status as the gateway answers it (etcd 3.4-3.6): fields holding zero are
-    left out (no dbSizeQuota before 3.6, no leader while there is none)."""
+    """Maintenance.Status as the gateway answers it (etcd 3.5-3.7; 3.4's reads the same):
+    fields holding zero are left out (no dbSizeQuota before 3.6, no leader while there is
+    none)."""
     storage = doc.get("storageVersion")
     return Status(
         member_id=member_id(required(mapping(required(doc, "header")), "member_id")),
@@ -135,6 +149,7 @@ def status(doc: dict) -> Status:
         raft_term=uint(doc.get("raftTerm", 0)),
         raft_applied_index=uint(doc.get("raftAppliedIndex", 0)),
         storage_version=None if storage is None else text(storage, NAME_CHARS),
+        downgrade_target=downgrade_target(doc.get("downgradeInfo", {})),
         new_fields=tuple(
             _UNSAFE_NAME.sub("?", k[:NAME_CHARS])
             for k in sorted(k for k in doc if k not in STATUS_FIELDS)[:MAX_NEW_FIELDS]

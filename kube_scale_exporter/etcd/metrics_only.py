@@ -20,7 +20,10 @@ from kube_scale_exporter.etcd.answers import Status
 from kube_scale_exporter.etcd.client import EtcdClient, EtcdError
 from kube_scale_exporter.etcd.cluster import ClusterState, MemberState, PageErrors, quota_of
 from kube_scale_exporter.etcd.page import (
+    APPLIED,
+    DB_IN_USE,
     DB_SIZE,
+    IS_LEADER,
     WANTED_WITHOUT_STATUS,
     MemberMetrics,
     MetricsError,
@@ -31,21 +34,33 @@ if TYPE_CHECKING:
     from kube_scale_exporter.httpclient import Client
 
 
+# The samples standing in for Status's fields, which every etcd since 3.4 serves: without
+# one the page is not a member's (or a newer etcd renamed it), and reading on would report
+# a zero (no bytes in use: the whole database free pages, worth a defragment).
+REQUIRED = (
+    (DB_SIZE, "db_size"),
+    ("etcd_server_id", "member_id"),
+    (DB_IN_USE, "db_size_in_use"),
+    (IS_LEADER, "is_leader"),
+    (APPLIED, "applied_index"),
+)
+
+
 def status_of(page: MemberMetrics) -> Status:
-    """The Status the page stands for; MetricsError when it lacks what Status must have."""
-    if page.db_size is None or page.member_id is None:
-        missing = DB_SIZE if page.db_size is None else "etcd_server_id"
-        raise MetricsError(f"no {missing} sample: not an etcd member's /metrics")
+    """The Status the page stands for; MetricsError naming the first sample it lacks."""
+    for name, field in REQUIRED:
+        if getattr(page, field) is None:
+            raise MetricsError(f"no {name} sample: not an etcd member's /metrics")
     member = str(int(page.member_id, 16))
     return Status(
         member_id=member,
         leader_id=member if page.is_leader == 1 else "0",
         version=page.version,
         db_size=int(page.db_size),
-        db_size_in_use=int(page.db_size_in_use or 0),
+        db_size_in_use=int(page.db_size_in_use),
         db_size_quota=0,
         raft_term=None,
-        raft_applied_index=int(page.applied_index or 0),
+        raft_applied_index=int(page.applied_index),
     )
 
 

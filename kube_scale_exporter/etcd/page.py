@@ -3,8 +3,8 @@
 etcd's page is ~150 KB and ~1,600 lines; the collector keeps only these samples.
 
 What Maintenance.Status also tells, so that a member can be watched without a client
-certificate (--etcd.local-access=metrics; each equal to Status's field on etcd 3.4.23,
-3.5.1 and 3.5.30, checked in tests/etcd):
+certificate (--etcd.local-access=metrics; each equal to Status's field on etcd 3.5.1,
+3.5.30, 3.6.16 and 3.7.3, checked in tests/etcd):
 
 - etcd_mvcc_db_total_size_in_bytes and etcd_mvcc_db_total_size_in_use_in_bytes: dbSize
   and dbSizeInUse.
@@ -17,15 +17,18 @@ Status's raftTerm has no sample: it is left out without a client certificate.
 Disk latency and read load:
 
 - etcd_disk_wal_fsync_duration_seconds and etcd_disk_backend_commit_duration_seconds:
-  histograms with 14 exponential buckets (1 ms to 8.192 s, doubling; the same in 3.4.23,
-  3.5.1 and 3.5.30). They are re-exported with the few bounds in BUCKETS: 10 ms (etcd's
+  histograms with 14 exponential buckets (1 ms to 8.192 s, doubling; the same from 3.4 to
+  3.7). They are re-exported with the few bounds in BUCKETS: 10 ms (etcd's
   fsync guidance) lies in (8, 16] and 25 ms (backend commit) in (16, 32], so a p99 near
   either threshold is interpolated inside one source bucket, as etcd's own dashboards do.
 - etcd_network_client_grpc_sent_bytes_total: bytes sent to gRPC clients, i.e. what the
   kube-apiservers read.
-- grpc_server_handled_total{grpc_service="etcdserverpb.KV",grpc_method="Range"}, summed over
-  its grpc_code: the Range RPCs the member answered (the apiservers' GETs and LISTs).
-  etcd_mvcc_range_total would also count the ranges inside transactions, which are writes.
+- grpc_server_handled_total{grpc_service="etcdserverpb.KV",grpc_method="Range"} and, from
+  etcd 3.7, "RangeStream", summed over their grpc_code: the range RPCs the member answered
+  (the apiservers' GETs and LISTs; kube-apiserver 1.37 LISTs through RangeStream, the
+  streamed range, wherever etcd has it). etcd_mvcc_range_total would also count the ranges
+  inside transactions, which are writes. A KV method other than those etcd 3.7 has is
+  named (new_methods), for `check` to say what it does not count.
 
 Writes refused: grpc_server_handled_total{grpc_code="ResourceExhausted"} of etcdserverpb.KV
 Put and Txn and etcdserverpb.Lease LeaseGrant, summed (the API server grants a lease before
@@ -35,6 +38,8 @@ overloaded ("too many requests": applying lags committing by over 5,000 entries)
 mean the API servers' writes fail. Read-only transactions are never refused this way.
 
 Counters keep etcd's values: monotonic, reset when the member restarts (rate() handles it).
+A family above that the page lacks (a newer etcd that renamed it) leaves its field None:
+`check` names it, and its series are left out rather than read as zero.
 """
 
 from __future__ import annotations
@@ -81,12 +86,22 @@ _LE = re.compile(rb'le="([^"]*)"')
 _HEX_ID = re.compile(rb'server_id="([0-9a-f]{1,16})"')
 _SERVER_VERSION = re.compile(rb'server_version="([0-9A-Za-z.+-]{1,40})"')
 _KV = b'grpc_service="etcdserverpb.KV"'
+# KV's methods up to etcd 3.7; the reads among them are counted as range requests.
+KV_METHODS = frozenset({"Range", "RangeStream", "Put", "DeleteRange", "Txn", "Compact"})
+_READS = (b'grpc_method="Range"', b'grpc_method="RangeStream"')
+_METHOD = re.compile(rb'grpc_method="([^"]{0,80})"')
+# A page's KV methods not in KV_METHODS: at most this many named, each cut and made safe.
+MAX_NEW_METHODS, METHOD_CHARS = 5, 40
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_]")
 _REFUSED = b'grpc_code="ResourceExhausted"'
 _WRITES = (
     (_KV, b'grpc_method="Put"'),
     (_KV, b'grpc_method="Txn"'),
     (b'grpc_service="etcdserverpb.Lease"', b'grpc_method="LeaseGrant"'),
 )
+
+
+_KNOWN_METHODS = frozenset(m.encode() for m in KV_METHODS)
 
 
 class MetricsError(ValueError):
@@ -126,6 +141,22 @@ class MemberMetrics:
     applied_index: float | None = None
     member_id: str | None = None  # hex, as etcdctl prints it
     version: str = ""
+    new_methods: tuple[str, ...] = ()  # KV methods not in KV_METHODS, for `check`
+
+
+# Each field re-exported from the page, and the etcd family it comes from.
+SOURCES = (
+    ("fsync", FSYNC),
+    ("commit", COMMIT),
+    ("sent_bytes", SENT),
+    ("range_requests", f'{HANDLED}{{grpc_service="etcdserverpb.KV",grpc_method="Range"}}'),
+    ("writes_refused", f'{HANDLED}{{grpc_code="ResourceExhausted"}} of KV writes'),
+)
+
+
+def missing(page: MemberMetrics) -> list[str]:
+    """The etcd families of SOURCES that the page lacked: their series are left out."""
+    return [name for field, name in SOURCES if getattr(page, field) is None]
 
 
 def _value(line: bytes) -> float:
@@ -162,7 +193,8 @@ def parse(lines: list[bytes]) -> MemberMetrics:
     """The kept samples of a page's lines (those starting with one of WANTED, or of
     WANTED_WITHOUT_STATUS)."""
     hist: dict[str, dict[float, float]] = {FSYNC: {}, COMMIT: {}}
-    found: dict[str, float | str | None] = {}
+    found: dict[str, float | str | tuple | None] = {}
+    methods: set[str] = set()
     for line in lines:
         if line.startswith(WANTED[:2]):
             name = FSYNC if line.startswith(WANTED[0]) else COMMIT
@@ -177,7 +209,12 @@ def parse(lines: list[bytes]) -> MemberMetrics:
         elif line.startswith(WANTED[2]):
             found["sent_bytes"] = _value(line)
         elif line.startswith(WANTED[3]):
-            if _KV in line and b'grpc_method="Range"' in line:
+            if _KV in line:
+                method = _METHOD.search(line)
+                if method is not None and method.group(1) not in _KNOWN_METHODS:
+                    name = method.group(1)[:METHOD_CHARS].decode("ascii", "replace")
+                    methods.add(_UNSAFE_NAME.sub("?", name))
+            if _KV in line and any(read in line for read in _READS):
                 found["range_requests"] = (found.get("range_requests") or 0.0) + _value(line)
             elif _REFUSED in line and any(a in line and b in line for a, b in _WRITES):
                 found["writes_refused"] = (found.get("writes_refused") or 0.0) + _value(line)
@@ -195,4 +232,6 @@ def parse(lines: list[bytes]) -> MemberMetrics:
             found["version"] = match.group(1).decode() if match else ""
     if found.get("is_leader") not in (None, 0.0, 1.0):
         raise MetricsError(f"{IS_LEADER} is {found['is_leader']:g}, not 0 or 1")
+    if methods:
+        found["new_methods"] = tuple(sorted(methods)[:MAX_NEW_METHODS])
     return MemberMetrics(_rebucket(hist[FSYNC]), _rebucket(hist[COMMIT]), **found)

@@ -1,1 +1,1 @@
-"""Tests of the etcd collector against real etcd 3.4 and 3.5."""
+"""Tests of the etcd collector against real etcd 3.5, 3.6 and 3.7."""

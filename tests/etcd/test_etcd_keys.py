@@ -30,7 +30,7 @@ def kube_keys(counts):
 
 @pytest.mark.integration
 def test_two_clusters_with_key_counts_per_resource(etcd_factory, collector_factory):
-    main = etcd_factory(version="3.4", name="main")
+    main = etcd_factory(version="3.7", name="main")
     events = etcd_factory(version="3.5", name="events")
     put_many(main.session(), main.client_url, kube_keys(WRITTEN))
     # The same prefix with nothing else: not counted; keys outside the prefix: not counted.
@@ -93,7 +93,7 @@ def test_walk_costs_two_requests_per_resource_whatever_the_key_count(
 
 @pytest.mark.integration
 def test_junk_prefixes_cannot_blow_the_series_budget(etcd_factory, collector_factory):
-    etcd = etcd_factory(version="3.4")
+    etcd = etcd_factory(version="3.7")
     junk = [(f'/registry/zz-junk-{i:04d}\u00e9 "x"/a/b', "x") for i in range(600)]
     junk += [("/registry/\xff\xfe/a", "x"), ("/registry/OTHER/x", "x"), ("/registry//x", "x")]
     put_many(etcd.session(), etcd.client_url, [*junk, *kube_keys({"pods": 900, "nodes": 30})])

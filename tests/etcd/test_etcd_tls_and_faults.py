@@ -184,7 +184,7 @@ def test_etcd_stopped_mid_run_then_back(etcd_factory, collector_factory, serve, 
 
 @pytest.mark.integration
 def test_etcd_frozen_then_thawed(etcd_factory, collector_factory, serve):
-    etcd = etcd_factory(version="3.4")
+    etcd = etcd_factory(version="3.7")
     collector = collector_factory(
         "--etcd.cluster",
         f"main={etcd.client_url}",
@@ -208,7 +208,7 @@ def test_etcd_frozen_then_thawed(etcd_factory, collector_factory, serve):
 
 @pytest.mark.integration
 def test_one_cluster_down_leaves_the_other_reported(etcd_factory, collector_factory, serve):
-    main = etcd_factory(version="3.4", name="main")
+    main = etcd_factory(version="3.7", name="main")
     events = etcd_factory(version="3.5", name="events")
     collector = collector_factory(
         "--etcd.cluster",

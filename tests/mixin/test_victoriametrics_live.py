@@ -131,9 +131,7 @@ def store(tmp_path_factory):
                 )
             etcd_dir = workdir / f"etcd-{cluster}"
             etcd_dir.mkdir()
-            etcd_server = EtcdServer(
-                etcd_dir, version="3.4", name="etcd-0", quota_bytes=demo.QUOTA
-            ).start()
+            etcd_server = EtcdServer(etcd_dir, name="etcd-0", quota_bytes=demo.QUOTA).start()
             procs.append(etcd_server)
             etcd = demo.Etcd(etcd_server.client_url)
             if cluster == "east":

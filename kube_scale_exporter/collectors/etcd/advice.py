@@ -9,7 +9,7 @@ from collections import defaultdict
 from kube_scale_exporter.collectors.etcd.state import EtcdState
 from kube_scale_exporter.etcd.answers import KNOWN_STORAGE_VERSIONS, KNOWN_VERSIONS
 from kube_scale_exporter.etcd.cluster import MemberState
-from kube_scale_exporter.etcd.page import Histogram
+from kube_scale_exporter.etcd.page import Histogram, MemberMetrics, missing
 from kube_scale_exporter.etcd.client import TLSFiles
 from kube_scale_exporter.registry import Finding
 
@@ -82,25 +82,38 @@ REFUSED_ADVICE = (
 )
 
 
-MIXED_ADVICE = (
-    "A rolling upgrade or downgrade was left part way: until every member runs the same "
-    "version the cluster runs as its oldest member ({oldest}), the newer version's features "
-    "stay off, and an etcd 3.6 member keeps its data at storage version 3.5.0. Replace the "
-    "rest one at a time, each once the one before is healthy (etcdctl endpoint health "
-    "--cluster)."
+UPGRADE_ADVICE = (
+    "Until every member runs the same version the cluster runs as its oldest member "
+    "({oldest}): the newer version's features stay off, and the newer members keep their "
+    "data at the older storage version. Replace the rest one at a time, each once the one "
+    "before is healthy (etcdctl endpoint health --cluster)."
+)
+PATCH_ADVICE = (
+    "Members of one minor version work together, but the older ones run without the "
+    "newer release's fixes. Replace the rest one at a time, each once the one before is "
+    "healthy (etcdctl endpoint health --cluster)."
 )
 STORAGE_ADVICE = (
-    "A member moves its data to the cluster version within seconds of that changing. It "
-    "stays behind while a downgrade is enabled (etcdctl downgrade enable; etcdctl endpoint "
-    "status -w json shows downgradeInfo): then the member can run the older etcd next, "
-    "and etcdctl downgrade cancel ends it. Otherwise, if this stays, the member's log "
-    'says why ("failed to update storage version").'
+    "Once every member runs the new version the cluster version moves, and each member "
+    "moves its data to it within seconds. If this stays, the member's log says why "
+    '("failed to update storage version").'
+)
+DOWNGRADE_ADVICE = (
+    "etcdctl downgrade enable moved the cluster version back and each member's data with "
+    "it: replace the members with etcd {target} one at a time, each once the one before is "
+    "healthy (etcdctl endpoint health --cluster), or end it with etcdctl downgrade cancel. "
+    "While it is enabled the cluster runs as {target}."
 )
 UNKNOWN_ADVICE = (
     f"Tested on etcd {', '.join(KNOWN_VERSIONS)} (storage versions "
     f"{', '.join(KNOWN_STORAGE_VERSIONS)}): the exporter reads the Status fields and "
     "/metrics samples those send. A newer kube-scale-exporter may know this one."
 )
+
+
+def _release(version: str) -> str:
+    """ "3.6.16" of "3.6.16" or "3.6.16-rc.1" (a version _minor() reads)."""
+    return re.match(r"\d+\.\d+\.\d+", version)[0]
 
 
 def _minor(version: str) -> str | None:
@@ -118,12 +131,18 @@ def _on(by: dict[str, list[str]]) -> str:
     return "; ".join(f"{what} on {', '.join(names)}" for what, names in sorted(by.items()))
 
 
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(map(int, version.split(".")))
+
+
 def _versions(cluster: str, answering: list[MemberState]) -> list[Finding]:
-    """Members at different etcd versions (an upgrade part way), data not at its member's
-    storage version, and versions or Status fields this exporter does not know."""
+    """An upgrade or downgrade part way (members at different etcd versions, or data not
+    yet at its member's storage version), and versions or Status fields this exporter
+    does not know."""
     out = []
     where = f"etcd {cluster}"
     versions, unknown, storage, new = (defaultdict(list) for _ in range(4))
+    targets = set()
     for m in answering:
         s = m.status
         versions[_shown(s.version)].append(m.name)
@@ -133,24 +152,30 @@ def _versions(cluster: str, answering: list[MemberState]) -> list[Finding]:
         if s.storage_version is not None and s.storage_version not in KNOWN_STORAGE_VERSIONS:
             unknown[f"storage version {_shown(s.storage_version)}"].append(m.name)
         elif s.storage_version and minor in KNOWN_VERSIONS and _minor(s.storage_version) != minor:
-            storage[
-                f"etcd {_shown(s.version)} with its data at storage version {s.storage_version}"
-            ].append(m.name)
+            storage[f"data at storage version {s.storage_version}"].append(m.name)
         if s.new_fields:
             new[", ".join(s.new_fields)].append(m.name)
-    minors = sorted(
-        {v for v in map(_minor, versions) if v}, key=lambda v: tuple(map(int, v.split(".")))
-    )
-    if len(minors) > 1:
+        if s.downgrade_target:
+            targets.add(_shown(s.downgrade_target))
+    # Releases (x.y.z), each once, oldest first: text that is no version is named below.
+    releases = sorted({v for v in versions if _minor(v)}, key=lambda v: _key(_release(v)))
+    minors = sorted({_minor(v) for v in releases}, key=_key)
+    state = "; ".join(filter(None, (_on(versions), _on(storage))))
+    if targets:
+        target = ", ".join(sorted(targets))
         out.append(
             Finding(
                 "warning",
-                f"{where}: members run different etcd versions: {_on(versions)}",
-                MIXED_ADVICE.format(oldest=minors[0]),
+                f"{where}: a downgrade to {target} is under way: {state}",
+                DOWNGRADE_ADVICE.format(target=_minor(target) or target),
             )
         )
-    elif storage:
-        out.append(Finding("warning", f"{where}: {_on(storage)}", STORAGE_ADVICE))
+    elif len(releases) > 1 or storage:
+        if len(minors) > 1:
+            advice = UPGRADE_ADVICE.format(oldest=minors[0])
+        else:
+            advice = PATCH_ADVICE if len(releases) > 1 else STORAGE_ADVICE
+        out.append(Finding("warning", f"{where}: a rolling upgrade is half done: {state}", advice))
     if unknown:
         out.append(
             Finding(
@@ -165,6 +190,39 @@ def _versions(cluster: str, answering: list[MemberState]) -> list[Finding]:
                 "info",
                 f"{where}: Status fields this exporter does not read: {_on(new)}",
                 "etcd sends fields newer than this exporter knows; it reads those it knows.",
+            )
+        )
+    return out
+
+
+MISSING_ADVICE = (
+    "The exporter reads the names etcd 3.5 to 3.7 serve; a newer etcd may have renamed "
+    "these, and a newer kube-scale-exporter may know the new names. Their series are left "
+    "out for this member, not reported as zero."
+)
+METHODS_ADVICE = (
+    "etcd's KV service has methods newer than this exporter: "
+    "kubescale_etcd_range_requests_total counts Range and RangeStream only. A newer "
+    "kube-scale-exporter may know these."
+)
+
+
+def _unknown_page(where: str, metrics: MemberMetrics) -> list[Finding]:
+    """What a member's /metrics lacks of what the exporter reads, and KV methods it has
+    not met."""
+    out = []
+    lacking = missing(metrics)
+    if lacking:
+        out.append(
+            Finding("warning", f"{where}: its /metrics has no {', '.join(lacking)}", MISSING_ADVICE)
+        )
+    if metrics.new_methods:
+        out.append(
+            Finding(
+                "info",
+                f"{where}: KV methods this exporter does not count: "
+                f"{', '.join(metrics.new_methods)}",
+                METHODS_ADVICE,
             )
         )
     return out
@@ -237,6 +295,7 @@ def advise(state: EtcdState) -> list[Finding]:
                     slow = _slow_disk(where, name, getattr(m.metrics, attr), bound, guide)
                     if slow:
                         out.append(slow)
+                out.extend(_unknown_page(where, m.metrics))
             s = m.status
             used = s.db_size / m.quota_bytes
             if m.alarms and "CORRUPT" in m.alarms:

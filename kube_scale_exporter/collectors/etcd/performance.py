@@ -19,7 +19,7 @@ client URL or --etcd.metrics-url) with our etcd_cluster and member labels:
     # HELP kubescale_etcd_client_sent_bytes_total Bytes the member sent to its gRPC clients (etcd_network_client_grpc_sent_bytes_total): the kube-apiservers' read bandwidth. Resets when the member restarts.
     # TYPE kubescale_etcd_client_sent_bytes_total counter
     kubescale_etcd_client_sent_bytes_total{etcd_cluster="main",member="m0"} 3.56e+09
-    # HELP kubescale_etcd_range_requests_total Range requests the member answered, any result (grpc_server_handled_total of etcdserverpb.KV Range): the apiservers' GETs and LISTs. Resets when the member restarts.
+    # HELP kubescale_etcd_range_requests_total Range requests the member answered, any result (grpc_server_handled_total of etcdserverpb.KV Range and, from etcd 3.7, RangeStream): the apiservers' GETs and LISTs. Resets when the member restarts.
     # TYPE kubescale_etcd_range_requests_total counter
     kubescale_etcd_range_requests_total{etcd_cluster="main",member="m0"} 120000.0
     # HELP kubescale_etcd_writes_refused_total Writes (KV Put and Txn, lease grants) the member refused with ResourceExhausted: database space exceeded (over the quota, or a NOSPACE alarm raised) or too many requests (applying lags). Resets when the member restarts.
@@ -70,8 +70,8 @@ def performance_families(clusters: list[ClusterState]) -> list[Family]:
     ranges = CounterFamily(
         "kubescale_etcd_range_requests",
         "Range requests the member answered, any result "
-        "(grpc_server_handled_total of etcdserverpb.KV Range): the apiservers' GETs and "
-        "LISTs. Resets when the member restarts.",
+        "(grpc_server_handled_total of etcdserverpb.KV Range and, from etcd 3.7, "
+        "RangeStream): the apiservers' GETs and LISTs. Resets when the member restarts.",
         labels=mem,
     )
     refused = CounterFamily(

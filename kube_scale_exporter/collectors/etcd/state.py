@@ -38,6 +38,9 @@ the name given in the flag, member the etcd member's name):
     # HELP kubescale_etcd_raft_applied_index The member's last applied raft index.
     # TYPE kubescale_etcd_raft_applied_index gauge
     kubescale_etcd_raft_applied_index{etcd_cluster="main",member="m0"} 37.0
+    # HELP kubescale_etcd_version_info The etcd version the member runs, 1; two versions in one etcd_cluster are a rolling upgrade or downgrade part way (the cluster runs as its oldest member).
+    # TYPE kubescale_etcd_version_info gauge
+    kubescale_etcd_version_info{etcd_cluster="main",member="m0",version="3.7.3"} 1.0
     # HELP kubescale_etcd_keys Keys per Kubernetes resource under --etcd.keys-prefix, counted at most once per --etcd.keys-interval (300s) in the background; the smaller resources are summed in resource="other".
     # TYPE kubescale_etcd_keys gauge
     kubescale_etcd_keys{etcd_cluster="main",resource="pods"} 110000.0
@@ -68,9 +71,11 @@ from kube_scale_exporter.collectors.etcd.config import NO_TLS
 from kube_scale_exporter.collectors.etcd.performance import performance_families
 from kube_scale_exporter.etcd.client import TLSFiles
 from kube_scale_exporter.etcd.cluster import ClusterState
+from kube_scale_exporter.labels import sanitize
 from kube_scale_exporter.metrics import Family, GaugeFamily
 
 ALARMS = ("NOSPACE", "CORRUPT")
+VERSION_CHARS = 40  # "3.7.3", "3.6.0-rc.1": a version label is short
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,12 @@ def families(state: EtcdState) -> list[Family]:
     applied = GaugeFamily(
         "kubescale_etcd_raft_applied_index", "The member's last applied raft index.", labels=mem
     )
+    version = GaugeFamily(
+        "kubescale_etcd_version_info",
+        "The etcd version the member runs, 1; two versions in one etcd_cluster are a rolling "
+        "upgrade or downgrade part way (the cluster runs as its oldest member).",
+        labels=[*mem, "version"],
+    )
     key_count = GaugeFamily(
         "kubescale_etcd_keys",
         f"Keys per Kubernetes resource under --etcd.keys-prefix, "
@@ -171,6 +182,8 @@ def families(state: EtcdState) -> list[Family]:
             if m.status.raft_term is not None:
                 term.add_metric(labels, m.status.raft_term)
             applied.add_metric(labels, m.status.raft_applied_index)
+            if m.status.version:
+                version.add_metric([*labels, sanitize(m.status.version, VERSION_CHARS)], 1.0)
         if cluster.name in keys:
             counts, when = keys[cluster.name]
             for resource, n in sorted(counts.items()):
@@ -187,6 +200,7 @@ def families(state: EtcdState) -> list[Family]:
         leader,
         term,
         applied,
+        version,
         key_count,
         key_time,
         *performance_families(state.clusters),
