@@ -1,6 +1,7 @@
 """A Kubernetes watch stream (one JSON event a line) through kube/client.py's Watch and
-the informer's handling of each event (kube/informer.py), in pieces of several sizes: as a
-watch, and as a streaming list (initial events until their end bookmark, then a watch).
+the informer's handling of each event (kube/reflector.py, kube/store.py), in pieces of
+several sizes: as a watch, and as a streaming list (initial events until their end
+bookmark, then a watch).
 
 Documented errors, those the informer expects of a bad stream: ValueError (a line that is
 not JSON, an event that is not one), ReplyTooLarge (a line or an object past its cap),
@@ -22,6 +23,8 @@ TARGETS = (
     "kube_scale_exporter.kube.client",
     "kube_scale_exporter.kube.informer",
     "kube_scale_exporter.kube.listing",
+    "kube_scale_exporter.kube.reflector",
+    "kube_scale_exporter.kube.store",
 )
 
 
