@@ -250,14 +250,19 @@ class Response:
         return data
 
     def _gunzip1(self, n) -> bytes:
-        decoder = self._gzip
         while True:
+            decoder = self._gzip
             if decoder.eof:
-                self._raw_read1(n)  # the end of the body after the gzip stream, if pending
-                return b""
-            data = decoder.unconsumed_tail or self._raw_read1(n)
-            if not data:
-                raise _broken(self.url, "the reply ends inside its gzip stream")
+                # A gzip body may be several members in a row (RFC 1952, 2.2): kube-apiserver
+                # 1.37 compresses each burst of watch events as a member of its own.
+                data = decoder.unused_data or self._raw_read1(n)
+                if not data:
+                    return b""
+                decoder = self._gzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            else:
+                data = decoder.unconsumed_tail or self._raw_read1(n)
+                if not data:
+                    raise _broken(self.url, "the reply ends inside its gzip stream")
             out = decoder.decompress(data, n)
             if out:
                 return out

@@ -19,6 +19,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.server.connections.add(self.client_address)
+        if self.path.startswith("/members"):
+            return self.gzip_members()
         body = b'{"kind": "Status"}' * 1000
         if self.path.startswith("/gzip"):
             body = gzip.compress(body)
@@ -33,8 +35,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
         # an idle timeout does between two requests.
         self.close_connection = self.path.startswith(("/close", "/short"))
 
+    def gzip_members(self):
+        """Watch events as kube-apiserver 1.37 sends them: chunked, each burst a gzip member
+        of its own; /members-packed: two members in one chunk."""
+        members = [gzip.compress(EVENT % i) for i in range(5)]
+        if self.path.startswith("/members-packed"):
+            members = [members[0] + members[1], *members[2:]]
+        self.send_response(200)
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for member in members:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(member), member))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
     def log_message(self, *args):
         pass
+
+
+EVENT = b'{"type":"ADDED","object":{"metadata":{"name":"p%d"}}}\n'
 
 
 @pytest.fixture
@@ -82,6 +102,17 @@ def test_gzip_is_decoded_in_pieces_of_at_most_the_size_asked(server):
             pieces.append(piece)
     assert max(len(p) for p in pieces) <= 1000
     assert b"".join(pieces) == b'{"kind": "Status"}' * 1000
+    assert get(client, url(server, "/a"))[0] == 200
+    assert len(server.connections) == 1  # read to its end: kept alive
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("path", ["/members", "/members-packed"])
+def test_a_gzip_body_of_several_members_is_read_whole(server, path):
+    client = httpclient.Client()
+    with client.request("GET", url(server, path), timeout=5) as reply:
+        lines = list(limits.iter_lines(reply, 1 << 10, "watch event"))
+    assert lines == [(EVENT % i).rstrip(b"\n") for i in range(5)]
     assert get(client, url(server, "/a"))[0] == 200
     assert len(server.connections) == 1  # read to its end: kept alive
 
