@@ -23,7 +23,7 @@ for line in 2.3 2.4; do
         continue
     fi
     pkg=github.com/containerd/containerd/v2
-    go_build "containerd-$line" "$dir" "no_btrfs no_devmapper no_zfs" \
+    go_build "containerd-$line" "$dir" no_btrfs,no_devmapper,no_zfs \
         "-X $pkg/version.Version=$version -X $pkg/version.Package=$pkg" \
         "$pkg/cmd/containerd" "$pkg/cmd/containerd-shim-runc-v2" "$pkg/cmd/ctr"
     "$dir/containerd" --version
