@@ -147,16 +147,14 @@ def test_an_endless_chunked_reply_costs_its_cap(exporter, proxy):
 def test_an_endless_metrics_line_costs_its_cap(exporter, proxy):
     before = peak(exporter)
     hostile(proxy, r"/metrics", status=200, chunks=lambda: endless(b"etcd_"))
-    exporter.wait_for(lambda s: s.value("kubescale_etcd_quota_info", source="flag") == 1, within=10)
+    exporter.wait_for(lambda s: s.value("kubescale_etcd_member_metrics_up") == 0, within=10)
     assert "METRICS_LINE_BYTES" in exporter.proc.log_tail(200)
     hold(exporter)
     grew = peak(exporter) - before
     print(f"endless /metrics line: peak +{grew:.1f} MiB")
     assert grew < SLACK_MIB
     sane(proxy)
-    exporter.wait_for(
-        lambda s: s.value("kubescale_etcd_quota_info", source="metrics") == 1, within=10
-    )
+    exporter.wait_for(lambda s: s.value("kubescale_etcd_member_metrics_up") == 1, within=10)
 
 
 @pytest.mark.integration
