@@ -1,6 +1,6 @@
 // pint's configuration: `make lint` runs its offline checks on rules/; tests/mixin/test_live.py
-// adds a `prometheus` block (a live Prometheus 3.5 scraping the exporter) and runs the online
-// ones too. Every check is on; each one turned off here says why.
+// adds a `prometheus` block (a live Prometheus scraping the exporter, 3.13 and then 3.16) and
+// runs the online ones too. Every check is on; each one turned off here says why.
 
 rule {
   // rate() of a counter collapsed over the pods that read one etcd member: the same

@@ -1,8 +1,9 @@
 """Golden exposition files: a collector's output for fixed input, compared byte for byte.
 
 Set UPDATE_GOLDEN=1 to rewrite the files after a deliberate change, then review the diff.
-Every golden file is also linted by `promtool check metrics`, as Prometheus would see it:
-tests/test_golden_lint.py, apart, so the comparison needs no binary.
+Every golden file is also linted by `promtool check metrics` of each Prometheus release the
+tests run, as Prometheus would see it: tests/test_golden_lint.py, apart, so the comparison
+needs no binary.
 """
 
 import os
@@ -10,6 +11,8 @@ import subprocess
 from pathlib import Path
 
 from kube_scale_exporter.web.exposition import encode_text
+
+from . import prometheus
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "tests" / "golden"
 
@@ -19,12 +22,20 @@ def render(families) -> str:
 
 
 def promtool_check(text: str) -> None:
-    """Fail on any lint problem promtool reports (naming, units, HELP, counters)."""
-    result = subprocess.run(
-        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
-    )
-    problems = (result.stdout + result.stderr).strip()
-    assert result.returncode == 0 and not problems, f"promtool check metrics:\n{problems}"
+    """Fail on any lint problem the promtool of any Prometheus release the tests run reports
+    (naming, units, HELP, counters)."""
+    for release in prometheus.RELEASES:
+        result = subprocess.run(
+            [prometheus.binary(release, "promtool"), "check", "metrics"],
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        problems = (result.stdout + result.stderr).strip()
+        assert result.returncode == 0 and not problems, (
+            f"promtool {release} check metrics:\n{problems}"
+        )
 
 
 def assert_golden(name: str, families) -> str:

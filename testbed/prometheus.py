@@ -1,5 +1,5 @@
-"""Prometheus on a free loopback port, for tests and the demo: Debian's by default, or any
-release's binary (`binary=`, e.g. Prometheus 3.5 unpacked by .ci/setup.d/15-prometheus-sid.sh).
+"""Prometheus on a free loopback port, for tests and the demo: the newest release the tests
+run by default, or any release's binary (`binary=`, e.g. `binary("3.13", "prometheus")`).
 
     with PrometheusServer(workdir, {"scrape_configs": [...]}) as prom:
         prom.query('up{job="x"}')            # the instant query's result list
@@ -9,48 +9,46 @@ given. `start` returns once /-/ready answers, i.e. the TSDB is loaded.
 """
 
 import json
-import os
-import shutil
 import time
 
 import requests
 
+from . import builds
 from .ports import free_port
 from .procs import Proc, wait_for_port
 
-# The Prometheus releases the tests run (the rules, the live mixin test): Debian's
-# (bookworm, on PATH) and the current upstream one users run, Debian sid's unpacked into a
-# cache by .ci/setup.d/15-prometheus-sid.sh (PROMETHEUS3_BIN / PROMTOOL3_BIN, the same
-# variables). Each finder gives the binary's path, None or a missing path when absent.
-SETUP_STEPS = {"2.42": "10-base.sh", "3.5": "15-prometheus-sid.sh"}
-SID_BIN = "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin"
-RELEASES = {
-    "2.42": {
-        "promtool": lambda: shutil.which("promtool"),
-        "prometheus": lambda: shutil.which("prometheus"),
-    },
-    "3.5": {
-        "promtool": lambda: os.environ.get("PROMTOOL3_BIN", f"{SID_BIN}/promtool"),
-        "prometheus": lambda: os.environ.get("PROMETHEUS3_BIN", f"{SID_BIN}/prometheus"),
-    },
-}
+# The Prometheus releases the tests run (every rule test on each): 3.13, the LTS, and 3.16,
+# the newest, each built from the Go module proxy by .ci/setup.d/15-prometheus.sh (the
+# versions its .ci/go/prometheus-3.N/go.mod pin; $PROMETHEUS_3_13_DIR, $PROMETHEUS_3_16_DIR
+# point elsewhere).
+RELEASES = ("3.13", "3.16")
+NEWEST = RELEASES[-1]
+NAMES = ("prometheus", "promtool")
 
 
 def binary(release: str, name: str) -> str:
     """`name` (prometheus or promtool) of a release; missing, the error names its step."""
-    path = RELEASES[release][name]()
-    if not path or not os.access(path, os.X_OK):
-        where = f"{path} is missing" if path else f"no {name} on PATH"
-        raise FileNotFoundError(f"{where} (.ci/setup.d/{SETUP_STEPS[release]})")
-    return path
+    if release not in RELEASES:
+        raise ValueError(f"Prometheus {release}: the tests run {', '.join(RELEASES)}")
+    return builds.prometheus_binary(release, name)
+
+
+def newest(name: str) -> str:
+    """`name` of the newest release: what runs where one Prometheus is enough."""
+    return binary(NEWEST, name)
+
+
+def version(release: str) -> str:
+    """The version a release's binaries are (e.g. "3.16.0"), as their go.mod pins it."""
+    return builds.prometheus_version(release)
 
 
 class PrometheusServer:
-    def __init__(self, workdir, config: dict, extra_args=(), binary="prometheus"):
+    def __init__(self, workdir, config: dict, extra_args=(), binary=None):
         self.workdir = workdir
         self.config = config
         self.extra_args = list(extra_args)
-        self.binary = binary
+        self.binary = binary or newest("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.session = requests.Session()

@@ -86,8 +86,8 @@ def pytest_report_header(config):
         ),
         *(
             (f"{name} {r}", lambda r=r, name=name: prometheus.binary(r, name))
-            for r, finders in prometheus.RELEASES.items()
-            for name in finders
+            for r in prometheus.RELEASES
+            for name in prometheus.NAMES
         ),
     ):
         try:

@@ -2,7 +2,7 @@
 
 The golden tests (tests/AREA/test_*golden*.py) compare a collector's output with its file
 byte for byte and run in the unit tier; the lint needs promtool, so it is here, once per
-file.
+file, with the promtool of each Prometheus release the tests run (3.13 and 3.16).
 """
 
 import pytest

@@ -2,8 +2,8 @@
 1.34 control plane: balloons make the autoscaler add nodes; a real workload preempts them and
 the autoscaler adds nodes again, and the balloons run again; with both node groups at their
 max, preempted balloons stay Pending. The exporter's balloon series show each step, and the
-mixin's KubeScaleBalloon* alerts, evaluated by a live Prometheus 3.5 scraping the exporter,
-fire when they should.
+mixin's KubeScaleBalloon* alerts, evaluated by a live Prometheus (the newest release the tests
+run, 3.16) scraping the exporter, fire when they should.
 
 The alerts' windows are shortened (KNOBS) so the story takes minutes, not the hour the
 defaults would: the same expressions, smaller numbers.
@@ -18,6 +18,7 @@ import pytest
 import requests
 import yaml
 
+from testbed import prometheus
 from testbed.autoscaler import ClusterAutoscaler, NodeGroup
 from testbed.exporter import start_exporter
 from testbed.fleet import CPU_NODE, GPU_RESOURCE, GPU_TAINT, POOL_LABEL, Fleet, FleetSize
@@ -225,7 +226,7 @@ def story(tmp_path):
                     }
                 ],
             },
-            binary=prometheus_binary("3.5", "prometheus"),
+            binary=prometheus_binary(prometheus.NEWEST, "prometheus"),
         ).start()
         yield Story(fleet, ca, exporter, prom)
     finally:

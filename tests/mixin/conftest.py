@@ -2,6 +2,7 @@
 
 import pytest
 
+from testbed import prometheus
 from tests.mixin.support import (
     CUSTOM_CONFIG,
     EVERYTHING,
@@ -36,9 +37,9 @@ def rendered():
     return build.render()
 
 
-@pytest.fixture(params=sorted(PROMETHEUS_RELEASES), ids=lambda r: f"prometheus-{r}")
+@pytest.fixture(params=PROMETHEUS_RELEASES, ids=lambda r: f"prometheus-{r}")
 def prometheus_release(request):
-    """Each Prometheus release the rules must work on (Debian's 2.42, upstream 3.5)."""
+    """Each Prometheus release the rules must work on (3.13, the LTS, and 3.16)."""
     return request.param
 
 
@@ -51,8 +52,11 @@ def promtool(prometheus_release, record_property):
 
 def pytest_report_header(config):
     lines = []
-    for release in sorted(PROMETHEUS_RELEASES):
-        for name in ("promtool", "prometheus"):
-            path = PROMETHEUS_RELEASES[release][name]()
-            lines.append(f"mixin tests: {name} {release}: {path or 'MISSING'}")
+    for release in PROMETHEUS_RELEASES:
+        for name in prometheus.NAMES:
+            try:
+                path = prometheus.binary(release, name)
+            except FileNotFoundError as e:
+                path = f"MISSING ({e})"
+            lines.append(f"mixin tests: {name} {release}: {path}")
     return lines

@@ -8,10 +8,12 @@ import subprocess
 
 import pytest
 
-from testbed.prometheus import RELEASES as PROMETHEUS_RELEASES
+from testbed import prometheus
 from tools import build_mixin as build  # noqa: F401  (re-exported: the mixin tests import it from here)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+# The Prometheus releases every rule test runs on (3.13, the LTS, and 3.16).
+PROMETHEUS_RELEASES = prometheus.RELEASES
 PROMTOOL_TESTS = sorted((REPO / "tests" / "mixin" / "promtool").glob("*_test.yaml"))
 
 # Every knob a test checks, changed at once: one more jsonnet evaluation instead of one per knob.
@@ -30,21 +32,19 @@ _versions = {}
 
 
 def prometheus_binary(release: str, name: str) -> str:
-    """`name` (promtool or prometheus) of a release, checked to run and to be that release;
-    missing or another version fails the test (.ci/run installs both), never skips."""
-    path = PROMETHEUS_RELEASES[release][name]()
-    if not path or not os.access(path, os.X_OK):
-        pytest.fail(
-            f"{name} {release} not found ({path}): run .ci/setup.d/10-base.sh and "
-            ".ci/setup.d/15-prometheus-sid.sh"
-        )
+    """`name` (promtool or prometheus) of a release, checked to run and to be the version its
+    go.mod pins; missing or another version fails the test (.ci/run builds both), never skips."""
+    try:
+        path = prometheus.binary(release, name)
+    except FileNotFoundError as e:
+        pytest.fail(f"{name} {release} not found: {e}")
     if path not in _versions:
         out = subprocess.run([path, "--version"], capture_output=True, text=True)
         match = re.search(r"version (\S+)", out.stdout + out.stderr)
         _versions[path] = match.group(1) if match else "?"
-    version = _versions[path]
-    if not version.startswith(release + "."):
-        pytest.fail(f"{path} is {name} {version}, not {release}.x")
+    found, pinned = _versions[path], prometheus.version(release)
+    if found != pinned:
+        pytest.fail(f"{path} is {name} {found}, not {pinned} (.ci/go/prometheus-{release})")
     return path
 
 
@@ -57,7 +57,7 @@ def binary(name: str) -> str:
     """A tool the tests need; missing fails the test (.ci/run installs it), never skips."""
     path = shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} not found on PATH: install it (apt-get install prometheus / jsonnet)")
+        pytest.fail(f"{name} not found on PATH: install it (apt-get install jsonnet)")
     return path
 
 

@@ -1,5 +1,5 @@
 """promtool unit tests: every alert fires and stays quiet, every recording rule is checked,
-on every Prometheus release users run (Debian's 2.42 and upstream 3.5): the hand-written
+on every Prometheus release the tests run (3.13, the LTS, and 3.16): the hand-written
 tests/mixin/promtool/*_test.yaml, the fleets of fleet.py and the production cases of
 production.py."""
 

@@ -1,5 +1,6 @@
 """The mixin past one Prometheus, live: two clusters' exporters scraped by hashmod-sharded
-Prometheus 3.5 servers that remote-write into one VictoriaMetrics single-node, the committed
+Prometheus servers (the newest release, 3.16: the rules on each release are test_live's and
+test_promtool's business) that remote-write into one VictoriaMetrics single-node, the committed
 rules/ evaluated there by vmalert, the dashboards' queries run there.
 
 Each cluster ("east", "west") has node-mode exporters standing in for its nodes, with the same
@@ -23,7 +24,7 @@ import yaml
 
 from testbed.etcd_server import EtcdServer
 from testbed.ports import free_port
-from testbed.prometheus import PrometheusServer
+from testbed.prometheus import NEWEST, PrometheusServer
 from testbed.victoriametrics import VictoriaMetrics, Vmalert
 from tests.mixin.support import (
     REPO,
@@ -116,7 +117,7 @@ def by_cluster(found, *labels):
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("victoriametrics")
-    prometheus = prometheus_binary("3.5", "prometheus")
+    prometheus = prometheus_binary(NEWEST, "prometheus")
     procs = []
     try:
         vm = VictoriaMetrics(workdir, victoria_metrics_binary("victoria-metrics")).start()

@@ -1,10 +1,12 @@
-"""A real Prometheus (Debian's) scrapes the exporter over mutual TLS with basic auth."""
+"""A real Prometheus, of each release the tests run (3.13 and 3.16), scrapes the exporter
+over mutual TLS with basic auth."""
 
 import time
 
 import pytest
 import requests
 
+from testbed import prometheus
 from testbed.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.integration
@@ -27,7 +29,10 @@ def api(session, base, path, **params):
     return r.json()["data"]
 
 
-def test_prometheus_scrapes_over_mtls_with_basic_auth(pki, password, start_exporter, tmp_path):
+@pytest.mark.parametrize("release", prometheus.RELEASES, ids=lambda r: f"prometheus-{r}")
+def test_prometheus_scrapes_over_mtls_with_basic_auth(
+    release, pki, password, start_exporter, tmp_path
+):
     cert, key = pki.server
     exp = start_exporter(
         f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
@@ -41,7 +46,9 @@ def test_prometheus_scrapes_over_mtls_with_basic_auth(pki, password, start_expor
             scrape_job("wrong-password", exp.port, pki, "prometheus", "guess"),
         ],
     }
-    with PrometheusServer(tmp_path, config) as prom:
+    with PrometheusServer(
+        tmp_path, config, binary=prometheus.binary(release, "prometheus")
+    ) as prom:
         base, s = prom.url, prom.session
         up = {}
         deadline = time.monotonic() + 30
