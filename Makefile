@@ -111,7 +111,7 @@ bench: bench-setup
 # discovery and produces each failure the alerts are for; takes the cluster down and checks
 # the host is as before. Parts are built once and cached (.ci/setup.d/26-etcd36.sh,
 # 40-kubernetes.sh, 46-e2e.sh); see docs/deploy.md "Tested end to end".
-E2E_SETUP = .ci/setup.d/26-etcd.sh .ci/setup.d/40-kubernetes.sh .ci/setup.d/44-prometheus-operator.sh .ci/setup.d/45-deploy.sh .ci/setup.d/46-e2e.sh .ci/setup.d/48-helm.sh .ci/setup.d/50-containerd.sh
+E2E_SETUP = .ci/setup.d/15-prometheus.sh .ci/setup.d/26-etcd.sh .ci/setup.d/40-kubernetes.sh .ci/setup.d/44-prometheus-operator.sh .ci/setup.d/45-deploy.sh .ci/setup.d/46-e2e.sh .ci/setup.d/48-helm.sh .ci/setup.d/50-containerd.sh
 e2e:
 	for s in $(E2E_SETUP); do bash $$s || exit 1; done
 	KSE_E2E=1 $(PYTHON) -m pytest tests/e2e -v -p no:cacheprovider

@@ -15,9 +15,9 @@ by .ci/setup.d/44-prometheus-operator.sh (the release in .ci/go/prometheus-opera
 into the cache with that release's CRDs. The operator runs on the host against a
 kubeconfig (its KUBECONFIG; it has no flag for one), its web server on a free loopback
 port, no admission webhook (a separate binary of the release, not started). The Prometheus
-it manages runs the images below, which no registry serves here: the reloader's static
-binary alone from scratch, and sid's Prometheus 3.5 (linked against glibc) on the bookworm
-base image of testbed/image.py.
+it manages runs the images below, which no registry serves here, each a static binary alone
+from scratch: the reloader, and Prometheus 3.16 as .ci/setup.d/15-prometheus.sh builds it
+(CGO off, without the web UI's assets).
 """
 
 import base64
@@ -32,14 +32,14 @@ import sys
 
 import yaml
 
-from . import builds, image
+from . import builds, image, prometheus
 from .ports import free_port
 from .procs import Proc, wait_for_port
 
 MODULE = "github.com/prometheus-operator/prometheus-operator"
-PROMETHEUS_BIN = os.environ.get(
-    "PROMETHEUS3_BIN", "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin/prometheus"
-)
+# The Prometheus release the operator's Prometheus runs: the newest the tests run.
+PROMETHEUS_RELEASE = prometheus.NEWEST
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # What kube-prometheus names them; deploy/components/kube-rbac's metrics-reader comment
 # binds this ServiceAccount.
 NAMESPACE = "monitoring"
@@ -80,13 +80,15 @@ def version() -> str:
 
 
 def prometheus_version() -> str:
-    """The Prometheus release the image carries, as the CR's spec.version wants it (v3.5.3)."""
+    """The Prometheus release the image carries, as the CR's spec.version wants it (v3.16.0):
+    its binary's own `--version`, which 15-prometheus.sh stamps from the go.mod's pin."""
+    binary = prometheus.binary(PROMETHEUS_RELEASE, "prometheus")
     out = subprocess.run(
-        [PROMETHEUS_BIN, "--version"], capture_output=True, text=True, check=True, timeout=30
+        [binary, "--version"], capture_output=True, text=True, check=True, timeout=30
     )
     match = re.search(r"version (\d+\.\d+\.\d+)", out.stdout + out.stderr)
     if not match:
-        raise RuntimeError(f"{PROMETHEUS_BIN} --version: {out.stdout}{out.stderr}")
+        raise RuntimeError(f"{binary} --version: {out.stdout}{out.stderr}")
     return "v" + match.group(1)
 
 
@@ -117,18 +119,23 @@ def reloader_image(log=sys.stderr) -> tuple[str, pathlib.Path]:
 
 
 def prometheus_image(log=sys.stderr) -> tuple[str, pathlib.Path]:
-    """(name, docker-archive): sid's Prometheus on the bookworm base (its glibc). The
-    operator gives it only args, so /bin/prometheus is the entrypoint, as upstream's."""
+    """(name, docker-archive): the static Prometheus binary from scratch, as nobody, with
+    this host's CA bundle where Go looks for it (a scrape over https with no ca_file). The
+    operator gives it only args, so /bin/prometheus is the entrypoint, as upstream's; it
+    mounts the data volume at /prometheus, the working directory, and the config, rules and
+    secrets below /etc/prometheus: nothing else of upstream's busybox image is read."""
     name = prometheus_image_name()
     archive = image.binary_archive(
         "prometheus",
         name,
-        [(PROMETHEUS_BIN, "/bin/prometheus")],
+        [
+            (prometheus.binary(PROMETHEUS_RELEASE, "prometheus"), "/bin/prometheus"),
+            (CA_BUNDLE, CA_BUNDLE),
+        ],
         entrypoint=["/bin/prometheus"],
         user="65534",
-        description=f"Debian sid's Prometheus {prometheus_version()} on the bookworm base "
+        description=f"Prometheus {prometheus_version()} from the Go module proxy "
         "(testbed/operator.py)",
-        base=image.BASE_NAME,
         workdir="/prometheus",
         log=log,
     )

@@ -243,10 +243,11 @@ def test_the_prometheus_is_reconciled_onto_the_images_the_e2e_imports(reconciled
     assert pod.get("automountServiceAccountToken", True) is True
 
 
-def test_prometheus_3_5_loads_the_generated_configuration(reconciled, applied, tmp_path):
+def test_prometheus_loads_the_generated_configuration(reconciled, applied, tmp_path):
     """What the pod's Prometheus loads: the Secret's file after the real reloader's
     substitution (as the init container runs it, with the pod's POD_NAME and SHARD),
-    checked by promtool 3.5 (syntax only: the rule files and the token are the pod's)."""
+    checked by the promtool of the image's Prometheus release (syntax only: the rule files
+    and the token are the pod's)."""
     gz = tmp_path / "prometheus.yaml.gz"
     gz.write_bytes(operator.generated_config_gz(applied))
     out = tmp_path / "prometheus.env.yaml"
@@ -267,8 +268,9 @@ def test_prometheus_3_5_loads_the_generated_configuration(reconciled, applied, t
     assert (
         loaded["global"]["external_labels"]["prometheus_replica"] == f"prometheus-{operator.NAME}-0"
     )
+    promtool = prometheus_binary(operator.PROMETHEUS_RELEASE, "promtool")
     result = subprocess.run(
-        [prometheus_binary("3.5", "promtool"), "check", "config", "--syntax-only", str(out)],
+        [promtool, "check", "config", "--syntax-only", str(out)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -332,7 +334,7 @@ def test_the_rule_file_is_the_prometheusrule_unchanged(manifests, reconciled, tm
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump(generated))
     result = subprocess.run(
-        [prometheus_binary("3.5", "promtool"), "check", "rules", str(path)],
+        [prometheus_binary(operator.PROMETHEUS_RELEASE, "promtool"), "check", "rules", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
