@@ -2,8 +2,9 @@
 
     python -m bench.web_parse [--requests 20000] [--connections 5000] [--rounds 5]
 
-Debian's Prometheus scrapes a listener that records its request, with a bearer token
-as it sends under --web.kube-rbac. Then each side runs in a fresh interpreter:
+Prometheus (the newest release the tests run) scrapes a listener that records its request,
+with a bearer token as it sends under --web.kube-rbac. Then each side runs in a fresh
+interpreter:
 
 - import: RSS after importing the server (web/server.py), and with h11 as well;
 - CPU per request: `--requests` requests on one keep-alive connection, each framed,
@@ -52,6 +53,13 @@ EDGES = {
     "a space before a header's colon": b"GET / HTTP/1.1\r\nHost : x\r\n\r\n",
     "HTTP/1.0, no keep-alive": b"GET / HTTP/1.0\r\n\r\n",
 }
+
+
+def prometheus_version() -> str:
+    """The version of the Prometheus prometheus_request() runs."""
+    from testbed import prometheus  # noqa: PLC0415  (the bench's side only)
+
+    return prometheus.version(prometheus.NEWEST)
 
 
 def prometheus_request(workdir: Path) -> bytes:
@@ -302,7 +310,7 @@ def write(opts, request: bytes, ours: dict, theirs: dict, h11_version: str) -> N
         f"ours: {peers.ours()}; peer: h11 {h11_version} (pure Python), through `H11Framing` in bench/web_parse.py "
         "(what web/request.py would keep around it). Machine: 2 cores, shared.",
         "",
-        f"The request, as Debian's Prometheus sent it ({len(request)} bytes, a "
+        f"The request, as Prometheus {prometheus_version()} sent it ({len(request)} bytes, a "
         f"{len(TOKEN)}-character bearer token as under --web.kube-rbac):",
         "",
         "```",

@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--prometheus",
         default=None,
-        help="the Prometheus binary (promtool beside it); default: the first on PATH",
+        help="the Prometheus binary (promtool beside it); default: the newest release the "
+        "tests run (.ci/setup.d/15-prometheus.sh)",
     )
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument(

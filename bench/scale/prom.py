@@ -1,7 +1,8 @@
 """A real Prometheus on a free loopback port, and the few API calls we need.
 
-Which Prometheus: `use(path)` (bench.scale's --prometheus), else the first `prometheus` on
-PATH; promtool is the one beside it, so a release's server and backfiller always match.
+Which Prometheus: `use(path)` (bench.scale's --prometheus), else the newest release the tests
+run (3.16, .ci/setup.d/15-prometheus.sh); promtool is the one beside it, so a release's server
+and backfiller always match.
 
 Started by argv with its own config, stopped by PID (testbed/procs.py). Queries ask
 for `stats=all`; the server runs with --enable-feature=promql-per-step-stats so a range
@@ -21,6 +22,7 @@ from pathlib import Path
 import requests
 import yaml
 
+from testbed import prometheus as testbed_prometheus
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
 
@@ -35,13 +37,11 @@ def use(prometheus: str) -> None:
 
 
 def binaries() -> tuple[str, str]:
-    """(prometheus, promtool): the chosen binary or PATH's, and the promtool beside it."""
-    prometheus = _chosen or shutil.which("prometheus")
-    if prometheus is None or shutil.which(prometheus) is None:
-        raise FileNotFoundError(
-            f"{prometheus or 'prometheus'} missing: pass --prometheus PATH or put one on PATH"
-            " (apt-get install prometheus; sid's 3.5 is .ci/setup.d/15-prometheus-sid.sh)"
-        )
+    """(prometheus, promtool): the chosen binary or the newest release's, and the promtool
+    beside it."""
+    prometheus = _chosen or testbed_prometheus.newest("prometheus")
+    if shutil.which(prometheus) is None:
+        raise FileNotFoundError(f"{prometheus} missing: pass --prometheus PATH")
     promtool = str(Path(prometheus).resolve().parent / "promtool")
     if shutil.which(promtool) is None:
         raise FileNotFoundError(f"{promtool} missing: promtool must sit beside {prometheus}")
