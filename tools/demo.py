@@ -4,8 +4,10 @@ Starts, all on free loopback ports and in a temporary directory:
   - a real etcd 3.7 (.ci/setup.d/26-etcd.sh builds it) with a 16 MiB backend quota,
   - kube-scale-exporter twice: node mode (this host's neighbor tables) and cluster mode
     watching that etcd (--etcd.cluster main=URL),
-  - Debian's Prometheus with the generated rules (rules/*.yaml), scraping both
-    exporters and itself every 5 s, with the job names the mixin selects by default.
+  - Prometheus with the generated rules (rules/*.yaml), scraping both exporters and itself
+    every 5 s, with the job names the mixin selects by default: 3.16 as
+    .ci/setup.d/15-prometheus.sh builds it, whose web UI has no assets (its HTTP API
+    answers), or `--prometheus PATH`, e.g. a release's binary with its UI.
 
 Then it fills etcd the way an unwatched cluster does: objects under /registry/pods/ and a
 flood of /registry/events/, to 85% of the quota (recording rules fill, quota alerts go
@@ -13,7 +15,7 @@ pending), then past it until etcd raises NOSPACE and refuses writes. Within abou
 minutes KubeScaleEtcdAlarmActive goes pending, then firing. Every step is printed along
 with the Prometheus URL to look at. Ctrl-C stops everything (each process by its PID).
 
-    python -m tools.demo [--exit-when-firing] [--timeout SECONDS] [--keep]
+    python -m tools.demo [--prometheus PATH] [--exit-when-firing] [--timeout SECONDS] [--keep]
 """
 
 import argparse
@@ -29,7 +31,8 @@ import time
 
 import requests
 
-from testbed.etcd_server import EtcdServer
+from testbed import prometheus
+from testbed.etcd_server import CONTROL_PLANE_VERSION, EtcdServer, etcd_binary
 from testbed.exporter import exporter_argv
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
@@ -171,7 +174,7 @@ def run(opts, workdir):
         etcd = Etcd(etcd_server.client_url)
 
         node_port, cluster_port = free_port(), free_port()
-        prom = PrometheusServer(workdir, {})
+        prom = PrometheusServer(workdir, {}, binary=opts.prometheus)
         prom_port = prom.port
         procs.append(exporter(["--mode", "node"], node_port, workdir, "exporter-node"))
         procs.append(
@@ -199,7 +202,8 @@ def run(opts, workdir):
         print(
             f"""
 kube-scale-exporter mixin demo (logs and data in {workdir})
-  Prometheus        http://127.0.0.1:{prom_port}/alerts   (and /graph, /rules, /targets)
+  Prometheus        http://127.0.0.1:{prom_port}/api/v1/alerts   (and /api/v1/rules, /api/v1/targets;
+                    /alerts and /query where its web UI was built in)
   exporter, node    http://127.0.0.1:{node_port}/metrics
   exporter, cluster http://127.0.0.1:{cluster_port}/metrics
   etcd              {etcd_server.client_url}  (backend quota {QUOTA // 2**20} MiB)
@@ -268,14 +272,24 @@ def main(argv=None):
         "--timeout", type=float, default=600, help="give up after this many seconds"
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument(
+        "--prometheus",
+        metavar="PATH",
+        help="the Prometheus binary to run (default: 3.16, .ci/setup.d/15-prometheus.sh's, "
+        "without the web UI's assets)",
+    )
     opts = parser.parse_args(argv)
     # Stop cleanly on Ctrl-C even when started in the background (which ignores SIGINT), and
     # on SIGTERM: the finally blocks stop every process and remove the directory.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    for tool in ("prometheus", "/usr/bin/etcd"):
-        if not shutil.which(tool):
-            parser.exit(2, f"{tool} not found: apt-get install prometheus etcd-server\n")
+    try:
+        etcd_binary(CONTROL_PLANE_VERSION)
+        opts.prometheus = opts.prometheus or prometheus.newest("prometheus")
+    except FileNotFoundError as e:
+        parser.exit(2, f"{e}\n")
+    if not shutil.which(opts.prometheus):
+        parser.exit(2, f"--prometheus {opts.prometheus}: not an executable\n")
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="kubescale-demo-"))
     try:
         return run(opts, workdir)
