@@ -375,13 +375,11 @@ def _kept_lines(text: bytes, wanted: tuple[bytes, ...]) -> bytes:
     return b"\n".join(kept)
 
 
-# ---- HTTP requests: what Prometheus 2.42 and 3.5, curl and requests send a /metrics port --
-
-
-PROMETHEUS_SID = "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin/prometheus"
+# ---- HTTP requests: what Prometheus 3.13 and 3.16, curl and requests send a /metrics port --
 
 
 def http_request() -> None:
+    from testbed import prometheus  # noqa: PLC0415
     from testbed.prometheus import PrometheusServer  # noqa: PLC0415
 
     files = {}
@@ -402,10 +400,8 @@ def http_request() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="fz-", dir="/tmp"))
     try:
-        for label, binary in (
-            ("prometheus-2.42", "prometheus"),
-            ("prometheus-3.5", PROMETHEUS_SID),
-        ):
+        for release in prometheus.RELEASES:
+            label, binary = f"prometheus-{release}", prometheus.binary(release, "prometheus")
             config = {
                 "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
                 "scrape_configs": [
