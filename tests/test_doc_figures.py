@@ -1,0 +1,1069 @@
+"""The figures README.md and docs/ quote from measurements, held to the files they come from.
+
+FIGURES is the one list: each entry names a doc, the words it quotes with `{}` where each
+figure stands, the results file the figures come from and how to find them there. The test
+renders the words with the figures the results file holds now and looks for them in the
+doc, so it fails both ways: a figure edited in the doc alone, and a results file that a
+bench re-ran while the doc kept the old figure. Its message says what the doc has at that
+place. Whitespace and line breaks do not count; figures are rounded half up.
+
+Sources are files of bench/results/, and docs/reliability.md's fault figures (what the
+fault tests print at the end of a run; no bench writes them) where no results file has the
+figure: those entries name RELIABILITY as their source. A figure quoted from a measurement
+and missing here is not checked: add it when you quote one.
+
+Series counts are counted, not measured: the README's are checked against
+bench/scale/template.py (the collectors' golden expositions, what the bench synthesizes).
+Alert names the docs mention are checked against rules/.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+import pytest
+
+from bench.scale import template
+from kube_scale_exporter.budgets import CLUSTER_SERIES, NODE_SERIES
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = "bench/results/"
+RELIABILITY = "docs/reliability.md"  # its fault figures, where no results file has them
+NODE_MEMORY = RESULTS + "node_memory.md"
+SCRAPE_COST = RESULTS + "scrape_cost.md"
+NEIGHBOR = RESULTS + "neighbor.md"
+CLUSTER = RESULTS + "cluster_scale.md"
+LOAD = RESULTS + "load.md"
+EXPOSITION = RESULTS + "exposition.md"
+KUBE_LIST = RESULTS + "kube_list.md"
+KUBE_RBAC = RESULTS + "kube_rbac.md"
+IMAGE = RESULTS + "image_size.md"
+SCALE = RESULTS + "scale.md"  # the rule groups on Prometheus 3.5
+SCALE_242 = RESULTS + "scale-2.42.md"  # the same blocks on 2.42
+SCALE_RUN1 = RESULTS + "scale-3.5-run1.md"
+SCALE_RUN2 = RESULTS + "scale-3.5-run2.md"
+LIVE = RESULTS + "scale-live-2.42.md"  # memory, disk, dashboards, evaluationTime (2.42)
+
+Finder = Callable[[str], tuple[str, ...]]
+
+
+# Reading the results: markdown tables and numbers as the bench reports print them.
+
+
+def plain(text: str) -> str:
+    return text.replace("**", "").replace("`", "").strip()
+
+
+def squeeze(text: str) -> str:
+    return " ".join(text.split())
+
+
+def number(text: str) -> str:
+    """The first number in `text`, as written."""
+    m = re.search(r"-?\d[\d,]*(?:\.\d+)?", plain(text))
+    if not m:
+        raise AssertionError(f"no number in {text!r}")
+    return m.group()
+
+
+def num(text: str) -> Decimal:
+    return Decimal(number(text).replace(",", ""))
+
+
+def rounded(value: Decimal | float, spec: str) -> str:
+    """`value` formatted by `spec` (".2f", ",.0f"), rounded half up as people round."""
+    value = value if isinstance(value, Decimal) else Decimal(repr(value))
+    places = int(re.fullmatch(r",?\.(\d+)f", spec).group(1))
+    return format(value.quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP), spec)
+
+
+def fmt(text: str, spec) -> str:
+    """None: as written; "n": the number as written; a format spec; or a function of it."""
+    if spec is None:
+        return plain(text)
+    if spec == "n":
+        return number(text)
+    if callable(spec):
+        return spec(num(text))
+    return rounded(num(text), spec)
+
+
+def seconds(spec: str) -> Callable[[Decimal], str]:
+    """A figure in ms, written in seconds."""
+    return lambda ms: rounded(ms / 1000, spec)
+
+
+def span(values, spec: str) -> str:
+    return f"{rounded(min(values), spec)}-{rounded(max(values), spec)}"
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def tables(text: str):
+    """(header, rows) of every markdown table, each row a list of cells."""
+    lines = text.splitlines()
+    for i in range(len(lines) - 1):
+        if lines[i].startswith("|") and re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", lines[i + 1]):
+            rows = []
+            for line in lines[i + 2 :]:
+                if not line.startswith("|"):
+                    break
+                rows.append(_cells(line))
+            yield [plain(c) for c in _cells(lines[i])], rows
+
+
+def _matches(text: str, want: str) -> bool:
+    """`want` exactly, or, ending in `*`, as a prefix (markdown emphasis left out)."""
+    text = plain(text)
+    return text.startswith(want[:-1]) if want.endswith("*") else text == want
+
+
+def rows_of(text: str, column: str, first: str = "*"):
+    """The rows, as {header: cell}, of every table with `column`, whose first cell is `first`."""
+    for header, rows in tables(text):
+        if any(_matches(h, column) for h in header):
+            for row in rows:
+                if _matches(row[0], first):
+                    yield dict(zip(header, row, strict=False))
+
+
+def _in(named: dict, column: str) -> str:
+    (key,) = [h for h in named if _matches(h, column)]
+    return named[key]
+
+
+# Finders: each takes the source's text and gives the figures as the doc writes them.
+
+
+def cell(row: str, column: str, spec="n", where: tuple[str, str] | None = None) -> Finder:
+    """The one cell in `column` of the one row whose first cell is `row` (and whose cell in
+    `where[0]` is `where[1]`)."""
+
+    def find(text):
+        found = [
+            _in(named, column)
+            for named in rows_of(text, column, row)
+            if where is None or _matches(named[where[0]], where[1])
+        ]
+        assert len(found) == 1, f"row {row!r}, column {column!r}: {len(found)} cells"
+        return (fmt(found[0], spec),)
+
+    return find
+
+
+def total(column: str, spec, interval: str | None = None) -> Finder:
+    """A bench.scale report's column summed over its groups (those of one interval)."""
+
+    def find(text):
+        values = [
+            num(_in(named, column))
+            for named in rows_of(text, column, "kube-scale-exporter-*")
+            if interval is None or named.get("interval") == interval
+        ]
+        assert values, f"no groups for {column!r} at {interval!r}"
+        return (rounded(sum(values) if spec is None else spec(sum(values)), ".2f"),)
+
+    return find
+
+
+def all_groups(column: str) -> Finder:
+    """A bench.scale report's "all groups" row, in seconds."""
+    return cell("all groups", column, seconds(".2f"))
+
+
+def rx(pattern: str, *specs) -> Finder:
+    """The groups of the one match of `pattern` in the squeezed text, each by its spec."""
+
+    def find(text):
+        matches = list(re.finditer(pattern, squeeze(text)))
+        assert len(matches) == 1, f"{pattern!r}: {len(matches)} matches"
+        groups = matches[0].groups()
+        return tuple(fmt(g, specs[i] if i < len(specs) else None) for i, g in enumerate(groups))
+
+    return find
+
+
+def of(*finders: Finder) -> Finder:
+    return lambda text: tuple(v for f in finders for v in f(text))
+
+
+def elsewhere(path: str, finder: Finder) -> Finder:
+    """A finder over another file than the figure's source (a second source)."""
+    return lambda _text: finder((ROOT / path).read_text())
+
+
+def rule_cpu_per_30s(text):
+    """The sum of the groups' "CPU per 30 s" over each interval, in s: 30 s, 120 s, 240 s."""
+    return tuple(
+        v
+        for interval in ("30 s", "120 s", "240 s")
+        for v in total("CPU per 30 s", lambda ms: ms / 1000, interval)(text)
+    )
+
+
+def live_eval_seconds(text):
+    """The live run's groups whose own evaluation took over a second: their range, in s."""
+    slow = [
+        num(n["Prometheus last"]) / 1000
+        for n in rows_of(text, "Prometheus last", "kube-scale-exporter-*")
+        if num(n["Prometheus last"]) > 1000
+    ]
+    assert len(slow) == 3, slow
+    return (span(slow, ".1f"),)
+
+
+def heaviest_panel(text):
+    """The fit run's heaviest panel projected to 7,500 nodes, and the most series a panel
+    returns, topk-capped tables aside; then those tables' rows."""
+    panels = [n for n in rows_of(text, "samples 7,500 proj.", "panel")]
+    samples = max(num(n["samples 7,500 proj."]) for n in panels)
+    series = max(
+        num(n["series 7,500 proj."])
+        for n in panels
+        if n["series 7,500 proj."] and "topk" not in n["series 7,500 proj."]
+    )
+    section = text.split("## topk-capped tables", 1)[1].split("\n## ", 1)[0]
+    topk = [int(n) for n in re.findall(r"^- .*: (\d+)$", section, re.M)]
+    return rounded(samples, ",.0f"), rounded(series, ".0f"), f"{min(topk)}-{max(topk)}"
+
+
+def node_panel_samples(text):
+    node = [
+        num(n["samples N1"])
+        for n in rows_of(text, "samples N1", "panel")
+        if n["group"] == "kubescale-node"
+    ]
+    return (rounded(max(node), ",.0f"),)
+
+
+def fault_seconds(text):
+    """docs/reliability.md's node faults: how soon the failing collector reported 0."""
+    column = "failing collector reports 0"
+    within = [num(n[column]) for n in rows_of(text, column) if "within" in n[column]]
+    return (span(within, ".1f"),)
+
+
+def pull_events(text):
+    return (rounded(sum(num(n["sent"]) for n in rows_of(text, "sent")), ",.0f"),)
+
+
+def arp_cpu_ratio(text):
+    ours, arp = (
+        num(cell(row, "CPU ms/scrape")(text)[0])
+        for row in ("kube-scale-exporter", "node_exporter (arp)")
+    )
+    return (rounded(arp / ours, ".0f"),)
+
+
+def flood_first_scrape(text):
+    ours = [
+        num(n[c])
+        for n in rows_of(text, "median s", "kube-scale-exporter")
+        for c in ("median s", "slowest 200 s")
+    ]
+    return (span(ours, ".1f"),)
+
+
+def idle_kib(text):
+    def kib(server):
+        return [num(n["KiB per conn"]) for n in rows_of(text, "KiB per conn", server)]
+
+    return span(kib("before"), ".0f"), span(kib("node_exporter"), ".0f"), str(min(kib("this tree")))
+
+
+def encode_ratios(text, formats=("*",)):
+    """prometheus_client's CPU to encode over ours: the least and the most, for each format."""
+    column = "prometheus_client / ours"
+    return tuple(
+        v
+        for f in formats
+        for ratios in [
+            [
+                num(n[column])
+                for n in rows_of(text, column, "CPU to encode*")
+                if _matches(n["measure"].split(", ")[1], f)
+            ]
+        ]
+        for v in (rounded(min(ratios), ".1f"), rounded(max(ratios), ".1f"))
+    )
+
+
+def apiserver_watch_cost(text):
+    """The 7,500-watch run (the file's first table; a 500-watch run follows)."""
+    text = text.split("\n## ", 1)[0]
+
+    def pair(row):
+        before, after = (
+            Decimal(x) for x in re.findall(r"[\d.]+", cell(row, "value", None)(text)[0])
+        )
+        return after - before
+
+    return (
+        *cell("API server heap + stacks per watch, KiB", "value", ".0f")(text),
+        *rx(r"24481 \(([\d.]+)\)", ".0f")(text),
+        *cell("API server RSS per watch, KiB", "value", ".0f")(text),
+        rounded(pair("API server Go heap + stacks in use without / with the watches, MiB"), ".0f"),
+        rounded(pair("API server RSS without / with, MiB"), ".0f"),
+        str(pair("API server CPU at rest without / with the watches, cores")),
+    )
+
+
+def image_sizes(text):
+    def size(image, column, spec):  # the image's row of all its layers
+        return cell(image, column, spec, where=("layer", "all*"))(text)[0]
+
+    ours, slim = "kube-scale-exporter, ./Dockerfile*", "the python:3.11-slim Dockerfile image*"
+    ours_gb, slim_gb = rx(r"pulls (\d+) GB \(gzip'd layers\) of ours, against (\d+) GB")(text)
+    return (
+        size(ours, "uncompressed MB", ".0f"),
+        size(ours, "gzip MB", ".0f"),
+        ours_gb,
+        size(ours, "gzip MB", "n"),
+        slim_gb,
+        size(slim, "uncompressed MB", ".0f"),
+        size(slim, "gzip MB", ".0f"),
+        size("node_exporter binary*", "uncompressed MB", ".0f"),
+        size("kube-state-metrics binary*", "uncompressed MB", ".0f"),
+    )
+
+
+@dataclass(frozen=True)
+class Figure:
+    doc: str  # from the repository's root
+    quote: str  # the doc's words, `{}` for each figure
+    source: str  # the file the figures come from
+    find: Finder  # the figures, as the doc writes them, from the source's text
+
+    def __str__(self):
+        return f"{self.doc}: {self.quote[:60]!r}"
+
+
+IMAGE_ROW = "the default node pod in its image*"
+VENV_ROW = "the default node pod: the above*"
+NO_WATCH_ROW = "neighbor, neighbor_gc, imagepull*"
+OURS_SCRAPE = "kube-scale-exporter, the default node pod*"
+RSS_LAST = "RSS after the last MiB"
+SIDECAR_RSS = "RSS of the pod's processes after the scrapes, MiB"
+SIDECAR_CPU = "CPU per scrape, ms (all the pod's processes)"
+REVIEWS_1M = "in process, --web.kube-rbac.cache-ttl 1m (default)"
+REVIEWS_5M = "in process, --web.kube-rbac.cache-ttl 5m"
+AT_REST_RSS = "at rest: RSS at its end, MiB"
+LIVE_RSS = "RSS (VmRSS, max of 6 readings)"
+LIVE_HEAP = "Go heap in use (median)"
+PER_SERIES = r"Per added head series: ([\d,]+) bytes RSS, ([\d,]+) bytes heap"
+DISK = r"needs about ([\d.]+) GiB of disk"
+DEPLOY, EVERY_POD, KSM, KSM_PODS = (
+    "exporter (deploy)",
+    "exporter (every pod)",
+    "ksm (defaults)",
+    "ksm (pods,nodes)",
+)
+
+FIGURES = [
+    # README.md: Sizing
+    Figure(
+        "README.md",
+        "+{} MiB RSS for {} head series ({} bytes each)",
+        LIVE,
+        of(cell(LIVE_RSS, "added"), cell("head series", "added"), lambda t: rx(PER_SERIES)(t)[:1]),
+    ),
+    Figure("README.md", "before compaction | about {} GiB", LIVE, rx(DISK)),
+    Figure(
+        "README.md",
+        "{} samples, at most {} series (topk tables {} rows)",
+        LIVE,
+        heaviest_panel,
+    ),
+    Figure(
+        "README.md",
+        "(Prometheus 3.5; 2.42: {} s) | {} s (",
+        SCALE,
+        of(elsewhere(SCALE_242, all_groups("CPU per 30 s")), all_groups("CPU per 30 s")),
+    ),
+    Figure(
+        "README.md",
+        "({}-0.49 over three runs)",
+        SCALE,
+        all_groups("CPU per 30 s"),
+    ),
+    Figure("README.md", "(0.37-{} over three runs)", SCALE_RUN2, all_groups("CPU per 30 s")),
+    Figure(
+        "README.md",
+        "{} s in the 30 s groups, {} s in the per-node alerts' 2 min ones, {} s in the 4 min "
+        "ones (heaviest group: imagepull-views.rules {} s every 4 min)",
+        SCALE,
+        of(
+            rule_cpu_per_30s,
+            cell("kube-scale-exporter-imagepull-views.rules", "CPU (blocks)", seconds(".2f")),
+        ),
+    ),
+    Figure(
+        "README.md",
+        "evaluation time for three node-level groups was {} s",
+        LIVE,
+        live_eval_seconds,
+    ),
+    Figure(
+        "README.md",
+        "the default node pod {} MiB RSS after 10,000 scrapes",
+        NODE_MEMORY,
+        cell(IMAGE_ROW, RSS_LAST),
+    ),
+    Figure(
+        "README.md",
+        "(neighbor collectors alone {}; node_exporter {}; target {}, met)",
+        NODE_MEMORY,
+        of(
+            cell("neighbor, neighbor_gc", RSS_LAST),
+            cell("node_exporter*", RSS_LAST),
+            rx(r"Target: the default node pod at most (\d+) MiB"),
+        ),
+    ),
+    Figure(
+        "README.md",
+        "and {} ms of CPU per scrape, {}x less than node_exporter's",
+        SCRAPE_COST,
+        of(
+            cell(OURS_SCRAPE, "CPU ms / scrape", ".1f"),
+            rx(r"node_exporter / ours: ([\d.]+)x CPU per scrape", ".1f"),
+        ),
+    ),
+    Figure(
+        "README.md",
+        "the neighbor table read in {} ms whatever its size ({}x a bare netlink request), and "
+        "the dump of 100,000 entries at {}x the kernel's own floor, {}x faster than "
+        "node_exporter 1.11's arp collector",
+        NEIGHBOR,
+        of(
+            rx(
+                r"\| table \(O\(1\)\) \| [\d.]+ / [\d.]+ \| ([\d.]+) / [\d.]+ \| ([\d.]+)x",
+                ".2f",
+                ".1f",
+            ),
+            rx(r"Our read alone against its floor: median ([\d.]+)x"),
+            rx(r"node_exporter's arp collector / ours: ([\d.]+)x \(`neighbor_gc`\)"),
+        ),
+    ),
+    Figure(
+        "README.md",
+        "The cluster Deployment on a kwok fleet of {} nodes and {} pods",
+        CLUSTER,
+        rx(r"# Cluster mode at (\d+) nodes and (\d+) pods", None, ",.0f"),
+    ),
+    Figure(
+        "README.md",
+        "{} ms of CPU per scrape against its {} ms with its defaults ({}x; {} samples against "
+        "{}), {} MiB RSS at rest against {}, and every one of {} pull events in 120 s counted",
+        CLUSTER,
+        of(
+            cell("CPU ms per scrape", DEPLOY, ".1f"),
+            cell("CPU ms per scrape", KSM, ".0f"),
+            rx(r"ksm \(defaults\) / exporter \(deploy\) ([\d.]+)x", ".1f"),
+            cell("samples", DEPLOY),
+            cell("samples", KSM),
+            cell(AT_REST_RSS, DEPLOY, ".0f"),
+            cell(AT_REST_RSS, KSM, ".0f"),
+            pull_events,
+        ),
+    ),
+    # README.md: Reliability
+    Figure(
+        "README.md",
+        "{} scrapes, {} failed, {} ms CPU per scrape, RSS {} → {} MiB after 10k scrapes → {} MiB "
+        "at the end",
+        LOAD,
+        of(
+            cell("kube-scale-exporter", "scrapes", ",.0f"),
+            cell("kube-scale-exporter", "failed"),
+            cell("kube-scale-exporter", "CPU ms/scrape", ".1f"),
+            cell("kube-scale-exporter", "RSS start MiB"),
+            cell("kube-scale-exporter", "RSS @10k MiB"),
+            cell("kube-scale-exporter", "RSS end MiB"),
+        ),
+    ),
+    Figure(
+        "README.md",
+        "arp collector under the same load: {} scrapes at {} s each, {}x our CPU per scrape, "
+        "{} MiB RSS",
+        LOAD,
+        of(
+            cell("node_exporter (arp)", "scrapes"),
+            cell("node_exporter (arp)", "p50 ms", seconds(".1f")),
+            arp_cpu_ratio,
+            cell("node_exporter (arp)", "RSS end MiB", ".0f"),
+        ),
+    ),
+    Figure("README.md", "reports 0 within its timeout ({} s)", RELIABILITY, fault_seconds),
+    Figure(
+        "README.md",
+        "the watch {} s after a restarted API server is ready",
+        RELIABILITY,
+        rx(r"watch_up 1 ([\d.]+-[\d.]+) s after the server is ready"),
+    ),
+    Figure(
+        "README.md",
+        "exit 0 in {} s with every watch open, {} s with a scrape stuck on frozen etcd and "
+        "containerd, {} s with a re-watch hung (closing waits at most {} s",
+        RELIABILITY,
+        of(
+            rx(
+                r"SIGTERM: exit status 0 in ([\d.]+-[\d.]+) s with every watch open; ([\d.]+) s "
+                r"in node mode with a scrape stuck on frozen etcd and containerd \(their 1 s "
+                r"timeouts\); ([\d.]+) s with a re-watch hung"
+            ),
+            rx(r"waits at most (\d+) s in all \(`CLOSE_SECONDS`\)"),
+        ),
+    ),
+    Figure(
+        "README.md",
+        "within {} s with 2,000 idle TLS connections held",
+        RELIABILITY,
+        rx(r"SIGTERM with 2,000 idle TLS connections held: exit 0 within ([\d.]+) s"),
+    ),
+    Figure(
+        "README.md",
+        "a valid scraper's first scrape is answered in {} s",
+        RESULTS + "web_flood.md",
+        flood_first_scrape,
+    ),
+    Figure(
+        "README.md",
+        "(a thread per connection costs a thread and {} KiB each; node_exporter: {} KiB each; "
+        "ours: {} KiB plain",
+        RESULTS + "web_idle.md",
+        idle_kib,
+    ),
+    # README.md: the image and the design notes
+    Figure(
+        "README.md",
+        "{} MB uncompressed and {} MB gzip'd, so **a rollout to 7,500 nodes pulls about {} GB** "
+        "({} MB times 7,500), against about {} GB for the python:3.11-slim image it replaces "
+        "({} MB, {} MB gzip'd). node_exporter 1.11's binary alone is {} MB, "
+        "kube-state-metrics 2.15's {} MB",
+        IMAGE,
+        image_sizes,
+    ),
+    Figure(
+        "README.md",
+        "takes {} s of CPU and {} MiB to decode a 100,000-entry dump that ours reads in {} ms "
+        "and {} MiB",
+        RESULTS + "neighbor_pyroute2.md",
+        of(
+            cell("dump of 100,000 entries, CPU ms (median)", "pyroute2", seconds(".1f")),
+            cell("peak RSS, MiB", "pyroute2", ".0f"),
+            cell("dump of 100,000 entries, CPU ms (median)", "kube-scale-exporter*"),
+            cell("peak RSS, MiB", "kube-scale-exporter*"),
+        ),
+    ),
+    Figure(
+        "README.md",
+        "{} ms of CPU per relist of 2,000 pods against {} and {}, {} MiB after import against "
+        "{} and {}",
+        KUBE_LIST,
+        of(
+            *(
+                cell(row, column, spec)
+                for row, spec in (
+                    ("relist of 2000 pods, CPU ms (median)", ",.0f"),
+                    ("RSS after import, MiB", "n"),
+                )
+                for column in ("kube-scale-exporter", "kubernetes client", "lightkube")
+            )
+        ),
+    ),
+    Figure(
+        "README.md",
+        "with {}x less CPU than ijson's C backend",
+        RESULTS + "kube_json.md",
+        cell("relist of 2000 pods (4 pages), CPU ms (median)", "ijson / ours", ".1f"),
+    ),
+    Figure(
+        "README.md",
+        "node pod the sidecar's {} MiB ({} GiB over 7,500 nodes) and {} ms of CPU a scrape",
+        KUBE_RBAC,
+        of(
+            cell(SIDECAR_RSS, "sidecar - in process"),
+            rx(r"at 7,500 nodes the difference is (\d+) GiB"),
+            cell(SIDECAR_CPU, "sidecar - in process", ".2f"),
+        ),
+    ),
+    Figure(
+        "README.md",
+        "{}x less CPU per request, {} instead of {} KiB per idle connection",
+        RESULTS + "web_parse.md",
+        of(
+            cell("CPU per request (framed, parsed, answered), us", "h11 / ours", ".1f"),
+            cell("memory per idle connection, KiB", "ours"),
+            cell("memory per idle connection, KiB", "h11"),
+        ),
+    ),
+    Figure(
+        "README.md",
+        "{} MiB less at import ({} MiB over the default node pod's imports",
+        EXPOSITION,
+        of(
+            cell("RSS of import kube_scale_exporter.cli, MiB", "prometheus_client - ours", ".1f"),
+            cell("RSS of the default node pod's imports*", "prometheus_client - ours", ".1f"),
+        ),
+    ),
+    Figure("README.md", "{}-{}x less CPU to encode", EXPOSITION, encode_ratios),
+    # docs/sizing.md: memory, disk, rule groups, dashboards
+    Figure(
+        "docs/sizing.md",
+        "| head series | {} | {} | {} | | RSS | {} MiB | {} MiB | **{} MiB** ({} KB per series) | "
+        "| Go heap in use | {} MiB | {} MiB | {} MiB ({} KB per series) |",
+        LIVE,
+        of(
+            *(cell("head series", c) for c in ("baseline*", "with the fleet", "added")),
+            *(cell(LIVE_RSS, c) for c in ("baseline*", "with the fleet", "added")),
+            lambda t: rx(PER_SERIES, seconds(".1f"))(t)[:1],
+            *(cell(LIVE_HEAP, c) for c in ("baseline*", "with the fleet", "added")),
+            lambda t: rx(PER_SERIES, None, seconds(".1f"))(t)[1:],
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "took {} bytes per raw sample: a day of 7,500 nodes ({} raw series per node every 30 s) "
+        "is about **{} GiB of disk**",
+        LIVE,
+        of(
+            rx(r"([\d.]+) bytes per raw sample"),
+            rx(
+                r"a day of 7,500 nodes \(([\d,]+) raw samples\)",
+                lambda n: rounded(n / 7500 / 2880, ".0f"),
+            ),
+            rx(DISK),
+        ),
+    ),
+    *(
+        Figure(
+            "docs/sizing.md",
+            quote,
+            f"{SCALE}, {SCALE_242}",
+            of(*(elsewhere(path, finder) for path in (SCALE, SCALE_242))),
+        )
+        for quote, finder in (
+            ("| every group once, summed | {} CPU-s | {} CPU-s |", all_groups("CPU (blocks)")),
+            ("| **per 30 s** | **{} CPU-s** | **{} CPU-s** |", all_groups("CPU per 30 s")),
+            (
+                "| of which the 30 s groups (etcd, balloons, registries) | {} | {} |",
+                lambda t: rule_cpu_per_30s(t)[:1],
+            ),
+            (
+                "| of which the `nodeAlertInterval` (2 min) groups, per 30 s | {} | {} |",
+                lambda t: rule_cpu_per_30s(t)[1:2],
+            ),
+            (
+                "| of which the `slowInterval` (4 min) groups, per 30 s | {} | {} |",
+                lambda t: rule_cpu_per_30s(t)[2:],
+            ),
+            (
+                "| heaviest group | imagepull-views.rules {} s (every 4 min) | "
+                "imagepull-views.rules {} s |",
+                cell("kube-scale-exporter-imagepull-views.rules", "CPU (blocks)", seconds(".2f")),
+            ),
+        )
+    ),
+    Figure(
+        "docs/sizing.md",
+        "three runs on 3.5 gave {}, {} and {} per 30 s (every group once: {}, {} and {} CPU-s",
+        f"{SCALE}, {SCALE_RUN1}, {SCALE_RUN2}",
+        of(
+            *(
+                elsewhere(path, all_groups(column))
+                for column in ("CPU per 30 s", "CPU (blocks)")
+                for path in (SCALE, SCALE_RUN1, SCALE_RUN2)
+            )
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "nodes), {} s here.",
+        SCALE,
+        total("CPU (blocks)", lambda ms: ms / 1000, "120 s"),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "about 330,000 series, {} s an evaluation here",
+        SCALE,
+        total("CPU (blocks)", lambda ms: ms / 1000, "240 s"),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "(+{} per 30 s here). - **Everything else",
+        SCALE,
+        lambda t: rule_cpu_per_30s(t)[1:2],
+    ),
+    Figure(
+        "docs/sizing.md",
+        "doubles these groups' cost (+{} per 30 s here). `mixin/config.libsonnet`",
+        SCALE,
+        lambda t: rule_cpu_per_30s(t)[2:],
+    ),
+    Figure(
+        "docs/sizing.md",
+        "`evaluationTime` for three node-level groups was {} s",
+        LIVE,
+        live_eval_seconds,
+    ),
+    Figure(
+        "docs/sizing.md",
+        "panel touches {} samples (the budget is 5,000,000, a tenth of `--query.max-samples`), "
+        'and no panel returns more than {} series except the topk-capped "worst nodes" tables '
+        "({} rows)",
+        LIVE,
+        heaviest_panel,
+    ),
+    Figure("docs/sizing.md", "(at most {} samples over 6 h)", LIVE, node_panel_samples),
+    # docs/sizing.md: on each node
+    Figure(
+        "docs/sizing.md",
+        "| the interpreter alone (in the venv) | {} MiB |",
+        NODE_MEMORY,
+        cell("the interpreter alone*", "RSS after 1 scrape MiB"),
+    ),
+    *(
+        Figure(
+            "docs/sizing.md",
+            f"| {label} | {{}} MiB | {{}} ms |",
+            NODE_MEMORY,
+            of(cell(row, RSS_LAST), cell(row, "CPU ms / scrape", ".1f")),
+        )
+        for label, row in (
+            ("`neighbor`", "neighbor"),
+            ("`neighbor`, `neighbor_gc`", "neighbor, neighbor_gc"),
+            (
+                "+ `imagepull` (its ingest source, as deploy/ runs it), without its pod watch",
+                NO_WATCH_ROW,
+            ),
+            ("+ the pod watch of 110 pods: the default node pod, in the venv", VENV_ROW),
+            ("node_exporter 1.11.1, default collectors (523 samples here)", "node_exporter*"),
+        )
+    ),
+    Figure(
+        "docs/sizing.md",
+        "| **the default node pod in its image, with `--web.kube-rbac`** | **{} MiB** (target "
+        "{}: met) | {} ms |",
+        NODE_MEMORY,
+        of(
+            cell(IMAGE_ROW, RSS_LAST),
+            rx(r"Target: the default node pod at most (\d+) MiB"),
+            cell(IMAGE_ROW, "CPU ms / scrape", ".1f"),
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "(load {}-{}); on a quieter machine scrape_cost measured {} ms for the default pod "
+        "against node_exporter's {}.",
+        NODE_MEMORY,
+        of(
+            rx(r"load average ([\d.]+) at the start, ([\d.]+) at the end"),
+            elsewhere(SCRAPE_COST, cell(OURS_SCRAPE, "CPU ms / scrape", ".1f")),
+            elsewhere(SCRAPE_COST, cell("node_exporter*", "CPU ms / scrape", ".1f")),
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "each MiB per pod is {} GiB of the fleet",
+        NODE_MEMORY,
+        rx(r"each MiB per pod is ([\d.]+) GiB of the fleet"),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "{} MiB against {} for ours, and {} MiB less at `import kube_scale_exporter.cli`",
+        EXPOSITION,
+        of(
+            cell("RSS of importing the families*", "prometheus_client"),
+            cell("RSS of importing the families*", "ours"),
+            cell("RSS of import kube_scale_exporter.cli, MiB", "prometheus_client - ours", ".1f"),
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "Most of the {} MiB charged to it above",
+        EXPOSITION,
+        cell(
+            "RSS of import kube_scale_exporter.cli,kube_scale_exporter.web.routes, MiB",
+            "prometheus_client",
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "over the default node pod's imports the saving is {} MiB",
+        EXPOSITION,
+        cell("RSS of the default node pod's imports*", "prometheus_client - ours", ".1f"),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "Encoding takes {}-{}x less CPU in the text format and {}-{}x less in OpenMetrics, on "
+        "the golden families ({} ms against {} ms for their 210 samples as text) and on a "
+        "scrape 40 times their size, in {} lines.",
+        EXPOSITION,
+        of(
+            lambda t: encode_ratios(t, ("text*", "openmetrics*")),
+            cell("CPU to encode 210 samples (golden, text*", "ours", seconds(".2f")),
+            cell("CPU to encode 210 samples (golden, text*", "prometheus_client", seconds(".2f")),
+            rx(r"Ours is (\d+) lines of code"),
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "the API server spends {} KiB of heap and goroutine stacks ({} goroutines) and {} KiB "
+        "of RSS per watch: {} MiB of heap and {} MiB of RSS for the fleet, and {} cores at rest",
+        RESULTS + "node_watches.md",
+        apiserver_watch_cost,
+    ),
+    # docs/sizing.md: the cluster Deployment
+    Figure(
+        "docs/sizing.md",
+        "| CPU per scrape (200 sequential scrapes) | {} ms | {} ms ({}x) | {} ms | {} ms ({}x) |",
+        CLUSTER,
+        of(
+            cell("CPU ms per scrape", DEPLOY, ".1f"),
+            cell("CPU ms per scrape", KSM, ".0f"),
+            rx(r"ksm \(defaults\) / exporter \(deploy\) ([\d.]+)x", ".1f"),
+            cell("CPU ms per scrape", EVERY_POD, ".1f"),
+            cell("CPU ms per scrape", KSM_PODS, ".0f"),
+            rx(r"ksm \(pods,nodes\) / exporter \(every pod\) ([\d.]+)x", ".2f"),
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "| samples per scrape | {} | {} | {} | {} |",
+        CLUSTER,
+        of(*(cell("samples", c) for c in (DEPLOY, KSM, EVERY_POD, KSM_PODS))),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "| at rest: CPU s per minute | {} | {} ({}x) | {} | {} ({}x) |",
+        CLUSTER,
+        of(
+            cell("at rest: CPU s per minute", DEPLOY),
+            cell("at rest: CPU s per minute", KSM),
+            cell("rest, all four: cpu_s_per_min", f"{KSM} / {DEPLOY}", ".1f"),
+            cell("at rest: CPU s per minute", EVERY_POD),
+            cell("at rest: CPU s per minute", KSM_PODS),
+            cell("rest, all four: cpu_s_per_min", f"{KSM_PODS} / {EVERY_POD}", ".1f"),
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "| at rest: RSS | {} MiB | {} MiB ({}x) | {} MiB | {} MiB ({}x) |",
+        CLUSTER,
+        of(
+            cell(AT_REST_RSS, DEPLOY, ".1f"),
+            cell(AT_REST_RSS, KSM, ".0f"),
+            cell("rest, all four: rss_mib", f"{KSM} / {DEPLOY}", ".1f"),
+            cell(AT_REST_RSS, EVERY_POD, ".1f"),
+            cell(AT_REST_RSS, KSM_PODS, ".0f"),
+            cell("rest, all four: rss_mib", f"{KSM_PODS} / {EVERY_POD}", ".1f"),
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "| peak RSS over the run | {} MiB | {} MiB | {} MiB | {} MiB |",
+        CLUSTER,
+        of(
+            cell("peak RSS over the run, MiB", DEPLOY),
+            cell("peak RSS over the run, MiB", KSM, ".0f"),
+            cell("peak RSS over the run, MiB", EVERY_POD),
+            cell("peak RSS over the run, MiB", KSM_PODS, ".0f"),
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "A relist after a 410 reads them again in {} s ({} CPU-s).",
+        CLUSTER,
+        of(cell("Pulled events", "wall s"), cell("Pulled events", "CPU s")),
+    ),
+    # docs/deploy.md
+    Figure(
+        "docs/deploy.md",
+        "holds {} MiB RSS after 10,000 scrapes and takes {} ms of CPU a scrape; without the pod "
+        "watch, {} MiB",
+        NODE_MEMORY,
+        of(
+            cell(IMAGE_ROW, RSS_LAST),
+            cell(IMAGE_ROW, "CPU ms / scrape"),
+            cell(NO_WATCH_ROW, RSS_LAST),
+        ),
+    ),
+    Figure(
+        "docs/deploy.md",
+        "with 50 active ingests and 300 pods ends at {} MiB",
+        RESULTS + "imagepull.md",
+        rx(r"after the run \| [\d.]+ / [\d.]+ / ([\d.]+) MiB"),
+    ),
+    Figure(
+        "docs/deploy.md",
+        "dump of 100,000 entries peaks at {} MiB",
+        NEIGHBOR,
+        cell("kube-scale-exporter neighbor_gc*", "peak RSS MiB"),
+    ),
+    Figure(
+        "docs/deploy.md",
+        "relisting 2,000 pods peaks at {} MiB",
+        KUBE_LIST,
+        cell("peak RSS, MiB", "kube-scale-exporter"),
+    ),
+    Figure(
+        "docs/deploy.md",
+        "Deployment watching {} nodes and {} pods holds {} MiB at rest and peaked at {} MiB "
+        "under {} pull events a second",
+        CLUSTER,
+        of(
+            rx(r"# Cluster mode at (\d+) nodes and (\d+) pods", None, ",.0f"),
+            cell(AT_REST_RSS, DEPLOY, ".1f"),
+            cell("peak RSS over the run, MiB", DEPLOY),
+            rx(r"image-pull events \((\d+)/s\): CPU"),
+        ),
+    ),
+    Figure(
+        "docs/deploy.md",
+        "| RSS of the node pod (exporter + proxy) | {} MiB | {} MiB | | CPU per scrape, all the "
+        "pod's processes | {} ms | {} ms | | scrape latency p50 / p99 | {} / {} ms | {} / {} ms |",
+        KUBE_RBAC,
+        of(
+            cell(SIDECAR_RSS, "in process"),
+            cell(SIDECAR_RSS, "sidecar"),
+            cell(SIDECAR_CPU, "in process"),
+            cell(SIDECAR_CPU, "sidecar"),
+            cell("scrape latency p50, ms", "in process"),
+            cell("scrape latency p99, ms", "in process"),
+            cell("scrape latency p50, ms", "sidecar"),
+            cell("scrape latency p99, ms", "sidecar"),
+        ),
+    ),
+    Figure(
+        "docs/deploy.md",
+        "per hour per pod, default settings | {} | {} | | the same with "
+        "`--web.kube-rbac.cache-ttl 5m` | {} | | | reviews during a flood of invalid tokens (8 "
+        "clients, 10 s) | {} (the rest 429) | {} (the rest wait) |",
+        KUBE_RBAC,
+        of(
+            cell(REVIEWS_1M, "per hour per pod"),
+            cell("kube-rbac-proxy*", "per hour per pod"),
+            cell(REVIEWS_5M, "per hour per pod"),
+            cell("in process", "TokenReviews"),
+            cell("kube-rbac-proxy", "TokenReviews"),
+        ),
+    ),
+    Figure(
+        "docs/deploy.md",
+        "The sidecar costs every node pod {} MiB more ({} GiB over 7,500 nodes), {}x the CPU",
+        KUBE_RBAC,
+        of(
+            cell(SIDECAR_RSS, "sidecar - in process", ".0f"),
+            rx(r"at 7,500 nodes the difference is (\d+) GiB"),
+            cell(SIDECAR_CPU, "sidecar / in process", ".1f"),
+        ),
+    ),
+    Figure(
+        "docs/deploy.md",
+        "{} a second over 7,500 nodes against the sidecar's {}",
+        KUBE_RBAC,
+        of(
+            cell(REVIEWS_1M, "per second at 7,500 nodes"),
+            cell("kube-rbac-proxy*", "per second at 7,500 nodes"),
+        ),
+    ),
+    Figure(
+        "docs/deploy.md",
+        "`--web.kube-rbac.cache-ttl 5m` ({} a second;",
+        KUBE_RBAC,
+        cell(REVIEWS_5M, "per second at 7,500 nodes"),
+    ),
+    # docs/scaling.md
+    Figure(
+        "docs/scaling.md",
+        "| head series (7,500 node targets and the cluster target, every 30 s) | {} | | RSS | {} "
+        "MiB ({} bytes per head series) | | Go heap in use | {} MiB |",
+        LIVE,
+        of(
+            cell("head series", "added"),
+            cell(LIVE_RSS, "added"),
+            lambda t: rx(PER_SERIES)(t)[:1],
+            cell(LIVE_HEAP, "added"),
+        ),
+    ),
+    Figure(
+        "docs/scaling.md",
+        "heaviest group (imagepull-views.rules, every 4 min, on the backfilled blocks) | {} ms |",
+        SCALE,
+        cell("kube-scale-exporter-imagepull-views.rules", "CPU (blocks)"),
+    ),
+    Figure(
+        "docs/scaling.md",
+        "| neighbor.rules {} ms (max {} ms), exporter.rules {} ms, imagepull.rules {} ms",
+        LIVE,
+        of(
+            cell("kube-scale-exporter-neighbor.rules", "Prometheus last", ",.0f"),
+            cell("kube-scale-exporter-neighbor.rules", "Prometheus max", ",.0f"),
+            cell("kube-scale-exporter-exporter.rules", "Prometheus last", ",.0f"),
+            cell("kube-scale-exporter-imagepull.rules", "Prometheus last", ",.0f"),
+        ),
+    ),
+    Figure("docs/scaling.md", "| disk, a day at 7,500 nodes | about {} GiB |", LIVE, rx(DISK)),
+]
+
+
+def _what_the_doc_has(quote: str, doc: str) -> str:
+    """The doc's words around the quote, with whatever figures stand there."""
+    words = [re.escape(squeeze(w)) for w in quote.split("{}")]
+    found = re.search(r"(.{0,40}?)".join(words).replace(r"\ ", r"\s*"), doc)
+    return found.group() if found else "none of its words there: the passage moved or was rewritten"
+
+
+@pytest.mark.parametrize("figure", FIGURES, ids=str)
+def test_the_doc_quotes_what_its_results_file_holds(figure):
+    source = figure.source.split(",")[0]
+    values = figure.find((ROOT / source).read_text())
+    assert figure.quote.count("{}") == len(values), (figure.quote, values)
+    want = squeeze(figure.quote.format(*values))
+    doc = squeeze((ROOT / figure.doc).read_text())
+    assert want in doc, (
+        f"{figure.doc} should say {want!r} ({figure.source} holds {values}); "
+        f"it says {_what_the_doc_has(figure.quote, doc)!r}"
+    )
+
+
+def test_every_results_file_a_figure_names_exists():
+    for figure in FIGURES:
+        for source in figure.source.split(", "):
+            assert (ROOT / source).is_file(), f"{figure}: no {source}"
+
+
+def test_the_readme_s_series_counts_are_the_bench_template_s():
+    node = len(template.load("node")) - template.opt_in_count("node")
+    preload = template.opt_in_count("node")
+    cluster = len(template.load("cluster"))
+    readme = squeeze((ROOT / "README.md").read_text())
+    for want in (
+        f"| series per node, default node collectors | {node} (+{preload} with "
+        f"`--image-pull.preload`) | {NODE_SERIES} |",
+        f"add at most 88) | {cluster} | {CLUSTER_SERIES} |",
+    ):
+        assert want in readme, f"README.md should say {want!r}"
+
+
+def test_every_alert_the_docs_name_is_in_rules():
+    alerts = {
+        name
+        for path in (ROOT / "rules").glob("*.yaml")
+        for name in re.findall(r"^\s*- alert: (\w+)", path.read_text(), re.M)
+    }
+    named = {
+        (path.relative_to(ROOT).as_posix(), name)
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for name in re.findall(r"\bKubeScale[A-Z]\w*", path.read_text())
+    }
+    assert alerts, "no alert in rules/"
+    assert sorted((doc, name) for doc, name in named if name not in alerts) == []
