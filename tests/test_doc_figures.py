@@ -981,6 +981,28 @@ FIGURES = [
         KUBE_RBAC,
         cell(REVIEWS_5M, "per second at 7,500 nodes"),
     ),
+    # docs/mixin.md
+    Figure(
+        "docs/mixin.md",
+        "{}-{} CPU-seconds per 30 s on Prometheus 3.5 and {} on 2.42",
+        f"{SCALE}, {SCALE_RUN2}, {SCALE_242}",
+        of(
+            *(
+                elsewhere(path, all_groups("CPU per 30 s"))
+                for path in (SCALE, SCALE_RUN2, SCALE_242)
+            )
+        ),
+    ),
+    Figure(
+        "docs/mixin.md",
+        "{}x as many per evaluation as the same rules reading the last sample, for {}x the CPU",
+        RESULTS + "mixin_gaps.md",
+        rx(
+            r"\*\*all groups\*\* \| \| \| [\d,]+ \| [\d,]+ \| ([\d.]+)x \| \d+ ms \| \d+ ms \| "
+            r"([\d.]+)x",
+            ".1f",
+        ),
+    ),
     # docs/scaling.md
     Figure(
         "docs/scaling.md",
