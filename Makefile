@@ -2,7 +2,7 @@
 PYTHON ?= python3
 MIXIN_SOURCES = $(shell find mixin -name '*.jsonnet' -o -name '*.libsonnet')
 
-.PHONY: run test test-kube-1.35 test-unit install lint generate check-generated deploy-check mixin-fmt bench bench-setup demo e2e e2e-up e2e-down test-containerd2 fuzz fuzz-replay
+.PHONY: run test test-kube-1.35 test-unit install lint generate check-generated deploy-check mixin-fmt bench bench-setup demo e2e e2e-up e2e-down test-containerd-2.4 fuzz fuzz-replay
 
 install:
 	$(PYTHON) -m pip install -q -e '.[test]'
@@ -125,7 +125,9 @@ e2e-up:
 e2e-down:
 	$(PYTHON) -m testbed.cluster down
 
-# The imagepull suite against containerd 2.x (Debian sid's, unpacked, not installed).
-test-containerd2:
-	bash .ci/setup.d/51-containerd-sid.sh
-	KSE_CONTAINERD_DIR=/var/cache/kube-scale-exporter/containerd-sid/root/usr/bin $(PYTHON) -m pytest tests/imagepull -v -p no:cacheprovider
+# The imagepull suite again with containerd 2.4 as the containerd its tests start (`make test`
+# runs 2.3, the LTS; both built by .ci/setup.d/50-containerd.sh). Its tests parametrized by
+# containerd line (1.7, 2.3, 2.4) ran in `make test` and are left out here.
+test-containerd-2.4:
+	dir=$$($(PYTHON) -m testbed.builds containerd_dir 2.4) || exit 1; \
+	KSE_CONTAINERD_DIR=$$dir $(PYTHON) -m pytest tests/imagepull -v -p no:cacheprovider

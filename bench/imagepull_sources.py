@@ -1,8 +1,9 @@
 """imagepull's two sources on the same live downloads: the socket against the ingest directory.
 
-    python -m bench.imagepull_sources [--ingests 50] [--scrapes 200] [--versions 1.6,1.7,2.1]
+    python -m bench.imagepull_sources [--ingests 50] [--scrapes 200] [--versions 1.7,2.3,2.4]
 
-For each containerd (bookworm's 1.6, trixie's 1.7, sid's 2.1: testbed VERSIONS), starts it
+For each containerd line (trixie's 1.7, 2.3 LTS and 2.4 built from the Go module proxy:
+testbed's VERSIONS), starts it
 with a docker-registry behind a slow throttling proxy and pulls of images of five fresh
 random layers, three layers at a time as the CRI pulls, so about `--ingests` layers
 download at once and stay active. Then, in
@@ -27,7 +28,8 @@ import time
 from pathlib import Path
 
 from bench.imagepull import CHILD_PRELUDE, LAYER_SIZE, LAYERS_PER_IMAGE, pct
-from testbed.containerd_server import VERSIONS, ContainerdServer
+from testbed.builds import version_line
+from testbed.containerd_server import VERSIONS, ContainerdServer, bin_dir
 from testbed.procs import Proc
 from testbed.registry_server import RegistryServer
 from testbed.throttle_proxy import ThrottleProxy
@@ -67,7 +69,7 @@ def pull_as_the_cri_does(containerd, registry, proxy, ingests, logdir):
     CRI pulls: `ctr content fetch --max-concurrent-downloads 3` on 1.x (its own default
     is no limit), `ctr images pull` through the transfer service (3 by default) on 2.x."""
     pulls = []
-    two = containerd.containerd.startswith(VERSIONS["2.1"])
+    two = containerd.release[0] == 2
     for i in range(max(1, ingests // 3)):
         repo = f"bench{i}-{os.urandom(3).hex()}"
         registry.push_image(repo, "v1", [LAYER_SIZE] * LAYERS_PER_IMAGE)
@@ -122,7 +124,7 @@ def measure(containerd, source, scrapes):
 
 
 def one_version(label, opts, workdir, registry, proxy):
-    containerd = ContainerdServer(f"{workdir}/cd-{label}", bin_dir=VERSIONS[label]).start()
+    containerd = ContainerdServer(f"{workdir}/cd-{label}", bin_dir=bin_dir(label)).start()
     fetches = pull_as_the_cri_does(containerd, registry, proxy, opts.ingests, workdir)
     with open(os.path.join(containerd.workdir, "kubelet.yaml"), "w") as f:
         f.write(KUBELET.format(slots=len(fetches)))
@@ -139,7 +141,8 @@ def one_version(label, opts, workdir, registry, proxy):
         for f in fetches:
             f.stop()
         containerd.wipe()
-    out = {"active": (active, active_end), "figures": same}
+    said = version_line(containerd.containerd)
+    out = {"active": (active, active_end), "figures": same, "version": said}
     for source, results in runs.items():
         times = [t for r in results for t in r["times_ms"]]
         out[source] = {
@@ -157,7 +160,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ingests", type=int, default=50)
     ap.add_argument("--scrapes", type=int, default=200)
-    ap.add_argument("--versions", default=",".join(sorted(VERSIONS)))
+    ap.add_argument("--versions", default=",".join(VERSIONS))
     opts = ap.parse_args()
     load = os.getloadavg()
     workdir = tempfile.mkdtemp(prefix="bs-", dir="/tmp")
@@ -210,7 +213,11 @@ def main():
         f"other jobs share the machine), Python {sys.version.split()[0]}. {opts.ingests} layers "
         f"of {opts.ingests // 3} images (3 of 5 layers at once, as the CRI pulls) download at {RATE >> 10} KiB/s each; each source "
         "in its own process, alternated twice; the kubelet config both read allows as many "
-        "parallel pulls as there are images.\n\n" + text + "\n"
+        "parallel pulls as there are images. containerd: "
+        + "; ".join(f"{label}: `{r['version']}`" for label, r in results.items())
+        + ".\n\n"
+        + text
+        + "\n"
     )
     print(f"\nwritten to {RESULTS.relative_to(ROOT)}")
 

@@ -5,11 +5,12 @@ An input is the main file, then the drop-ins FILES/conf.d/01.toml, 02.toml, ... 
 separated by NUL bytes. The harness writes them to a directory of its own process, FILES
 in the input read as that directory (so a seed's absolute import holds in every replay,
 and a replay beside a fuzzing run does not share its files), and reads them as
-containerd 1.6, 1.7, 2.1 and an unknown version would.
+containerd 1.6, 1.7, 2.1 (2.0-2.2's rules), 2.3, 2.4 and an unknown version would.
 
-Documented error: ConfigError. Invariants: the settings are a count >= 0, a finite
-timeout >= 0 (None only for an unknown 1.x), the files read start with the main file and
-are no more than MAX_FILES.
+Documented error: ConfigError (UnknownConfigVersion among them). Invariants: the settings
+are a count >= 0, a finite timeout >= 0 (None only for an unknown 1.x), the files read
+start with the main file and are no more than MAX_FILES, and the key in force is the
+transfer service's exactly when the CRI pulls through it (never with a fallback).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from kube_scale_exporter.containerd import config
 TARGETS = ("kube_scale_exporter.containerd.config", "kube_scale_exporter.durations")
 INSTRUMENT = ("tomllib",)
 FILES = f"{SCRATCH}/containerd"
-VERSIONS = (None, (1, 6), (1, 7), (2, 1))
+VERSIONS = (None, (1, 6), (1, 7), (2, 1), (2, 3), (2, 4))
 
 
 def join(files: list[bytes]) -> bytes:
@@ -74,5 +75,5 @@ def _valid(got: config.PullSettings, version, path: str) -> None:
         raise InvariantBroken(f"{version}: progress_timeout {timeout!r}")
     if not got.files or got.files[0] != path or len(got.files) > config.MAX_FILES:
         raise InvariantBroken(f"{version}: files {got.files[:3]}")
-    if got.ignored_downloads is not None and got.ignored_downloads < 0:
-        raise InvariantBroken(f"{version}: ignored_downloads {got.ignored_downloads}")
+    if got.transfer != (config.TRANSFER in got.downloads_key) or (got.transfer and got.fallback):
+        raise InvariantBroken(f"{version}: transfer {got.transfer}, {got.downloads_key}")

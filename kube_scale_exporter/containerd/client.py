@@ -205,7 +205,7 @@ class ContainerdClient:
         )
 
     def version(self) -> str:
-        """Version.Version: containerd's version string ("1.6.20~ds1", "2.1.9")."""
+        """Version.Version: containerd's version string ("1.7.24~ds1", "v2.3.7")."""
         self._check_socket()
         try:
             (reply,) = self._grpc.call(

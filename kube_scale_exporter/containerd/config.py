@@ -3,8 +3,9 @@
 Two settings decide how a big image pulls: how many layers download at once
 (max_concurrent_downloads, default 3) and how long a pull may make no progress before
 the CRI plugin cancels it (image_pull_progress_timeout, default 5m; "0" disables it).
-Where they live and how imports merge depends on containerd's major version, checked
-against `containerd config dump` of Debian's 1.6.20 and sid's 2.1.9 (tests/imagepull):
+Where they live and how imports merge depends on containerd's version, checked against
+`containerd config dump` and real CRI pulls of trixie's 1.7.24, 2.3.7 and 2.4.2
+(tests/imagepull; 2.0-2.2's rules were checked on sid's 2.1.9 until 2026-12):
 
 - 1.x reads config version 2: both under [plugins."io.containerd.grpc.v1.cri"]. An
   imported file's plugin section replaces the whole section of the same plugin; a missing
@@ -12,13 +13,22 @@ against `containerd config dump` of Debian's 1.6.20 and sid's 2.1.9 (tests/image
   directory, "/" under systemd (2.x: against the importing file's directory). 1.6 has
   no progress timeout at all (it came in 1.7): a stalled pull waits forever, exported
   as 0.
-- 2.x reads versions 2 and 3: files are merged key by key, the version of the last file
-  that sets one wins, and a merged version 2 is migrated ([...grpc.v1.cri] keys move to
-  [plugins."io.containerd.cri.v1.images"]); a missing import is skipped. The CRI pulls
-  through the transfer service unless use_local_image_pull is true, and the transfer
-  service takes max_concurrent_downloads from [plugins."io.containerd.transfer.v1.local"]:
-  the images plugin's value is then ignored, which is how a node loses its tuning when a
-  version 2 file moves to containerd 2.
+- 2.x merges files key by key. 2.0-2.2 read versions 2 and 3: the version of the last
+  file that sets one wins, and a merged version 2 is migrated ([...grpc.v1.cri] keys move
+  to [plugins."io.containerd.cri.v1.images"]). 2.3 and 2.4 read versions 2, 3 and 4 (the
+  one their `config default` writes: the servers' sockets move into server plugins) and
+  migrate each file before merging: the [...grpc.v1.cri] keys of a version 2 or 3 file
+  move to the images plugin, a version 4 file's stay where no plugin reads them.
+- 2.x's CRI pulls through the transfer service, which takes max_concurrent_downloads
+  from [plugins."io.containerd.transfer.v1.local"], unless use_local_image_pull is true
+  or the images plugin holds a setting the transfer service lacks (FALLBACKS: e.g. a
+  max_concurrent_downloads other than 3, registry mirrors); then the CRI pulls itself
+  with the images plugin's max_concurrent_downloads, and containerd logs "Falling back
+  to local image pull mode" once at start (`config dump` still says
+  use_local_image_pull = false).
+
+A config version above NEWEST_VERSION is one no containerd this exporter knows reads:
+UnknownConfigVersion, which fails the collector rather than guess at its keys.
 """
 
 from __future__ import annotations
@@ -39,10 +49,21 @@ DEFAULT_TIMEOUT = "5m"
 CRI_V2 = "io.containerd.grpc.v1.cri"
 IMAGES = "io.containerd.cri.v1.images"
 TRANSFER = "io.containerd.transfer.v1.local"
+# The newest config version a containerd this exporter knows reads (2.3 and 2.4: 4).
+NEWEST_VERSION = 4
+# The keys containerd 2's migration moves from a version 2 or 3 file's [...grpc.v1.cri]
+# (and its `containerd` table) to the images plugin, as far as the settings below read them.
+MIGRATED = ("max_concurrent_downloads", "image_pull_progress_timeout", "registry")
+MIGRATED_FROM_CONTAINERD = ("disable_snapshot_annotations", "discard_unpacked_layers")
 
 
 class ConfigError(Exception):
     """The config could not be read or understood; the message names the file."""
+
+
+class UnknownConfigVersion(ConfigError):
+    """A config version newer than any containerd this exporter knows reads: its keys may
+    mean something else, so nothing is read from it and the collector fails, naming it."""
 
 
 @dataclass(frozen=True)
@@ -50,9 +71,12 @@ class PullSettings:
     max_concurrent_downloads: int  # 0: no limit
     progress_timeout: float | None  # seconds; 0: never; None: unknown (1.6 or 1.7?)
     downloads_key: str  # the setting in force, e.g. "plugins.'...transfer.v1.local'..."
-    ignored_downloads: int | None = None  # the images plugin's value the transfer ignores
+    # containerd 2: the CRI pulls through the transfer service (True), or itself (False:
+    # use_local_image_pull, or a fallback); 1.x always pulls itself (False).
+    transfer: bool = False
+    fallback: str | None = None  # why 2.x pulls itself though use_local_image_pull is false
     files: tuple[str, ...] = ()
-    missing: tuple[str, ...] = ()  # imports not found: skipped by 2.x, or not mounted
+    missing: tuple[str, ...] = ()  # imports not found (containerd would not start): not mounted?
 
 
 def read_file(path: str) -> bytes:
@@ -75,10 +99,10 @@ def _load(path: str) -> dict:
 
 def _imports(parent: str, doc: dict, missing: list[str], major: int) -> list[str]:
     """The files `doc` imports: relative to "/" (1.x) or the importing file's directory
-    (2.x), globs
-    expanded in lexical order (as Go's filepath.Glob); plain paths that do not exist go
-    to `missing` (1.x refuses to start then, 2.x skips them; here the file may also just
-    not be mounted, so they are reported, not fatal)."""
+    (2.x), globs expanded in lexical order (as Go's filepath.Glob); plain paths that do
+    not exist go to `missing` (containerd does not start with one, 1.7, 2.3 and 2.4
+    alike, while `config dump` ignores it and the imports after it: here the file is
+    more likely not mounted, so they are reported, not fatal)."""
     names = doc.get("imports") or []
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ConfigError(f"{parent}: imports is not a list of paths")
@@ -142,13 +166,65 @@ def _timeout(table: dict, where: str) -> float:
     raise ConfigError(f"{where} image_pull_progress_timeout is {value!r}, not a duration")
 
 
+def _version(path: str, doc: dict) -> int:
+    """A file's config version (containerd reads a file without one as version 1);
+    UnknownConfigVersion when it is newer than NEWEST_VERSION or not a number."""
+    value = doc.get("version", 1)
+    if not isinstance(value, int) or isinstance(value, bool) or value > NEWEST_VERSION:
+        raise UnknownConfigVersion(
+            f"{path}: config version {str(value)[:32]} is not one this exporter knows "
+            f"(2 to {NEWEST_VERSION}; containerd 2.3 and 2.4 read up to {NEWEST_VERSION})"
+        )
+    return value
+
+
+def _migrated(doc: dict) -> dict:
+    """A file's images plugin table once containerd 2 migrated it: the [...grpc.v1.cri]
+    keys read here move over it (a version 2 or 3 file, on 2.3+; the merged config of
+    version 2, on 2.0-2.2)."""
+    plugins = _table(doc, "plugins")
+    images = dict(_table(plugins, IMAGES))
+    cri = _table(plugins, CRI_V2)
+    images.update({k: cri[k] for k in MIGRATED if k in cri})
+    old = _table(cri, "containerd")
+    images.update({k: old[k] for k in MIGRATED_FROM_CONTAINERD if k in old})
+    return images
+
+
+# The images plugin's settings the transfer service lacks: with any of them the CRI pulls
+# itself (containerd 2's CheckLocalImagePullConfigs, the same from 2.1 to 2.4, in its
+# order: the first found is the one containerd logs).
+FALLBACKS = (
+    ("disable_snapshot_annotations", lambda v: v is False, "disable_snapshot_annotations = false"),
+    ("discard_unpacked_layers", lambda v: v is True, "discard_unpacked_layers = true"),
+    ("registry", lambda v: bool(_table(v, "mirrors")), "registry.mirrors"),
+    ("registry", lambda v: bool(_table(v, "configs")), "registry.configs"),
+    ("registry", lambda v: bool(_table(v, "auths")), "registry.auths"),
+    ("max_concurrent_downloads", lambda v: v != DEFAULT_DOWNLOADS, None),
+    ("image_pull_with_sync_fs", lambda v: v is True, "image_pull_with_sync_fs = true"),
+)
+
+
+def _fallback(images: dict) -> str | None:
+    """Which images plugin setting makes containerd 2's CRI pull without the transfer
+    service, None when none does."""
+    for key, present, said in FALLBACKS:
+        if key in images and present(images[key]):
+            return said or f"{key} = {images[key]!r}"
+    return None
+
+
 def settings(path: str, version: tuple[int, int] | None) -> PullSettings:
     """The pull settings containerd `version` (major, minor) reads from `path`; None:
-    unknown, decided by the main file's version (3 is containerd 2)."""
-    main_version = _load(path).get("version", 1)
-    major = version[0] if version else (2 if main_version == 3 else 1)
+    unknown, decided by the main file's version (3 and 4 are containerd 2, read as
+    2.3+)."""
+    main_version = _version(path, _load(path))
+    if version is None:
+        version = (2, 3) if main_version >= 3 else None
+    major = version[0] if version else 1
     missing: list[str] = []
     files = load_files(path, missing, major)
+    versions = [_version(name, doc) for name, doc in files]
     found = {"files": tuple(name for name, _ in files), "missing": tuple(missing)}
     if major < 2:
         if main_version != 2:
@@ -168,45 +244,52 @@ def settings(path: str, version: tuple[int, int] | None) -> PullSettings:
         return PullSettings(
             _downloads(cri, where), timeout, f"plugins.'{CRI_V2}'.max_concurrent_downloads", **found
         )
+    newest = NEWEST_VERSION if version >= (2, 3) else 3
+    for (name, _), file_version in zip(files, versions, strict=True):
+        if file_version < 2 or file_version > newest:
+            raise ConfigError(
+                f"{name}: config version {file_version}; containerd "
+                f"{version[0]}.{version[1]} reads versions 2 to {newest}"
+            )
     merged: dict = {}
-    for _, doc in files:
-        _deep_merge(merged, doc)
-    plugins = _table(merged, "plugins")
-    images = dict(_table(plugins, IMAGES))
-    if merged.get("version") == 2:
-        # containerd 2's migration of a version 2 config moves these keys.
-        cri = _table(plugins, CRI_V2)
-        images.update(
-            {
-                k: cri[k]
-                for k in ("max_concurrent_downloads", "image_pull_progress_timeout")
-                if k in cri
-            }
+    if newest == NEWEST_VERSION:
+        # 2.3+: each file is migrated to version 4 before it is merged.
+        for (_, doc), file_version in zip(files, versions, strict=True):
+            doc = dict(doc)
+            if file_version < 4:
+                doc["plugins"] = {**_table(doc, "plugins"), IMAGES: _migrated(doc)}
+            _deep_merge(merged, doc)
+        images = _table(merged, "plugins", IMAGES)
+    else:
+        for _, doc in files:
+            _deep_merge(merged, doc)
+        # 2.0-2.2: the merged config, of the last file's version, is migrated if it is 2.
+        images = (
+            _migrated(merged) if merged.get("version") == 2 else _table(merged, "plugins", IMAGES)
         )
-    elif merged.get("version") != 3:
-        raise ConfigError(f"{path}: config version {merged.get('version')!r}, not 2 or 3")
+    plugins = _table(merged, "plugins")
     where = f'{path}: [plugins."{IMAGES}"]'
     timeout = _timeout(images, where)
-    if images.get("use_local_image_pull") is True:
+    fallback = None if images.get("use_local_image_pull") is True else _fallback(images)
+    if images.get("use_local_image_pull") is True or fallback:
         return PullSettings(
             _downloads(images, where),
             timeout,
             f"plugins.'{IMAGES}'.max_concurrent_downloads",
+            fallback=fallback,
             **found,
         )
-    transfer = _table(plugins, TRANSFER)
-    ignored = images.get("max_concurrent_downloads")
     return PullSettings(
-        _downloads(transfer, f'{path}: [plugins."{TRANSFER}"]'),
+        _downloads(_table(plugins, TRANSFER), f'{path}: [plugins."{TRANSFER}"]'),
         timeout,
         f"plugins.'{TRANSFER}'.max_concurrent_downloads",
-        ignored_downloads=_downloads(images, where) if ignored is not None else None,
+        transfer=True,
         **found,
     )
 
 
 def parse_version(text: str) -> tuple[int, int] | None:
-    """(major, minor) of containerd's version string ("1.6.20~ds1", "v2.1.9")."""
+    """(major, minor) of containerd's version string ("1.7.24~ds1", "v2.3.7")."""
     parts = text.strip().removeprefix("v").split(".")
     try:
         return int(parts[0]), int(parts[1].split("-")[0].split("~")[0].split("+")[0])

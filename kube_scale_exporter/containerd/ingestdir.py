@@ -11,8 +11,9 @@ keeps each unfinished blob write in ingest/<sha256 of its key>/, with the files:
 
 containerd's own Content.ListStatuses answers from these files: the offset is data's
 size, the last update the later of updatedat and data's mtime (it writes data on every
-chunk but updatedat rarely). Checked on Debian's 1.6.20, trixie's 1.7.24 and sid's
-2.1.9, client pulls and the 2.x transfer service alike (tests/imagepull/test_ingest.py).
+chunk but updatedat rarely). Checked on trixie's 1.7.24, 2.3.7 and 2.4.2 (and on 1.6.20
+and 2.1.9 before them), client pulls and the 2.x transfer service alike
+(tests/imagepull/test_ingest.py).
 containerd creates the directories 0755 and the files 0644 (under the usual umask 022),
 so a read-only mount of ingest/ alone is readable by any uid, while containerd's root
 above it is 0700.

@@ -17,18 +17,19 @@ Limits, by construction:
 - The source label names a repository, not a tag: two tags of one repository being
   pulled at once are told apart only by count.
 
-Without the manifests (the ingest directory read with no socket, containerd/ingestdir.py)
-`by_download_slots` estimates the pulls instead: a pull downloads at most
-max_concurrent_downloads blobs at once (the CRI of 1.6 and 1.7 here: 3 of a 6-layer
-image), so the ingests make at least that many fewer pulls; a pull is stalled only when
-none of its blobs moves, so idle ingests count as stalled pulls only while no ingest
-moves (a client killed beside a live pull is not seen stalled); and the kubelet runs at most its pull slots at once for at most the
-images its pods wait for. Exact while each pull has as many blobs left as it may
-download at once, or under a kubelet that pulls one image at a time; pulls near their
-end, or of images with fewer layers, that run at the same time count as fewer. On
-containerd 2.1 the transfer service opens the ingests of all 6 layers of an image at
-once and writes 3 of them: an image with more layers than max_concurrent_downloads
-counts as more than one unless the kubelet's slots bound it.
+Without the manifests (the ingest directory read with no socket,
+containerd/ingestdir.py) `by_download_slots` estimates the pulls instead: a pull
+downloads at most max_concurrent_downloads blobs at once (the CRI of 1.7 here: 3 of a
+6-layer image), so the ingests make at least that many fewer pulls; a pull is stalled
+only when none of its blobs moves, so idle ingests count as stalled pulls only while no
+ingest moves (a client killed beside a live pull is not seen stalled); and the kubelet
+runs at most its pull slots at once for at most the images its pods wait for. Exact
+while each pull has as many blobs left as it may download at once, or under a kubelet
+that pulls one image at a time; pulls near their end, or of images with fewer layers,
+that run at the same time count as fewer. On containerd 2.x (2.1, 2.3, 2.4 here) the CRI
+opens the ingests of all 6 layers of an image at once and writes 3 of them, through the
+transfer service or pulling itself alike: an image with more layers than
+max_concurrent_downloads counts as more than one unless the kubelet's slots bound it.
 """
 
 from __future__ import annotations

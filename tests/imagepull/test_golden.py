@@ -224,7 +224,15 @@ def test_containerd_settings_advice():
         "--image-pull.stall-after (2m00s) is not well inside containerd's progress timeout (1m00s)",
     ]
     assert len(warnings(PullSettings(3, 1800.0, key), stall_after=1000.0)) == 1
-    ignored = warnings(PullSettings(3, 300.0, key, ignored_downloads=10))
-    assert "max_concurrent_downloads = 10 in the CRI images plugin is ignored" in ignored[0]
+
+    def said(settings):
+        s = combine(NOW, 120.0, [], PRESENT, {}, None, [], containerd=settings)
+        return next(f.summary for f in advise(s) if f.summary.startswith("containerd pulls"))
+
+    assert "through its transfer service" in said(PullSettings(3, 300.0, key, transfer=True))
+    images = "plugins.'io.containerd.cri.v1.images'.max_concurrent_downloads"
+    fallback = said(PullSettings(10, 300.0, images, fallback="max_concurrent_downloads = 10"))
+    assert fallback.startswith(f"containerd pulls 10 layer(s) at once ({images}, the CRI's own")
+    assert "max_concurrent_downloads = 10 in the CRI images plugin is a setting" in fallback
     unknown = combine(NOW, 120.0, [], PRESENT, {}, None, [], containerd_error="x: nope")
     assert any("containerd pull settings unknown: x: nope" in f.summary for f in advise(unknown))

@@ -1,5 +1,5 @@
-"""The ingest directory against the socket, on the same live pulls, on containerd 1.6, 1.7
-and 2.1 (through a throttling proxy; a client killed mid-pull makes a stalled one).
+"""The ingest directory against the socket, on the same live pulls, on containerd 1.7, 2.3
+and 2.4 (through a throttling proxy; a client killed mid-pull makes a stalled one).
 
 No API server: the pods' part of the ingest source (presence, queued) is in
 test_parts.py; here the containerd side of both sources is held to the same figures.
@@ -18,7 +18,7 @@ import pytest
 from kube_scale_exporter.containerd import grpc_h2
 from kube_scale_exporter.containerd.client import ContainerdClient
 from kube_scale_exporter.containerd.ingestdir import IngestDir
-from testbed.containerd_server import VERSIONS, ContainerdServer
+from testbed.containerd_server import VERSIONS, ContainerdServer, bin_dir
 from testbed.metrics import sample
 from testbed.procs import Proc
 
@@ -41,11 +41,17 @@ FIGURES = (
 CLIENTS = {"fetch": ("content", "fetch"), "pull": ("images", "pull")}
 
 
-@pytest.fixture(params=sorted(VERSIONS))
-def versioned(request):
+@pytest.fixture(params=VERSIONS)
+def line(request):
+    """Each containerd line by name (tests/imagepull/conftest.py leaves these out when
+    KSE_CONTAINERD_DIR is set)."""
+    return request.param
+
+
+@pytest.fixture
+def versioned(line):
     path = tempfile.mkdtemp(prefix="cv-", dir="/tmp")
-    server = ContainerdServer(path, bin_dir=VERSIONS[request.param]).start()
-    server.label = request.param
+    server = ContainerdServer(path, bin_dir=bin_dir(line)).start()
     yield server
     server.wipe()
 
@@ -285,19 +291,15 @@ def test_two_small_images_at_once_count_as_one_without_the_manifests(
             p.stop()
 
 
-# The CRI's own PullImage, the kubelet's call: containerd's config version per line.
-CRI_CONFIG_VERSION = {"1.6": 2, "1.7": 2, "2.1": 3}
-
-
-@pytest.mark.parametrize("label", sorted(VERSIONS))
 def test_a_cri_pull_is_one_pull_under_a_kubelet_that_serializes(
-    label, registry, proxy, make_collector, workdir, tmp_path
+    line, registry, proxy, make_collector, workdir, tmp_path
 ):
-    """The CRI pulls 3 layers of an image at once on 1.6 and 1.7 (max_concurrent_downloads);
-    2.1's transfer service opens all 6 ingests at once and writes 3: under a kubelet with
-    unbounded parallel pulls the ingest source counts 2.1's as two pulls; the kubelet's
-    serialized pulls (its default) bound it. The 3 waiting at offset 0 are not stalled."""
-    server = cri_containerd(VERSIONS[label], [proxy.host], CRI_CONFIG_VERSION[label], "5m")
+    """The CRI pulls 3 layers of an image at once on 1.7 (max_concurrent_downloads); 2.x's
+    transfer service opens all 6 ingests at once and writes 3: under a kubelet with
+    unbounded parallel pulls the ingest source counts 2.x's as two pulls; the kubelet's
+    serialized pulls (its default) bound it. The 3 waiting at offset 0 are not stalled.
+    Each line's config is the newest version it writes (2 on 1.7, 4 on 2.3 and 2.4)."""
+    server = cri_containerd(bin_dir(line), [proxy.host], timeout="5m")
     kubelet = tmp_path / "kubelet.yaml"
     kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
     repo = fresh_repo()
@@ -320,7 +322,7 @@ def test_a_cri_pull_is_one_pull_under_a_kubelet_that_serializes(
         pull.start()
         moving(server, 3)
         opened = len(ContainerdClient(server.address, "k8s.io", 5).ingests())
-        assert opened == (6 if label == "2.1" else 3)
+        assert opened == (6 if server.release[0] == 2 else 3)
         assert figures(socket)["kubescale_image_pulls_in_progress"] == 1
         assert figures(serial)["kubescale_image_pulls_in_progress"] == 1
         assert figures(bare)["kubescale_image_pulls_in_progress"] == opened // 3

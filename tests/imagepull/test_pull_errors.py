@@ -1,9 +1,9 @@
 """Real pull failures from real containerd, classed as the cluster mode classes the
-kubelet's Failed events: the CRI's PullImage (the call the kubelet makes) on Debian's
-1.6.20 and sid's 2.1.9, against a real docker-registry (a missing tag: 404; htpasswd auth:
-401), a server answering 429 as Docker Hub does, a server that accepts and never answers,
-a registry over HTTPS whose certificate containerd does not trust, and (2.1, whose CRI has
-image_pull_progress_timeout) a proxy that freezes mid-layer.
+kubelet's Failed events: the CRI's PullImage (the call the kubelet makes) on containerd
+1.7, 2.3 and 2.4, against a real docker-registry (a missing tag: 404; htpasswd auth: 401), a
+server answering 429 as Docker Hub does, a server that accepts and never answers, a
+registry over HTTPS whose certificate containerd does not trust, and (the default 2.x,
+with use_local_image_pull) a proxy that freezes mid-layer.
 
 The kubelet's message is `Failed to pull image "IMAGE": ERR`, ERR being the gRPC status
 as grpc-go prints it: that wrapping is all the test adds to containerd's own text (the real
@@ -25,11 +25,15 @@ import pytest
 
 from kube_scale_exporter.containerd import grpc_h2
 from kube_scale_exporter.pullfailures import parse_failed
-from testbed.containerd_server import ContainerdServer
+from testbed.containerd_server import (
+    VERSIONS,
+    ContainerdServer,
+    bin_dir,
+    default_bin_dir,
+    newest_config_version,
+)
 from testbed.pki import TestCA
 from testbed.procs import Proc, start_on_free_port
-
-from .test_containerd_config import BIN2
 
 pytestmark = pytest.mark.integration
 
@@ -124,6 +128,21 @@ async def _freeze_after(listening, target, limit):
         await server.serve_forever()
 
 
+def freezing(target, limit=256 << 10):
+    """HOST:PORT of a path to the server on port `target` that stops answering `limit`
+    bytes into each connection. Its loop is left to its daemon thread: stopping it would
+    destroy the frozen connections' pending tasks noisily, and it holds nothing outside
+    this process."""
+    listening = socket.create_server(("127.0.0.1", 0))  # bound now: nothing can take it
+    loop = asyncio.new_event_loop()
+    threading.Thread(
+        target=loop.run_until_complete,
+        daemon=True,
+        args=(_freeze_after(listening, target, limit),),
+    ).start()
+    return f"127.0.0.1:{listening.getsockname()[1]}"
+
+
 def registry_on(port, root, auth, tls=""):
     """docker-registry on `port` with its storage under `root`; `auth` and `tls` its
     config's auth section and the http section's TLS fields."""
@@ -158,35 +177,32 @@ def remotes(registry, workdir):
     limited = socketserver.ThreadingTCPServer(("127.0.0.1", 0), TooManyRequests)
     threading.Thread(target=limited.serve_forever, daemon=True).start()
     silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
-    frozen = socket.create_server(("127.0.0.1", 0))  # bound now: nothing can take it
-    loop = asyncio.new_event_loop()
-    threading.Thread(
-        target=loop.run_until_complete,
-        daemon=True,
-        args=(_freeze_after(frozen, registry.port, 256 << 10),),
-    ).start()
+    frozen = freezing(registry.port)
     registry.push_image("big", "v1", [8 * MiB])
     yield {
         "registry": registry.host,
         "auth": f"127.0.0.1:{auth_port}",
         "limited": f"127.0.0.1:{limited.server_address[1]}",
         "silent": f"127.0.0.1:{silent.getsockname()[1]}",
-        "frozen": f"127.0.0.1:{frozen.getsockname()[1]}",
+        "frozen": frozen,
         "untrusted": f"127.0.0.1:{tls_port}",
     }
     auth.stop()
     untrusted.stop()
     limited.shutdown()
     silent.close()
-    # The freezing proxy's loop is left to its daemon thread: stopping it would destroy the
-    # frozen connections' pending tasks noisily, and it holds nothing outside this process.
 
 
-def cri_containerd(bin_dir, hosts, version, timeout="2s", local_pull=False, https=()):
-    """containerd with its CRI plugin on, pulling over plain HTTP from `hosts`, over HTTPS
-    (with the system's CAs only) from those also in `https`."""
-    if not os.path.exists(os.path.join(bin_dir, "containerd")):
-        pytest.skip(f"no containerd in {bin_dir} (.ci/setup.d/51-containerd-sid.sh)")
+def cri_containerd(
+    directory, hosts, version=None, timeout="2s", local_pull=False, https=(), images="", **server
+):
+    """containerd (of `directory`, None: the default) with its CRI plugin on, pulling over
+    plain HTTP from `hosts`, over HTTPS (with the system's CAs only) from those also in
+    `https`; its config of `version`, by default the newest it writes; `images`: more lines
+    of the CRI images plugin's table (version 3 and 4). `server`: more ContainerdServer
+    arguments (`extra` is TOML after the tables written here)."""
+    directory = directory or default_bin_dir()
+    version = version or newest_config_version(directory)
     workdir = tempfile.mkdtemp(prefix="pe-", dir="/tmp")
     certs = os.path.join(workdir, "certs.d")
     for host in hosts:
@@ -197,17 +213,18 @@ def cri_containerd(bin_dir, hosts, version, timeout="2s", local_pull=False, http
                 f'server = "{scheme}://{host}"\n[host."{scheme}://{host}"]\n'
                 f'  capabilities = ["pull", "resolve"]\n'
             )
-    if version == 3:
+    if version >= 3:
         extra = (
             f"[plugins.'io.containerd.cri.v1.images']\n"
             f"  image_pull_progress_timeout = '{timeout}'\n"
-            f"  use_local_image_pull = {'true' if local_pull else 'false'}\n"
+            f"  use_local_image_pull = {'true' if local_pull else 'false'}\n{images}"
             f"[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '{certs}'\n"
         )
     else:
         extra = f'[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "{certs}"\n'
+    extra += server.pop("extra", "")
     return ContainerdServer(
-        workdir, bin_dir=bin_dir, version=version, extra=extra, cri=True
+        workdir, bin_dir=directory, version=version, extra=extra, cri=True, **server
     ).start()
 
 
@@ -220,21 +237,20 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("runtime,version", [("1.6", 2), ("2.1", 3)])
-def test_real_cri_pull_errors_land_in_their_class(runtime, version, remotes):
-    bin_dir = "/usr/bin" if runtime == "1.6" else BIN2
-    server = cri_containerd(bin_dir, list(remotes.values()), version, https=(remotes["untrusted"],))
+@pytest.mark.parametrize("line", VERSIONS)
+def test_real_cri_pull_errors_land_in_their_class(line, remotes):
+    server = cri_containerd(bin_dir(line), list(remotes.values()), https=(remotes["untrusted"],))
     try:
         for remote, ref, reason in CASES:
-            if remote == "silent" and runtime == "2.1":
-                # 2.1 resets the stream at the caller's deadline (RST_STREAM CANCEL, no
+            if remote == "silent" and server.release[0] == 2:
+                # 2.x resets the stream at the caller's deadline (RST_STREAM CANCEL, no
                 # status of its own): the kubelet's grpc-go then reports its own
                 # "code = DeadlineExceeded desc = context deadline exceeded".
                 continue
             image = f"{remotes[remote]}/{ref}"
             # The silent server: containerd waits on it until our call's deadline.
             message = cri_pull(server, image, timeout=5 if remote == "silent" else 60)
-            print(f"containerd {runtime} {remote}: {message}")
+            print(f"containerd {line} {remote}: {message}")
             assert parse_failed(message) == (remotes[remote].replace(":", "_"), reason), message
     finally:
         server.wipe()
@@ -243,12 +259,14 @@ def test_real_cri_pull_errors_land_in_their_class(runtime, version, remotes):
 def test_containerd_2_cancels_a_frozen_pull_after_its_progress_timeout(remotes):
     """With use_local_image_pull = true. Through the transfer service (2.x's default) the
     same frozen pull was not cancelled within 60 s here: image_pull_progress_timeout did
-    not fire (docs/imagepull.md)."""
-    server = cri_containerd(BIN2, list(remotes.values()), 3, timeout="3s", local_pull=True)
+    not fire (docs/imagepull.md). The default containerd: 2.3, or 2.4's in its own run."""
+    if newest_config_version(default_bin_dir()) < 3:
+        pytest.skip("the default containerd is 1.x: its pulls are local, tested by line")
+    server = cri_containerd(None, list(remotes.values()), timeout="3s", local_pull=True)
     try:
         image = f"{remotes['frozen']}/big:v1"
         message = cri_pull(server, image, timeout=60)
-        print(f"containerd 2.1 frozen: {message}")
+        print(f"containerd {'.'.join(map(str, server.release))} frozen: {message}")
         assert parse_failed(message) == (remotes["frozen"].replace(":", "_"), "timeout"), message
         log = open(os.path.join(server.workdir, "containerd.log")).read()
         assert "because of no progress in 3s" in log, log[-2000:]
@@ -257,7 +275,7 @@ def test_containerd_2_cancels_a_frozen_pull_after_its_progress_timeout(remotes):
 
 
 def test_ctr_pull_errors_land_in_their_class(remotes, containerd):
-    """ctr's own wording (not the CRI's), for the same failures on containerd 1.6."""
+    """ctr's own wording (not the CRI's), for the same failures on the default containerd."""
     for remote, ref, reason in CASES[:3]:
         image = f"{remotes[remote]}/{ref}"
         out = subprocess.run(

@@ -1,9 +1,9 @@
 """A whole-image pull with `ctr images pull`, as the kubelet's pulls go through containerd.
 
 On containerd 2.x `ctr images pull` goes through the daemon's transfer service (the pull runs
-inside containerd, not in the client, unless --local); on 1.6 the client drives it. Either
-way the collector must see one pull in progress with its bytes moving, then none.
-`make test-containerd2` runs this suite against containerd 2.x.
+inside containerd, not in the client, unless --local); on 1.x the client drives it. Either
+way the collector must see one pull in progress with its bytes moving, then none. It runs
+on the default containerd, 2.3 (and 2.4 in `make test-containerd-2.4`).
 """
 
 import pytest

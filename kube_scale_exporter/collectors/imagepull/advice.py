@@ -150,33 +150,27 @@ def _containerd(state: PullState) -> list[Finding]:
     # 0 is also containerd 1.6, which has no such timeout at all.
     never = "none: a pull that stops moving is never cancelled (the stall alert is the signal)"
     shown = "unknown" if timeout is None else never if timeout == 0 else _age(timeout)
+    how = ""
+    if settings.transfer:
+        how = ", through its transfer service"
+    elif settings.fallback:
+        how = (
+            f", the CRI's own pull: {settings.fallback} in the CRI images plugin is a "
+            "setting the transfer service lacks, so containerd falls back from it"
+        )
     found = [
         Finding(
             "info",
             f"containerd pulls {settings.max_concurrent_downloads or 'all'} "
-            f"layer(s) at once ({settings.downloads_key}); progress timeout {shown}",
+            f"layer(s) at once ({settings.downloads_key}{how}); progress timeout {shown}",
         )
     ]
     if settings.missing:
         found.append(
             Finding(
                 "info",
-                "containerd config imports not found (skipped by "
-                "containerd 2; check they are mounted): " + ", ".join(settings.missing),
-            )
-        )
-    if settings.ignored_downloads is not None and (
-        settings.ignored_downloads != settings.max_concurrent_downloads
-    ):
-        found.append(
-            Finding(
-                "warning",
-                f"max_concurrent_downloads = {settings.ignored_downloads} in the CRI images "
-                f"plugin is ignored: containerd 2 pulls through the transfer service, which "
-                f"downloads {settings.max_concurrent_downloads} layer(s) at once",
-                f"Set it where it is read:\n  [plugins.'io.containerd.transfer.v1.local']\n"
-                f"    max_concurrent_downloads = {settings.ignored_downloads}\nand restart "
-                f"containerd.",
+                "containerd config imports not found (containerd does not start without "
+                "them: check they are mounted): " + ", ".join(settings.missing),
             )
         )
     if timeout is not None and 0 < timeout < BIG_IMAGE_TIMEOUT:
@@ -186,7 +180,7 @@ def _containerd(state: PullState) -> list[Finding]:
                 f"image_pull_progress_timeout is {_age(timeout)}: a big image whose layer "
                 f"makes no progress that long is cancelled and pulled again from the start",
                 'Set image_pull_progress_timeout = "5m" or more in containerd\'s CRI config '
-                "(version 3: [plugins.'io.containerd.cri.v1.images']; version 2: "
+                "(versions 3 and 4: [plugins.'io.containerd.cri.v1.images']; version 2: "
                 '[plugins."io.containerd.grpc.v1.cri"]) and restart containerd.',
             )
         )

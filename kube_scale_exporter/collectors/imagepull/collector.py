@@ -248,9 +248,13 @@ class ImagePullCollector(Collector):
 
     def _containerd_settings(self):
         """(PullSettings or None, why not); a config that cannot be read costs its series,
-        not the scrape. The files are read every scrape: a few KB, well under 1 ms."""
+        not the scrape, but one of a version no containerd this exporter knows reads fails
+        the collector, naming it (UnknownConfigVersion). The files are read every scrape: a
+        few KB, well under 1 ms."""
         try:
             return containerd_config.settings(self.containerd_config, self.source.version()), None
+        except containerd_config.UnknownConfigVersion:
+            raise
         except containerd_config.ConfigError as exc:
             return None, f"containerd config {exc}"
 
