@@ -1,7 +1,7 @@
 """Record the fuzz seeds from real components: python -m fuzz.capture [NAME...] (as root).
 
 Each capture starts what it reads from (a network namespace, etcd 3.5.30, 3.6 and 3.7,
-containerd 1.6 and 2.1, a Prometheus scraping a socket) on this machine, writes the bytes
+containerd 1.7, 2.3 and 2.4, a Prometheus scraping a socket) on this machine, writes the bytes
 it received to fuzz/corpus/NAME/, and stops it. Files already there are replaced; inputs
 that once broke an invariant (crash-*) and those `python -m fuzz keep` added (found-*)
 are kept.
@@ -24,7 +24,6 @@ import requests
 from fuzz import CORPUS
 
 ETCD_SID = "/var/cache/kube-scale-exporter/etcd-sid/root/usr/bin/etcd"
-CONTAINERD_SID = "/var/cache/kube-scale-exporter/containerd-sid/root/usr/bin"
 
 
 def _write(name: str, files: dict[str, bytes]) -> None:
@@ -154,14 +153,16 @@ def containerd() -> None:
     from kube_scale_exporter.containerd import client as cd  # noqa: PLC0415
     from kube_scale_exporter.containerd import grpc_h2, pulls, wire  # noqa: PLC0415
     from fuzz.containerd_config import FILES, join  # noqa: PLC0415
-    from testbed.containerd_server import ContainerdServer  # noqa: PLC0415
+    from testbed.containerd_server import ContainerdServer, bin_dir  # noqa: PLC0415
     from testbed.registry_server import RegistryServer  # noqa: PLC0415
     from testbed.throttle_proxy import ThrottleProxy  # noqa: PLC0415
 
     grpc, messages, configs = {}, {}, {}
     # containerd's own files, with a drop-in as a node image adds one (the harness writes
     # an input's files to FILES, so the import's absolute path holds in replay too).
-    drop_in = b'[plugins."io.containerd.grpc.v1.cri"]\n  max_concurrent_downloads = 8\n'
+    drop_in = (
+        b'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  max_concurrent_downloads = 8\n'
+    )
     imports = [f"{FILES}/conf.d/*.toml"]
     subprocess.run(["rm", "-rf", FILES], check=False)  # what a harness left there
     os.makedirs(f"{FILES}/conf.d")
@@ -179,8 +180,10 @@ def containerd() -> None:
     try:
         registry.push_image("app", "v1", [64 << 10, 32 << 10])
         registry.push_image("big", "v1", [16 << 20])
-        for label, bin_dir in (("1.6", None), ("2.1", CONTAINERD_SID)):
-            server = ContainerdServer(f"{work}/cd{label}", bin_dir=bin_dir, imports=imports).start()
+        for label in ("1.7", "2.3", "2.4"):
+            server = ContainerdServer(
+                f"{work}/cd{label}", bin_dir=bin_dir(label), imports=imports
+            ).start()
             fetch = None
             try:
                 server.ctr("image", "pull", "--plain-http", f"{registry.host}/app:v1")
@@ -219,12 +222,12 @@ def containerd() -> None:
     _write("containerd_config", configs)
 
 
-# ---- containerd's ingest directory: containerd 1.6 and 2.1 mid-pull, and a pull left stalled
+# ---- containerd's ingest directory: containerd 1.7, 2.3 and 2.4 mid-pull, and a pull left stalled
 
 
 def ingest() -> None:
     from fuzz.ingest_dir import FILES, encode  # noqa: PLC0415
-    from testbed.containerd_server import ContainerdServer  # noqa: PLC0415
+    from testbed.containerd_server import ContainerdServer, bin_dir  # noqa: PLC0415
     from testbed.procs import Proc  # noqa: PLC0415
     from testbed.registry_server import RegistryServer  # noqa: PLC0415
     from testbed.throttle_proxy import ThrottleProxy  # noqa: PLC0415
@@ -264,10 +267,11 @@ def ingest() -> None:
     proxy = ThrottleProxy(work, registry.port, 256 << 10)
     try:
         registry.push_image("big", "v1", [8 << 20, 4 << 20, 2 << 20])
-        for label, bin_dir in (("1.6", None), ("2.1", CONTAINERD_SID)):
+        for label in ("1.7", "2.3", "2.4"):
             clients = {"fetch": ("content", "fetch"), "pull": ("images", "pull")}
             for client, verb in clients.items():
-                server = ContainerdServer(f"{work}/cd{label}{client}", bin_dir=bin_dir).start()
+                server = ContainerdServer(f"{work}/cd{label}{client}", bin_dir=bin_dir(label))
+                server.start()
                 pull = None
                 try:
                     pull = Proc(

@@ -9,8 +9,8 @@ FIFO in its place, and an entry of NAME alone is a stray regular file beside the
 ingests. The data field is the blob's size and data's mtime ("SIZE" or "SIZE@NANOS"):
 the parser only stats data, so the harness makes a sparse file of that size (the
 captures record what containerd had written, not its bytes). Seeds are the directories
-of containerd 1.6 and 2.1 pulling from a local registry (`python -m fuzz.capture
-containerd`).
+of containerd 1.7, 2.3 and 2.4 pulling from a local registry (`python -m fuzz.capture
+ingest`).
 
 Documented error: IngestDirError, whose message names the directory. Invariants: every
 ingest is one of an entry of the namespace (its ref the key past "NAMESPACE/N/"), its
