@@ -62,7 +62,7 @@ class RegistryServer:
     def start(self):
         if not os.path.exists(REGISTRY):
             raise FileNotFoundError(
-                f"{REGISTRY} is missing (.ci/setup.d/50-imagepull.sh installs it)"
+                f"{REGISTRY} is missing (.ci/setup.d/50-containerd.sh installs it)"
             )
         os.makedirs(self.workdir, exist_ok=True)
         config = os.path.join(self.workdir, "registry.yml")
