@@ -207,7 +207,7 @@ def test_a_reader_without_root_and_without_groups_reads_a_read_only_mount(
         " 'ingests': [[i.ref, i.offset, i.total] for i in found]}))\n"
     )
     script = (
-        f'mount --bind -o ro "$1" "$2" && exec setpriv --reuid=65534 --regid=65534 '
+        f'mount -n --bind -o ro "$1" "$2" && exec setpriv --reuid=65534 --regid=65534 '
         f'--clear-groups env PYTHONPATH={REPO} {SYSTEM_PYTHON} -c "$3" "$2"'
     )
     try:
