@@ -109,7 +109,7 @@ bench: bench-setup
 # End to end on a real single-node Kubernetes 1.37 cluster on this host (root): builds the
 # image from the working tree, applies deploy/, runs Prometheus with its Kubernetes service
 # discovery and produces each failure the alerts are for; takes the cluster down and checks
-# the host is as before. Parts are built once and cached (.ci/setup.d/26-etcd36.sh,
+# the host is as before. Parts are built once and cached (.ci/setup.d/26-etcd.sh,
 # 40-kubernetes.sh, 46-e2e.sh); see docs/deploy.md "Tested end to end".
 E2E_SETUP = .ci/setup.d/15-prometheus.sh .ci/setup.d/26-etcd.sh .ci/setup.d/40-kubernetes.sh .ci/setup.d/44-prometheus-operator.sh .ci/setup.d/45-deploy.sh .ci/setup.d/46-e2e.sh .ci/setup.d/48-helm.sh .ci/setup.d/50-containerd.sh
 e2e:

@@ -15,7 +15,7 @@ Prints and writes bench/results/neighbor.md (medians, ratios, RSS, the versions 
 ran) and deletes the namespace.
 
 Run as root: python -m bench.neighbor [--node-exporter PATH] (default: $NODE_EXPORTER_BIN
-or what .ci/setup.d/16-node-exporter-sid.sh unpacked). The exporter runs on the
+or what .ci/bench.d/16-node-exporter.sh built). The exporter runs on the
 interpreter running this; run it with the image's (Debian's python3) to measure that.
 """
 

@@ -1,5 +1,6 @@
 """A valid scraper's first scrape while others flood basic auth with password guesses,
-beside Debian's node_exporter 1.5.0 and sid's 1.11.1 with the same web config file.
+beside node_exporter (testbed/node_exporter.py: the release .ci/bench.d builds) with the same
+web config file.
 
     python -m bench.web_flood [--probes 5] [--before REF]
 
@@ -23,7 +24,6 @@ import http.client
 import os
 import ssl
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -34,15 +34,12 @@ import bcrypt
 from bench.web_idle import checkout
 from bench.web_security import make_pki
 from testbed.exporter import exporter_argv
+from testbed import node_exporter
 from testbed.guessers import Guessers
 from testbed.procs import Proc, start_on_free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "web_flood.md"
-NODE_EXPORTER_SID = os.environ.get(
-    "NODE_EXPORTER_BIN",
-    "/var/cache/kube-scale-exporter/node-exporter-sid/root/usr/bin/prometheus-node-exporter",
-)
 SCRAPE_TIMEOUT = 10.0
 COST = 10
 SCRAPER = "127.0.0.1"
@@ -79,9 +76,8 @@ def web_config(workdir: Path, cert: str, key: str, probes: int) -> tuple[str, li
 
 def argv_for(exporter: str, port: int, web: str) -> list[str]:
     if exporter.startswith("node_exporter"):
-        binary = NODE_EXPORTER_SID if "1.11" in exporter else "prometheus-node-exporter"
         return [
-            binary,
+            node_exporter.binary(),
             "--collector.disable-defaults",
             f"--web.listen-address=127.0.0.1:{port}",
             f"--web.config.file={web}",
@@ -159,9 +155,8 @@ def main() -> int:
     parser.add_argument("--probes", type=int, default=5)
     parser.add_argument("--before", help="also run the exporter at this git ref")
     args = parser.parse_args()
-    if not os.access(NODE_EXPORTER_SID, os.X_OK):
-        sys.exit(f"{NODE_EXPORTER_SID} is missing: run .ci/setup.d/16-node-exporter-sid.sh")
-    exporters = ["kube-scale-exporter", "node_exporter 1.5.0", "node_exporter 1.11.1"]
+    peer = f"node_exporter {node_exporter.version(node_exporter.binary()).split()[2]}"
+    exporters = ["kube-scale-exporter", peer]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

@@ -5,12 +5,12 @@
     python -m testbed.cluster check     compare the host with the snapshot taken before `up`
     python -m testbed.cluster env       KUBECONFIG=... for a shell
 
-Parts: etcd 3.6 for the main store over TLS on 127.0.0.1:2379 and the bridge address, a
+Parts: etcd 3.7 for the main store over TLS on 127.0.0.1:2379 and the bridge address, a
 second etcd for events (`--etcd-servers-overrides=/events#...`, small quota),
 kube-apiserver, kube-controller-manager and kube-scheduler (testbed/control_plane.py),
 kubelet and kube-proxy (testbed/node.py), all built from the Go module proxy
-(.ci/setup.d/40-kubernetes.sh, 26-etcd36.sh), Debian sid's containerd 2.1 with its CRI
-(v1), CNI bridge + host-local from containernetworking-plugins. testbed/node.py says what this host takes
+(.ci/setup.d/40-kubernetes.sh, 26-etcd.sh, 50-containerd.sh: containerd 2.3 with its CRI),
+CNI bridge + host-local from containernetworking-plugins. testbed/node.py says what this host takes
 to run them (docs/deploy.md "Tested end to end" has the long version); this module starts
 them in order, and stops them.
 

@@ -19,6 +19,7 @@ from testbed import image, operator
 from testbed.accounts import metrics_reader_token
 from testbed.cluster import Cluster
 from testbed.node import NODE_IP, NODE_NAME
+from testbed import prometheus
 from testbed.prometheus import PrometheusServer
 from testbed.registry_server import RegistryServer
 from testbed.throttle_proxy import ThrottleProxy
@@ -26,11 +27,6 @@ from tools.build_mixin import mixin_object
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent
-# Debian bookworm's Prometheus 2.42 is built without Kubernetes service discovery; sid's 3.x
-# (.ci/setup.d/46-e2e.sh) has it.
-PROMETHEUS = os.environ.get(
-    "PROMETHEUS3_BIN", "/var/cache/kube-scale-exporter/prometheus-sid/root/usr/bin/prometheus"
-)
 NS = "kube-scale-exporter"
 SCRAPE = "5s"
 # Every `for:` of the mixin shortened through its _config, so an alert fires within a test.
@@ -261,7 +257,7 @@ def prom(deployed, cluster, tmp_path_factory):
     p = Prom(
         work,
         prometheus_config(str(cluster.kubeconfig), str(work / "token")),
-        binary=PROMETHEUS,
+        binary=prometheus.newest("prometheus"),  # built with Kubernetes service discovery
         extra_args=["--storage.tsdb.retention.time=1d"],
     )
     p.start()
