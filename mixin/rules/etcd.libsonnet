@@ -2,9 +2,12 @@
 // target labels, so several exporters (or Prometheus replicas' views) of one member collapse
 // to one series, and keeps the member's machine in nodeLabel: from the target of a pod beside
 // its member, from the member's name where the cluster-mode Deployment reaches it over the
-// network (config: etcdLocalSelector, etcdRemoteSelector). Every gauge is read over
-// gapTolerance, so a scrape or two without a member's series (a slow Status call, our
-// exporter restarting) leaves no hole for the alerts reading these rules to reset their `for`.
+// network (config: etcdLocalSelector, etcdRemoteSelector). Every gauge is read from the pods
+// that serve it now and, for a member none does, held over gapTolerance (promql.preferLive):
+// a scrape or two without a member's series (a slow Status call, our exporter restarting)
+// leaves no hole for the alerts reading these rules to reset their `for`, and a pod replaced
+// under a new instance label gives way to its successor at once (an alarm disarmed, a leader
+// moved, a quota corrected while the Deployment rolled).
 local groups = import '../lib/groups.libsonnet';
 local promql = import '../lib/promql.libsonnet';
 local slow = groups.slow;
@@ -21,6 +24,9 @@ local slow = groups.slow;
     local held(metric, selector) = promql.held(metric, selector, c.gapTolerance),
     local perMember(metric, by=member, read=held) =
       'max by (%s) (\n  %s\n)\n' % [by, std.strReplace(std.rstripChars(placed(metric, read), '\n'), '\n', '\n  ')],
+    local instant(metric, selector) = '%s{%s}' % [metric, selector],
+    // A member's gauge from the pods reading it now, held only while none does.
+    local gauge(metric, by=member) = promql.preferLive(perMember(metric, by, instant), perMember(metric, by)),
     // Growth, fragmentation, leaders and keys: only dashboards and alerts with a `for` of
     // an hour read them (slow: on slowInterval, in the -views.rules group beside).
     groups+: groups.split(c, [
@@ -29,15 +35,15 @@ local slow = groups.slow;
         rules: [
           {
             record: 'etcd_cluster_member:kubescale_etcd_db_size_bytes:max',
-            expr: perMember('kubescale_etcd_db_size_bytes'),
+            expr: gauge('kubescale_etcd_db_size_bytes'),
           },
           {
             record: 'etcd_cluster_member:kubescale_etcd_quota_bytes:max',
-            expr: perMember('kubescale_etcd_quota_bytes'),
+            expr: gauge('kubescale_etcd_quota_bytes'),
           },
           slow({
             record: 'etcd_cluster_member:kubescale_etcd_db_size_in_use_bytes:max',
-            expr: perMember('kubescale_etcd_db_size_in_use_bytes'),
+            expr: gauge('kubescale_etcd_db_size_in_use_bytes'),
           }),
           {
             record: 'etcd_cluster_member:kubescale_etcd_quota_usage:ratio',
@@ -74,24 +80,29 @@ local slow = groups.slow;
           }),
           {
             record: 'etcd_cluster_member_alarm:kubescale_etcd_alarm_active:max',
-            expr: perMember('kubescale_etcd_alarm_active', member + ', alarm'),
+            expr: gauge('kubescale_etcd_alarm_active', member + ', alarm'),
           },
           slow({
             record: 'etcd_cluster:kubescale_etcd_leaders:sum',
-            expr: 'sum by (%s, etcd_cluster) (\n  %s\n)\n' % [c.clusterLabel, std.strReplace(std.rstripChars(perMember('kubescale_etcd_is_leader'), '\n'), '\n', '\n  ')],
+            expr: 'sum by (%s, etcd_cluster) (\n  %s\n)\n' % [c.clusterLabel, std.strReplace(std.rstripChars(gauge('kubescale_etcd_is_leader'), '\n'), '\n', '\n  ')],
           }),
           slow({
             // Only the pod beside the leader counts keys, every --etcd.keys-interval: after a
             // leader change the counts move to another pod within that interval, which
-            // gapTolerance (as long) bridges.
+            // gapTolerance (as long) bridges with the last counts. Once a pod serves counts of
+            // the etcd cluster, they alone count: a resource they no longer name (the smaller
+            // ones are summed in "other") is gone, not held.
+            local keys(read) = 'max by (%s, etcd_cluster, resource) (\n  %s\n  or\n  %s\n)\n' % [
+              c.clusterLabel,
+              read('kubescale_etcd_keys', c.etcdLocalSelector),
+              read('kubescale_etcd_keys', c.etcdRemoteSelector),
+            ],
             record: 'etcd_cluster_resource:kubescale_etcd_keys:max',
-            expr: |||
-              max by (%(clusterLabel)s, etcd_cluster, resource) (
-                last_over_time(kubescale_etcd_keys{%(etcdLocalSelector)s}[%(gapTolerance)s])
-                or
-                last_over_time(kubescale_etcd_keys{%(etcdRemoteSelector)s}[%(gapTolerance)s])
-              )
-            ||| % c,
+            expr: promql.preferLive(
+              keys(instant),
+              keys(held),
+              'on (%s, etcd_cluster) (%s or %s)' % [c.clusterLabel, instant('kubescale_etcd_keys', c.etcdLocalSelector), instant('kubescale_etcd_keys', c.etcdRemoteSelector)],
+            ),
           }),
           slow({
             // Key share, not byte share: counting keys needs no values read, and
@@ -116,7 +127,6 @@ local slow = groups.slow;
         // is no drop in etcd's work: the rates are left out until a pod reads the member again,
         // and the alerts hold their last value over the hole. A member's own restart resets
         // its counter, which rate() treats as a reset.
-        local instant(metric, selector) = '%s{%s}' % [metric, selector],
         local counter(record, metric, by) = { record: record, expr: perMember(metric, by) },
         local rate(record, metric, by) = 'rate(%s[%s])\nand on (%s)\n%s' % [record, c.rateInterval, by, perMember(metric, by, instant)],
         local le = member + ', le',

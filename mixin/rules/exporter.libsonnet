@@ -38,8 +38,19 @@ local promql = import '../lib/promql.libsonnet';
             // Held over gapTolerance: KubeScaleKubeWatchDown holds this through its `for`, and
             // a watch stays down across our pod's restart (it lists again only once the API
             // answers), so neither a lost scrape nor the restart's gap is the watch coming back.
+            // The cluster-mode Deployment's watches are counted from the pods that serve them
+            // now, held only while none does: a pod replaced under a new instance label (the
+            // usual cure for a stuck watch) gives way to its successor's watches at once. Node
+            // targets, one per node, are each held on their own.
+            local down(read) = 'sum by (%s, job, resource) (%s == bool 0)' % [c.clusterLabel, read],
+            local watch(selector) = 'kubescale_kube_watch_up{%s}' % selector,
+            local held(selector) = promql.held('kubescale_kube_watch_up', selector, c.gapTolerance),
             record: 'cluster_job_resource:kubescale_kube_watches_down:sum',
-            expr: 'sum by (%s, job, resource) (%s == bool 0)' % [c.clusterLabel, promql.held('kubescale_kube_watch_up', c.exporterSelector, c.gapTolerance)],
+            expr: promql.preferLive(
+              down(watch(c.clusterExporterSelector)),
+              down(held(c.clusterExporterSelector)),
+              'on (%s, job) %s' % [c.clusterLabel, watch(c.clusterExporterSelector)],
+            ) + 'or\n' + down(held(c.nodeExporterSelector)),
           },
         ],
       },
