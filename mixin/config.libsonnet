@@ -67,7 +67,9 @@ local knobs = {
   // timeout writes stale markers), a collector call that failed, our exporter restarting
   // or its DaemonSet rolling. Every gauge an alert holds through a `for` is read over this
   // window, so such a gap does not reset the `for`; a target removed for good keeps its
-  // last value this long. What it costs: bench/results/mixin_gaps.md.
+  // last value this long, except in the records that prefer a target serving the series now
+  // (a pod restarted under a new instance label: lib/promql.libsonnet, preferLive). What it
+  // costs: bench/results/mixin_gaps.md.
   gapTolerance: '5m',
   // How far back a signal counts as "was reported here", for the alerts that say we have
   // gone blind: longer than any outage worth announcing, short enough to forget a target
