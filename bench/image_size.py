@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from bench import versions
-from testbed import container, image
+from testbed import builds, container, image
 from tools import image_tree
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,11 +81,12 @@ def peers(work: Path) -> list[tuple[str, Path, list[str]]]:
     """(title, archive, layer names) of each peer binary found here, alone on an empty base."""
     found = {
         "node_exporter": (
-            image.CACHE / "node-exporter-sid/root/usr/bin/prometheus-node-exporter",
+            builds.CACHE / f"node-exporter-{builds.node_exporter_version()}/node_exporter",
             ["--version"],
         ),
         "kube-state-metrics": (
-            image.CACHE / "kube-state-metrics-v2.15.0/kube-state-metrics",
+            builds.CACHE
+            / f"kube-state-metrics-{builds.kube_state_metrics_version()}/kube-state-metrics",
             ["version"],
         ),
     }

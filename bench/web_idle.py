@@ -30,6 +30,7 @@ from pathlib import Path
 
 import requests
 
+from testbed import node_exporter
 from testbed.exporter import exporter_argv
 from testbed.idle import close_all, open_idle, raise_own_nofile, server_sockets, threads
 from testbed.pki import TestCA
@@ -57,7 +58,7 @@ def argv_for(
 ) -> list[str]:
     if server == "node_exporter":
         argv = [
-            "prometheus-node-exporter",
+            node_exporter.binary(),
             "--collector.disable-defaults",
             f"--web.listen-address=127.0.0.1:{port}",
         ]
@@ -172,10 +173,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     raise_own_nofile()  # our n client sockets
-    version = subprocess.run(
-        ["prometheus-node-exporter", "--version"], capture_output=True, text=True, check=True
-    )
-    version = (version.stdout + version.stderr).splitlines()[0]
+    version = node_exporter.version(node_exporter.binary())
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

@@ -22,6 +22,7 @@ from pathlib import Path
 import bcrypt
 import requests
 
+from testbed import node_exporter
 from testbed.exporter import exporter_argv
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
@@ -118,7 +119,7 @@ def argv_for(which: str, port: int, web: str | None) -> list[str]:
         argv = exporter_argv(port, ["--collector.disable-defaults"])
     else:
         argv = [
-            "prometheus-node-exporter",
+            node_exporter.binary(),
             "--collector.disable-defaults",
             f"--web.listen-address=127.0.0.1:{port}",
         ]

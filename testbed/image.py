@@ -1,19 +1,14 @@
 """The exporter's image, built from the working tree's Dockerfile with Debian's buildah, for a
 real kubelet.
 
-    python -m testbed.image base        the python:3.11-slim-bookworm stand-in (cached), the
-                                        base of the operator's Prometheus image
     python -m testbed.image build       kube-scale-exporter:0.1.0 from ./Dockerfile (cached
                                         by a hash of its inputs); prints the archive path
 
 No public registry is reachable here, so build() reads the Dockerfile rather than handing it
 to an engine: the build stage's last RUN (tools/image_tree.py, which makes the image's
 trees) runs on this host in a copy of what the stage COPYs, and the final stage's `COPY
---from=build` trees and config are committed with `buildah from scratch`. The base is made
-with mmdebstrap: bookworm minbase + python3, python-is-python3, ca-certificates, netbase,
-tzdata, and pip/setuptools/wheel from PyPI in /usr/local (as the official image has them),
-committed under the official name. Results are docker-archive tarballs under CACHE, which
-`ctr -n k8s.io images import` takes.
+--from=build` trees and config are committed with `buildah from scratch`. Results are
+docker-archive tarballs under CACHE, which `ctr -n k8s.io images import` takes.
 
 buildah keeps its own storage under CACHE/buildah (vfs: works on any filesystem), its own
 containers.conf (so it writes no /etc/cni/net.d/cni.lock) and registries.conf.
@@ -32,9 +27,7 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CACHE = pathlib.Path(os.environ.get("KSE_CACHE", "/var/cache/kube-scale-exporter"))
-BASE_NAME = "docker.io/library/python:3.11-slim-bookworm"
 IMAGE_NAME = "docker.io/library/kube-scale-exporter:0.1.0"
-BASE_PACKAGES = ("python3", "python-is-python3", "ca-certificates", "netbase", "tzdata")
 
 
 def _buildah_env(work: pathlib.Path) -> dict:
@@ -86,120 +79,6 @@ def buildah(*args, capture=False, log=None):
     if result.returncode:
         tail = pathlib.Path(log).read_text(errors="replace")[-3000:] if log else ""
         raise RuntimeError(f"buildah {' '.join(args[:2])} failed ({result.returncode}):\n{tail}")
-
-
-def _image_exists(name: str) -> bool:
-    try:
-        buildah("inspect", "--type", "image", name, capture=True)
-        return True
-    except subprocess.CalledProcessError:
-        return False
-
-
-def base_image(log=sys.stderr) -> str:
-    """The stand-in python:3.11-slim-bookworm in buildah's storage (built once)."""
-    if _image_exists(BASE_NAME):
-        return BASE_NAME
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="kse-base.") as tmp:
-        tmp = pathlib.Path(tmp)
-        rootfs = tmp / "rootfs"
-        mirrors = [
-            "deb http://deb.debian.org/debian bookworm main",
-            "deb http://deb.debian.org/debian bookworm-updates main",
-            "deb http://deb.debian.org/debian-security bookworm-security main",
-        ]
-        subprocess.run(
-            [
-                "mmdebstrap",
-                "--quiet",
-                "--variant=minbase",
-                "--include=" + ",".join(BASE_PACKAGES),
-                "--dpkgopt=path-exclude=/usr/share/doc/*",
-                "--dpkgopt=path-exclude=/usr/share/man/*",
-                "--dpkgopt=path-exclude=/usr/share/locale/*",
-                "bookworm",
-                str(rootfs),
-                *mirrors,
-            ],
-            check=True,
-        )
-        # pip, setuptools and wheel from PyPI into /usr/local, as the official image has them.
-        wheels = tmp / "wheels"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "-q",
-                "--only-binary=:all:",
-                "--dest",
-                str(wheels),
-                "pip",
-                "setuptools",
-                "wheel",
-            ],
-            check=True,
-            env=dict(os.environ, PIP_FIND_LINKS=""),
-        )
-        (rootfs / "wheels").mkdir()
-        for whl in wheels.iterdir():
-            shutil.copy(whl, rootfs / "wheels" / whl.name)
-        pip_whl = next(w.name for w in wheels.iterdir() if w.name.startswith("pip-"))
-        (rootfs / "usr/lib/python3.11/EXTERNALLY-MANAGED").unlink(missing_ok=True)
-        subprocess.run(
-            [
-                "/usr/sbin/chroot",
-                str(rootfs),
-                "python3",
-                f"/wheels/{pip_whl}/pip",
-                "install",
-                "-q",
-                "--no-index",
-                "--no-cache-dir",
-                "--find-links=/wheels",
-                "pip",
-                "setuptools",
-                "wheel",
-            ],
-            check=True,
-            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8"},
-        )
-        shutil.rmtree(rootfs / "wheels")
-        # What the Dockerfile relies on: `python -m pip` from /usr/local.
-        subprocess.run(
-            ["/usr/sbin/chroot", str(rootfs), "python", "-m", "pip", "--version"],
-            check=True,
-            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root"},
-        )
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            for p in (rootfs / junk).glob("*"):
-                if p.is_file():
-                    p.unlink()
-        ctr = buildah("from", "--pull=never", "scratch", capture=True)
-        try:
-            mnt = buildah("mount", ctr, capture=True)
-            subprocess.run(["cp", "-a", f"{rootfs}/.", mnt], check=True)
-            buildah("umount", ctr)
-            buildah(
-                "config",
-                "--env",
-                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                "--env",
-                "LANG=C.UTF-8",
-                "--cmd",
-                "python3",
-                "--label",
-                "org.opencontainers.image.description=stand-in for python:3.11-slim-bookworm "
-                "(mmdebstrap, testbed/image.py)",
-                ctr,
-            )
-            buildah("commit", "--quiet", ctr, BASE_NAME, capture=True)
-        finally:
-            buildah("rm", ctr, capture=True)
-    print(f"image: base {BASE_NAME} built in {time.monotonic() - start:.0f}s", file=log)
-    return BASE_NAME
 
 
 def instructions(path) -> list[tuple[str, str]]:
@@ -362,16 +241,15 @@ def binary_archive(
     entrypoint,
     user: str,
     description: str,
-    base: str = "scratch",
     workdir: str | None = None,
     log=sys.stderr,
 ) -> pathlib.Path:
-    """`name` as a docker-archive under CACHE/images: `base` ("scratch", or BASE_NAME, which
-    base_image builds) plus `files`, (host path, path in the image) pairs copied 0755, run
+    """`name` as a docker-archive under CACHE/images: `files` on an empty base, (host path,
+    path in the image) pairs copied 0755, run
     as `user` with `entrypoint` and no default arguments. Cached by a hash of all of these
     and the files' bytes."""
     files = [(str(src), dest) for src, dest in files]
-    recipe = [name, base, list(entrypoint), user, workdir, description]
+    recipe = [name, "scratch", list(entrypoint), user, workdir, description]
     recipe.append([dest for _, dest in files])
     h = hashlib.sha256(json.dumps(recipe).encode())
     for src, _ in files:
@@ -380,10 +258,8 @@ def binary_archive(
     archive = CACHE / "images" / f"{stem}-{digest}.tar"
     if archive.exists():
         return archive
-    if base != "scratch":
-        base_image(log)
     archive.parent.mkdir(parents=True, exist_ok=True)
-    ctr = buildah("from", "--pull=never", base, capture=True)
+    ctr = buildah("from", "--pull=never", "scratch", capture=True)
     try:
         for src, dest in files:
             buildah("copy", "--chmod", "0755", ctr, src, dest, capture=True)
@@ -418,9 +294,7 @@ def pause_archive(pause_bin: str, name: str, log=sys.stderr) -> pathlib.Path:
 
 
 def main(argv):
-    if argv[:1] == ["base"]:
-        print(base_image())
-    elif argv[:1] == ["build"]:
+    if argv[:1] == ["build"]:
         print(build())
     elif argv[:1] == ["hash"]:
         print(inputs_hash())

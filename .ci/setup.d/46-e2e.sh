@@ -8,8 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source .ci/lib.sh
-apt_need containerd runc containernetworking-plugins iptables conntrack buildah mmdebstrap \
-    docker-registry etcd-server iproute2
+apt_need runc containernetworking-plugins iptables conntrack buildah mmdebstrap \
+    docker-registry iproute2
 # Prometheus 3.16 is 15-prometheus.sh's to build; missing, this names that step and fails.
 python3 -m testbed.builds prometheus_binary 3.16 prometheus >/dev/null
 start=$SECONDS
