@@ -93,6 +93,9 @@ def containerd_bin() -> pathlib.Path:
 
 
 NODE_CONTAINERD = "2.3"
+# containerd's own metrics (its CRI pull gauges and counters), which tests/e2e reads beside
+# the exporter's; loopback only, at containerd's customary port.
+CONTAINERD_METRICS = "127.0.0.1:1338"
 RUNC = "/usr/sbin/runc"
 
 # Config version 3 (containerd 2.x): the CRI is two plugins, images and runtime. Pulls go
@@ -111,6 +114,8 @@ oom_score = 0
 [debug]
   address = "{state}/debug.sock"
   level = "info"
+[metrics]
+  address = "{metrics}"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{work}/opt"
 [plugins."io.containerd.cri.v1.images"]
@@ -156,6 +161,7 @@ def write_containerd_config(work):
             cni_bin=CNI_BIN,
             cni_conf=CNI_CONF_DIR,
             runc=RUNC,
+            metrics=CONTAINERD_METRICS,
         )
     )
     (work / "certs.d").mkdir()

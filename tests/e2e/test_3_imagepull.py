@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kube_scale_exporter.labels import sanitize
 from kube_scale_exporter.pullfailures import parse_failed
+from testbed import node
 
 from . import pull_histograms as ph
 from .conftest import NODE_METRICS, NODE_NAME, RATE, TIMINGS, metrics_text, wait_for
@@ -80,6 +81,19 @@ def node_gauges():
     return tuple(values.get(name) for name in wanted)
 
 
+def containerd_pulls():
+    """(in progress, succeeded) from containerd's own CRI metrics: its in-progress gauge counts
+    the pulls the kubelet has sent it, never one waiting in the kubelet's queue."""
+    families = text_string_to_metric_families(
+        metrics_text(f"http://{node.CONTAINERD_METRICS}/v1/metrics")
+    )
+    samples = {(s.name, s.labels.get("status")): s.value for f in families for s in f.samples}
+    return (
+        samples.get(("containerd_cri_sandboxed_in_progress_image_pulls_total", None)),
+        samples.get(("containerd_cri_sandboxed_image_pulls_total", "success"), 0),
+    )
+
+
 def cluster_exporter_text(kube):
     cluster_pod = kube.pods(selector="app.kubernetes.io/component=cluster")[0]
     return metrics_text(f"http://{cluster_pod['status']['podIP']}:9867/metrics")
@@ -97,6 +111,7 @@ def test_queued_clears_when_a_slot_frees_and_the_kubelets_histogram_agrees(
     token = kube.cluster.admin_token
     kubelet_before = ph.histograms(ph.kubelet_metrics(token), ph.KUBELET, by=ph.SIZE_LABEL)
     ours_before = cluster_exporter_text(kube)
+    _, containerd_succeeded_before = containerd_pulls()
 
     def start(name):
         # IfNotPresent: the image is new to the node, so pulled once; the container then
@@ -112,6 +127,8 @@ def test_queued_clears_when_a_slot_frees_and_the_kubelets_histogram_agrees(
         start("third")
         wait_for("third pull queued", lambda: node_gauges()[0] == 1, 60, POLL)
         queued_at = time.monotonic()
+        # containerd sees the two pulls the kubelet let through, and nothing of the third.
+        assert containerd_pulls()[0] == 2
         assert not ph.pulls(kube, NS_SLOT), "a pull finished before the third was queued"
         # The first pull's slot frees; the third takes it. The first's bytes and at worst
         # the long one's before them pass containerd's 3 downloads at RATE each; twice
@@ -152,6 +169,8 @@ def test_queued_clears_when_a_slot_frees_and_the_kubelets_histogram_agrees(
         # Only the third waited for a kubelet slot (its wait for containerd's downloads
         # is inside its pull time, as the long one's).
         assert done["third"].waited > max(done["first"].waited, done["long"].waited), done
+        # containerd counted the same three pulls, and has none in progress.
+        assert containerd_pulls() == (0, containerd_succeeded_before + len(sizes))
 
         # Both histograms of the same three pulls. The kubelet observed each before it
         # sent the event; the cluster exporter counts once it has watched the events.
