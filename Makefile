@@ -17,12 +17,15 @@ run:
 KUBE_API_TESTS = tests/kube tests/web/test_kube_rbac.py tests/deploy/test_dryrun.py \
 	tests/imagepull_events tests/balloon/test_balloon.py tests/imagepull/test_pods.py
 test-kube-1.35:
-	KSE_KUBE_RELEASE=1.35 $(PYTHON) -m pytest -m integration -p no:cacheprovider $(KUBE_API_TESTS)
+	KSE_KUBE_RELEASE=1.35 $(PYTHON) -m pytest -n $(TEST_WORKERS) -m integration -p no:cacheprovider $(KUBE_API_TESTS)
 
-# Everything but tests/e2e (root, the binaries .ci/setup.d installs; see docs/development.md).
-# The 25 slowest tests are listed at the end: the cold CI run has little room under 75 min.
+# Everything but tests/e2e (root, the binaries .ci/setup.d installs; see docs/development.md),
+# on TEST_WORKERS pytest-xdist workers: most tests wait on real servers, not on the CPU. A
+# module that changes what the whole host shares is pinned to one worker with
+# `pytestmark = pytest.mark.xdist_group("host")`. The 25 slowest tests are listed at the end.
+TEST_WORKERS ?= 3
 test:
-	$(PYTHON) -m pytest --durations=25
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The fast loop: the unit tier alone, as any user, with no binary installed.
 test-unit:
