@@ -1,6 +1,6 @@
 """The cluster-mode exporter on a kwok fleet, beside kube-state-metrics on the same cluster.
 
-    flock /work/.bigrun.lock python -m bench.cluster_scale [--nodes 2000] [--pods 20000]
+    flock /var/lock/kse-bigrun.lock python -m bench.cluster_scale [--nodes 2000] [--pods 20000]
         [--rollout 10000] [--event-rate 500] [--event-seconds 300] [--rest 60] [--scrapes 200]
 
 One fleet (testbed/fleet.py: the 1.34 API server on a main and an events etcd 3.6,

@@ -1,7 +1,7 @@
 """The kwok fleet at size: what the control plane costs with thousands of Nodes and tens of
 thousands of pods on this machine (testbed/fleet.py).
 
-    flock /work/.bigrun.lock python -m bench.fleet [--sizes 2500:25000,7500:150000]
+    flock /var/lock/kse-bigrun.lock python -m bench.fleet [--sizes 2500:25000,7500:150000]
                                                    [--pods-timeout 900] [--rest 60]
 
 For each NODES:PODS size it brings up a fresh fleet (main and events etcd 3.6, the 1.34

@@ -1,6 +1,6 @@
 """Node mode's load on the API server: one spec.nodeName pod watch per Node.
 
-    flock /work/.bigrun.lock python -m bench.node_watches [--nodes 7500] [--pods-per-node 1]
+    flock /var/lock/kse-bigrun.lock python -m bench.node_watches [--nodes 7500] [--pods-per-node 1]
                                                           [--procs 6] [--window 60] [--kwok]
 
 Brings up a fleet (testbed/fleet.py) of `--nodes` Nodes and `--pods-per-node` pods each,

@@ -1,6 +1,6 @@
 """A soak under churn: the exporter's resources over time, in each of its modes.
 
-    flock -w 5 /work/.bigrun.lock python -m bench.soak [--minutes 60]
+    flock -w 5 /var/lock/kse-bigrun.lock python -m bench.soak [--minutes 60]
 
 On this host: a real kube-apiserver on its own etcd, a real containerd pulling from a
 local docker-registry through a throttling proxy, and three exporters scraped every

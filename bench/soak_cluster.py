@@ -1,7 +1,7 @@
 """A soak of the e2e cluster itself: deploy/ on a real kubelet, scheduler and containerd,
 under churn, the exporter pods' resources sampled from the node.
 
-    flock -w 5 /work/.bigrun.lock python -m bench.soak_cluster [--minutes 60]
+    flock -w 5 /var/lock/kse-bigrun.lock python -m bench.soak_cluster [--minutes 60]
 
 Root, the cached Kubernetes 1.34 build and nothing else using the e2e cluster's ports
 (`make e2e` and this cannot run together). testbed/cluster.py brings the single-node
