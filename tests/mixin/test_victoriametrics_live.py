@@ -256,7 +256,10 @@ def test_alerts_fire_for_their_own_cluster_only(store):
     assert {(s["cluster"], s["alarm"]) for s in map(dict, alarm)} == {("east", "NOSPACE")}
     near = store.wait_for('ALERTS{alertname="KubeScaleEtcdDatabaseNearQuota"}', bool)
     assert {dict(s)["cluster"] for s in near} == {"east"}
-    for labels in store.series("ALERTS"):
+    # Every alert that fired carries its cluster. (At start, before vmalert's first record
+    # of the target counts has landed, absent() may leave one pending without a cluster;
+    # the check below requires that none remains.)
+    for labels in store.series('ALERTS{alertstate="firing"}'):
         assert labels.get("cluster") in NODES, labels
     # Presence is judged per cluster: both clusters whole, nothing reports one missing.
     store.vmalert.wait_for_evaluations(3)
