@@ -86,13 +86,15 @@ def create_network(ipam_dir):
 
 
 # containerd 2.3, the LTS (.ci/setup.d/50-containerd.sh, from the Go module proxy), with its
-# own shim (PATH below) and bookworm's runc. The directory is looked up when the node starts,
-# so that importing this module needs no binary.
+# own shim (PATH below) and bookworm's runc.
+NODE_CONTAINERD = "2.3"
+
+
 def containerd_bin() -> pathlib.Path:
+    """Looked up when the node starts, so that importing this module needs no binary."""
     return pathlib.Path(containerd_dir(NODE_CONTAINERD))
 
 
-NODE_CONTAINERD = "2.3"
 # containerd's own metrics (its CRI pull gauges and counters), which tests/e2e reads beside
 # the exporter's; loopback only, at containerd's customary port.
 CONTAINERD_METRICS = "127.0.0.1:1338"
