@@ -49,8 +49,7 @@ import requests
 from bench import peers
 from bench.scraping import scrape_process
 from kube_scale_exporter import kube
-from kube_scale_exporter.collectors.balloon.collector import NODE_FIELDS, POD_FIELDS
-from kube_scale_exporter.collectors.balloon.collector import _node_allocatable as node_shape
+from kube_scale_exporter.collectors.balloon.collector import POD_FIELDS
 from kube_scale_exporter.collectors.imagepull_events import EVENT_FIELDS, event_summary
 from testbed.builds import (
     kube_binary,
@@ -354,7 +353,7 @@ def relist_cost(fleet):
     client = kube.KubeClient(kube.load(fleet.kubeconfig))
     events = kube.Resource("/api/v1", "events")
     cases = {
-        "nodes": (kube.NODES, NODE_FIELDS.then(node_shape), {}),
+        "nodes": (kube.NODES, kube.NODE_SHAPE, {}),
         "Pulled events": (
             events,
             EVENT_FIELDS.then(event_summary),

@@ -3,5 +3,5 @@
 {
   nodeSeries: 45,
   etcdNodeSeries: 180,
-  clusterSeries: 500,
+  clusterSeries: 900,
 }

@@ -33,6 +33,8 @@ The whole interface a collector needs:
   source the CLI hands the Scraper: every scrape carries the health of the informers the
   collectors return from `informers()`, even when a collector fails.
 - `parse_quantity`, `pod_requests`: resource quantities as exact Decimals.
+- `NODE_SHAPE` (a nodes informer's transform), `distinct_shapes(nodes)`, `fits_some(requests,
+  shapes)`: the nodes' distinct allocatable vectors and the fit check (kube/shapes.py).
 - `KubeClient.get(path, params)` for a one-off read (e.g. /version); scrapes must not use it.
 
 Timeouts: 5 s connect and 30 s read on every request; watches ask the server to close them
@@ -62,11 +64,14 @@ _FROM = {
     "Informer": "informer",
     "for_node": "informer",
     "NODES": "resource",
+    "NODE_SHAPE": "shapes",
     "PODS": "resource",
     "PRIORITY_CLASSES": "resource",
     "Resource": "resource",
     "parse_quantity": "quantity",
     "pod_requests": "quantity",
+    "distinct_shapes": "shapes",
+    "fits_some": "shapes",
 }
 
 
@@ -89,11 +94,14 @@ __all__ = [
     "KubeClient",
     "KubeConfig",
     "NODES",
+    "NODE_SHAPE",
     "PODS",
     "PRIORITY_CLASSES",
     "Resource",
     "add_arguments",
     "client_from_args",
+    "distinct_shapes",
+    "fits_some",
     "for_node",
     "health_families",
     "load",

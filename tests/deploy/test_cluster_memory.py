@@ -11,6 +11,7 @@ import os
 import pytest
 
 from kube_scale_exporter.collectors.balloon.collector import MAX_CACHED_OBJECTS
+from kube_scale_exporter.collectors.capacitybuffer import collector as capacitybuffer
 from kube_scale_exporter.collectors.imagepull_events import MAX_CACHED_EVENTS
 from tests.deploy.conftest import REPO, deployment_memory_limit
 
@@ -42,15 +43,21 @@ def test_the_cluster_deployment_holds_every_cache_at_its_default_cap():
     pod = per_object_mib("pods", "pod_fields")
     event = per_object_mib("events", "event_fields")
     # balloon: pods, nodes and PriorityClasses, each capped at MAX_CACHED_OBJECTS. A node
-    # kept as NODE_FIELDS (allocatable) or a PriorityClass (its value) is smaller than a
+    # kept as kube.NODE_SHAPE (allocatable) or a PriorityClass (its value) is smaller than a
     # Running pod as POD_FIELDS keeps it, so the pod's figure bounds all three.
     balloon = 3 * MAX_CACHED_OBJECTS * pod
     # imagepull_events: the Pulled and the Failed watches, each capped.
     events = 2 * MAX_CACHED_EVENTS * event
-    worst = rest_rss_mib() + balloon + events
+    # capacitybuffer: buffers, PodTemplates and events on buffers at its cap, and nodes at
+    # theirs. Taken at a balloon pod's figure: a buffer as BUFFER_FIELDS keeps it (refs,
+    # limits, three conditions) and a PodTemplate as TEMPLATE_FIELDS (its requests) are
+    # assumed no larger (not measured on their own).
+    buffers = (3 * capacitybuffer.MAX_CACHED_OBJECTS + capacitybuffer.MAX_CACHED_NODES) * pod
+    worst = rest_rss_mib() + balloon + events + buffers
     limit = deployment_memory_limit() / MIB
     assert worst <= limit, (
         f"at the default caps the cluster exporter may hold {worst:.0f} MiB "
-        f"(at rest {rest_rss_mib():.0f}, balloon {balloon:.0f}, events {events:.0f}): "
+        f"(at rest {rest_rss_mib():.0f}, balloon {balloon:.0f}, events {events:.0f}, "
+        f"capacitybuffer {buffers:.0f}): "
         f"over deploy/base's {limit:.0f} MiB limit"
     )

@@ -45,18 +45,6 @@ POD_FIELDS = kube.Fields(
     }
 )
 PRIORITY_CLASS_FIELDS = kube.Fields({"value": True})
-NODE_FIELDS = kube.Fields({"status": ("allocatable",)})
-
-
-def _node_allocatable(node):
-    """Only what the fit check needs, parsed once per node update on the informer's
-    thread: a 7,500-node cache stays a few MB and a scrape parses nothing."""
-    meta = node.get("metadata") or {}
-    alloc = (node.get("status") or {}).get("allocatable") or {}
-    return {
-        "metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion")},
-        "allocatable": tuple(sorted((name, kube.parse_quantity(q)) for name, q in alloc.items())),
-    }
 
 
 class BalloonCollector(Collector):
@@ -148,7 +136,7 @@ class BalloonCollector(Collector):
         self.nodes = kube.Informer(
             self.client,
             kube.NODES,
-            transform=NODE_FIELDS.then(_node_allocatable),
+            transform=kube.NODE_SHAPE,
             max_objects=cap,
         )
         self._informers = [self.pods, self.classes, self.nodes]
@@ -160,10 +148,6 @@ class BalloonCollector(Collector):
     def informers(self):
         return list(self._informers)
 
-    def _allocatables(self):
-        """Distinct node allocatable vectors (node pools share a few shapes)."""
-        return [dict(shape) for shape in {node["allocatable"] for node in self.nodes.items()}]
-
     def observe(self) -> BalloonState:
         deadline = time.monotonic() + SYNC_WAIT_SECONDS
         for informer in self._informers:
@@ -171,7 +155,11 @@ class BalloonCollector(Collector):
                 raise RuntimeError(f"no {informer.resource.plural} from the API server yet")
             informer.check_cache()
         s = summarize(
-            self.pods.items(), self.classes.items(), self._allocatables(), time.time(), self.cutoff
+            self.pods.items(),
+            self.classes.items(),
+            kube.distinct_shapes(self.nodes.items()),
+            time.time(),
+            self.cutoff,
         )
         return BalloonState(s, self.preemptions.count, self.selector, self.cutoff)
 

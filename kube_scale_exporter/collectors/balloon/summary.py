@@ -73,9 +73,7 @@ def _add_pod(s, pod, classes, held, fits_cache, node_allocatables, now, cutoff):
         s.misconfigured["no_requests"] += 1
     key = tuple(sorted(requests.items()))
     if key not in fits_cache:
-        fits_cache[key] = any(
-            all(v <= alloc.get(r, 0) for r, v in requests.items()) for alloc in node_allocatables
-        )
+        fits_cache[key] = kube.fits_some(requests, node_allocatables)
     if node_allocatables and not fits_cache[key]:
         s.misconfigured["requests_fit_no_node"] += 1
 
