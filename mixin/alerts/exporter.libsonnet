@@ -60,7 +60,7 @@ local text = import '../lib/alerts.libsonnet';
             'for': c.exporterDownFor,
             labels: { severity: c.warningSeverity },
             annotations: {
-              summary: 'kube-scale-exporter has no target to scrape; what it watches is unseen.',
+              summary: 'No kube-scale-exporter target to scrape: what it watches is unseen.',
               description: ('{{ if $labels.mode }}No {{ $labels.mode }}-mode kube-scale-exporter target exists in cluster {{ $labels.%(clusterLabel)s }} while the other mode reports: its pods are Pending, evicted or gone.'
                             + '{{ else if $labels.%(clusterLabel)s }}Cluster {{ $labels.%(clusterLabel)s }} reported kube-scale-exporter targets in the last %(notObservedLookback)s and has none now: its install was removed (pruned, its namespace deleted) or its scrape configuration lost.'
                             + '{{ else }}No kube-scale-exporter target exists at all (no `up` series for %(exporterSelector)s).{{ end }}') % c,
@@ -122,7 +122,7 @@ local text = import '../lib/alerts.libsonnet';
             'for': c.seriesBudgetFor,
             labels: { severity: c.warningSeverity },
             annotations: {
-              summary: 'kube-scale-exporter exposes more series per target than budgeted.',
+              summary: 'A kube-scale-exporter target exposes more series than budgeted.',
               description: 'The largest {{ $labels.job }} target over its budget exposes {{ $value }} samples per scrape; over budget: '
                            + text.examples(overBudget, job, target, c.alertExamples, 'instance') + '.',
             },
