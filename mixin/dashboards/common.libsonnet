@@ -11,6 +11,11 @@ local g = import '../lib/grafana.libsonnet';
     local m = [x for x in matchers if x != ''];
     if m == [] then '' else '{' + std.join(', ', m) + '}',
 
+  // Thresholds as panel descriptions quote them, from the same knobs the panels draw.
+  percent(ratio):: '%g%%' % (ratio * 100),
+  minutes(seconds):: '%g minutes' % (seconds / 60),
+  milliseconds(seconds):: '%g ms' % (seconds * 1000),
+
   variables(c, extra=[])::
     [g.datasourceVariable(c.datasourceName)]
     + (

@@ -11,22 +11,26 @@ local thresholdSteps(steps) = {
   ],
 };
 
-local panel(type, title, targets, unit, description, thresholds, width) = {
-  type: type,
-  title: title,
-  description: description,
-  datasource: datasource,
-  targets: [targets[i] { refId: std.char(std.codepoint('A') + i) } for i in std.range(0, std.length(targets) - 1)],
-  fieldConfig: {
-    defaults: {
-      unit: unit,
-      thresholds: thresholdSteps(thresholds),
+// Every panel says what it shows, what is normal and what to do when it is not: whoever
+// opens the dashboard at 3 a.m. reads it there (the "i" beside the title), not in the docs.
+local panel(type, title, targets, unit, description, thresholds, width) =
+  assert std.length(std.stripChars(description, ' \n')) > 0 : 'panel "%s" has no description' % title;
+  {
+    type: type,
+    title: title,
+    description: std.rstripChars(description, '\n'),
+    datasource: datasource,
+    targets: [targets[i] { refId: std.char(std.codepoint('A') + i) } for i in std.range(0, std.length(targets) - 1)],
+    fieldConfig: {
+      defaults: {
+        unit: unit,
+        thresholds: thresholdSteps(thresholds),
+      },
+      overrides: [],
     },
-    overrides: [],
-  },
-  // Consumed by `dashboard` for the layout, then removed.
-  width:: width,
-};
+    // Consumed by `dashboard` for the layout, then removed.
+    width:: width,
+  };
 
 {
   // A range query; `legend` is Grafana's legendFormat ({{label}} placeholders).
@@ -177,7 +181,9 @@ local panel(type, title, targets, unit, description, thresholds, width) = {
       title: title,
       description: description,
       tags: tags,
-      editable: true,
+      // Generated, and provisioned from files or ConfigMaps: an edit made in Grafana is lost
+      // at the next sync. Change the jsonnet, or save a copy under another uid.
+      editable: false,
       graphTooltip: 1,
       refresh: refresh,
       schemaVersion: 39,
