@@ -10,10 +10,10 @@ Nothing in the exporter reads them: they are what a version of it promises Prome
 
 # A node pod with the default node collectors: their entries below, the health of its pod
 # watch (3) and the exporter's own series (build_info, success and duration per collector).
-NODE_SERIES = 45
+NODE_SERIES = 60
 # A node pod on an etcd node (--etcd.local) also reports its member: the node's series,
 # etcd's node entry and etcd's own success and duration, with room to spare.
-ETCD_NODE_SERIES = 180
+ETCD_NODE_SERIES = 200
 # The cluster Deployment with every cluster collector on, at the size of
 # COLLECTOR_SERIES' cluster entries, with room for a larger etcd.
 CLUSTER_SERIES = 900
@@ -30,7 +30,10 @@ COLLECTOR_SERIES = {
     "neighbor_gc": {"node": 2},
     # 12 under the kubelet's default re-verification policy, 13 with the allowlist's size
     # under NeverVerifyAllowlistedImages; and 1 more with --image-pull.preload (opt-in).
-    "imagepull": {"node": 13},
+    # Registry mirrors add 5 (containerd's version, pull path, config_path, directories
+    # unlisted and unreadable) and one a registry host directory, at most 10
+    # (containerd/hostsdir.py MAX_DIRS).
+    "imagepull": {"node": 28},
     # node: the local member with --etcd.local-access=full, 28, and beside the leader one
     # key count per resource (--etcd.keys-max-resources, default 100), other and the
     # timestamp (25 without the key); cluster: 27 per member, and the key counts.

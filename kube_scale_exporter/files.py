@@ -27,6 +27,13 @@ TOKEN_BYTES = 64 << 10
 # containerd's config.toml and each drop-in it imports: a few KB; `containerd config
 # default` writes ~12 KB. Read every scrape by imagepull (containerd/config.py).
 CONTAINERD_CONFIG_BYTES = 256 << 10
+# A registry's hosts.toml: a server line and a few [host] tables, under 1 KB (Spegel
+# writes ~100 bytes a mirror target). Read every scrape for each registry directory listed
+# (containerd/hostsdir.py).
+HOSTS_TOML_BYTES = 64 << 10
+# containerd's binary, read once per change for its Go build info (containerd/buildinfo.py):
+# 40-55 MB for 1.7 to 2.4.
+CONTAINERD_BINARY_BYTES = 256 << 20
 # --web.config.file: TLS file paths and ~70 bytes per basic-auth user; parsed again on
 # every change while serving.
 WEB_CONFIG_BYTES = 1 << 20

@@ -19,6 +19,10 @@ version bump there moves the setup step, the tests and the benches together:
                                     (.ci/setup.d/48-cluster-autoscaler.sh),
                                     $CLUSTER_AUTOSCALER_BIN
     helm_binary()                   Helm 4 (.ci/setup.d/48-helm.sh), $HELM_BIN
+    crictl_binary(), spegel_binary()
+                                    crictl (cri-tools) and Spegel, the latter from
+                                    ../shared/third_party (.ci/setup.d/54-registry-mirrors.sh),
+                                    $CRICTL_BIN, $SPEGEL_BIN
     jb_binary()                     jsonnet-bundler (.ci/setup.d/49-mixin-tools.sh), $JB_BIN
     go_jsonnet_binary("jsonnet")    go-jsonnet's jsonnet and jsonnetfmt (the same step),
                                     $GO_JSONNET_DIR
@@ -147,6 +151,24 @@ def kwok_binary() -> str:
 
 def helm_version() -> str:
     return pinned("helm", "helm.sh/helm/v4")
+
+
+def crictl_version() -> str:
+    return pinned("cri-tools", "sigs.k8s.io/cri-tools")
+
+
+def crictl_binary() -> str:
+    default = CACHE / f"cri-tools-{crictl_version()}" / "crictl"
+    return cached_binary("CRICTL_BIN", default, "setup.d/54-registry-mirrors.sh")
+
+
+# Spegel is not served by the Go module proxy: its tarball's version, as the setup step has it.
+SPEGEL_VERSION = "0.7.4"
+
+
+def spegel_binary() -> str:
+    default = CACHE / f"spegel-v{SPEGEL_VERSION}" / "spegel"
+    return cached_binary("SPEGEL_BIN", default, "setup.d/54-registry-mirrors.sh")
 
 
 def helm_binary() -> str:

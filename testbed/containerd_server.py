@@ -32,6 +32,7 @@ TRIXIE = os.environ.get("CONTAINERD17_DIR", str(builds.CACHE / "containerd-trixi
 # The .ci/setup.d step that puts each there.
 SETUP_STEPS = {
     "1.7": "52-containerd-trixie.sh",
+    "2.1": "50-containerd.sh",
     "2.3": "50-containerd.sh",
     "2.4": "50-containerd.sh",
 }
@@ -77,6 +78,20 @@ disabled_plugins = [{disabled}]
 # `exec` keeps one PID from unshare to containerd: tests stop and pause it by PID. `-n`: no
 # /run/mount/utab written on the host's /run before the tmpfs covers it.
 PRIVATE_RUN = 'mount -n -t tmpfs -o mode=0755 kse-containerd-run /run && exec "$@"'
+# With `etc_dir`: also /etc as an overlay on that tmpfs, and the two registry host roots of
+# containerd 2.2+'s default config_path bound from ETC/containerd/certs.d and
+# ETC/docker/certs.d, so a test writes what containerd reads there without touching the
+# host's /etc.
+PRIVATE_ETC = (
+    "mount -n -t tmpfs -o mode=0755 kse-containerd-run /run"
+    " && mkdir -p /run/kse-etc/u /run/kse-etc/w"
+    " && mount -n -t overlay kse-etc -o lowerdir=/etc,upperdir=/run/kse-etc/u,"
+    "workdir=/run/kse-etc/w /etc"
+    " && mkdir -p /etc/containerd/certs.d /etc/docker/certs.d"
+    ' && mount -n --bind "$KSE_ETC/containerd/certs.d" /etc/containerd/certs.d'
+    ' && mount -n --bind "$KSE_ETC/docker/certs.d" /etc/docker/certs.d'
+    ' && exec "$@"'
+)
 
 
 def bin_dir(line: str) -> str:
@@ -138,12 +153,16 @@ class ContainerdServer:
         cri=False,
         imports=(),
         metrics_address=None,
+        etc_dir=None,
     ):
         """bin_dir: where containerd and ctr are (default: the default line, or
         $KSE_CONTAINERD_DIR); `version`: the config's (default the newest that containerd
         writes); `extra` is TOML appended to the config, e.g. pull settings; `cri` keeps
         the CRI plugin on (its pull settings are then in `config dump`);
-        `metrics_address` (HOST:PORT) serves containerd's /v1/metrics there."""
+        `metrics_address` (HOST:PORT) serves containerd's /v1/metrics there; `etc_dir`:
+        what containerd sees of /etc/containerd/certs.d and /etc/docker/certs.d
+        (PRIVATE_ETC)."""
+        self.etc_dir = etc_dir
         self.cri, self.imports = cri, list(imports)
         self.workdir = str(workdir)
         self.bin_dir = bin_dir or default_bin_dir()
@@ -187,10 +206,17 @@ class ContainerdServer:
             f.write(self._config_text())
         # In "/", as systemd starts it: containerd 1.x resolves a relative import
         # against its working directory.
+        env = None
+        if self.etc_dir:
+            for root in ("containerd", "docker"):
+                os.makedirs(os.path.join(self.etc_dir, root, "certs.d"), exist_ok=True)
+            env = {**os.environ, "KSE_ETC": str(self.etc_dir)}
+        script = PRIVATE_ETC if self.etc_dir else PRIVATE_RUN
         self.proc = Proc(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE_RUN, "sh"]
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
             + [require(self.containerd), "--config", self.config],
             os.path.join(self.workdir, "containerd.log"),
+            env=env,
             cwd="/",
         )
         deadline = time.monotonic() + timeout

@@ -26,7 +26,10 @@ storage:
     rootdirectory: {root}
 http:
   addr: 127.0.0.1:{port}
-"""
+{proxy}"""
+# A pull-through cache: what it does not hold it fetches from this registry.
+PROXY = "proxy:\n  remoteurl: {url}\n"
+
 
 LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
@@ -48,8 +51,10 @@ def random_layer(size: int) -> bytes:
 
 
 class RegistryServer:
-    def __init__(self, workdir, port=None):
+    def __init__(self, workdir, port=None, proxy_remote=None):
+        """proxy_remote: the URL of the registry this one caches (a pull-through cache)."""
         self.workdir = str(workdir)
+        self.proxy_remote = proxy_remote
         self._fixed_port = port
         self._use_port(port or free_port())
         self.proc = None
@@ -70,8 +75,11 @@ class RegistryServer:
         def start(port):
             self._use_port(port)
             with open(config, "w") as f:
-                f.write(CONFIG.format(root=os.path.join(self.workdir, "storage"), port=port))
+                proxy = PROXY.format(url=self.proxy_remote) if self.proxy_remote else ""
+                storage = os.path.join(self.workdir, "storage")
+                f.write(CONFIG.format(root=storage, port=port, proxy=proxy))
             log = os.path.join(self.workdir, f"registry-{port}.log")
+            self.log_path = log
             return Proc([REGISTRY, "serve", config], log)
 
         if self._fixed_port:
@@ -141,6 +149,18 @@ class RegistryServer:
             "layer_sizes": [layer["size"] for layer in layers],
             "size": sum(layer["size"] for layer in layers) + len(config) + len(manifest),
         }
+
+    def requests_from(self, agent: str, repo: str) -> list[str]:
+        """The access log's lines (combined log format, written whatever the log level)
+        for `repo` whose user agent starts with `agent` (containerd's: `containerd/`)."""
+        with open(self.log_path, errors="replace") as f:
+            return [
+                line
+                for line in f
+                if f'"{agent}' in line
+                and f" /v2/{repo}/" in line
+                and ('"GET ' in line or '"HEAD ' in line)
+            ]
 
     def stop(self):
         if self.proc:

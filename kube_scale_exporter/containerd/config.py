@@ -38,6 +38,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 
+from kube_scale_exporter.containerd import hostsdir
 from kube_scale_exporter.durations import go_duration
 from kube_scale_exporter.files import CONTAINERD_CONFIG_BYTES, FileRefused, read_capped
 
@@ -77,6 +78,15 @@ class PullSettings:
     fallback: str | None = None  # why 2.x pulls itself though use_local_image_pull is false
     files: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()  # imports not found (containerd would not start): not mounted?
+    # Which pull the CRI takes: transfer, local, or unknown (a version 2 file, the version
+    # not known: 1.x pulls locally, 2.x through the transfer service); why (PULL_REASONS).
+    pull_path: str = "local"
+    pull_reason: str = "containerd_1"
+    # The CRI's registry config_path in force and who set it (config_path_in_force).
+    config_path: str | None = ""
+    config_path_set_by: str = "none"
+    major: int | None = 1  # the major version read for; None: a version 2 file, not known
+    config_version: int = 2  # the main file's
 
 
 def read_file(path: str) -> bytes:
@@ -203,30 +213,69 @@ FALLBACKS = (
     ("max_concurrent_downloads", lambda v: v != DEFAULT_DOWNLOADS, None),
     ("image_pull_with_sync_fs", lambda v: v is True, "image_pull_with_sync_fs = true"),
 )
+# Why the CRI pulls the way it does (the pull path's `reason` label, a fixed set): 2.x's
+# default, the setting, each fallback by the key containerd logs, or 1.x (local only).
+PULL_REASONS = (
+    "default",
+    "use_local_image_pull",
+    "disable_snapshot_annotations",
+    "discard_unpacked_layers",
+    "registry_mirrors",
+    "registry_configs",
+    "registry_auths",
+    "max_concurrent_downloads",
+    "image_pull_with_sync_fs",
+    "containerd_1",
+    "version_unknown",
+)
 
 
-def _fallback(images: dict) -> str | None:
-    """Which images plugin setting makes containerd 2's CRI pull without the transfer
-    service, None when none does."""
+def _fallback(images: dict) -> tuple[str, str] | None:
+    """(what containerd logs, the reason label) of the images plugin setting that makes
+    containerd 2's CRI pull without the transfer service, None when none does."""
     for key, present, said in FALLBACKS:
         if key in images and present(images[key]):
-            return said or f"{key} = {images[key]!r}"
+            text = said or f"{key} = {images[key]!r}"
+            return text, text.split(" = ")[0].replace(".", "_")
     return None
 
 
-def settings(path: str, version: tuple[int, int] | None) -> PullSettings:
-    """The pull settings containerd `version` (major, minor) reads from `path`; None:
-    unknown, decided by the main file's version (3 and 4 are containerd 2, read as
-    2.3+)."""
+def _registry(images: dict, where: str) -> tuple[str, bool]:
+    """(registry.config_path as written, "" when unset; whether legacy mirrors are set)."""
+    registry = _table(images, "registry")
+    value = registry.get("config_path", "")
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} registry.config_path is {value!r}, not a path list")
+    return value, bool(_table(registry, "mirrors"))
+
+
+def config_path_in_force(value: str, mirrors: bool, major, minor) -> tuple[str | None, str]:
+    """(the CRI's config_path in force, set by: config, default, none or unknown). Unset,
+    it is empty on 1.x and 2.0-2.1 and, from 2.2, DEFAULT_CONFIG_PATH unless legacy
+    mirrors are set (containerd's plugins/cri/images); None when that turns on a version
+    not known (`major` or `minor` None)."""
+    if value:
+        return value, "config"
+    if mirrors or major == 1 or (major == 2 and minor is not None and minor < 2):
+        return "", "none"
+    if major is None or minor is None:
+        return None, "unknown"
+    return hostsdir.DEFAULT_CONFIG_PATH, "default"
+
+
+def settings(path: str, version: tuple[int, int | None] | None) -> PullSettings:
+    """The pull settings containerd `version` (major, minor; minor None when only the
+    major is known) reads from `path`; None: unknown, decided by the main file's version
+    (3 and 4 are containerd 2, read as 2.3+; 4 is 2.3+)."""
     main_version = _version(path, _load(path))
-    if version is None:
-        version = (2, 3) if main_version >= 3 else None
-    major = version[0] if version else 1
+    major = version[0] if version else (2 if main_version >= 3 else None)
+    minor = version[1] if version else (3 if main_version >= 4 else None)
+    rules = (major, minor) if major and minor is not None else (2, 3) if major == 2 else None
     missing: list[str] = []
-    files = load_files(path, missing, major)
+    files = load_files(path, missing, rules[0] if rules else 1)
     versions = [_version(name, doc) for name, doc in files]
     found = {"files": tuple(name for name, _ in files), "missing": tuple(missing)}
-    if major < 2:
+    if rules is None or rules[0] < 2:
         if main_version != 2:
             raise ConfigError(
                 f"{path}: config version {main_version!r}; containerd 1.x "
@@ -239,17 +288,38 @@ def settings(path: str, version: tuple[int, int] | None) -> PullSettings:
         cri = _table(plugins, CRI_V2)
         where = f'{path}: [plugins."{CRI_V2}"]'
         timeout = None
-        if version is not None:
-            timeout = _timeout(cri, where) if version >= (1, 7) else 0.0
+        if rules is not None:
+            timeout = _timeout(cri, where) if rules >= (1, 7) else 0.0
+        value, mirrors = _registry(cri, where)
+        pull = ("local", "containerd_1")
+        if major is None:
+            # 1.x or 2.x: local on both only when 2.x would fall back (or is told to).
+            as_2 = _migrated({"plugins": plugins})
+            fallback = _fallback(as_2)
+            pull = ("unknown", "version_unknown")
+            if as_2.get("use_local_image_pull") is True:
+                pull = ("local", "use_local_image_pull")
+            elif fallback:
+                pull = ("local", fallback[1])
+        config_path, set_by = config_path_in_force(value, mirrors, major, minor)
         return PullSettings(
-            _downloads(cri, where), timeout, f"plugins.'{CRI_V2}'.max_concurrent_downloads", **found
+            _downloads(cri, where),
+            timeout,
+            f"plugins.'{CRI_V2}'.max_concurrent_downloads",
+            pull_path=pull[0],
+            pull_reason=pull[1],
+            config_path=config_path,
+            config_path_set_by=set_by,
+            major=major,
+            config_version=main_version,
+            **found,
         )
-    newest = NEWEST_VERSION if version >= (2, 3) else 3
+    newest = NEWEST_VERSION if rules >= (2, 3) else 3
     for (name, _), file_version in zip(files, versions, strict=True):
         if file_version < 2 or file_version > newest:
             raise ConfigError(
                 f"{name}: config version {file_version}; containerd "
-                f"{version[0]}.{version[1]} reads versions 2 to {newest}"
+                f"{rules[0]}.{rules[1]} reads versions 2 to {newest}"
             )
     merged: dict = {}
     if newest == NEWEST_VERSION:
@@ -270,21 +340,35 @@ def settings(path: str, version: tuple[int, int] | None) -> PullSettings:
     plugins = _table(merged, "plugins")
     where = f'{path}: [plugins."{IMAGES}"]'
     timeout = _timeout(images, where)
-    fallback = None if images.get("use_local_image_pull") is True else _fallback(images)
-    if images.get("use_local_image_pull") is True or fallback:
+    value, mirrors = _registry(images, where)
+    config_path, set_by = config_path_in_force(value, mirrors, 2, minor)
+    registry = {
+        "config_path": config_path,
+        "config_path_set_by": set_by,
+        "major": 2,
+        "config_version": main_version,
+        **found,
+    }
+    local = images.get("use_local_image_pull") is True
+    fallback = None if local else _fallback(images)
+    if local or fallback:
         return PullSettings(
             _downloads(images, where),
             timeout,
             f"plugins.'{IMAGES}'.max_concurrent_downloads",
-            fallback=fallback,
-            **found,
+            fallback=fallback[0] if fallback else None,
+            pull_path="local",
+            pull_reason=fallback[1] if fallback else "use_local_image_pull",
+            **registry,
         )
     return PullSettings(
         _downloads(_table(plugins, TRANSFER), f'{path}: [plugins."{TRANSFER}"]'),
         timeout,
         f"plugins.'{TRANSFER}'.max_concurrent_downloads",
         transfer=True,
-        **found,
+        pull_path="transfer",
+        pull_reason="default",
+        **registry,
     )
 
 

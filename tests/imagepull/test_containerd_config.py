@@ -284,11 +284,21 @@ def test_a_missing_import_stops_containerd_and_is_listed():
 @pytest.mark.unit
 def test_version_unknown_decides_by_the_file(tmp_path):
     """With the ingest source containerd's version is unknown: a version 2 file is read as
-    1.x's, 3 and 4 as 2.3+'s."""
+    1.x's, 3 and 4 as 2.3+'s. The pull is local on both lines here (2.x falls back for
+    max_concurrent_downloads = 5); the config_path in force is not known (unset: empty on
+    1.x and 2.0-2.1, a list of two from 2.2)."""
     path = tmp_path / "config.toml"
     path.write_text(f"version = 2\n[plugins.{CRI}]\n  max_concurrent_downloads = 5\n")
     assert config.settings(str(path), None) == config.PullSettings(
-        5, None, "plugins.'io.containerd.grpc.v1.cri'.max_concurrent_downloads", files=(str(path),)
+        5,
+        None,
+        "plugins.'io.containerd.grpc.v1.cri'.max_concurrent_downloads",
+        files=(str(path),),
+        pull_path="local",
+        pull_reason="max_concurrent_downloads",
+        config_path=None,
+        config_path_set_by="unknown",
+        major=None,
     )
     for version in (3, 4):
         path.write_text(

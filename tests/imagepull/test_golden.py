@@ -10,6 +10,7 @@ from kube_scale_exporter.collectors.imagepull.pods import images_failing, images
 from kube_scale_exporter.collectors.imagepull.state import combine, families
 from kube_scale_exporter.containerd.client import ContentInfo, Ingest
 from kube_scale_exporter.containerd.config import PullSettings
+from kube_scale_exporter.containerd.hostsdir import DEFAULT_CONFIG_PATH, HostDirs, RegistryDir
 from kube_scale_exporter.containerd.pulls import ManifestIndex, group
 from kube_scale_exporter.containerd.reference import parse
 from testbed.golden import assert_golden, series_count
@@ -136,6 +137,31 @@ CONTAINERD = PullSettings(
     max_concurrent_downloads=3,
     progress_timeout=300.0,
     downloads_key="plugins.'io.containerd.transfer.v1.local'.max_concurrent_downloads",
+    transfer=True,
+    files=("/etc/containerd/config.toml",),
+    pull_path="transfer",
+    pull_reason="default",
+    config_path=DEFAULT_CONFIG_PATH,
+    config_path_set_by="default",
+    major=2,
+    config_version=4,
+)
+# containerd 2.4 with a stock config (config_path unset: 2.2+'s default list) and Spegel's
+# mirrors for two registries in /etc/containerd/certs.d: the transfer service ignores both.
+SPEGEL = {
+    "mirrors": 2,
+    "writer": "spegel",
+    "verdict": "ignored",
+    "reason": "transfer_path_colon_list",
+}
+HOST_DIRS = HostDirs(
+    DEFAULT_CONFIG_PATH,
+    "default",
+    ("/etc/containerd/certs.d", "/etc/docker/certs.d"),
+    [
+        RegistryDir("/etc/containerd/certs.d", "docker.io", "docker.io", **SPEGEL),
+        RegistryDir("/etc/containerd/certs.d", "ghcr.io", "ghcr.io", **SPEGEL),
+    ],
 )
 
 
@@ -162,13 +188,20 @@ def state():
         PRELOAD,
         failing=images_failing(PODS),
         containerd=CONTAINERD,
+        containerd_major=(2, "config"),
+        host_dirs=HOST_DIRS,
     )
 
 
 def test_golden_exposition():
     assert datetime.fromtimestamp(NOW - 3600, UTC).isoformat() == "2027-01-15T07:00:00+00:00"
     text = assert_golden("imagepull", families(state()))
-    assert series_count(text) == 14
+    assert series_count(text) == 21
+    assert (
+        'kubescale_containerd_registry_mirror_hosts{reason="transfer_path_colon_list",'
+        'registry="docker.io",root="/etc/containerd/certs.d",upstream_last="true",'
+        'verdict="ignored",writer="spegel"} 2.0'
+    ) in text
     assert 'verification_policy{policy="NeverVerifyAllowlistedImages"} 1.0' in text
 
 
@@ -185,12 +218,27 @@ def test_golden_input_reads_as_documented():
 def test_findings_advise_parallel_pulls_for_a_serialized_backlog():
     advice = advise(state())
     warnings = [f for f in advice if f.severity == "warning"]
-    assert [f.summary.split(" ")[0] for f in warnings] == ["serializeImagePulls", "1", "1"]
+    assert [f.summary.split(" ")[0] for f in warnings] == [
+        "serializeImagePulls",
+        "1",
+        "/etc/containerd/certs.d/docker.io:",
+        "/etc/containerd/certs.d/ghcr.io:",
+        "1",
+    ]
     serialized = warnings[0]
     assert "2 image(s) wait for a pull slot behind 3 pull(s)" in serialized.summary
     assert "serializeImagePulls: false" in serialized.advice
     assert "maxParallelImagePulls" in serialized.advice
-    assert "nvcr.io/nvidia/cuda:12.4.0" in warnings[2].advice
+    assert "nvcr.io/nvidia/cuda:12.4.0" in warnings[4].advice
+    mirror = warnings[2]
+    assert mirror.summary == (
+        "/etc/containerd/certs.d/docker.io: 2 mirror(s), written by spegel, that containerd "
+        "ignores (transfer_path_colon_list)"
+    )
+    assert "[plugins.'io.containerd.cri.v1.images'.registry]\n" in mirror.advice
+    assert 'config_path = "/etc/containerd/certs.d"' in mirror.advice
+    assert "use_local_image_pull = true" in mirror.advice
+    assert "since 2.2 containerd's built-in default" in mirror.advice
 
 
 def test_no_serialized_backlog_warning_without_a_pull_in_progress():

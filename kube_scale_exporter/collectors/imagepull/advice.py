@@ -113,6 +113,7 @@ def advise(state: PullState) -> list[Finding]:
         )
     found += _verification(state)
     found += _containerd(state)
+    found += _mirrors(state)
     if state.failing:
         found.append(
             Finding(
@@ -316,3 +317,108 @@ def _verification(state: PullState) -> list[Finding]:
             advice,
         )
     ]
+
+
+def _registry_table(settings) -> str:
+    """Where the CRI's registry settings go in this config's version."""
+    if settings.config_version >= 3:
+        return "[plugins.'io.containerd.cri.v1.images'.registry]"
+    return '[plugins."io.containerd.grpc.v1.cri".registry]'
+
+
+def _fix(d, settings, dirs) -> str:
+    """The one change that makes containerd read directory `d`, in its config's syntax."""
+    table = _registry_table(settings)
+    one_dir = (
+        f"In containerd's config ({settings.files[0] if settings.files else 'config.toml'}) "
+        f'set\n  {table}\n    config_path = "{d.root}"\nand restart containerd'
+    )
+    if d.reason == "transfer_path_colon_list":
+        text = (
+            f"containerd 2's transfer service reads config_path ({dirs.config_path}) as one "
+            "directory, a path that does not exist, so every pull goes to the upstream "
+            f"registry. {one_dir} (one directory: both pulls read it)."
+        )
+        if settings.config_version >= 3:
+            text += (
+                "\nOr keep the list and let the CRI pull itself, which splits it:\n"
+                "  [plugins.'io.containerd.cri.v1.images']\n    use_local_image_pull = true"
+            )
+        if dirs.set_by == "default":
+            text += (
+                "\n(config_path is not set: since 2.2 containerd's built-in default is "
+                "/etc/containerd/certs.d:/etc/docker/certs.d, Docker's directory added "
+                "for compatibility, which the transfer service cannot read.)"
+            )
+        return text
+    if d.reason == "no_config_path":
+        if settings.pull_reason == "registry_mirrors":
+            return (
+                "Legacy registry.mirrors are set, so containerd reads no host directory "
+                "(and refuses config_path beside them). Move each mirror into "
+                f"{d.root}/<registry>/hosts.toml, remove registry.mirrors, then: {one_dir}."
+            )
+        return f"config_path is empty, so containerd reads no host directory. {one_dir}."
+    if d.reason == "not_in_config_path":
+        return (
+            f"containerd reads {dirs.config_path}, not {d.root}: move the directory there, or "
+            f"{one_dir[0].lower()}{one_dir[1:]}."
+        )
+    if d.reason == "shadowed":
+        return (
+            f"An earlier directory of config_path ({dirs.config_path}) has {d.name} or "
+            "_default, and the first one found wins: merge the two and remove the other."
+        )
+    if d.reason == "hosts_toml_invalid":
+        return f"containerd logs the error and skips the file: {d.error}"
+    if d.reason == "unreadable":
+        return f"Not read by this exporter: {d.error} (check what is mounted in its pod)."
+    return (
+        "Which directories containerd reads depends on its version, not known here: give "
+        "the exporter --containerd.binary (containerd's binary, mounted read-only), or "
+        f"make it the same on every version: {one_dir}."
+    )
+
+
+def _mirrors(state: PullState) -> list[Finding]:
+    """Per registry host directory: will containerd use its mirrors, and if not, the one
+    change that makes it."""
+    settings, dirs = state.containerd, state.host_dirs
+    if settings is None or dirs is None:
+        return []
+    found = [
+        Finding(
+            "info",
+            f"containerd pulls through its {settings.pull_path} path "
+            f"({settings.pull_reason}); registry config_path "
+            f"{dirs.config_path if dirs.config_path is not None else 'unknown'} "
+            f"({dirs.set_by})",
+        )
+    ]
+    for problem in dirs.problems:
+        found.append(Finding("warning", f"registry host directory not read: {problem}"))
+    for root in dirs.missing_roots:
+        found.append(
+            Finding(
+                "info",
+                f"config_path lists {root}, which is not there (not mounted in this pod?)",
+            )
+        )
+    for d in dirs.dirs:
+        who = f", written by {d.writer}" if d.writer != "other" else ""
+        where = f"{d.root}/{d.name}"
+        if d.verdict == "used":
+            tail = "" if d.upstream_last else "; the registry itself is never tried (server)"
+            found.append(Finding("info", f"{where}: {d.mirrors} mirror(s){who}, used{tail}"))
+        elif d.mirrors or d.reason in ("hosts_toml_invalid", "unreadable"):
+            found.append(
+                Finding(
+                    "warning",
+                    f"{where}: {d.mirrors} mirror(s){who}, that containerd "
+                    f"{'ignores' if d.verdict == 'ignored' else 'may ignore'} ({d.reason})",
+                    _fix(d, settings, dirs),
+                )
+            )
+    if dirs.unlisted:
+        found.append(Finding("info", f"{dirs.unlisted} more registry host directories not listed"))
+    return found

@@ -29,6 +29,8 @@ from kube_scale_exporter.collectors.imagepull.state import (
     most_pulls,
 )
 from kube_scale_exporter.containerd import config as containerd_config
+from kube_scale_exporter.containerd import hostsdir
+from kube_scale_exporter.containerd.buildinfo import BinaryVersionCache, BuildInfoError
 from kube_scale_exporter.containerd.client import DEFAULT_ADDRESS, socket_path
 from kube_scale_exporter.containerd.ingestdir import DEFAULT_INGEST_DIR
 from kube_scale_exporter.containerd.reference import parse
@@ -41,8 +43,13 @@ CONTAINERD_CONFIG_DIR = os.path.dirname(containerd_config.DEFAULT_CONFIG)
 POD_RULES = ({"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},)
 SETTINGS_FILES = (
     HostPath("kubelet-config", DEFAULT_KUBELET_CONFIG, "File"),
-    # The directory, not the file: drop-ins it imports live beside it.
+    # The directory, not the file: drop-ins it imports live beside it, and the registry
+    # host directories of /etc/containerd/certs.d, the first root of 2.2+'s default.
     HostPath("containerd-config", CONTAINERD_CONFIG_DIR, "Directory"),
+    # The second root of 2.2+'s default config_path (Docker's). Most nodes have none:
+    # DirectoryOrCreate leaves an empty directory there, which containerd reads as no
+    # registry configured, as it reads a missing one.
+    HostPath("docker-certs", hostsdir.DEFAULT_ROOTS[1], "DirectoryOrCreate"),
 )
 # --image-pull.source=socket: containerd's socket is node root, so its group is all the pod
 # joins (docs/deploy.md).
@@ -132,12 +139,23 @@ class ImagePullCollector(Collector):
             f"while it is unreadable).",
         )
         group.add_argument(
+            "--containerd.binary",
+            dest="containerd_binary",
+            default=None,
+            metavar="PATH",
+            help="containerd's binary, mounted read-only, for its version when the socket "
+            "is not read (its Go build info: the major version always, the minor when built "
+            "from a released module). Default none: the version comes from the socket, or "
+            "from the config's version (3 and 4 are 2.x's).",
+        )
+        group.add_argument(
             "--kubelet.config-file",
             dest="kubelet_config_file",
             default=None,
             metavar="PATH",
             help=f"The kubelet's config file, mounted read-only (default "
-            f"{DEFAULT_KUBELET_CONFIG}; its series are absent while it is unreadable).",
+            f"{DEFAULT_KUBELET_CONFIG}; its series are absent while it is missing or "
+            f"unreadable).",
         )
         group.add_argument(
             "--image-pull.stall-after",
@@ -185,12 +203,20 @@ class ImagePullCollector(Collector):
                 "--image-pull.preload: needs --image-pull.source=socket (the ingest "
                 "source sees only the images this node's pods use)"
             )
+        # A node without the kubelet's file (another node image, the chart's directory
+        # mount of a path set for the fleet) runs without its series, as at the default
+        # path, and `check` names it; a path that could never be the file is refused.
         path = args.kubelet_config_file
-        if path is not None and not os.path.isfile(path):
-            raise UsageError(f"--kubelet.config-file: no such file: {path!r}")
+        if path is not None and not path.startswith("/"):
+            raise UsageError(f"--kubelet.config-file: expected an absolute path, got {path!r}")
+        if path is not None and os.path.exists(path) and not os.path.isfile(path):
+            raise UsageError(f"--kubelet.config-file: not a regular file: {path!r}")
         path = args.containerd_config
         if path is not None and not os.path.isfile(path):
             raise UsageError(f"--containerd.config: no such file: {path!r}")
+        path = args.containerd_binary
+        if path is not None and not (path.startswith("/") and os.path.isfile(path)):
+            raise UsageError(f"--containerd.binary: no such file (an absolute path): {path!r}")
         for item in cls._preload_items(args):
             try:
                 parse(item)
@@ -207,6 +233,8 @@ class ImagePullCollector(Collector):
         self.preload = [parse(i) for i in self._preload_items(args)]
         self.kubelet = KubeletConfigFile(args.kubelet_config_file or DEFAULT_KUBELET_CONFIG)
         self.containerd_config = args.containerd_config or containerd_config.DEFAULT_CONFIG
+        self.binary = BinaryVersionCache(args.containerd_binary) if args.containerd_binary else None
+        self.binary_error = None
         self.source = SOURCES[args.image_pull_source](args)
         self.pods = None
         self.pods_error = None
@@ -218,7 +246,15 @@ class ImagePullCollector(Collector):
     def observe(self) -> PullState:
         now = time.time()
         ingests = self.source.ingests()  # first: an unreachable source fails the scrape
-        settings, settings_error = self._containerd_settings()
+        version, major = self._version()
+        settings, settings_error = self._containerd_settings(version)
+        if major is None and settings is not None and settings.major is not None:
+            major = (settings.major, "config")
+        dirs = None
+        if settings is not None:
+            dirs = hostsdir.read_host_dirs(
+                settings.config_path, settings.config_path_set_by, settings.pull_path
+            )
         wanted, failing, in_use = self._wanted()
         present = None
         if wanted or self.preload:
@@ -244,15 +280,33 @@ class ImagePullCollector(Collector):
             containerd=settings,
             containerd_error=settings_error,
             by_count=self.source.by_count,
+            containerd_major=major,
+            host_dirs=dirs,
         )
 
-    def _containerd_settings(self):
+    def _version(self):
+        """(containerd's (major, minor or None) for the config rules or None, (major,
+        source) or None): from the socket, else from --containerd.binary's build info."""
+        version = self.source.version()
+        if version is not None:
+            return version, (version[0], "socket")
+        if self.binary is None:
+            return None, None
+        try:
+            found = self.binary.get()
+        except BuildInfoError as exc:
+            self.binary_error = str(exc)
+            return None, None
+        self.binary_error = None
+        return (found.major, found.minor), (found.major, "binary")
+
+    def _containerd_settings(self, version):
         """(PullSettings or None, why not); a config that cannot be read costs its series,
         not the scrape, but one of a version no containerd this exporter knows reads fails
         the collector, naming it (UnknownConfigVersion). The files are read every scrape: a
         few KB, well under 1 ms."""
         try:
-            return containerd_config.settings(self.containerd_config, self.source.version()), None
+            return containerd_config.settings(self.containerd_config, version), None
         except containerd_config.UnknownConfigVersion:
             raise
         except containerd_config.ConfigError as exc:

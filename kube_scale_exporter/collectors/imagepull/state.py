@@ -4,7 +4,9 @@ Sources: containerd's content ingests, images and version (gRPC socket, namespac
 k8s.io; or, with --image-pull.source=ingest, its ingest directory alone) and its config
 file (containerd/config.py), the pods on this node (one watch filtered on spec.nodeName)
 and the kubelet's config file. One series has a label, the kubelet's re-verification
-policy from a fixed set of five values, so a node costs at most fourteen series.
+policy from a fixed set of five values, so these cost a node at most fourteen series; the
+registry mirror series (mirror_families: containerd's version, pull path, config_path and
+one series a registry host directory, containerd/hostsdir.py) at most fifteen more.
 
     # HELP kubescale_image_pulls_in_progress Images downloading now (containerd ingests grouped by manifest; estimated from download slots with --image-pull.source=ingest).
     # TYPE kubescale_image_pulls_in_progress gauge
@@ -68,7 +70,9 @@ from dataclasses import dataclass, field
 from kube_scale_exporter.collectors.imagepull.kubelet import KubeletPullSettings
 from kube_scale_exporter.containerd import pulls as pullmap
 from kube_scale_exporter.containerd.config import PullSettings
+from kube_scale_exporter.containerd.hostsdir import MAX_ROOTS, HostDirs
 from kube_scale_exporter.containerd.reference import Reference
+from kube_scale_exporter.labels import sanitize
 from kube_scale_exporter.metrics import Family, GaugeFamily
 
 
@@ -93,6 +97,10 @@ class PullState:
     pods_error: str | None = None
     containerd: PullSettings | None = None
     containerd_error: str | None = None
+    # containerd's major version and how it is known: socket, binary or config (its
+    # version 3 and 4 are 2.x's alone); None: not known.
+    containerd_major: tuple[int, str] | None = None
+    host_dirs: HostDirs | None = None  # the registry host directories, with containerd's config
     stalled: list[pullmap.Pull] = field(init=False)
     oldest_seconds: float = field(init=False)
 
@@ -129,6 +137,8 @@ def combine(
     containerd_error=None,
     by_count: bool = False,
     kubelet_refused: bool = False,
+    containerd_major=None,
+    host_dirs=None,
 ) -> PullState:
     """Combine the sources into a PullState (pure: the golden test feeds it fixed input).
 
@@ -160,6 +170,8 @@ def combine(
         failing=None if wanted is None else len(failing or ()),
         containerd=containerd,
         containerd_error=containerd_error,
+        containerd_major=containerd_major,
+        host_dirs=host_dirs,
         waiting_since=waiting_since,
         kubelet=kubelet,
         kubelet_error=kubelet_error,
@@ -276,6 +288,7 @@ def families(state: PullState) -> list[Family]:
                     state.containerd.progress_timeout,
                 )
             )
+    out += mirror_families(state)
     if state.preload_missing is not None:
         out.append(
             gauge(
@@ -285,3 +298,80 @@ def families(state: PullState) -> list[Family]:
             )
         )
     return out
+
+
+def _config_path_label(config_path: str | None) -> str:
+    if config_path is None:
+        return ""
+    entries = [sanitize(e) for e in config_path.split(":") if e]
+    return ":".join(entries[:MAX_ROOTS] + (["..."] if len(entries) > MAX_ROOTS else []))
+
+
+def mirror_families(state: PullState) -> list[Family]:
+    """containerd's version, its pull path and registry host directories: whether the
+    mirrors written there (by hand, Spegel, Dragonfly) are used. Absent with the
+    containerd series (an unreadable config)."""
+    out: list[Family] = []
+    if state.containerd_major is not None:
+        major = GaugeFamily(
+            "kubescale_containerd_major_version",
+            "containerd's major version (1 or 2), known from its socket, its binary's Go "
+            "build info, or its config's version (3 and 4 are 2.x's alone).",
+            labels=["source"],
+        )
+        major.add_metric([state.containerd_major[1]], state.containerd_major[0])
+        out.append(major)
+    settings, dirs = state.containerd, state.host_dirs
+    if settings is None or dirs is None:
+        return out
+    path = GaugeFamily(
+        "kubescale_containerd_image_pull_path",
+        "The pull the CRI takes: transfer (2.x's transfer service) or local (1.x; 2.x with "
+        "use_local_image_pull or a fallback), unknown when it depends on a version not "
+        "known; reason: default, use_local_image_pull, the fallback setting, containerd_1 "
+        "or version_unknown. Always 1.",
+        labels=["path", "reason"],
+    )
+    path.add_metric([settings.pull_path, settings.pull_reason], 1.0)
+    config_path = GaugeFamily(
+        "kubescale_containerd_registry_config_path",
+        "The CRI's registry config_path in force (set_by: config, default: 2.2+'s built-in "
+        "/etc/containerd/certs.d:/etc/docker/certs.d, none: empty, unknown: depends on a "
+        "version not known). Always 1.",
+        labels=["config_path", "set_by"],
+    )
+    config_path.add_metric([_config_path_label(dirs.config_path), dirs.set_by], 1.0)
+    mirrors = GaugeFamily(
+        "kubescale_containerd_registry_mirror_hosts",
+        "Mirror hosts (pull or resolve) in a registry host directory's hosts.toml, per "
+        "directory found (at most 10); verdict: used, ignored or unknown, with its reason; "
+        "writer: spegel, dragonfly or other; upstream_last: the registry itself stays the "
+        "last host tried.",
+        labels=["root", "registry", "verdict", "reason", "writer", "upstream_last"],
+    )
+    for d in dirs.dirs:
+        mirrors.add_metric(
+            [
+                sanitize(d.root),
+                sanitize(d.name),
+                d.verdict,
+                d.reason,
+                d.writer,
+                "true" if d.upstream_last else "false",
+            ],
+            d.mirrors,
+        )
+    unlisted = GaugeFamily(
+        "kubescale_containerd_registry_host_dirs_unlisted",
+        "Registry host directories found past the 10 listed (counted up to 1,000 a root).",
+    )
+    unlisted.add_metric([], dirs.unlisted)
+    unreadable = GaugeFamily(
+        "kubescale_containerd_registry_host_dirs_unreadable",
+        "Host directory roots and registry directories this exporter could not read "
+        "(a FIFO, a symlink loop, a file over its cap, no permission); `check` names them.",
+    )
+    unreadable.add_metric(
+        [], len(dirs.problems) + sum(1 for d in dirs.dirs if d.reason == "unreadable")
+    )
+    return [*out, path, config_path, mirrors, unlisted, unreadable]
