@@ -43,14 +43,27 @@ fuzz:
 
 # ruff: lint and the format check (settings in pyproject.toml; `ruff format .` fixes the latter);
 # then pint's offline checks on the generated rule files (.pint.hcl; pint is built by
-# .ci/setup.d/49-mixin-tools.sh, and its online checks run in tests/mixin/test_live.py).
+# .ci/setup.d/49-mixin-tools.sh, and its online checks run in tests/mixin/test_live.py);
+# then the linters mixin users run, built by .ci/setup.d/49-mixin-linters.sh: `mixtool lint`
+# on the mixin (alerts and dashboards) and Grafana's dashboard-linter on each generated
+# dashboard, both with mixin/.lint, whose every exclusion says why (docs/mixin.md).
 RULE_FILES = rules/prometheus_alerts.yaml rules/prometheus_rules.yaml rules/prometheus_selfprotection_alerts.yaml
+DASHBOARD_FILES = $(sort $(wildcard dashboards/*.json))
 lint:
 	ruff check .
 	ruff format --check .
 	@pint=$$($(PYTHON) -m testbed.builds pint_binary) || { echo "lint: pint is missing (above)" >&2; exit 1; }; \
 	echo "$$pint --offline lint --min-severity=info --fail-on=info $(RULE_FILES)"; \
 	"$$pint" --offline --no-color lint --min-severity=info --fail-on=info $(RULE_FILES)
+	@mixtool=$$($(PYTHON) -m testbed.builds mixtool_binary) || { echo "lint: mixtool is missing (above)" >&2; exit 1; }; \
+	echo "$$mixtool lint mixin/mixin.libsonnet"; \
+	"$$mixtool" lint mixin/mixin.libsonnet
+	@linter=$$($(PYTHON) -m testbed.builds dashboard_linter_binary) || { echo "lint: dashboard-linter is missing (above)" >&2; exit 1; }; \
+	echo "$$linter lint --strict --config mixin/.lint DASHBOARD, for each of $(DASHBOARD_FILES)"; \
+	for d in $(DASHBOARD_FILES); do \
+		out=$$("$$linter" lint --strict --config mixin/.lint "$$d" 2>&1) || \
+			{ echo "$$out"; echo "lint: dashboard-linter's findings in $$d above" >&2; exit 1; }; \
+	done
 
 # Regenerate committed files: the series budgets where jsonnet and YAML read them
 # (mixin/budgets.libsonnet, deploy/'s sample limits), then rules YAML and dashboards JSON

@@ -82,3 +82,27 @@ go_build() {
     rm -rf "$dest" && mv "$dest.new" "$dest"
     echo "$mod: built in $((SECONDS - start)) s into $dest"
 }
+
+# third_party_version NAME: the commit .ci/third-party.sha256 pins NAME's tarball at.
+third_party_version() {
+    local v
+    v="$(sed -nE "s#^[0-9a-f]{64}  $1-([0-9a-f.]+)\.tar\.gz\$#\1#p" .ci/third-party.sha256)"
+    [[ -n "$v" ]] || { echo "no $1 tarball in .ci/third-party.sha256" >&2; return 1; }
+    echo "$v"
+}
+
+# third_party_src NAME WORK: NAME's tarball from ../shared/third_party (or $KSE_THIRD_PARTY),
+# its sha256 checked against .ci/third-party.sha256 before anything reads it, unpacked into
+# WORK; prints the unpacked top directory.
+third_party_src() {
+    local name=$1 work=$2 dir version file
+    dir="${KSE_THIRD_PARTY:-$(realpath -m ../shared/third_party)}"
+    version="$(third_party_version "$name")" || return 1
+    file="$name-$version.tar.gz"
+    [[ -f "$dir/$file" ]] || { echo "third_party_src: no $dir/$file" >&2; return 1; }
+    grep -E "^[0-9a-f]{64}  $file\$" .ci/third-party.sha256 | (cd "$dir" && sha256sum --quiet --strict -c -) ||
+        { echo "third_party_src: $dir/$file does not match its sha256" >&2; return 1; }
+    tar -xzf "$dir/$file" -C "$work"
+    [[ -d "$work/$name-$version" ]] || { echo "third_party_src: $file holds no $name-$version/" >&2; return 1; }
+    echo "$work/$name-$version"
+}

@@ -27,6 +27,9 @@ version bump there moves the setup step, the tests and the benches together:
     go_jsonnet_binary("jsonnet")    go-jsonnet's jsonnet and jsonnetfmt (the same step),
                                     $GO_JSONNET_DIR
     pint_binary()                   pint (the same step), $PINT_BIN
+    mixtool_binary()                mixtool and Grafana's dashboard-linter, from the tarballs
+    dashboard_linter_binary()       .ci/third-party.sha256 pins (.ci/setup.d/49-mixin-linters.sh),
+                                    $MIXTOOL_BIN, $DASHBOARD_LINTER_BIN
     node_exporter_binary()          node_exporter (.ci/bench.d/16-node-exporter.sh),
                                     $NODE_EXPORTER_BIN
     kube_state_metrics_binary()     kube-state-metrics (.ci/bench.d/48-kube-state-metrics.sh),
@@ -216,6 +219,43 @@ def pint_version() -> str:
 def pint_binary() -> str:
     default = CACHE / f"pint-{pint_version()}" / "pint"
     return cached_binary("PINT_BIN", default, MIXIN_TOOLS_STEP)
+
+
+THIRD_PARTY_PINS = ROOT / ".ci" / "third-party.sha256"
+
+
+@functools.cache
+def third_party_version(name: str) -> str:
+    """The commit or release .ci/third-party.sha256 pins NAME's source tarball at (its file
+    name is NAME-VERSION.tar.gz): for the tools the module proxy does not serve."""
+    text = THIRD_PARTY_PINS.read_text()
+    found = re.search(rf"^[0-9a-f]{{64}}  {re.escape(name)}-([0-9a-f.]+)\.tar\.gz$", text, re.M)
+    if not found:
+        raise LookupError(f"{THIRD_PARTY_PINS} pins no {name} tarball")
+    return found.group(1)
+
+
+MIXIN_LINTERS_STEP = "setup.d/49-mixin-linters.sh"
+
+
+def mixtool_binary() -> str:
+    default = CACHE / f"mixtool-{third_party_version('mixtool')}" / "mixtool"
+    return cached_binary("MIXTOOL_BIN", default, MIXIN_LINTERS_STEP)
+
+
+def dashboard_linter_binary() -> str:
+    version = third_party_version("dashboard-linter")
+    default = CACHE / f"dashboard-linter-{version}" / "dashboard-linter"
+    return cached_binary("DASHBOARD_LINTER_BIN", default, MIXIN_LINTERS_STEP)
+
+
+def stamped_version(binary: str) -> str:
+    """The commit a tool built from a tarball was built at: the stamp its setup step writes
+    beside it (dashboard-linter has no version flag)."""
+    try:
+        return pathlib.Path(binary + ".version").read_text().strip()
+    except OSError:
+        return "?"
 
 
 def node_exporter_version() -> str:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from testbed import prometheus
+from testbed import builds, prometheus
 from tests.mixin.support import (
     CUSTOM_CONFIG,
     EVERYTHING,
@@ -59,4 +59,14 @@ def pytest_report_header(config):
             except FileNotFoundError as e:
                 path = f"MISSING ({e})"
             lines.append(f"mixin tests: {name} {release}: {path}")
+    for name, finder in (
+        ("mixtool", builds.mixtool_binary),
+        ("dashboard-linter", builds.dashboard_linter_binary),
+    ):
+        try:
+            path = finder()
+        except FileNotFoundError as e:
+            lines.append(f"mixin tests: {name}: MISSING ({e})")
+            continue
+        lines.append(f"mixin tests: {name} {builds.stamped_version(path)}: {path}")
     return lines
