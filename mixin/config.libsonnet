@@ -168,6 +168,20 @@ local knobs = {
   balloonExhaustedFor: '5m',
   balloonMisconfiguredFor: '15m',
 
+  // CapacityBuffers: a buffer the autoscaler cannot provision (not ReadyForProvisioning,
+  // LimitedByQuotas, or its last word NotTriggerScaleUp) for longer than a scale-up takes.
+  // 15 minutes is cluster-autoscaler's --max-node-provision-time default: past it the
+  // autoscaler itself gives up on a node, so a healthy scale-up has ended by then.
+  capacityBufferNotProvisionedFor: '15m',
+  // A NotTriggerScaleUp counts as current while younger than this: the autoscaler repeats
+  // it every loop, and client-go's spam filter lets one through per object every 5 minutes.
+  capacityBufferEventCurrentSeconds: 600,
+  // Resolved replicas below spec for this long: longer than one scale-up (as above).
+  capacityBufferBelowRequestedFor: '15m',
+  // A balloon set or buffer whose pod fits no node shape stays that way until someone
+  // changes it: as slow as KubeScaleBalloonMisconfigured.
+  headroomFitsNoNodeFor: '15m',
+
   // Exporter health: a share of a job's targets down (never one alert per node; for the
   // single-replica cluster-mode job any share above this means it is down). Half the
   // DaemonSet's maxUnavailable (10% in deploy/): a rollout stuck at maxUnavailable sits far

@@ -93,6 +93,13 @@ CHOICES = (
         "the kubelets' Pulled events: pull and queue times of every node",
     ),
     Choice(
+        "collectors.capacityBuffer.enabled",
+        "cluster",
+        {False: (), True: ("capacitybuffer",)},
+        "headroom held by cluster-autoscaler CapacityBuffers (off, not failed, where the "
+        "API server serves no CapacityBuffer API); grants nodes for its fit check",
+    ),
+    Choice(
         "kubeRbac.enabled",
         "both",
         {False: (), True: ("kube-rbac",)},
@@ -208,10 +215,12 @@ class Space:
         return sum(1 << i for i, k in enumerate(self.combos) if pred(k))
 
     def _cubes(self):
-        """Conjunctions of up to three literals, fewest literals first."""
+        """Conjunctions of up to four literals, fewest literals first (four: the cluster
+        ServiceAccount's token is off only with balloon, imagepull-events, capacitybuffer
+        and kube-rbac all off)."""
         useful = [(e, m) for e, m in self.literals if m not in (0, self.all)]
         out = []
-        for n in (1, 2, 3):
+        for n in (1, 2, 3, 4):
             for group in itertools.combinations(useful, n):
                 mask = self.all
                 for _, m in group:

@@ -2,5 +2,6 @@
 (import 'imagepull.libsonnet') +
 (import 'etcd.libsonnet') +
 (import 'balloon.libsonnet') +
+(import 'capacitybuffer.libsonnet') +
 (import 'exporter.libsonnet') +
 (import 'prometheus.libsonnet')

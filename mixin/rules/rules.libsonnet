@@ -2,4 +2,5 @@
 (import 'imagepull.libsonnet') +
 (import 'etcd.libsonnet') +
 (import 'balloon.libsonnet') +
+(import 'capacitybuffer.libsonnet') +
 (import 'exporter.libsonnet')
