@@ -93,7 +93,8 @@ third_party_version() {
 
 # third_party_src NAME WORK: NAME's tarball from ../shared/third_party (or $KSE_THIRD_PARTY),
 # its sha256 checked against .ci/third-party.sha256 before anything reads it, unpacked into
-# WORK; prints the unpacked top directory.
+# WORK/NAME-VERSION whatever its own top directory is called (cluster-autoscaler's is
+# autoscaler-cluster-autoscaler-1.36.1); prints that directory.
 third_party_src() {
     local name=$1 work=$2 dir version file
     dir="${KSE_THIRD_PARTY:-$(realpath -m ../shared/third_party)}"
@@ -102,7 +103,7 @@ third_party_src() {
     [[ -f "$dir/$file" ]] || { echo "third_party_src: no $dir/$file" >&2; return 1; }
     grep -E "^[0-9a-f]{64}  $file\$" .ci/third-party.sha256 | (cd "$dir" && sha256sum --quiet --strict -c -) ||
         { echo "third_party_src: $dir/$file does not match its sha256" >&2; return 1; }
-    tar -xzf "$dir/$file" -C "$work"
-    [[ -d "$work/$name-$version" ]] || { echo "third_party_src: $file holds no $name-$version/" >&2; return 1; }
+    mkdir -p "$work/$name-$version"
+    tar -xzf "$dir/$file" -C "$work/$name-$version" --strip-components=1
     echo "$work/$name-$version"
 }

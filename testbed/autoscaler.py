@@ -5,7 +5,12 @@ the autoscaler adds Nodes to node groups, kwok makes them Ready, the scheduler p
         ca = ClusterAutoscaler(f, [NodeGroup("cpu", max_size=4), NodeGroup("gpu", 1, gpu=True)])
         ca.start()
         ca.group_size("cpu")               # Nodes of that group in the API
-        ca.stop()                          # by PID; the Nodes it added stay
+        ca.version                         # "1.36.1", as the running binary logged it
+        ca.stop()                          # by PID; the provider deletes the Nodes it added
+    # CapacityBuffers: the CRD of the same release first, then the autoscaler's two switches
+    install_capacity_buffer_crd(f.admin)
+    ca = ClusterAutoscaler(f, groups, buffers=True).start()
+    ca.restart([NodeGroup("cpu", max_size=6)])   # a group's max changed; the Nodes stay
 
 How the provider is configured (read from cloudprovider/kwok in the pinned module): a
 ConfigMap `kwok-provider-config` in the autoscaler's namespace (POD_NAMESPACE) says where the
@@ -22,10 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import signal
+import time
 
 import yaml
 
-from .builds import cluster_autoscaler_binary
+from .builds import capacity_buffer_crd, cluster_autoscaler_binary
 from .fleet import CPU_NODE, GPU_NODE, GPU_RESOURCE, Fleet, node_manifest
 from .procs import Proc
 
@@ -38,6 +46,10 @@ GPU_LABEL = "kse.test/accelerator"
 GPU_TYPE = "nvidia-test-8x"
 # The autoscaler's loop period: seconds, not its default 10 s, so a test waits less.
 SCAN_INTERVAL = "2s"
+# The CapacityBuffer API (cluster-autoscaler 1.34+): v1beta1 is stored, v1alpha1 served too.
+BUFFER_GROUP = "autoscaling.x-k8s.io"
+BUFFER_VERSIONS = ("v1alpha1", "v1beta1")
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,11 +93,55 @@ def provider_config() -> dict:
     }
 
 
+def buffers_path(version: str, namespace: str, name: str = "") -> str:
+    path = f"/apis/{BUFFER_GROUP}/{version}/namespaces/{namespace}/capacitybuffers"
+    return f"{path}/{name}" if name else path
+
+
+def install_capacity_buffer_crd(api, timeout: float = 30.0) -> list[str]:
+    """Create the CapacityBuffer CRD of the pinned release (the file its source tarball has)
+    and wait until it is Established and discovery lists capacitybuffers in each version the
+    CRD serves; returns those versions."""
+    crd = yaml.safe_load(capacity_buffer_crd().read_text())
+    api.create(CRDS, crd)
+    served = [v["name"] for v in crd["spec"]["versions"] if v["served"]]
+    deadline = time.monotonic() + timeout
+
+    def ready():
+        got = api.get(f"{CRDS}/{crd['metadata']['name']}")
+        established = any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in (got.get("status") or {}).get("conditions") or []
+        )
+        return established and all(
+            any(
+                r["name"] == "capacitybuffers"
+                for r in api.request("GET", f"/apis/{BUFFER_GROUP}/{v}", ok=(200, 404)).get(
+                    "resources", []
+                )
+                if isinstance(r, dict)
+            )
+            for v in served
+        )
+
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"CapacityBuffer CRD not served as {served} after {timeout:.0f}s")
+        time.sleep(0.2)
+    return served
+
+
 class ClusterAutoscaler:
-    def __init__(self, fleet: Fleet, groups: list[NodeGroup], extra_args=()):
+    """`buffers`: the CapacityBuffer controller and its fake-pod injection on (both off by
+    default in the autoscaler); the CRD must be installed first. The buffers' pods are
+    resolved by a server-side dry-run create (the autoscaler's default), as admission would
+    make them: the admin kubeconfig allows it."""
+
+    def __init__(self, fleet: Fleet, groups: list[NodeGroup], extra_args=(), buffers=False):
         self.fleet = fleet
         self.groups = {g.name: g for g in groups}
         self.extra_args = list(extra_args)
+        self.buffers = buffers
         self.proc: Proc | None = None
 
     def _config_maps(self):
@@ -96,7 +152,8 @@ class ClusterAutoscaler:
             (CONFIG_MAP, {"config": yaml.safe_dump(provider_config())}),
             (TEMPLATES_CONFIG_MAP, {"templates": yaml.safe_dump(templates)}),
         ):
-            self.fleet.admin.create(base, {"metadata": {"name": name}, "data": data})
+            self.fleet.admin.request("POST", base, {"metadata": {"name": name}}, ok=(201, 409))
+            self.fleet.admin.merge_patch(f"{base}/{name}", {"data": data})
 
     def argv(self) -> list[str]:
         return [
@@ -110,7 +167,13 @@ class ClusterAutoscaler:
             "--scale-down-enabled=false",
             "--max-node-provision-time=2m",
             "--address=127.0.0.1:0",
+            # 1: the version it logs at start (it has no --version flag); 2: why it scales.
             "--v=2",
+            *(
+                ("--capacity-buffer-controller-enabled", "--capacity-buffer-pod-injection-enabled")
+                if self.buffers
+                else ()
+            ),
             *self.extra_args,
         ]
 
@@ -128,6 +191,35 @@ class ClusterAutoscaler:
         self.proc = Proc(self.argv(), self.fleet.workdir / "cluster-autoscaler.log", env=env)
         return self
 
+    def restart(self, groups: list[NodeGroup]) -> ClusterAutoscaler:
+        """Start again with these node groups (a max raised, say): the kwok provider reads its
+        groups at start only. The old process is killed (SIGKILL) rather than stopped: on
+        SIGTERM the kwok provider's cleanup deletes every Node it added, which no real cloud
+        provider does to a cluster's nodes."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.popen.wait(10)
+            self.proc = None
+        self.groups.update({g.name: g for g in groups})
+        return self.start()
+
+    @property
+    def version(self) -> str:
+        """The release the running binary logs at start ("Cluster Autoscaler 1.36.1")."""
+        deadline = time.monotonic() + 10
+        while True:
+            found = re.search(r"Cluster Autoscaler (\S+)", self.proc.log_tail(400))
+            if found:
+                return found.group(1)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no version in the autoscaler's log:\n{self.proc.log_tail(10)}")
+            time.sleep(0.2)
+
+    def logged(self, text: str) -> bool:
+        """Whether the autoscaler's log (this run and any before a restart) has `text`."""
+        with open(self.fleet.workdir / "cluster-autoscaler.log", errors="replace") as f:
+            return any(text in line for line in f)
+
     def group_size(self, name: str) -> int:
         """Nodes of group `name` in the API, Ready or not."""
         nodes = self.fleet.admin.get("/api/v1/nodes", labelSelector=f"{GROUP_LABEL}={name}")
@@ -143,4 +235,11 @@ class ClusterAutoscaler:
             self.proc = None
 
 
-__all__ = ["GPU_RESOURCE", "ClusterAutoscaler", "NodeGroup"]
+__all__ = [
+    "BUFFER_VERSIONS",
+    "GPU_RESOURCE",
+    "ClusterAutoscaler",
+    "NodeGroup",
+    "buffers_path",
+    "install_capacity_buffer_crd",
+]

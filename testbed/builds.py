@@ -15,9 +15,11 @@ version bump there moves the setup step, the tests and the benches together:
     kube_rbac_proxy_binary()        kube-rbac-proxy (.ci/bench.d/42-kube-rbac-proxy.sh),
                                     $KUBE_RBAC_PROXY_BIN
     kwok_binary()                   kwok (.ci/setup.d/47-kwok.sh), $KWOK_BIN
-    cluster_autoscaler_binary()     cluster-autoscaler, kwok provider
+    cluster_autoscaler_binary()     cluster-autoscaler, kwok provider, and the CapacityBuffer
+    capacity_buffer_crd()           CRD of the same release, from the tarball
+                                    .ci/third-party.sha256 pins
                                     (.ci/setup.d/48-cluster-autoscaler.sh),
-                                    $CLUSTER_AUTOSCALER_BIN
+                                    $CLUSTER_AUTOSCALER_DIR
     helm_binary()                   Helm 4 (.ci/setup.d/48-helm.sh), $HELM_BIN
     crictl_binary(), spegel_binary()
                                     crictl (cri-tools) and Spegel, the latter from
@@ -180,14 +182,41 @@ def helm_binary() -> str:
     )
 
 
+CLUSTER_AUTOSCALER_STEP = "setup.d/48-cluster-autoscaler.sh"
+
+
 def cluster_autoscaler_version() -> str:
-    return pinned("cluster-autoscaler", "k8s.io/autoscaler/cluster-autoscaler")
+    """The release .ci/third-party.sha256 pins (e.g. "1.36.1")."""
+    return third_party_version("cluster-autoscaler")
+
+
+def cluster_autoscaler_dir() -> pathlib.Path:
+    default = CACHE / f"cluster-autoscaler-{cluster_autoscaler_version()}"
+    return pathlib.Path(os.environ.get("CLUSTER_AUTOSCALER_DIR", str(default)))
 
 
 def cluster_autoscaler_binary() -> str:
-    version = cluster_autoscaler_version()
-    default = CACHE / f"cluster-autoscaler-{version}" / "cluster-autoscaler"
-    return cached_binary("CLUSTER_AUTOSCALER_BIN", default, "setup.d/48-cluster-autoscaler.sh")
+    return cached_binary(
+        "CLUSTER_AUTOSCALER_DIR",
+        cluster_autoscaler_dir(),
+        CLUSTER_AUTOSCALER_STEP,
+        "cluster-autoscaler",
+    )
+
+
+def cluster_autoscaler_logged_version(binary: str) -> str:
+    """What the binary logs first with --v=1 ("Cluster Autoscaler 1.36.1"): it has no
+    --version flag, and a kubeconfig that does not exist stops it right after."""
+    line = version_line(binary, "--v=1", "--kubeconfig=/nonexistent")
+    return line.split("] ", 1)[-1]
+
+
+def capacity_buffer_crd() -> pathlib.Path:
+    """The CapacityBuffer CRD of the same release, as its source tarball has it."""
+    path = cluster_autoscaler_dir() / "autoscaling.x-k8s.io_capacitybuffers.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} missing: run .ci/{CLUSTER_AUTOSCALER_STEP}")
+    return path
 
 
 MIXIN_TOOLS_STEP = "setup.d/49-mixin-tools.sh"

@@ -95,10 +95,9 @@ def pytest_report_header(config):
         except (FileNotFoundError, ImportError) as e:
             lines.append(f"{what}: not installed ({e})")
     lines.append(f"API servers started by tests: Kubernetes {kube_apiserver.release()}")
-    # No --version flag: the pin it was built from (48-cluster-autoscaler.sh stamps it).
     try:
-        builds.cluster_autoscaler_binary()
-        lines.append(f"cluster-autoscaler: {builds.cluster_autoscaler_version()} (kwok provider)")
+        logged = builds.cluster_autoscaler_logged_version(builds.cluster_autoscaler_binary())
+        lines.append(f"cluster-autoscaler: {logged} (kwok provider)")
     except FileNotFoundError as e:
         lines.append(f"cluster-autoscaler: not installed ({e})")
     return lines

@@ -1,5 +1,5 @@
 """The balloon story of the seed, with the real cluster-autoscaler (kwok provider) on the real
-1.34 control plane: balloons make the autoscaler add nodes; a real workload preempts them and
+1.37 control plane: balloons make the autoscaler add nodes; a real workload preempts them and
 the autoscaler adds nodes again, and the balloons run again; with both node groups at their
 max, preempted balloons stay Pending. The exporter's balloon series show each step, and the
 mixin's KubeScaleBalloon* alerts, evaluated by a live Prometheus (the newest release the tests
@@ -16,15 +16,15 @@ import time
 
 import pytest
 import requests
-import yaml
 
 from testbed import prometheus
 from testbed.autoscaler import ClusterAutoscaler, NodeGroup
 from testbed.exporter import start_exporter
-from testbed.fleet import CPU_NODE, GPU_RESOURCE, GPU_TAINT, POOL_LABEL, Fleet, FleetSize
+from testbed.fleet import CPU_NODE, GPU_RESOURCE, Fleet, FleetSize
 from testbed.metrics import parse_exposition
 from testbed.prometheus import PrometheusServer
-from tests.mixin.support import build, prometheus_binary
+from tests.autoscaler.support import apply_deployment, deployment, rule_files
+from tests.mixin.support import prometheus_binary
 
 pytestmark = pytest.mark.integration
 
@@ -45,39 +45,6 @@ GPU_GROUP = NodeGroup("gpu", max_size=1, gpu=True)
 FILL_CPU = {"cpu": str(int(CPU_NODE["cpu"]) - 1), "memory": "120Gi"}
 FILL_GPU = {"cpu": "8", "memory": "64Gi", GPU_RESOURCE: "8"}
 STEP_TIMEOUT = 120.0
-
-
-def deployment(name, ns, replicas, requests_, *, labels, gpu, priority_class=None):
-    spec = {
-        "nodeSelector": {POOL_LABEL: "gpu" if gpu else "cpu"},
-        "terminationGracePeriodSeconds": 0,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "containers": [
-            {
-                "name": "pause",
-                "image": "registry.k8s.io/pause:3.10",
-                "resources": {
-                    "requests": requests_,
-                    "limits": {k: v for k, v in requests_.items() if "/" in k},
-                },
-            }
-        ],
-    }
-    if gpu:
-        spec["tolerations"] = [{**GPU_TAINT, "operator": "Equal"}]
-    if priority_class:
-        spec["priorityClassName"] = priority_class
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": spec},
-        },
-    }
 
 
 def balloons(pool, replicas, fill):
@@ -174,19 +141,6 @@ class Story:
             time.sleep(every)
 
 
-def rule_files(workdir):
-    """The mixin's balloon recording rules and alerts, KNOBS merged over its config."""
-    mixin = build.mixin_object(KNOBS)
-    paths = []
-    for kind in ("rules", "alerts"):
-        groups = [g for g in mixin[kind]["groups"] if "balloon" in g["name"]]
-        assert groups, f"no balloon {kind} in the mixin"
-        path = workdir / f"balloon-{kind}.yaml"
-        path.write_text(yaml.safe_dump({"groups": groups}))
-        paths.append(str(path))
-    return paths
-
-
 @pytest.fixture
 def story(tmp_path):
     workdir = tempfile.mkdtemp(prefix="ca-story-", dir="/tmp")
@@ -218,7 +172,7 @@ def story(tmp_path):
             tmp_path,
             {
                 "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
-                "rule_files": rule_files(tmp_path),
+                "rule_files": rule_files(tmp_path, KNOBS, lambda name: "balloon" in name),
                 "scrape_configs": [
                     {
                         "job_name": CLUSTER_JOB,
@@ -241,12 +195,7 @@ def story(tmp_path):
 
 
 def apply(story, manifest):
-    ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-    path = f"/apis/apps/v1/namespaces/{ns}/deployments"
-    story.fleet.admin.request("POST", path, manifest, ok=(201, 409))
-    story.fleet.admin.merge_patch(
-        f"{path}/{name}", {"spec": {"replicas": manifest["spec"]["replicas"]}}
-    )
+    apply_deployment(story.fleet.admin, manifest)
 
 
 def test_balloons_preempted_autoscaler_adds_nodes_then_groups_at_max(story):
