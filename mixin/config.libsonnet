@@ -115,6 +115,15 @@ local knobs = {
   imagePullRegistryFor: '10m',
   // containerd pull settings that differ from the cluster's majority, for this long.
   containerdSettingsFor: '1h',
+  // A registry mirror containerd ignores sends every pull from that registry upstream, to
+  // the quota the mirror was there to spare. containerd reads host directories at each
+  // pull but its config only at start: a fix rolled out by restarting containerd node by
+  // node takes a while; 30 minutes is longer than a pool's rollout takes to pass a node.
+  registryMirrorIgnoredFor: '30m',
+  // Nodes of one pool that disagree on which registries they pull through a mirror
+  // containerd uses: a node image or a P2P DaemonSet that reached some nodes only. As
+  // slow as the pull settings' drift.
+  registryMirrorsDifferFor: '1h',
 
   // etcd-mixin's etcdDatabaseQuotaLowSpace, etcdExcessiveDatabaseGrowth and
   // etcdDatabaseHighFragmentationRatio cover the same ground as our quota, prediction and

@@ -175,6 +175,53 @@ local promql = import '../lib/promql.libsonnet';
           },
         ],
       },
+      {
+        local c = $._config,
+        local pool = promql.poolBy(c),
+        local where = 'cluster {{ $labels.%s }}' % c.clusterLabel
+                      + (if c.nodePoolLabel == '' then '' else ' node pool {{ $labels.%s }}' % c.nodePoolLabel),
+        local mirrors(verdict) = promql.held('kubescale_containerd_registry_mirror_hosts', c.nodeExporterSelector + ', verdict="%s"' % verdict, c.gapTolerance),
+        // Per node and registry: the mirrors containerd ignores, with why (one reason a
+        // directory; max over the roots that hold one). The text names each node once, with
+        // how many registries it ignores (the series and `check` say which and why).
+        local ignored = 'max by (%s, %s, registry, reason) (%s > 0)' % [pool, c.nodeLabel, mirrors('ignored')],
+        local used = 'max by (%s, %s, registry) (%s > 0)' % [pool, c.nodeLabel, mirrors('used')],
+        // Nodes whose containerd config the collector read: the pool's size for this.
+        local reporting = 'count by (%s) (%s)' % [pool, promql.held('kubescale_containerd_image_pull_path', c.nodeExporterSelector, c.gapTolerance)],
+        // Hour-long `for`s and a half-hour one: on slowInterval.
+        name: 'kube-scale-exporter-registry-mirrors',
+        interval: c.slowInterval,
+        rules: [
+          {
+            alert: 'KubeScaleRegistryMirrorIgnored',
+            expr: 'count by (%s) (max by (%s, %s) (%s))' % [pool, pool, c.nodeLabel, ignored],
+            'for': c.registryMirrorIgnoredFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: 'Nodes have registry mirrors that containerd ignores: their pulls go to the upstream registry.',
+              description: ('{{ $value }} nodes of %s have registry mirrors (hosts.toml) that containerd does not read, so every pull from those registries goes upstream: ' % where)
+                           + text.examples('count by (%s, %s) (%s)' % [pool, c.nodeLabel, ignored], pool, c.nodeLabel, c.alertExamples, text='{{ .Labels.%s }} ({{ .Value }} registries)' % c.nodeLabel, first=true)
+                           + '. kubescale_containerd_registry_mirror_hosts{verdict="ignored"} says which registries and why; `kube-scale-exporter check` on a node prints the config change that fixes it.',
+            },
+          },
+          {
+            alert: 'KubeScaleRegistryMirrorsDiffer',
+            expr: |||
+              count by (%(pool)s, registry) (%(used)s)
+              < on (%(pool)s) group_left ()
+              %(reporting)s
+            ||| % { pool: pool, used: used, reporting: reporting },
+            'for': c.registryMirrorsDifferFor,
+            labels: { severity: c.infoSeverity },
+            annotations: {
+              summary: 'Nodes of one pool disagree on which registries they pull through a mirror.',
+              description: ('Only {{ $value }} nodes of %s pull registry {{ $labels.registry }} through a mirror containerd uses (' % where)
+                           + text.examples(used, pool + ', registry', c.nodeLabel, c.alertExamples, first=true)
+                           + '); the others pull it from the registry itself: no mirror there, or one containerd ignores.',
+            },
+          },
+        ],
+      },
     ]),
   },
 }

@@ -70,6 +70,20 @@ local common = import 'common.libsonnet';
             Above 0: the first pod that needs one waits for a full pull. Rebuild the node image with them or pre-pull with a DaemonSet, and check image garbage collection does not evict them (runbook KubeScaleImagePreloadMissing).
           |||),
         ], height=6),
+        g.row('Registry mirrors', [
+          g.table('Registry host directories', [g.instantTarget('kubescale_containerd_registry_mirror_hosts' + n)], [['registry', 'Registry'], ['root', 'Root'], ['verdict', 'Verdict'], ['reason', 'Why'], ['writer', 'Written by'], ['upstream_last', 'Upstream last'], ['Value', 'Mirror hosts']], width=14, description=|||
+            Each registry directory (hosts.toml) in containerd's host roots on this node: its mirror hosts, who wrote it (Spegel, Dragonfly, other), whether the registry itself stays the last host tried, and whether containerd reads it. Normal: every directory with mirrors `used`.
+            `ignored`: every pull from that registry goes to the registry itself. `kube-scale-exporter check` on the node prints the one config change that fixes it (runbook KubeScaleRegistryMirrorIgnored).
+          |||),
+          g.table('Pull path', [g.instantTarget('kubescale_containerd_image_pull_path' + n)], [['path', 'Path'], ['reason', 'Why']], width=5, description=|||
+            The pull containerd's CRI takes: `transfer` (2.x's transfer service, the default) or `local` (1.x; 2.x with use_local_image_pull or a setting that makes it fall back), and why. Normal: the same on every node of a pool.
+            `transfer` with a config_path of two directories: the transfer service reads none of them.
+          |||),
+          g.table('Registry config_path', [g.instantTarget('kubescale_containerd_registry_config_path' + n)], [['config_path', 'config_path'], ['set_by', 'Set by']], width=5, description=|||
+            The CRI's registry config_path in force: from the config, containerd 2.2+'s built-in `/etc/containerd/certs.d:/etc/docker/certs.d`, or empty (no host directory read). Normal: one directory, the one your mirrors are written to.
+            Two directories on the transfer path, or empty: the mirrors there are ignored (runbook KubeScaleRegistryMirrorIgnored).
+          |||),
+        ], height=6),
         g.row('Exporter', [
           g.table('Collectors', [
             g.instantTarget('kubescale_scrape_collector_success' + n),
