@@ -167,12 +167,9 @@ def crictl_binary() -> str:
     return cached_binary("CRICTL_BIN", default, "setup.d/54-registry-mirrors.sh")
 
 
-# Spegel is not served by the Go module proxy: its tarball's version, as the setup step has it.
-SPEGEL_VERSION = "0.7.4"
-
-
 def spegel_binary() -> str:
-    default = CACHE / f"spegel-v{SPEGEL_VERSION}" / "spegel"
+    """Spegel, built from the tarball .ci/third-party.sha256 pins (the proxy serves none)."""
+    default = CACHE / f"spegel-{third_party_version('spegel')}" / "spegel"
     return cached_binary("SPEGEL_BIN", default, "setup.d/54-registry-mirrors.sh")
 
 

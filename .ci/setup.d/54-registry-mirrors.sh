@@ -3,8 +3,8 @@
 # crictl (cri-tools, pinned in .ci/go/cri-tools/go.mod), to pull through containerd's CRI as
 # the kubelet does, and Spegel, whose `spegel configuration` writes the hosts.toml files the
 # tests read. Spegel is not served by the Go module proxy: it is built from the tarball in
-# ../shared/third_party (README there), its sha256 checked first; its dependencies come from
-# the proxy.
+# ../shared/third_party (README there), its sha256 (.ci/third-party.sha256) checked first;
+# its dependencies come from the proxy.
 #
 #   CRICTL_BIN, SPEGEL_BIN  the binaries (default below, one directory per version);
 #                           testbed/builds.py reads the same variables.
@@ -26,29 +26,24 @@ else
     "$CRICTL" --version
 fi
 
-SPEGEL_VERSION=0.7.4
-SPEGEL_SHA256=a0095dacacadb76846ca399e17760b1bb1fdcc992375be0d66733fff5c254266
-TARBALL="${THIRD_PARTY:-$PWD/../shared/third_party}/spegel-$SPEGEL_VERSION.tar.gz"
-SPEGEL="${SPEGEL_BIN:-$CACHE/spegel-v$SPEGEL_VERSION/spegel}"
+SPEGEL_VERSION="$(third_party_version spegel)"
+SPEGEL="${SPEGEL_BIN:-$CACHE/spegel-$SPEGEL_VERSION/spegel}"
 # Spegel prints no version of its own: a stamp beside it names the tarball it came from.
-if [[ -x "$SPEGEL" && "$(cat "$SPEGEL.version" 2>/dev/null)" == "$SPEGEL_VERSION $SPEGEL_SHA256" ]]; then
+if [[ -x "$SPEGEL" && "$(cat "$SPEGEL.version" 2>/dev/null)" == "$SPEGEL_VERSION" ]]; then
     echo "spegel: cached, $SPEGEL_VERSION at $SPEGEL"
     exit 0
 fi
-[[ -f "$TARBALL" ]] || { echo "54-registry-mirrors: $TARBALL missing" >&2; exit 1; }
-echo "$SPEGEL_SHA256  $TARBALL" | sha256sum -c - >/dev/null ||
-    { echo "54-registry-mirrors: $TARBALL does not match its sha256" >&2; exit 1; }
 work="$(mktemp -d /var/tmp/spegel-build.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 start=$SECONDS
-tar -xzf "$TARBALL" -C "$work"
+src="$(third_party_src spegel "$work")"  # checks the sha256 .ci/third-party.sha256 pins
 (
-    cd "$work/spegel-$SPEGEL_VERSION"
+    cd "$src"
     export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=local
-    go build -trimpath -ldflags "-s -w" -o "$work/spegel" .
+    nice -n 19 go build -trimpath -ldflags "-s -w" -o "$work/spegel" .
 )
 mkdir -p "$(dirname "$SPEGEL")"
 install -m 0755 "$work/spegel" "$SPEGEL.new"
 mv -f "$SPEGEL.new" "$SPEGEL"
-echo "$SPEGEL_VERSION $SPEGEL_SHA256" >"$SPEGEL.version"
+echo "$SPEGEL_VERSION" >"$SPEGEL.version"
 echo "spegel: built $SPEGEL_VERSION in $((SECONDS - start))s at $SPEGEL"
