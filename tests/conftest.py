@@ -89,6 +89,7 @@ def pytest_report_header(config):
             for r in prometheus.RELEASES
             for name in prometheus.NAMES
         ),
+        ("thanos", builds.thanos_binary),
     ):
         try:
             lines.append(f"{what}: {builds.version_line(find(), *ask)}")
