@@ -3,32 +3,35 @@ Prometheus servers (the newest release, 3.16: the rules on each release are test
 test_promtool's business) that remote-write into one VictoriaMetrics single-node, the committed
 rules/ evaluated there by vmalert, the dashboards' queries run there.
 
-Each cluster ("east", "west") has node-mode exporters standing in for its nodes, with the same
-node names in both clusters, and a cluster-mode exporter watching its own real etcd; both
-etcds are etcd cluster "main" with a member of the same name. East's etcd is filled until it
-raises NOSPACE; west's is left small. Each cluster runs two Prometheus shards with
-external_labels {cluster: NAME}: node targets split by hashmod of their address, the
-cluster-mode job kept whole on shard 0 (its rules compare its series with each other).
-Nothing may merge the two clusters: every recording rule, alert and dashboard query keeps them
-apart, and counts that differ between them (node targets: 3 in east, 2 in west) say so.
+The two clusters ("east", "west": real exporters and etcds, tests/mixin/sharded.py) each run
+two Prometheus shards with external_labels {cluster: NAME}: node targets split by hashmod of
+their address, the cluster-mode job kept whole on shard 0 (its rules compare its series with
+each other). Nothing may merge the two clusters: every recording rule, alert and dashboard
+query keeps them apart, and counts that differ between them (node targets: 3 in east, 2 in
+west) say so.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import time
 
 import pytest
 import yaml
 
-from testbed.etcd_server import EtcdServer
-from testbed.ports import free_port
 from testbed.prometheus import NEWEST, PrometheusServer
 from testbed.victoriametrics import VictoriaMetrics, Vmalert
+from tests.mixin.sharded import (
+    NODES,
+    RULE_FILES,
+    SHARDS,
+    by_cluster,
+    dashboards,
+    shard_config,
+    start_clusters,
+    substitute,
+    variables,
+)
 from tests.mixin.support import (
-    REPO,
-    build,
     dashboard_queries,
     prometheus_binary,
     victoria_metrics_binary,
@@ -38,58 +41,6 @@ from tests.mixin.test_live import Live, every_second
 from tools import demo
 
 pytestmark = pytest.mark.integration
-
-NODES = {"east": 3, "west": 2}
-SHARDS = 2
-SCRAPE = "2s"
-RULE_FILES = [
-    REPO / "rules" / name
-    for name in (
-        "prometheus_rules.yaml",
-        "prometheus_alerts.yaml",
-        "prometheus_selfprotection_alerts.yaml",
-    )
-]
-
-
-def shard_config(cluster, shard, node_ports, cluster_port, vm_url, self_port) -> dict:
-    """Prometheus shard `shard` of `cluster`: the scrape config docs/scaling.md shows."""
-    keep_shard = [
-        {
-            "source_labels": ["__address__"],
-            "modulus": SHARDS,
-            "target_label": "__tmp_shard",
-            "action": "hashmod",
-        },
-        {"source_labels": ["__tmp_shard"], "regex": str(shard), "action": "keep"},
-    ]
-    nodes = [
-        {"targets": [f"127.0.0.1:{port}"], "labels": {"node": f"n{i}"}}
-        for i, port in enumerate(node_ports)
-    ]
-    jobs = [
-        {"job_name": demo.NODE_JOB, "static_configs": nodes, "relabel_configs": keep_shard},
-        # Each shard's own Prometheus, for the self-protection rules.
-        {
-            "job_name": "prometheus-k8s",
-            "static_configs": [{"targets": [f"127.0.0.1:{self_port}"]}],
-        },
-    ]
-    if shard == 0:
-        jobs.append(
-            {
-                "job_name": demo.CLUSTER_JOB,
-                "static_configs": [{"targets": [f"127.0.0.1:{cluster_port}"]}],
-            }
-        )
-    return {
-        "global": {
-            "scrape_interval": SCRAPE,
-            "external_labels": {"cluster": cluster},
-        },
-        "scrape_configs": jobs,
-        "remote_write": [{"url": vm_url, "queue_config": {"batch_send_deadline": "1s"}}],
-    }
 
 
 class Store(Live):
@@ -108,12 +59,6 @@ class Store(Live):
         return super().wait_for(expr, until, timeout)
 
 
-def by_cluster(found, *labels):
-    return {
-        (dict(k)["cluster"], *(dict(k).get(label) for label in labels)): v for k, v in found.items()
-    }
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("victoriametrics")
@@ -123,44 +68,14 @@ def store(tmp_path_factory):
         vm = VictoriaMetrics(workdir, victoria_metrics_binary("victoria-metrics")).start()
         procs.append(vm)
         shards = {}
-        for cluster, nodes in NODES.items():
-            node_ports = []
-            for i in range(nodes):
-                node_ports.append(free_port())
-                procs.append(
-                    demo.exporter(["--mode", "node"], node_ports[-1], workdir, f"{cluster}-n{i}")
-                )
-            etcd_dir = workdir / f"etcd-{cluster}"
-            etcd_dir.mkdir()
-            etcd_server = EtcdServer(etcd_dir, name="etcd-0", quota_bytes=demo.QUOTA).start()
-            procs.append(etcd_server)
-            etcd = demo.Etcd(etcd_server.client_url)
-            if cluster == "east":
-                while etcd.put_object():
-                    pass
-            else:
-                etcd.put_object()
-            cluster_port = free_port()
-            cluster_args = [
-                "--mode",
-                "cluster",
-                "--etcd.cluster",
-                f"main={etcd_server.client_url}",
-                "--etcd.min-interval",
-                "1",
-                "--etcd.keys-interval",
-                "1",
-            ]
-            procs.append(demo.exporter(cluster_args, cluster_port, workdir, f"{cluster}-cluster"))
+        for cluster in start_clusters(workdir, procs):
             for shard in range(SHARDS):
-                shard_dir = workdir / f"prometheus-{cluster}-{shard}"
+                shard_dir = workdir / f"prometheus-{cluster.name}-{shard}"
                 shard_dir.mkdir()
                 prom = PrometheusServer(shard_dir, {}, binary=prometheus)
-                prom.config = shard_config(
-                    cluster, shard, node_ports, cluster_port, vm.remote_write_url, prom.port
-                )
+                prom.config = shard_config(cluster, shard, prom.port, vm.remote_write_url)
                 procs.append(prom)
-                shards[cluster, shard] = prom.start()
+                shards[cluster.name, shard] = prom.start()
         rule_files = [str(p) for p in every_second(workdir, RULE_FILES)]
         vmalert = Vmalert(workdir, victoria_metrics_binary("vmalert"), vm.url, rule_files).start()
         procs.append(vmalert)
@@ -267,55 +182,22 @@ def test_alerts_fire_for_their_own_cluster_only(store):
     assert store.series(blind) == []
 
 
-def _variables(store, dashboard, cluster) -> dict[str, str]:
-    """Each query variable's first value, as Grafana resolves label_values(SELECTOR, LABEL)."""
-    chosen = {"cluster": cluster, "__rate_interval": "1m"}
-    for variable in dashboard["templating"]["list"]:
-        if variable["type"] != "query":
-            continue
-        selector, label = re.fullmatch(
-            r"label_values\((.*), (\w+)\)", variable["query"]["query"]
-        ).groups()
-        selector = _substitute(selector, chosen)
-        reply = store.vm.api(f"/api/v1/label/{label}/values", **{"match[]": selector})
-        assert reply["status"] == "success", (variable["name"], reply)
-        if variable["name"] != "cluster":
-            assert reply["data"], (
-                f"{variable['name']}: {selector} has no {label} on VictoriaMetrics"
-            )
-            chosen[variable["name"]] = reply["data"][0]
-        else:
-            assert set(reply["data"]) == set(NODES)
-    return chosen
-
-
-def _substitute(expr, chosen):
-    return re.sub(r"\$(\w+)", lambda m: chosen[m.group(1)], expr)
-
-
-def _dashboards(multi_cluster: bool) -> dict:
-    """The dashboards with the cluster picker (rendered), or the committed ones (without)."""
-    if multi_cluster:
-        return build.mixin_object({"showMultiCluster": True})["dashboards"]
-    return {p.name: json.loads(p.read_text()) for p in (REPO / "dashboards").glob("*.json")}
-
-
 @pytest.mark.parametrize("multi_cluster", [True, False], ids=["multi-cluster", "default"])
 def test_every_dashboard_query_runs_on_victoria_metrics(store, multi_cluster):
     """Grafana's instant and range queries, each cluster picked in turn: no query fails, and
     with the cluster picker every series returned is of the picked cluster."""
-    dashboards = _dashboards(multi_cluster)
+    boards = dashboards(multi_cluster)
     store.wait_for("etcd_cluster_member:kubescale_etcd_quota_usage:ratio", lambda f: len(f) == 2)
     store.vmalert.wait_for_evaluations(2)
     end = time.time()
     with_data = {}
     for cluster in NODES:
-        for name, dashboard in dashboards.items():
-            chosen = _variables(store, dashboard, cluster)
+        for name, dashboard in boards.items():
+            chosen = variables(store.vm.api, dashboard, cluster, "VictoriaMetrics")
             for title, expr in dashboard_queries(dashboard):
                 if title.startswith("variable "):
                     continue
-                query = _substitute(expr, chosen)
+                query = substitute(expr, chosen)
                 for path, params in (
                     ("/api/v1/query", {"query": query, "time": end}),
                     (
