@@ -59,6 +59,9 @@ OWNED_PATHS = (
     pathlib.Path("/opt/containerd"),
     pathlib.Path("/opt/cni"),
     CONTAINERD_ROOT,
+    # deploy/'s imagepull component mounts it with hostPath DirectoryOrCreate: the kubelet
+    # makes it where it is missing.
+    pathlib.Path("/etc/docker/certs.d"),
 )
 # Without a snapshot (a crashed `up`), `down` removes only what nothing else could own.
 CORE_PATHS = (WORK, KUBELET_DIR, CONTAINERD_STATE, CNI_CONF, *LOG_DIRS)

@@ -88,7 +88,8 @@ class HostDirs:
     dirs: list[RegistryDir]  # at most MAX_DIRS
     unlisted: int = 0  # registry directories found past MAX_DIRS (at least: MAX_ENTRIES)
     problems: list[str] = field(default_factory=list)  # roots not read, by name and why
-    missing_roots: list[str] = field(default_factory=list)  # listed in config_path, absent
+    # Set in the config's config_path, absent here (2.2+'s default roots are often absent).
+    missing_roots: list[str] = field(default_factory=list)
 
 
 def registry_of(name: str) -> str:
@@ -261,7 +262,7 @@ def read_host_dirs(config_path: str | None, set_by: str, path: str, prefix: str 
         names, backup, more, problem = _scan(here)
         if problem:
             out.problems.append(problem.removeprefix(prefix))
-        elif root in listed and not os.path.isdir(here):
+        elif root in listed and set_by == "config" and not os.path.isdir(here):
             out.missing_roots.append(root)
         out.unlisted += more
         dirs = []
