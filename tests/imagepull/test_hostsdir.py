@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from kube_scale_exporter.cli import parse
+from kube_scale_exporter.collectors.imagepull import ImagePullCollector
 from kube_scale_exporter.collectors.imagepull.advice import advise
 from kube_scale_exporter.collectors.imagepull.state import combine, families
 from kube_scale_exporter.containerd import buildinfo, hostsdir
@@ -270,3 +272,45 @@ def test_buildinfo_refuses_what_is_no_go_binary(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(buildinfo.BuildInfoError, match="not a regular file"):
         buildinfo.read_version(str(tmp_path / "fifo"))
+
+
+def test_containerd_binary_flag_must_name_a_file(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        parse(["--collector.imagepull", "--containerd.binary", str(tmp_path / "none")])
+    assert done.value.code == 2
+    assert "--containerd.binary: no such file" in capsys.readouterr().err
+
+
+def test_the_collector_reports_mirrors_from_the_ingest_source(tmp_path, monkeypatch):
+    """The whole collector without socket or binary: a version 4 config says 2.x, the
+    registry series come with the pull settings, the verdict from the host directories."""
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    (tmp_path / "ingest").mkdir()
+    config = tmp_path / "config.toml"
+    config.write_text(
+        'version = 4\n[plugins."io.containerd.cri.v1.images".registry]\n'
+        f'  config_path = "{tmp_path}/certs.d:/etc/docker/certs.d"\n'
+    )
+    tree(tmp_path, {"/certs.d/docker.io/hosts.toml": SPEGEL})
+    # tree() writes under tmp_path: the config names that root itself.
+    args, _ = parse(
+        [
+            "--collector.disable-defaults",
+            "--collector.imagepull",
+            "--image-pull.source=ingest",
+            f"--containerd.ingest-dir={tmp_path}/ingest",
+            f"--containerd.config={config}",
+        ]
+    )
+    collector = ImagePullCollector(args)
+    try:
+        text = render(collector.families(collector.observe()))
+    finally:
+        collector.close()
+    assert 'kubescale_containerd_major_version{source="config"} 2.0' in text
+    assert 'kubescale_containerd_image_pull_path{path="transfer",reason="default"} 1.0' in text
+    assert (
+        f'registry="docker.io",root="{tmp_path}/certs.d",upstream_last="true",'
+        'verdict="ignored",writer="spegel"} 2.0'
+    ) in text
+    assert 'reason="transfer_path_colon_list"' in text
