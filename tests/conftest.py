@@ -84,6 +84,9 @@ def pytest_report_header(config):
             (f"containerd {v}", lambda v=v: containerd_server.binary(v))
             for v in containerd_server.VERSIONS
         ),
+        # The registry-mirror matrix's: containerd 2.1 and crictl (tests/imagepull/test_mirrors.py).
+        ("containerd 2.1", lambda: containerd_server.binary("2.1")),
+        ("crictl", builds.crictl_binary),
         *(
             (f"{name} {r}", lambda r=r, name=name: prometheus.binary(r, name))
             for r in prometheus.RELEASES
@@ -95,6 +98,11 @@ def pytest_report_header(config):
             lines.append(f"{what}: {builds.version_line(find(), *ask)}")
         except (FileNotFoundError, ImportError) as e:
             lines.append(f"{what}: not installed ({e})")
+    try:  # Spegel has no --version: the tarball it was built from
+        builds.spegel_binary()
+        lines.append(f"spegel: {builds.third_party_version('spegel')} (its source tarball)")
+    except FileNotFoundError as e:
+        lines.append(f"spegel: not installed ({e})")
     lines.append(f"API servers started by tests: Kubernetes {kube_apiserver.release()}")
     try:
         logged = builds.cluster_autoscaler_logged_version(builds.cluster_autoscaler_binary())
