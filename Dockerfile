@@ -1,21 +1,23 @@
 # syntax=docker/dockerfile:1
-# kube-scale-exporter image: `docker build -t kube-scale-exporter .`
+# kube-scale-exporter image: `make image` (buildah, amd64 and arm64), or
+# `docker build -t kube-scale-exporter .` / `podman build -t kube-scale-exporter .`.
 # Stage one makes the image's files as three trees with tools/image_tree.py: bookworm's
-# python3.11-minimal and libpython3.11-stdlib, unpacked, less what the exporter never
-# imports; the dependencies' wheels; the package. Stage two is those trees on an empty base,
-# one layer each: no shell, package manager, pip or compiler. testbed/image.py builds the
-# e2e's image from this file: the build stage's last RUN on the host, then stage two.
-ARG BUILD_IMAGE=python:3.11-slim-bookworm
+# python3.11-minimal and libpython3.11-stdlib for the architecture being built, unpacked,
+# less what the exporter never imports; the dependencies' wheels; the package. Stage two is
+# those trees on an empty base, one layer each: no shell, package manager, pip or compiler.
+# The build stage is plain Debian bookworm: any mirror of debian:bookworm-slim (or one made
+# with mmdebstrap, as testbed/image.py does where no container registry is reachable) works.
+ARG BUILD_IMAGE=docker.io/library/debian:bookworm-slim
 
 FROM ${BUILD_IMAGE} AS build
 RUN apt-get update \
-    && apt-get install --yes --no-install-recommends mmdebstrap \
+    && apt-get install --yes --no-install-recommends python3 python3-pip mmdebstrap \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY kube_scale_exporter ./kube_scale_exporter
 COPY tools/__init__.py tools/image_tree.py ./tools/
-RUN python -m tools.image_tree /trees
+RUN python3 -m tools.image_tree /trees
 
 FROM scratch
 ARG VERSION=0.1.0

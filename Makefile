@@ -2,13 +2,42 @@
 PYTHON ?= python3
 MIXIN_SOURCES = $(shell find mixin -name '*.jsonnet' -o -name '*.libsonnet')
 
-.PHONY: run test test-kube-1.35 test-unit install lint generate check-generated deploy-check mixin-fmt bench bench-setup demo e2e e2e-up e2e-down test-containerd-2.4 fuzz fuzz-replay
+.PHONY: image image-push run test test-kube-1.35 test-unit install lint generate check-generated deploy-check mixin-fmt bench bench-setup demo e2e e2e-up e2e-down test-containerd-2.4 fuzz fuzz-replay
 
 install:
 	$(PYTHON) -m pip install -q -e '.[test]'
 
 run:
 	$(PYTHON) -m kube_scale_exporter
+
+# The image, from ./Dockerfile with buildah (Debian: `apt install buildah`; building arm64
+# on an amd64 host takes qemu-user-static and binfmt-support too): one image per
+# architecture in ARCHS, tagged IMAGE-ARCH, and the manifest list IMAGE naming them all,
+# which `make image-push` pushes with every image in it. IMAGE is where you push it, e.g.
+# `make image image-push IMAGE=registry.example.com/team/kube-scale-exporter:$(VERSION)`;
+# BUILD_FLAGS adds `buildah build` flags (e.g. --build-arg BUILD_IMAGE=a bookworm mirror),
+# PUSH_FLAGS `buildah manifest push` flags (e.g. --creds, --tls-verify=false).
+# docs/deploy.md "Build and push the image"; the release workflow runs the same two.
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' kube_scale_exporter/__init__.py)
+IMAGE ?= localhost/kube-scale-exporter:$(VERSION)
+ARCHS ?= amd64 arm64
+BUILDAH ?= buildah
+BUILD_FLAGS ?=
+PUSH_FLAGS ?=
+image:
+	$(BUILDAH) manifest rm $(IMAGE) >/dev/null 2>&1 || true
+	$(BUILDAH) manifest create $(IMAGE) >/dev/null
+	@set -e; for arch in $(ARCHS); do \
+		start=$$(date +%s); \
+		echo "$(BUILDAH) build --platform linux/$$arch --build-arg VERSION=$(VERSION) $(BUILD_FLAGS) --tag $(IMAGE)-$$arch ."; \
+		$(BUILDAH) build --platform linux/$$arch --build-arg VERSION=$(VERSION) $(BUILD_FLAGS) \
+			--tag $(IMAGE)-$$arch .; \
+		$(BUILDAH) manifest add $(IMAGE) containers-storage:$(IMAGE)-$$arch >/dev/null; \
+		echo "image: $(IMAGE)-$$arch built in $$(( $$(date +%s) - start )) s"; \
+	done
+
+image-push:
+	$(BUILDAH) manifest push --all $(PUSH_FLAGS) $(IMAGE) docker://$(IMAGE)
 
 # The API-level tests again on Kubernetes 1.35's kube-apiserver, the oldest release upstream
 # supports (`make test` runs them on 1.37): the client and informers (watch-list and its
@@ -42,6 +71,8 @@ fuzz:
 	$(PYTHON) -m fuzz run
 
 # ruff: lint and the format check (settings in pyproject.toml; `ruff format .` fixes the latter);
+# actionlint (with shellcheck on run: scripts) on .github/workflows (built by
+# .ci/setup.d/45-image.sh);
 # then pint's offline checks on the generated rule files (.pint.hcl; pint is built by
 # .ci/setup.d/49-mixin-tools.sh, and its online checks run in tests/mixin/test_live.py);
 # then the linters mixin users run, built by .ci/setup.d/49-mixin-linters.sh: `mixtool lint`
@@ -52,6 +83,10 @@ DASHBOARD_FILES = $(sort $(wildcard dashboards/*.json))
 lint:
 	ruff check .
 	ruff format --check .
+	@actionlint=$$($(PYTHON) -m testbed.builds actionlint_binary) || { echo "lint: actionlint is missing (above)" >&2; exit 1; }; \
+	command -v shellcheck >/dev/null || { echo "lint: no shellcheck (actionlint checks run: scripts with it); run .ci/setup.d/45-image.sh" >&2; exit 1; }; \
+	echo "$$actionlint .github/workflows/*.yml"; \
+	"$$actionlint" -no-color
 	@pint=$$($(PYTHON) -m testbed.builds pint_binary) || { echo "lint: pint is missing (above)" >&2; exit 1; }; \
 	echo "$$pint --offline lint --min-severity=info --fail-on=info $(RULE_FILES)"; \
 	"$$pint" --offline --no-color lint --min-severity=info --fail-on=info $(RULE_FILES)
@@ -128,7 +163,7 @@ bench: bench-setup
 # discovery and produces each failure the alerts are for; takes the cluster down and checks
 # the host is as before. Parts are built once and cached (.ci/setup.d/26-etcd.sh,
 # 40-kubernetes.sh, 46-e2e.sh); see docs/deploy.md "Tested end to end".
-E2E_SETUP = .ci/setup.d/15-prometheus.sh .ci/setup.d/26-etcd.sh .ci/setup.d/40-kubernetes.sh .ci/setup.d/44-prometheus-operator.sh .ci/setup.d/45-deploy.sh .ci/setup.d/46-e2e.sh .ci/setup.d/48-helm.sh .ci/setup.d/50-containerd.sh
+E2E_SETUP = .ci/setup.d/15-prometheus.sh .ci/setup.d/26-etcd.sh .ci/setup.d/40-kubernetes.sh .ci/setup.d/44-prometheus-operator.sh .ci/setup.d/45-deploy.sh .ci/setup.d/45-image.sh .ci/setup.d/46-e2e.sh .ci/setup.d/48-helm.sh .ci/setup.d/50-containerd.sh
 e2e:
 	for s in $(E2E_SETUP); do bash $$s || exit 1; done
 	KSE_E2E=1 $(PYTHON) -m pytest tests/e2e -v -p no:cacheprovider

@@ -23,6 +23,7 @@ version bump there moves the setup step, the tests and the benches together:
                                     (.ci/setup.d/48-cluster-autoscaler.sh),
                                     $CLUSTER_AUTOSCALER_DIR
     helm_binary()                   Helm 4 (.ci/setup.d/48-helm.sh), $HELM_BIN
+    actionlint_binary()             actionlint (.ci/setup.d/45-image.sh), $ACTIONLINT_BIN
     crictl_binary(), spegel_binary()
                                     crictl (cri-tools) and Spegel, the latter from
                                     ../shared/third_party (.ci/setup.d/54-registry-mirrors.sh),
@@ -191,6 +192,15 @@ def helm_binary() -> str:
 
 
 CLUSTER_AUTOSCALER_STEP = "setup.d/48-cluster-autoscaler.sh"
+
+
+def actionlint_version() -> str:
+    return pinned("actionlint", "github.com/rhysd/actionlint")
+
+
+def actionlint_binary() -> str:
+    default = CACHE / f"actionlint-{actionlint_version()}" / "actionlint"
+    return cached_binary("ACTIONLINT_BIN", default, "setup.d/45-image.sh")
 
 
 def cluster_autoscaler_version() -> str:

@@ -1,25 +1,38 @@
-"""The exporter's image, built from the working tree's Dockerfile with Debian's buildah, for a
-real kubelet.
+"""The exporter's image, built as a user builds it: `make image` (Debian's buildah building
+./Dockerfile) for amd64 and arm64, the arm64 build stage under qemu-user (binfmt_misc).
 
-    python -m testbed.image build       kube-scale-exporter:0.1.0 from ./Dockerfile (cached
-                                        by a hash of its inputs); prints the archive path
+    python -m testbed.image base        the build stage's base (below), once per machine
+    python -m testbed.image build       both architectures from this tree, cached by a hash of
+                                        the Dockerfile's inputs; prints each docker-archive
+    python -m testbed.image cached      each architecture's archive if this tree is built (else
+                                        exit 1, naming .ci/setup.d/45-image.sh)
+    python -m testbed.image hash        that hash
 
-No public registry is reachable here, so build() reads the Dockerfile rather than handing it
-to an engine: the build stage's last RUN (tools/image_tree.py, which makes the image's
-trees) runs on this host in a copy of what the stage COPYs, and the final stage's `COPY
---from=build` trees and config are committed with `buildah from scratch`. Results are
-docker-archive tarballs under CACHE, which `ctr -n k8s.io images import` takes.
+No container registry is reachable here, so the Dockerfile's default build stage base
+(docker.io's debian:bookworm-slim) cannot be pulled: base() makes its stand-in from Debian's
+packages, bookworm minbase by mmdebstrap for each architecture with the slim image's dpkg
+excludes, as the manifest list BASE_IMAGE, and build() passes it as --build-arg BUILD_IMAGE.
+Everything else is the Dockerfile's own: its RUNs install python3, pip and mmdebstrap from
+Debian and make the trees for the stage's architecture. TLS to PyPI from this machine goes
+through a proxy whose CA is in the host's bundle, so the build stage's pip is given that
+bundle (a bind mount and a pip.conf naming it, RUN-time only: no layer holds them).
 
-buildah keeps its own storage under CACHE/buildah (vfs: works on any filesystem), its own
-containers.conf (so it writes no /etc/cni/net.d/cni.lock) and registries.conf.
+Results are kept twice: the manifest list localhost/kube-scale-exporter:HASH (with
+HASH-amd64 and HASH-arm64) in buildah's storage under CACHE/buildah (vfs: works on any
+filesystem, with its own containers.conf, so that it writes no /etc/cni/net.d/cni.lock, and
+registries.conf), for `make image-push`; and each architecture as a docker-archive under
+CACHE/images named as deploy/ names the image, which `ctr images import` takes and
+testbed/container.py runs.
 """
 
+import fcntl
 import hashlib
 import json
 import os
 import pathlib
+import platform
+import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,58 +40,122 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CACHE = pathlib.Path(os.environ.get("KSE_CACHE", "/var/cache/kube-scale-exporter"))
-IMAGE_NAME = "docker.io/library/kube-scale-exporter:0.1.0"
+IMAGE_NAME = "docker.io/library/kube-scale-exporter:0.1.0"  # what deploy/ renders
+ARCHS = ("amd64", "arm64")
+HOST_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]
+# The build stage's base: bookworm minbase for each architecture, from Debian's packages.
+BASE_IMAGE = "localhost/kse-build-base:bookworm"
+BASE_SUITE = "bookworm"
+BASE_MIRRORS = (
+    "deb http://deb.debian.org/debian bookworm main",
+    "deb http://deb.debian.org/debian bookworm-updates main",
+    "deb http://deb.debian.org/debian-security bookworm-security main",
+)
+# What Debian's slim images leave out (their dpkg excludes), so the stand-in is that size.
+BASE_EXCLUDES = ("doc", "man", "info", "locale", "groff", "lintian", "linda")
+# The bundle the host's own pip trusts (Debian's: ca-certificates and any local CA).
+HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+BUILD_CA = "/etc/ssl/kse-build-ca.crt"
 
 
-def _buildah_env(work: pathlib.Path) -> dict:
-    work.mkdir(parents=True, exist_ok=True)
-    conf = work / "containers.conf"
+def storage() -> pathlib.Path:
+    return CACHE / "buildah"
+
+
+def buildah_env() -> dict:
+    """The environment buildah and `make image` run in: this storage and configuration."""
+    store = storage()
+    conf_dir = store / "conf"
+    (conf_dir / "tmp").mkdir(parents=True, exist_ok=True)
+    conf = conf_dir / "containers.conf"
     conf.write_text(
         "[network]\n"
-        f'network_config_dir = "{work}/cni"\n'
+        f'network_config_dir = "{conf_dir}/cni"\n'
         'cni_plugin_dirs = ["/usr/lib/cni"]\n'
         "[engine]\n"
         'cgroup_manager = "cgroupfs"\n'
         'events_logger = "file"\n'
-        f'tmp_dir = "{work}/tmp"\n'
+        f'tmp_dir = "{conf_dir}/tmp"\n'
     )
-    reg = work / "registries.conf"
+    reg = conf_dir / "registries.conf"
     reg.write_text(
         'unqualified-search-registries = ["docker.io"]\nshort-name-mode = "permissive"\n'
     )
-    env = dict(
+    stor = conf_dir / "storage.conf"
+    stor.write_text(
+        f'[storage]\ndriver = "vfs"\ngraphroot = "{store}/storage"\nrunroot = "{store}/run"\n'
+    )
+    return dict(
         os.environ,
         CONTAINERS_CONF=str(conf),
         CONTAINERS_REGISTRIES_CONF=str(reg),
+        CONTAINERS_STORAGE_CONF=str(stor),
         BUILDAH_ISOLATION="chroot",
-        TMPDIR=str(work / "tmp"),
+        TMPDIR=str(conf_dir / "tmp"),
     )
-    (work / "tmp").mkdir(exist_ok=True)
-    return env
 
 
-def buildah(*args, capture=False, log=None):
-    store = CACHE / "buildah"
-    env = _buildah_env(store / "conf")
-    argv = [
-        "buildah",
-        "--root",
-        str(store / "storage"),
-        "--runroot",
-        str(store / "run"),
-        "--storage-driver",
-        "vfs",
-        *args,
-    ]
+def buildah(*args, capture=False, log=None, check=True):
+    argv = ["buildah", *args]
     if capture:
-        return subprocess.run(
-            argv, env=env, check=True, capture_output=True, text=True
-        ).stdout.strip()
+        result = subprocess.run(argv, env=buildah_env(), capture_output=True, text=True)
+        if check and result.returncode:
+            raise RuntimeError(f"buildah {' '.join(args[:2])} failed: {result.stderr[-3000:]}")
+        return result.stdout.strip()
     with open(log, "ab") if log else open(os.devnull, "wb") as out:
-        result = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if result.returncode:
+        result = subprocess.run(argv, env=buildah_env(), stdout=out, stderr=subprocess.STDOUT)
+    if check and result.returncode:
         tail = pathlib.Path(log).read_text(errors="replace")[-3000:] if log else ""
         raise RuntimeError(f"buildah {' '.join(args[:2])} failed ({result.returncode}):\n{tail}")
+    return result.returncode
+
+
+def exists(name: str) -> bool:
+    return buildah("inspect", "--type", "manifest", name, capture=True, check=False) != ""
+
+
+def version() -> str:
+    """`buildah --version`'s line, for test headers."""
+    return subprocess.run(["buildah", "--version"], capture_output=True, text=True).stdout.strip()
+
+
+def base(log=sys.stderr) -> str:
+    """BASE_IMAGE (a manifest list of one image per architecture in ARCHS), made once:
+    bookworm minbase by mmdebstrap (a foreign architecture's maintainer scripts run under
+    qemu-user), with the slim image's excludes."""
+    if exists(BASE_IMAGE):
+        return BASE_IMAGE
+    excludes = [f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in BASE_EXCLUDES]
+    buildah("manifest", "create", BASE_IMAGE, capture=True)
+    for arch in ARCHS:
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="kse-base.") as tmp:
+            tar = pathlib.Path(tmp) / "rootfs.tar"
+            subprocess.run(
+                [
+                    "mmdebstrap",
+                    "--quiet",
+                    "--variant=minbase",
+                    f"--arch={arch}",
+                    *excludes,
+                    BASE_SUITE,
+                    str(tar),
+                    *BASE_MIRRORS,
+                ],
+                check=True,
+            )
+            ctr = buildah("from", "--pull=never", "scratch", capture=True)
+            try:
+                buildah("add", ctr, str(tar), "/", capture=True)
+                buildah("config", "--arch", arch, "--os", "linux", "--cmd", "bash", ctr)
+                buildah("commit", "--quiet", ctr, f"{BASE_IMAGE}-{arch}", capture=True)
+            finally:
+                buildah("rm", ctr, capture=True)
+        buildah(
+            "manifest", "add", BASE_IMAGE, f"containers-storage:{BASE_IMAGE}-{arch}", capture=True
+        )
+        print(f"image: {BASE_IMAGE}-{arch} made in {time.monotonic() - start:.0f}s", file=log)
+    return BASE_IMAGE
 
 
 def instructions(path) -> list[tuple[str, str]]:
@@ -149,88 +226,121 @@ def inputs_hash(repo: pathlib.Path = REPO) -> str:
     return h.hexdigest()[:16]
 
 
-def build_context(repo: pathlib.Path, steps, workdir: pathlib.Path) -> None:
-    """What the build stage's COPY lines place in its WORKDIR, placed in `workdir`."""
-    for sources, dest in copied(steps):
-        for source in sources:
-            src = repo / source
-            target = workdir / dest / src.name if dest.endswith("/") else workdir / dest
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if src.is_dir():
-                shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy(src, target)
+def archive(digest: str, arch: str) -> pathlib.Path:
+    return CACHE / "images" / f"kube-scale-exporter-{digest}-{arch}.tar"
 
 
-def image_config(steps) -> list[str]:
-    """`buildah config` options for the final stage's ARG, LABEL, ENV, USER, EXPOSE and
-    ENTRYPOINT."""
-    args = dict(rest.split("=", 1) for word, rest in steps if word == "ARG" and "=" in rest)
-    config = []
-    for word, rest in steps:
-        for name, value in args.items():
-            rest = rest.replace("${" + name + "}", value)
-        if word in ("LABEL", "ENV"):
-            for pair in shlex.split(rest):
-                config += [f"--{word.lower()}", pair]
-        elif word == "USER":
-            config += ["--user", rest]
-        elif word == "EXPOSE":
-            config += ["--port", rest]
-        elif word == "ENTRYPOINT":
-            config += ["--entrypoint", rest, "--cmd", "[]"]
-    return config
-
-
-def build(repo: pathlib.Path = REPO, log=sys.stderr) -> pathlib.Path:
-    """kube-scale-exporter:0.1.0 from the working tree's Dockerfile, as a docker-archive
-    (cached). The build stage's last RUN makes the image's trees on this host (its earlier
-    RUN installs mmdebstrap, which .ci/setup.d/46-e2e.sh installs here); each `COPY
-    --from=build TREE /` of the final stage is one layer on an empty base, then the final
-    stage's config."""
-    digest = inputs_hash(repo)
-    archive = CACHE / "images" / f"kube-scale-exporter-{digest}.tar"
-    if archive.exists():
-        return archive
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    build_steps, final_steps = dockerfile(repo)
-    *make_trees, out = shlex.split([rest for word, rest in build_steps if word == "RUN"][-1])
-    layers = [
-        rest.split()[1:] for word, rest in final_steps if word == "COPY" and "--from=build" in rest
+def build_flags(work: pathlib.Path) -> list[str]:
+    """`buildah build` flags beyond the Dockerfile: the build stage's base, and the host's CA
+    bundle for its pip (RUN-time mounts)."""
+    pip_conf = work / "pip.conf"
+    pip_conf.write_text(f"[global]\ncert = {BUILD_CA}\n")
+    return [
+        f"--build-arg=BUILD_IMAGE={BASE_IMAGE}",
+        "--pull=never",
+        f"--volume={HOST_CA_BUNDLE}:{BUILD_CA}:ro",
+        f"--volume={pip_conf}:/etc/pip.conf:ro",
     ]
+
+
+def make_image(image: str, log: pathlib.Path, archs=ARCHS) -> dict[str, float]:
+    """`make image IMAGE=image ARCHS=...` in this storage, its output appended to `log`;
+    returns each architecture's build time in seconds, as the target prints it."""
+    base()
+    start = log.stat().st_size if log.exists() else 0
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="kse-image.") as tmp:
-        workdir, trees = pathlib.Path(tmp) / "src", pathlib.Path(tmp) / "trees"
-        workdir.mkdir()
-        build_context(repo, build_steps, workdir)
-        argv = [sys.executable if w == "python" else w for w in make_trees]
-        subprocess.run([*argv, str(trees)], cwd=workdir, check=True)
-        parent, tags = "scratch", []
-        for i, (tree, dest) in enumerate(layers):
-            assert dest == "/" and tree.startswith(out + "/"), f"COPY --from=build {tree} {dest}"
-            ctr = buildah("from", "--pull=never", parent, capture=True)
-            try:
-                buildah("copy", ctr, f"{trees / os.path.relpath(tree, out)}/.", "/", capture=True)
-                if i == len(layers) - 1:
-                    buildah("config", *image_config(final_steps), ctr)
-                last = i == len(layers) - 1
-                parent = (
-                    f"localhost/kube-scale-exporter:{digest}"
-                    if last
-                    else f"localhost/kse-image-{digest}:layer{i}"
-                )
-                buildah("commit", "--quiet", ctr, parent, capture=True)
-                tags.append(parent)
-            finally:
-                buildah("rm", ctr, capture=True)
-    tmp = archive.with_suffix(".tmp")
-    tmp.unlink(missing_ok=True)
-    buildah("push", "--quiet", parent, f"docker-archive:{tmp}:{IMAGE_NAME}", capture=True)
-    tmp.rename(archive)
-    for tag in reversed(tags):
-        buildah("rmi", tag, capture=True)
-    print(f"image: {IMAGE_NAME} built in {time.monotonic() - start:.0f}s -> {archive}", file=log)
-    return archive
+        flags = shlex.join(build_flags(pathlib.Path(tmp)))
+        argv = ["make", "--no-print-directory", "-C", str(REPO), "image", f"IMAGE={image}"]
+        argv += [f"ARCHS={' '.join(archs)}", f"BUILD_FLAGS={flags}"]
+        with open(log, "ab") as out:
+            result = subprocess.run(argv, env=buildah_env(), stdout=out, stderr=subprocess.STDOUT)
+    with open(log, "rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    if result.returncode:
+        raise RuntimeError(f"make image failed ({result.returncode}), {log}:\n{text[-3000:]}")
+    return {a: float(t) for a, t in re.findall(r"image: \S+-(\w+) built in (\d+) s", text)}
+
+
+def build(arch: str = HOST_ARCH, repo: pathlib.Path = REPO, log=sys.stderr) -> pathlib.Path:
+    """The docker-archive of `arch`'s image from this tree (IMAGE_NAME inside), built by `make
+    image ARCHS=arch` unless this tree's inputs were built before: a test or the e2e that
+    runs one architecture waits for that one only. The build's log goes to
+    CACHE/images/build-HASH.log."""
+    return build_all((arch,), repo, log)[arch]
+
+
+def build_all(archs=ARCHS, repo: pathlib.Path = REPO, log=sys.stderr) -> dict:
+    """{arch: docker-archive} for each of `archs`, the missing ones built in one `make image`."""
+    digest = inputs_hash(repo)
+    (CACHE / "images").mkdir(parents=True, exist_ok=True)
+    # One build at a time (pytest-xdist workers, a bench beside a test): the next one waits
+    # and then finds the archives.
+    with open(CACHE / "images" / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(archs, digest, log)
+
+
+def _build_locked(archs, digest: str, log) -> dict:
+    missing = [a for a in archs if not archive(digest, a).exists()]
+    if missing:
+        name = f"localhost/kube-scale-exporter:{digest}"
+        build_log = CACHE / "images" / f"build-{digest}.log"
+        times = make_image(name, build_log, missing)
+        for a in missing:
+            tmp = archive(digest, a).with_suffix(".tmp")
+            tmp.unlink(missing_ok=True)
+            buildah(
+                "push", "--quiet", f"{name}-{a}", f"docker-archive:{tmp}:{IMAGE_NAME}", capture=True
+            )
+            tmp.rename(archive(digest, a))
+        forget_older(digest)
+        took = ", ".join(f"{a} {t:.0f}s" for a, t in times.items())
+        print(f"image: {name} built ({took}), log {build_log}", file=log)
+    return {a: archive(digest, a) for a in archs}
+
+
+def built(repo: pathlib.Path = REPO) -> str:
+    """The manifest list of this tree's images for every architecture in ARCHS, as `make
+    image` names it (built now where missing)."""
+    digest = inputs_hash(repo)
+    name = f"localhost/kube-scale-exporter:{digest}"
+    names = [f"{name}-{a}" for a in ARCHS]
+    have = set(buildah("images", "--format", "{{.Name}}:{{.Tag}}", capture=True).split())
+    if not set(names) <= have:  # the archives outlived the storage: build again
+        for a in ARCHS:
+            archive(digest, a).unlink(missing_ok=True)
+    build_all(ARCHS, repo)
+    # Each `make image` made the list of the architectures it built: one list of all.
+    remove(name)
+    buildah("manifest", "create", name, capture=True)
+    for image in names:
+        buildah("manifest", "add", name, f"containers-storage:{image}", capture=True)
+    return name
+
+
+def remove(name: str) -> None:
+    """Untag `name`, a manifest list or an image (buildah rmi of a list's name would remove
+    the image the list holds for this host instead)."""
+    if exists(name):
+        buildah("manifest", "rm", name, capture=True, check=False)
+    else:
+        buildah("rmi", name, capture=True, check=False)
+
+
+def forget_older(digest: str) -> None:
+    """Other trees' builds leave buildah's storage once their archives are half an hour old
+    (the archives stay, as before); a build still running beside this one keeps its images."""
+    names = buildah("images", "--format", "{{.Name}}:{{.Tag}}", capture=True).split()
+    for name in names:
+        repo_, _, tag = name.rpartition(":")
+        other = tag.split("-")[0]
+        if repo_ != "localhost/kube-scale-exporter" or other == digest:
+            continue
+        done = [archive(other, a) for a in ARCHS if archive(other, a).exists()]
+        if done and all(time.time() - p.stat().st_mtime > 1800 for p in done):
+            remove(name)
+    buildah("rmi", "--prune", capture=True, check=False)
 
 
 def binary_archive(
@@ -294,8 +404,18 @@ def pause_archive(pause_bin: str, name: str, log=sys.stderr) -> pathlib.Path:
 
 
 def main(argv):
-    if argv[:1] == ["build"]:
-        print(build())
+    if argv[:1] == ["base"]:
+        print(base())
+    elif argv[:1] == ["build"]:
+        print("\n".join(map(str, build_all().values())))
+    elif argv[:1] == ["cached"]:
+        paths = [archive(inputs_hash(), a) for a in ARCHS]
+        if not all(p.exists() for p in paths):
+            print(
+                "the image of this tree is not built: run .ci/setup.d/45-image.sh", file=sys.stderr
+            )
+            return 1
+        print("\n".join(map(str, paths)))
     elif argv[:1] == ["hash"]:
         print(inputs_hash())
     else:

@@ -1,5 +1,5 @@
-"""The image's files, as three trees, one per layer: what the Dockerfile's build stage runs
-(and testbed/image.py, the same RUN on this host, for the e2e).
+"""The image's files, as three trees, one per layer: what the Dockerfile's build stage runs,
+for the architecture it runs on.
 
   interpreter   bookworm's python3.11-minimal and libpython3.11-stdlib with the libraries
                 they link, unpacked by mmdebstrap (no dpkg, apt, shell or maintainer script
@@ -15,11 +15,12 @@ each byte-compiled, each holding only what its layer adds. Before it returns, th
 imports every module of the package, the lazily imported ones (bcrypt, h2) included, and
 loads the CA bundle, in a chroot: a dropped module fails the build, not a pod.
 
-Run as root: python -m tools.image_tree OUT   (OUT/interpreter, OUT/dependencies, OUT/package)
+Run as root: python3 -m tools.image_tree OUT   (OUT/interpreter, OUT/dependencies, OUT/package)
 """
 
 from __future__ import annotations
 
+import platform
 import shutil
 import subprocess
 import sys
@@ -37,7 +38,10 @@ SITE = "usr/lib/kube-scale-exporter"  # the dependencies' and the package's own 
 LAYERS = ("interpreter", "dependencies", "package")
 USER = "65534:65534"
 PY = "usr/lib/python3.11"
-LIBS = "usr/lib/x86_64-linux-gnu"
+# The architecture being built is the build stage's own (buildah --platform runs an arm64
+# stage under qemu-user): Debian's multiarch directory and the wheels' platform follow it.
+MACHINE = platform.machine()  # x86_64, aarch64
+LIBS = f"usr/lib/{MACHINE}-linux-gnu"
 # Nothing the exporter imports or reads: check() imports every module in the finished tree.
 DROP_PATHS = (
     "usr/share/doc",
@@ -65,7 +69,7 @@ DROP_PATHS = (
     f"{PY}/sqlite3",
     f"{PY}/dbm",
     f"{PY}/curses",
-    f"{PY}/config-3.11-x86_64-linux-gnu",
+    f"{PY}/config-3.11-{MACHINE}-linux-gnu",
     f"{PY}/lib-dynload/_sqlite3*",
     f"{PY}/lib-dynload/_dbm*",
     f"{PY}/lib-dynload/_gdbm*",
@@ -165,7 +169,8 @@ def interpreter(root: Path) -> None:
 
 
 def wheels(out: Path) -> tuple[list[Path], Path]:
-    """(the dependencies' wheels, the package's wheel), for CPython 3.11 on x86_64 Linux."""
+    """(the dependencies' wheels, the package's wheel), for CPython 3.11 on this machine's
+    architecture."""
     run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, SOURCE)
     [ours] = out.glob("kube_scale_exporter-*.whl")
     run(
@@ -177,8 +182,8 @@ def wheels(out: Path) -> tuple[list[Path], Path]:
         "--only-binary=:all:",
         "--python-version=3.11",
         "--implementation=cp",
-        "--platform=manylinux2014_x86_64",
-        "--platform=manylinux_2_28_x86_64",
+        f"--platform=manylinux2014_{MACHINE}",
+        f"--platform=manylinux_2_28_{MACHINE}",
         "--dest",
         out,
         ours,

@@ -1,0 +1,192 @@
+"""The image as a user builds and pushes it: `make image` (Debian's buildah building
+./Dockerfile) for amd64 and arm64, each image started the way deploy/ runs its pods
+(testbed/container.py: read-only root, the image's USER, no capability), the arm64 one
+through qemu-user on this amd64 host, serving /metrics and stopping on SIGTERM; then
+`make image-push` to a real registry (Debian's docker-registry on a free loopback port)
+and the manifest list read back from it with both architectures, every digest checked.
+
+The build itself runs in .ci/setup.d/45-image.sh (testbed/image.py caches it by a hash of
+the Dockerfile's inputs); a test that finds it missing builds it, which takes minutes.
+"""
+
+import hashlib
+import json
+import pathlib
+import shutil
+import signal
+import struct
+import subprocess
+import time
+
+import pytest
+import requests
+
+from kube_scale_exporter import __version__
+from testbed import container, image
+from testbed.metrics import wait_until
+from testbed.ports import free_port
+from testbed.procs import listening_ports
+from testbed.registry_server import RegistryServer
+
+pytestmark = pytest.mark.integration
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+# ELF e_machine of each architecture's binaries, and the name Go and OCI give it.
+ELF_MACHINE = {"amd64": 0x3E, "arm64": 0xB7}
+# The issue's budget for a DaemonSet image every node pulls (tests/deploy/test_image.py).
+MAX_IMAGE_BYTES = 60_000_000
+LIST_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+
+
+def elf_machine(path: pathlib.Path) -> int:
+    with open(path, "rb") as f:
+        header = f.read(20)
+    assert header[:4] == b"\x7fELF", f"{path} is no ELF binary"
+    return struct.unpack_from("<H", header, 18)[0]
+
+
+def in_root(root: pathlib.Path, path: str) -> pathlib.Path:
+    """`path` as the image sees it, its symlinks resolved inside `root`."""
+    resolved = root / path.lstrip("/")
+    for _ in range(10):
+        if not resolved.is_symlink():
+            return resolved
+        target = resolved.readlink()
+        resolved = (
+            root / str(target).lstrip("/") if target.is_absolute() else (resolved.parent / target)
+        )
+    raise AssertionError(f"{path}: too many links")
+
+
+@pytest.fixture(scope="module", params=image.ARCHS)
+def unpacked(request, tmp_path_factory):
+    arch = request.param
+    archive = image.build(arch)
+    root = tmp_path_factory.mktemp(f"image-{arch}") / "root"
+    config = container.unpack(archive, root)
+    yield arch, archive, root, config
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_each_image_is_its_architecture_within_budget(unpacked):
+    arch, archive, root, config = unpacked
+    assert config["architecture"] == arch and config["os"] == "linux"
+    entrypoint = config["config"]["Entrypoint"]
+    assert elf_machine(in_root(root, entrypoint[0])) == ELF_MACHINE[arch]
+    # The C extensions came from the wheels for this architecture, not the host's.
+    (yaml_ext,) = (root / "usr/lib/kube-scale-exporter/yaml").glob("_yaml.cpython-311-*.so")
+    assert elf_machine(yaml_ext) == ELF_MACHINE[arch]
+    _, layers = container.manifest(archive)
+    size = sum(len(data) for data in layers)
+    print(f"{arch}: {len(layers)} layers, {size / 1e6:.1f} MB uncompressed")
+    assert size <= MAX_IMAGE_BYTES
+    labels = config["config"]["Labels"]
+    assert labels["org.opencontainers.image.version"] == __version__
+
+
+def test_each_image_serves_metrics_and_stops_on_sigterm(unpacked):
+    arch, _, root, config = unpacked
+    port = free_port()
+    args = ["--collector.disable-defaults", "--collector.neighbor"]
+    args += [f"--web.listen-address=127.0.0.1:{port}"]
+    start = time.monotonic()
+    proc = container.start(root, config, args)
+    try:
+        # Under qemu-user the interpreter starts several times slower than natively.
+        if not wait_until(lambda: port in listening_ports(proc.pid), 120, interval=0.1):
+            proc.kill()
+            raise AssertionError(proc.communicate(timeout=10)[0].decode(errors="replace"))
+        listening = time.monotonic() - start
+        # The kernel hands an aarch64 binary to qemu-aarch64-static (binfmt_misc): that is
+        # the process's executable, the image's own interpreter is what it runs.
+        exe = pathlib.Path(f"/proc/{proc.pid}/exe").resolve().name
+        assert (exe == "qemu-aarch64-static") == (arch == "arm64"), exe
+        body = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+        build_info = [line for line in body.splitlines() if line.startswith("kubescale_build_info")]
+        assert len(build_info) == 1, body[:2000]
+        assert f'version="{__version__}"' in build_info[0]
+        assert 'python_version="3.11.' in build_info[0]
+        assert 'kubescale_scrape_collector_success{collector="neighbor"} 1.0' in body
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        stopped = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == 0, out.decode(errors="replace")[-2000:]
+    print(
+        f"{arch} ({exe}): listening {listening:.2f}s after start, exited {stopped:.2f}s after SIGTERM"
+    )
+
+
+@pytest.fixture
+def registry(tmp_path):
+    server = RegistryServer(tmp_path / "registry").start()
+    yield server
+    server.stop()
+
+
+def get(url, accept, digest=None) -> requests.Response:
+    response = requests.get(url, headers={"Accept": ", ".join(accept)}, timeout=60)
+    response.raise_for_status()
+    if digest:
+        assert "sha256:" + hashlib.sha256(response.content).hexdigest() == digest, url
+    return response
+
+
+def test_make_image_push_sends_both_architectures_as_one_list(registry):
+    built = image.built()
+    target = f"{registry.host}/team/kube-scale-exporter:{__version__}"
+    # What `make image IMAGE=target` would have made, without building again: the list
+    # and its images under the pushed name.
+    for name in (built, *(f"{built}-{arch}" for arch in image.ARCHS)):
+        image.buildah("tag", name, name.replace(built, target), capture=True)
+    try:
+        result = subprocess.run(
+            [
+                "make",
+                "--no-print-directory",
+                "-C",
+                str(REPO),
+                "image-push",
+                f"IMAGE={target}",
+                "PUSH_FLAGS=--tls-verify=false",
+            ],
+            env=image.buildah_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    finally:
+        for name in (target, *(f"{target}-{arch}" for arch in image.ARCHS)):
+            image.remove(name)
+
+    base = f"{registry.url}/v2/team/kube-scale-exporter"
+    index = get(f"{base}/manifests/{__version__}", LIST_TYPES)
+    assert index.headers["Content-Type"].split(";")[0] in LIST_TYPES
+    platforms = {}
+    for entry in index.json()["manifests"]:
+        platforms[entry["platform"]["architecture"]] = entry
+        assert entry["platform"]["os"] == "linux"
+    assert sorted(platforms) == sorted(image.ARCHS)
+    for arch, entry in platforms.items():
+        manifest = get(f"{base}/manifests/{entry['digest']}", MANIFEST_TYPES, entry["digest"])
+        doc = manifest.json()
+        config = json.loads(
+            get(f"{base}/blobs/{doc['config']['digest']}", ["*/*"], doc["config"]["digest"]).content
+        )
+        assert config["architecture"] == arch
+        assert len(doc["layers"]) == 3
+        for layer in doc["layers"]:
+            blob = requests.head(f"{base}/blobs/{layer['digest']}", timeout=60)
+            assert blob.status_code == 200 and int(blob.headers["Content-Length"]) == layer["size"]
