@@ -107,22 +107,19 @@ def install_capacity_buffer_crd(api, timeout: float = 30.0) -> list[str]:
     served = [v["name"] for v in crd["spec"]["versions"] if v["served"]]
     deadline = time.monotonic() + timeout
 
+    def listed(version):
+        # A version not served yet answers 404 with a plain-text body.
+        got = api.request("GET", f"/apis/{BUFFER_GROUP}/{version}", ok=(200, 404))
+        resources = got.get("resources", []) if isinstance(got, dict) else []
+        return any(r.get("name") == "capacitybuffers" for r in resources)
+
     def ready():
         got = api.get(f"{CRDS}/{crd['metadata']['name']}")
         established = any(
             c["type"] == "Established" and c["status"] == "True"
             for c in (got.get("status") or {}).get("conditions") or []
         )
-        return established and all(
-            any(
-                r["name"] == "capacitybuffers"
-                for r in api.request("GET", f"/apis/{BUFFER_GROUP}/{v}", ok=(200, 404)).get(
-                    "resources", []
-                )
-                if isinstance(r, dict)
-            )
-            for v in served
-        )
+        return established and all(listed(v) for v in served)
 
     while not ready():
         if time.monotonic() > deadline:
