@@ -85,10 +85,13 @@ def node_targets(cluster: Cluster, labels=None) -> list[dict]:
     ]
 
 
-def shard_config(cluster: Cluster, shard: int, self_port: int, remote_write_url=None) -> dict:
+def shard_config(
+    cluster: Cluster, shard: int, self_port: int, remote_write_url=None, external_labels=None
+) -> dict:
     """Prometheus shard `shard` of `cluster`: the scrape config docs/scaling.md shows (node
     targets split by hashmod of their address, the cluster-mode job whole on shard 0, the
-    cluster in external_labels), remote-writing where a store takes it."""
+    cluster in external_labels, with `external_labels` besides), remote-writing where a store
+    takes it."""
     keep_shard = [
         {
             "source_labels": ["__address__"],
@@ -114,7 +117,10 @@ def shard_config(cluster: Cluster, shard: int, self_port: int, remote_write_url=
             }
         )
     config = {
-        "global": {"scrape_interval": SCRAPE, "external_labels": {"cluster": cluster.name}},
+        "global": {
+            "scrape_interval": SCRAPE,
+            "external_labels": {"cluster": cluster.name, **(external_labels or {})},
+        },
         "scrape_configs": jobs,
     }
     if remote_write_url:

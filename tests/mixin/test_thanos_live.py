@@ -49,6 +49,15 @@ FOR = "4s"
 # The Ruler's own external label: a replica label (Query drops it), never the cluster label,
 # which it would set on every record and alert of every cluster.
 RULER_REPLICA = "rule_replica"
+# Each shard's own external label beside the cluster, named as prometheus-operator names its
+# pods' (prometheus-k8s-0, prometheus-k8s-shard-1-0): without one, the shards of a cluster are
+# two producers of one label set to Thanos. Query drops it as a replica label; no shard
+# scrapes what another does, so no two series differ in it alone.
+SHARD_REPLICA = "prometheus_replica"
+
+
+def shard_name(shard: int) -> str:
+    return "prometheus-k8s-0" if shard == 0 else f"prometheus-k8s-shard-{shard}-0"
 
 
 def quick_rules(directory) -> list[str]:
@@ -149,14 +158,17 @@ def stack(tmp_path_factory):
                 shard_dir = workdir / f"prometheus-{cluster.name}-{shard}"
                 shard_dir.mkdir()
                 prom = PrometheusServer(shard_dir, {}, binary=prometheus)
-                prom.config = shard_config(cluster, shard, prom.port)
+                prom.config = shard_config(
+                    cluster, shard, prom.port, external_labels={SHARD_REPLICA: shard_name(shard)}
+                )
                 procs.append(prom)
                 shards[key] = prom.start()
                 sidecar = Sidecar(workdir, thanos, prom, name=f"sidecar-{cluster.name}-{shard}")
                 procs.append(sidecar)
                 sidecars[key] = sidecar.start()
         rule_files = quick_rules(workdir / "rules")
-        query = Query(workdir, thanos, [s.grpc for s in sidecars.values()], [RULER_REPLICA])
+        grpcs = [s.grpc for s in sidecars.values()]
+        query = Query(workdir, thanos, grpcs, [SHARD_REPLICA, RULER_REPLICA])
         ruler = Ruler(workdir, thanos, query.url, rule_files, {RULER_REPLICA: "0"}, INTERVAL)
         query.endpoints.append(ruler.grpc)
         procs.append(query)
@@ -191,8 +203,9 @@ def test_query_sees_every_shard_and_the_ruler(stack):
     stores = stack.query.stores()
     sidecars = {s["name"]: s for s in stores.get("sidecar", [])}
     assert set(sidecars) == {s.grpc for s in stack.sidecars.values()}
-    for (cluster, _), sidecar in stack.sidecars.items():
-        assert sidecars[sidecar.grpc]["labelSets"] == [{"cluster": cluster}]
+    for (cluster, shard), sidecar in stack.sidecars.items():
+        labels = {"cluster": cluster, SHARD_REPLICA: shard_name(shard)}
+        assert sidecars[sidecar.grpc]["labelSets"] == [labels]
     rulers = stores.get("rule", [])
     assert [r["name"] for r in rulers] == [stack.ruler.grpc]
 
@@ -313,7 +326,7 @@ def test_every_recording_rule_records_what_one_prometheus_holding_all_series_rec
     for name in names:
         for labels in stack.thanos(name):
             assert dict(labels).get("cluster") in NODES, (name, labels)
-            assert RULER_REPLICA not in dict(labels), (name, labels)
+            assert not {RULER_REPLICA, SHARD_REPLICA} & set(dict(labels)), (name, labels)
     print(
         f"{len(both)} of {len(names)} recording rules record both clusters; {compared} values compared"
     )
@@ -348,7 +361,7 @@ def test_every_alert_that_should_fire_fires_once_per_cluster(stack):
     assert len(through) == len(set(through)), "an alert fires twice"
     for labels in through:
         assert dict(labels).get("cluster") in NODES, labels
-        assert RULER_REPLICA not in dict(labels), labels
+        assert not {RULER_REPLICA, SHARD_REPLICA} & set(dict(labels)), labels
     names = {}
     for labels in map(dict, through):
         names.setdefault((labels["alertname"], labels["severity"]), []).append(labels["cluster"])
