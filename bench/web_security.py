@@ -187,8 +187,9 @@ def main() -> int:
         workdir = Path(tmp)
         ca, cert, key = make_pki(workdir)
         rows = []
+        peer = f"node_exporter {node_exporter.version(node_exporter.binary()).split()[2]}"
         for variant, web in configs(workdir, cert, key).items():
-            for which in ("kube-scale-exporter", "node_exporter 1.5.0"):
+            for which in ("kube-scale-exporter", peer):
                 rows.append(
                     (
                         which,
