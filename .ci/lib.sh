@@ -91,13 +91,24 @@ third_party_version() {
     echo "$v"
 }
 
-# third_party_src NAME WORK: NAME's tarball from ../shared/third_party (or $KSE_THIRD_PARTY),
+# third_party_dir: where the third-party tarballs are: $KSE_THIRD_PARTY, else ../shared/third_party
+# beside the checkout, else /work/shared/third_party (a clone made elsewhere on this machine).
+third_party_dir() {
+    local d
+    for d in "${KSE_THIRD_PARTY:-}" "$(realpath -m ../shared/third_party)" /work/shared/third_party; do
+        [[ -n "$d" && -d "$d" ]] && { echo "$d"; return 0; }
+    done
+    echo "third_party_dir: no ../shared/third_party beside $(pwd); set KSE_THIRD_PARTY" >&2
+    return 1
+}
+
+# third_party_src NAME WORK: NAME's tarball from third_party_dir,
 # its sha256 checked against .ci/third-party.sha256 before anything reads it, unpacked into
 # WORK/NAME-VERSION whatever its own top directory is called (cluster-autoscaler's is
 # autoscaler-cluster-autoscaler-1.36.1); prints that directory.
 third_party_src() {
     local name=$1 work=$2 dir version file
-    dir="${KSE_THIRD_PARTY:-$(realpath -m ../shared/third_party)}"
+    dir="$(third_party_dir)" || return 1
     version="$(third_party_version "$name")" || return 1
     file="$name-$version.tar.gz"
     [[ -f "$dir/$file" ]] || { echo "third_party_src: no $dir/$file" >&2; return 1; }
