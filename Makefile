@@ -18,6 +18,9 @@ run:
 # BUILD_FLAGS adds `buildah build` flags (e.g. --build-arg BUILD_IMAGE=a bookworm mirror),
 # PUSH_FLAGS `buildah manifest push` flags (e.g. --creds, --tls-verify=false).
 # docs/deploy.md "Build and push the image"; the release workflow runs the same two.
+# --layers: one layer per COPY of the final stage, as docker build makes them (buildah
+# otherwise commits the stage as one layer), so a release changing only the package
+# changes only its small top layer.
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' kube_scale_exporter/__init__.py)
 IMAGE ?= localhost/kube-scale-exporter:$(VERSION)
 ARCHS ?= amd64 arm64
@@ -29,8 +32,8 @@ image:
 	$(BUILDAH) manifest create $(IMAGE) >/dev/null
 	@set -e; for arch in $(ARCHS); do \
 		start=$$(date +%s); \
-		echo "$(BUILDAH) build --platform linux/$$arch --build-arg VERSION=$(VERSION) $(BUILD_FLAGS) --tag $(IMAGE)-$$arch ."; \
-		$(BUILDAH) build --platform linux/$$arch --build-arg VERSION=$(VERSION) $(BUILD_FLAGS) \
+		echo "$(BUILDAH) build --layers --platform linux/$$arch --build-arg VERSION=$(VERSION) $(BUILD_FLAGS) --tag $(IMAGE)-$$arch ."; \
+		$(BUILDAH) build --layers --platform linux/$$arch --build-arg VERSION=$(VERSION) $(BUILD_FLAGS) \
 			--tag $(IMAGE)-$$arch .; \
 		$(BUILDAH) manifest add $(IMAGE) containers-storage:$(IMAGE)-$$arch >/dev/null; \
 		echo "image: $(IMAGE)-$$arch built in $$(( $$(date +%s) - start )) s"; \

@@ -10,7 +10,9 @@ containerd 1.6, 1.7, 2.1 (2.0-2.2's rules), 2.3, 2.4 and an unknown version woul
 Documented error: ConfigError (UnknownConfigVersion among them). Invariants: the settings
 are a count >= 0, a finite timeout >= 0 (None only for an unknown 1.x), the files read
 start with the main file and are no more than MAX_FILES, and the key in force is the
-transfer service's exactly when the CRI pulls through it (never with a fallback).
+transfer service's exactly when the CRI pulls through it (never with a fallback), the pull
+path and its reason from their fixed sets, and a config_path unknown exactly when its
+setter is.
 """
 
 from __future__ import annotations
@@ -77,3 +79,16 @@ def _valid(got: config.PullSettings, version, path: str) -> None:
         raise InvariantBroken(f"{version}: files {got.files[:3]}")
     if got.transfer != (config.TRANSFER in got.downloads_key) or (got.transfer and got.fallback):
         raise InvariantBroken(f"{version}: transfer {got.transfer}, {got.downloads_key}")
+    if (
+        got.pull_path not in ("transfer", "local", "unknown")
+        or (got.pull_path == "transfer") != got.transfer
+    ):
+        raise InvariantBroken(f"{version}: pull path {got.pull_path!r}, transfer {got.transfer}")
+    if got.pull_reason not in config.PULL_REASONS:
+        raise InvariantBroken(f"{version}: pull reason {got.pull_reason!r}")
+    if got.config_path_set_by not in ("config", "default", "none", "unknown") or (
+        got.config_path is None
+    ) != (got.config_path_set_by == "unknown"):
+        raise InvariantBroken(
+            f"{version}: config_path {got.config_path!r}, {got.config_path_set_by}"
+        )

@@ -56,6 +56,7 @@ BASE_EXCLUDES = ("doc", "man", "info", "locale", "groff", "lintian", "linda")
 # The bundle the host's own pip trusts (Debian's: ca-certificates and any local CA).
 HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 BUILD_CA = "/etc/ssl/kse-build-ca.crt"
+PIP_CONF = f"[global]\ncert = {BUILD_CA}\n"
 
 
 def storage() -> pathlib.Path:
@@ -216,13 +217,26 @@ def _files(path: pathlib.Path) -> list[pathlib.Path]:
     return sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
+def make_rule(repo: pathlib.Path = REPO) -> str:
+    """The Makefile's `image` rule and the variables it reads, as written."""
+    text = (repo / "Makefile").read_text()
+    rule = re.search(r"^image:\n(?:\t.*\n)+", text, re.M)
+    assert rule, "Makefile: no image rule"
+    names = ("VERSION", "ARCHS", "BUILDAH", "BUILD_FLAGS")
+    variables = [m[0] for m in re.finditer(rf"^(?:{'|'.join(names)}) [:?]?=.*$", text, re.M)]
+    return "\n".join(variables) + "\n" + rule[0]
+
+
 def inputs_hash(repo: pathlib.Path = REPO) -> str:
-    """sha256 over the Dockerfile's inputs (paths and bytes, __pycache__ left out)."""
+    """sha256 over the Dockerfile's inputs (paths and bytes, __pycache__ left out), the
+    Makefile's image rule and the flags build_flags() adds."""
     h = hashlib.sha256()
     for name in image_inputs(repo):
         for f in _files(repo / name):
             h.update(str(f.relative_to(repo)).encode() + b"\0")
             h.update(f.read_bytes() + b"\0")
+    h.update(make_rule(repo).encode() + b"\0")
+    h.update((shlex.join(build_flags(pathlib.Path("pip.conf"))) + PIP_CONF).encode())
     return h.hexdigest()[:16]
 
 
@@ -230,11 +244,9 @@ def archive(digest: str, arch: str) -> pathlib.Path:
     return CACHE / "images" / f"kube-scale-exporter-{digest}-{arch}.tar"
 
 
-def build_flags(work: pathlib.Path) -> list[str]:
+def build_flags(pip_conf: pathlib.Path) -> list[str]:
     """`buildah build` flags beyond the Dockerfile: the build stage's base, and the host's CA
-    bundle for its pip (RUN-time mounts)."""
-    pip_conf = work / "pip.conf"
-    pip_conf.write_text(f"[global]\ncert = {BUILD_CA}\n")
+    bundle for its pip (RUN-time mounts; `pip_conf` holds PIP_CONF)."""
     return [
         f"--build-arg=BUILD_IMAGE={BASE_IMAGE}",
         "--pull=never",
@@ -249,7 +261,9 @@ def make_image(image: str, log: pathlib.Path, archs=ARCHS) -> dict[str, float]:
     base()
     start = log.stat().st_size if log.exists() else 0
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="kse-image.") as tmp:
-        flags = shlex.join(build_flags(pathlib.Path(tmp)))
+        pip_conf = pathlib.Path(tmp) / "pip.conf"
+        pip_conf.write_text(PIP_CONF)
+        flags = shlex.join(build_flags(pip_conf))
         argv = ["make", "--no-print-directory", "-C", str(REPO), "image", f"IMAGE={image}"]
         argv += [f"ARCHS={' '.join(archs)}", f"BUILD_FLAGS={flags}"]
         with open(log, "ab") as out:

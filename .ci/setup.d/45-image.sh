@@ -24,11 +24,11 @@ apt_need buildah mmdebstrap arch-test qemu-user-static binfmt-support docker-reg
 # binfmt-support registers qemu's formats when it is installed; a machine that booted since
 # needs them registered again.
 [[ -e $binfmt/qemu-aarch64 ]] || update-binfmts --enable qemu-aarch64
-grep -qx enabled "$binfmt/qemu-aarch64" && grep -q '^flags: .*F' "$binfmt/qemu-aarch64" || {
+if ! grep -qx enabled "$binfmt/qemu-aarch64" || ! grep -q '^flags: .*F' "$binfmt/qemu-aarch64"; then
     echo "45-image: qemu-aarch64 is not registered with binfmt_misc (F flag):" >&2
     cat "$binfmt/qemu-aarch64" >&2
     exit 1
-}
+fi
 buildah --version
 qemu-aarch64-static --version | head -1
 

@@ -54,7 +54,11 @@ def _uvarint(data: bytes, at: int) -> tuple[int, int]:
     raise ValueError("truncated varint")
 
 
-def _read_at(fd: int, offset: int, size: int) -> bytes:
+def _read_at(fd: int, offset: int, size: int, file_size: int) -> bytes:
+    """`size` bytes at `offset`, which the headers say and a hostile file can set to
+    anything: ValueError unless they lie within the file."""
+    if not 0 <= offset <= file_size - size or size < 0:
+        raise ValueError(f"{size} bytes at {offset} past the end")
     data = os.pread(fd, size, offset)
     if len(data) != size:
         raise ValueError(f"{size} bytes at {offset} past the end")
@@ -69,16 +73,14 @@ def _section(fd: int, name: bytes, file_size: int) -> bytes:
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
     if shentsize != 64 or not 0 < shnum <= MAX_SECTIONS or shstrndx >= shnum:
         raise ValueError(f"{shnum} section headers of {shentsize} bytes")
-    if shoff + shnum * 64 > file_size:
-        raise ValueError("section headers past the end")
-    table = _read_at(fd, shoff, shnum * 64)
+    table = _read_at(fd, shoff, shnum * 64, file_size)
     headers = [struct.unpack_from("<IIQQQQ", table, i * 64) for i in range(shnum)]
     _, _, _, _, str_off, str_size = headers[shstrndx]
-    names = _read_at(fd, str_off, min(str_size, SECTION_BYTES))
+    names = _read_at(fd, str_off, min(str_size, SECTION_BYTES), file_size)
     for name_at, _type, _flags, _addr, offset, size in headers:
         end = names.find(b"\0", name_at)
         if names[name_at:end] == name:
-            return _read_at(fd, offset, min(size, SECTION_BYTES, file_size - offset))
+            return _read_at(fd, offset, min(size, SECTION_BYTES), file_size)
     raise ValueError(f"no {name.decode()} section (not a Go binary, or built before Go 1.18)")
 
 
@@ -118,10 +120,8 @@ def parse_modinfo(text: str) -> BinaryVersion:
     version = versions.get(MODULES[1] if major == 2 else MODULES[0], "")
     parts = version.removeprefix("v").split(".")
     if version.startswith("v") and len(parts) >= 2 and parts[0] == str(major):
-        try:
+        if parts[1].isascii() and parts[1].isdigit():
             return BinaryVersion(major, int(parts[1]), version)
-        except ValueError:
-            pass
     return BinaryVersion(major, None, "")
 
 

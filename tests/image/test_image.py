@@ -27,6 +27,7 @@ from testbed.metrics import wait_until
 from testbed.ports import free_port
 from testbed.procs import listening_ports
 from testbed.registry_server import RegistryServer
+from tools import image_tree
 
 pytestmark = pytest.mark.integration
 
@@ -84,6 +85,7 @@ def test_each_image_is_its_architecture_within_budget(unpacked):
     (yaml_ext,) = (root / "usr/lib/kube-scale-exporter/yaml").glob("_yaml.cpython-311-*.so")
     assert elf_machine(yaml_ext) == ELF_MACHINE[arch]
     _, layers = container.manifest(archive)
+    assert len(layers) == len(image_tree.LAYERS), "one layer per COPY --from=build"
     size = sum(len(data) for data in layers)
     print(f"{arch}: {len(layers)} layers, {size / 1e6:.1f} MB uncompressed")
     assert size <= MAX_IMAGE_BYTES
@@ -186,7 +188,7 @@ def test_make_image_push_sends_both_architectures_as_one_list(registry):
             get(f"{base}/blobs/{doc['config']['digest']}", ["*/*"], doc["config"]["digest"]).content
         )
         assert config["architecture"] == arch
-        assert len(doc["layers"]) == 3
+        assert len(doc["layers"]) == len(image_tree.LAYERS)
         for layer in doc["layers"]:
             blob = requests.head(f"{base}/blobs/{layer['digest']}", timeout=60)
             assert blob.status_code == 200 and int(blob.headers["Content-Length"]) == layer["size"]

@@ -4,6 +4,7 @@ test_mirrors.py checks the verdicts against real pulls)."""
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -314,3 +315,12 @@ def test_the_collector_reports_mirrors_from_the_ingest_source(tmp_path, monkeypa
         'verdict="ignored",writer="spegel"} 2.0'
     ) in text
     assert 'reason="transfer_path_colon_list"' in text
+
+
+def test_buildinfo_refuses_offsets_past_the_file():
+    """fuzz/corpus/buildinfo/crash-e19bd075...: a string table offset of 2**64 - 1 once
+    raised OverflowError out of os.pread."""
+    crash = Path(__file__).parents[2] / "fuzz/corpus/buildinfo"
+    [path] = crash.glob("crash-e19bd075*")
+    with pytest.raises(buildinfo.BuildInfoError, match="past the end"):
+        buildinfo.read_version(str(path))
