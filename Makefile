@@ -2,7 +2,7 @@
 PYTHON ?= python3
 MIXIN_SOURCES = $(shell find mixin -name '*.jsonnet' -o -name '*.libsonnet')
 
-.PHONY: image image-push run test test-kube-1.35 test-unit install lint generate check-generated deploy-check mixin-fmt bench bench-setup demo e2e e2e-up e2e-down test-containerd-2.4 fuzz fuzz-replay
+.PHONY: image image-push run test test-kube-1.35 test-thanos test-unit install lint generate check-generated deploy-check mixin-fmt bench bench-setup demo e2e e2e-up e2e-down test-containerd-2.4 fuzz fuzz-replay
 
 install:
 	$(PYTHON) -m pip install -q -e '.[test]'
@@ -59,6 +59,12 @@ test-kube-1.35:
 TEST_WORKERS ?= 2
 test:
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
+
+# The mixin on Thanos (tests/mixin/test_thanos_live.py), by hand: Thanos is built by
+# .ci/bench.d/16-thanos.sh, which .ci/run leaves out (a 15 min first build).
+test-thanos:
+	bash .ci/bench.d/16-thanos.sh
+	KSE_THANOS=1 $(PYTHON) -m pytest -p no:cacheprovider tests/mixin/test_thanos_live.py
 
 # The fast loop: the unit tier alone, as any user, with no binary installed.
 test-unit:

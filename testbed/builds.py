@@ -11,7 +11,7 @@ version bump there moves the setup step, the tests and the benches together:
                                     Prometheus 3.16 and 3.13 LTS, prometheus and promtool
                                     (.ci/setup.d/15-prometheus.sh), $PROMETHEUS_3_16_DIR, ...
     thanos_binary()                 Thanos, every component in one binary
-                                    (.ci/setup.d/16-thanos.sh), $THANOS_DIR
+                                    (.ci/bench.d/16-thanos.sh), $THANOS_DIR
     containerd_dir("2.3")           containerd 2.3 LTS and 2.4 (.ci/setup.d/50-containerd.sh),
                                     $CONTAINERD_2_3_DIR, $CONTAINERD_2_4_DIR
     kube_rbac_proxy_binary()        kube-rbac-proxy (.ci/bench.d/42-kube-rbac-proxy.sh),
@@ -132,7 +132,7 @@ def thanos_version() -> str:
 
 def thanos_binary() -> str:
     default = CACHE / f"thanos-{thanos_version()}"
-    return cached_binary("THANOS_DIR", default, "setup.d/16-thanos.sh", "thanos")
+    return cached_binary("THANOS_DIR", default, "bench.d/16-thanos.sh", "thanos")
 
 
 def containerd_version(line: str) -> str:

@@ -1,5 +1,5 @@
 """Thanos components on free loopback ports, for the mixin's tests past one Prometheus (the
-binary from .ci/setup.d/16-thanos.sh; every component is a subcommand of it).
+binary from .ci/bench.d/16-thanos.sh; every component is a subcommand of it).
 
     sidecar = Sidecar(workdir, binary, prom).start()         # beside a running Prometheus
     query = Query(workdir, binary, [sidecar.grpc])            # ports are taken here

@@ -35,6 +35,10 @@ from testbed.kube_apiserver import KubeApiServer, apiserver_on_new_etcd
 # tests/e2e brings up a real cluster on this host (root, minutes, host changes undone at the
 # end): only `make e2e` (KSE_E2E=1) collects it, never the main suite.
 collect_ignore = [] if os.environ.get("KSE_E2E") == "1" else ["e2e"]
+# Thanos is built by .ci/bench.d (by hand, as the benches' peers): only `make test-thanos`
+# (KSE_THANOS=1) collects its live test.
+if os.environ.get("KSE_THANOS") != "1":
+    collect_ignore.append("mixin/test_thanos_live.py")
 E2E_DIR = Path(__file__).resolve().parent / "e2e"
 TIERS = ("unit", "integration", "e2e")
 

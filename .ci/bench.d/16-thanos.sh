@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Thanos for tests/mixin/test_thanos_live.py: sidecars beside two sharded Prometheus 3.16,
+# Thanos for tests/mixin/test_thanos_live.py (`make test-thanos`, run by hand like the benches:
+# its first build, about 15 min, would push a cold .ci/run past its 75 min): sidecars beside two sharded Prometheus 3.16,
 # Query over them and Ruler evaluating the committed rules/ through Query, the store most
 # kube-prometheus users put behind their shards. One binary (`thanos`, every component),
 # built from the Go module proxy with .ci/go/thanos/go.mod: the release's replace directives
@@ -25,7 +26,7 @@ if "$DIR/thanos" --version 2>&1 | grep -qF "version $version "; then
     echo "thanos: cached, $version in $DIR"
     exit 0
 fi
-command -v go >/dev/null || { echo "16-thanos: no go on PATH" >&2; exit 1; }
+command -v go >/dev/null || { echo "bench.d/16-thanos: no go on PATH" >&2; exit 1; }
 
 work="$(mktemp -d /var/tmp/thanos-build.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
