@@ -20,6 +20,7 @@ Alert names the docs mention are checked against rules/.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
@@ -28,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from bench.scale import template
-from kube_scale_exporter.budgets import CLUSTER_SERIES, NODE_SERIES
+from kube_scale_exporter.budgets import CLUSTER_SERIES, COLLECTOR_SERIES, NODE_SERIES
 
 pytestmark = pytest.mark.unit
 
@@ -1066,17 +1067,33 @@ def test_every_results_file_a_figure_names_exists():
             assert (ROOT / source).is_file(), f"{figure}: no {source}"
 
 
-def test_the_readme_s_series_counts_are_the_bench_template_s():
+def test_the_series_counts_readme_and_sizing_quote_are_the_bench_template_s():
     node = len(template.load("node")) - template.opt_in_count("node")
     preload = template.opt_in_count("node")
-    cluster = len(template.load("cluster"))
+    cluster = template.load("cluster")
+    owners = Counter(template.owner(s.family) for s in cluster.series)
+    buffers = owners["capacitybuffer"]
+    per_member = sum(dict(s.labels).get("member") == "etcd-main-0" for s in cluster.series)
+    # What the golden file's buffers leave of the capacitybuffer entry: more buffers, up to
+    # --capacitybuffer.max-buffers, add at most that.
+    more_buffers = COLLECTOR_SERIES["capacitybuffer"]["cluster"] - buffers
     readme = squeeze((ROOT / "README.md").read_text())
     for want in (
         f"| series per node, default node collectors | {node} (+{preload} with "
         f"`--image-pull.preload`) | {NODE_SERIES} |",
-        f"add at most 88) | {cluster} | {CLUSTER_SERIES} |",
+        f"`--capacitybuffer.max-buffers` add at most {more_buffers}, failed pulls by registry "
+        f"add at most 88) | {len(cluster)} | {CLUSTER_SERIES} |",
     ):
         assert want in readme, f"README.md should say {want!r}"
+    sizing = squeeze((ROOT / "docs" / "sizing.md").read_text())
+    want = (
+        f"| {len(cluster)} (etcd {owners['etcd']}: {per_member} per member, of which 16 "
+        f"performance series from its "
+        f"/metrics; capacitybuffer {buffers}:"
+    )
+    assert want in sizing, f"docs/sizing.md should say {want!r}"
+    assert f"and {more_buffers} more for buffers up to" in sizing
+    assert f"| {CLUSTER_SERIES} |" in sizing
 
 
 def test_every_alert_the_docs_name_is_in_rules():
