@@ -364,7 +364,8 @@ def test_durations(text, seconds):
         (["--containerd.timeout", "-1"], "--containerd.timeout"),
         (["--containerd.address", "run/containerd.sock"], "--containerd.address"),
         (["--containerd.namespace", ""], "--containerd.namespace"),
-        (["--kubelet.config-file", "/nonexistent/config.yaml"], "--kubelet.config-file"),
+        (["--kubelet.config-file", "kubelet/config.yaml"], "--kubelet.config-file"),
+        (["--kubelet.config-file", "/"], "--kubelet.config-file"),
         (["--image-pull.preload", "ok:1,bad:"], "--image-pull.preload"),
         (["--image-pull.source", "kubelet"], "--image-pull.source"),
         (["--image-pull.source=ingest", "--image-pull.preload", "ok:1"], "--image-pull.preload"),
@@ -380,6 +381,35 @@ def test_bad_flags_exit_2_naming_the_flag(flags, named):
         timeout=60,
     )
     assert run.returncode == 2 and named in run.stderr, run.stderr
+
+
+@pytest.mark.integration
+def test_a_kubelet_config_file_missing_at_start_is_reported_not_refused(tmp_path):
+    """The chart mounts the directory of a kubelet config path set for the whole fleet: a
+    node without the file runs, and `check` names the file (the kubelet's series absent)."""
+    ingest = tmp_path / "ingest"
+    ingest.mkdir()
+    missing = tmp_path / "kubelet" / "config.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kube_scale_exporter",
+            "check",
+            "--collector.disable-defaults",
+            "--collector.imagepull",
+            "--image-pull.source=ingest",
+            f"--containerd.ingest-dir={ingest}",
+            f"--kubelet.config-file={missing}",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NODE_NAME": "", "KUBECONFIG": ""},
+    )
+    assert run.returncode in (0, 1), run.stderr
+    assert f"kubelet config {missing}: No such file or directory" in run.stdout, run.stdout
 
 
 @pytest.mark.integration

@@ -206,7 +206,10 @@ class KubeletConfigFile:
             st = os.stat(self.path)
         except OSError as exc:
             self._stat, self._settings, self.unknown, self.refused = None, None, False, False
-            self.error = f"kubelet config {self.path}: {exc.strerror}"
+            error = f"kubelet config {self.path}: {exc.strerror}"
+            if error != self.error:  # once, not every scrape
+                log.warning("%s: the kubelet's pull series are absent", error)
+            self.error = error
             return None
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key != self._stat:
