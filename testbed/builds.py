@@ -191,6 +191,15 @@ def helm_binary() -> str:
     )
 
 
+def kubeconform_version() -> str:
+    return pinned("kubeconform", "github.com/yannh/kubeconform")
+
+
+def kubeconform_binary() -> str:
+    default = CACHE / f"kubeconform-{kubeconform_version()}" / "kubeconform"
+    return cached_binary("KUBECONFORM_BIN", default, "setup.d/48-kubeconform.sh")
+
+
 CLUSTER_AUTOSCALER_STEP = "setup.d/48-cluster-autoscaler.sh"
 
 

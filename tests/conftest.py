@@ -83,6 +83,7 @@ def pytest_report_header(config):
         ),
         ("kwok", builds.kwok_binary),
         ("helm", builds.helm_binary, "version", "--short"),
+        ("kubeconform", builds.kubeconform_binary, "-v"),
         *((f"etcd {v}", lambda v=v: etcd_server.etcd_binary(v)) for v in etcd_server.VERSIONS),
         *(
             (f"containerd {v}", lambda v=v: containerd_server.binary(v))
