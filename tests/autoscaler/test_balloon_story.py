@@ -241,9 +241,12 @@ def test_balloons_preempted_autoscaler_adds_nodes_then_groups_at_max(story):
         lambda: [story.seen()[p] for p in ("Pending", "Running")] == [0, 3],
         every=0.2,
     )
-    # On the way: both replacements Pending at once, only the GPU balloon's 8 CPUs held.
-    assert max(seen["Pending"] for seen in story.scrapes) == 2, story.scrapes
-    assert min(seen["cpu"] for seen in story.scrapes) == 8, story.scrapes
+    # On the way: replacements Pending and only what still runs held: the GPU balloon's 8
+    # CPUs while both CPU balloons are gone, 8 + 31 if the autoscaler's loop (every 2 s)
+    # came between the two preemptions and the first replacement ran before the second
+    # balloon was evicted.
+    assert max(seen["Pending"] for seen in story.scrapes) in (1, 2), story.scrapes
+    assert min(seen["cpu"] for seen in story.scrapes) in (8, 8 + 31), story.scrapes
     assert story.ca.group_size("cpu") == CPU_GROUP.max_size
     assert story.series("kubescale_balloon_reserved", resource="cpu", unit="core") == 2 * 31 + 8
     assert story.series("kubescale_balloon_pending_oldest_seconds") == 0
