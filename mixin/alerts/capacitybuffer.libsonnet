@@ -11,11 +11,11 @@ local groups = import '../lib/groups.libsonnet';
         rules: [
           {
             alert: 'KubeScaleCapacityBufferNotProvisioned',
-            expr: 'max by (%(clusterLabel)s, namespace, name) (cluster_namespace_name_why:kubescale_capacitybuffer_not_provisioned:max)' % c,
+            expr: 'max by (%(clusterLabel)s, namespace, name) (cluster_namespace_name_why:kubescale_capacitybuffer_not_provisioned:max) > 0' % c,
             'for': c.capacityBufferNotProvisionedFor,
             labels: { severity: c.warningSeverity },
             annotations: {
-              summary: 'cluster-autoscaler cannot provision a CapacityBuffer: its headroom is missing.',
+              summary: 'The cluster-autoscaler cannot provision a CapacityBuffer: its headroom is missing.',
               description: 'CapacityBuffer {{ $labels.namespace }}/{{ $labels.name }} has not been provisioned for %(capacityBufferNotProvisionedFor)s (not ready, limited by quotas, or the autoscaler posts NotTriggerScaleUp).' % c,
             },
           },

@@ -54,6 +54,29 @@ local slow = groups.slow;
               > 0
             ||| % { b: buffer, s: c.clusterExporterSelector },
           },
+          // What only the headroom dashboard's CapacityBuffer rows read (slow): the counts,
+          // each buffer's conditions, the autoscaler's last word and each buffer's problems.
+          // Per-buffer series exist for --capacitybuffer.max-buffers (20) buffers at most.
+          slow({
+            record: 'cluster:kubescale_capacitybuffer_buffers:max',
+            expr: read(c.clusterLabel, 'kubescale_capacitybuffer_buffers'),
+          }),
+          slow({
+            record: 'cluster:kubescale_capacitybuffer_buffers_over_cap:max',
+            expr: read(c.clusterLabel, 'kubescale_capacitybuffer_buffers_over_cap'),
+          }),
+          slow({
+            record: 'cluster_namespace_name_condition_status_reason:kubescale_capacitybuffer_condition:max',
+            expr: read('%s, condition, status, reason' % buffer, 'kubescale_capacitybuffer_condition'),
+          }),
+          slow({
+            record: 'cluster_namespace_name_reason:kubescale_capacitybuffer_scale_up_event_age_seconds:max',
+            expr: read('%s, reason' % buffer, 'kubescale_capacitybuffer_scale_up_event_age_seconds'),
+          }),
+          slow({
+            record: 'cluster_namespace_name_reason:kubescale_capacitybuffer_problem:max',
+            expr: read('%s, reason' % buffer, 'kubescale_capacitybuffer_problem'),
+          }),
           // One headroom view: reserved capacity by method and resource, and the part of
           // it placeable on the nodes that exist now. Balloons that run are on a node, so
           // their reserved capacity is all placeable; a buffer's replica is placeable when
