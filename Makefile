@@ -95,7 +95,7 @@ lint:
 	@actionlint=$$($(PYTHON) -m testbed.builds actionlint_binary) || { echo "lint: actionlint is missing (above)" >&2; exit 1; }; \
 	command -v shellcheck >/dev/null || { echo "lint: no shellcheck (actionlint checks run: scripts with it); run .ci/setup.d/45-image.sh" >&2; exit 1; }; \
 	echo "$$actionlint .github/workflows/*.yml"; \
-	"$$actionlint" -no-color
+	"$$actionlint" -no-color .github/workflows/*.yml
 	@pint=$$($(PYTHON) -m testbed.builds pint_binary) || { echo "lint: pint is missing (above)" >&2; exit 1; }; \
 	echo "$$pint --offline lint --min-severity=info --fail-on=info $(RULE_FILES)"; \
 	"$$pint" --offline --no-color lint --min-severity=info --fail-on=info $(RULE_FILES)

@@ -3,7 +3,8 @@
 
     python -m testbed.image base        the build stage's base (below), once per machine
     python -m testbed.image build       both architectures from this tree, cached by a hash of
-                                        the Dockerfile's inputs; prints each docker-archive
+                                        the Dockerfile's inputs and the Makefile's image rule;
+                                        prints each docker-archive
     python -m testbed.image cached      each architecture's archive if this tree is built (else
                                         exit 1, naming .ci/setup.d/45-image.sh)
     python -m testbed.image hash        that hash
@@ -120,31 +121,25 @@ def version() -> str:
     return subprocess.run(["buildah", "--version"], capture_output=True, text=True).stdout.strip()
 
 
+def image_exists(name: str) -> bool:
+    return buildah("inspect", "--type", "image", name, capture=True, check=False) != ""
+
+
 def base(log=sys.stderr) -> str:
-    """BASE_IMAGE (a manifest list of one image per architecture in ARCHS), made once:
-    bookworm minbase by mmdebstrap (a foreign architecture's maintainer scripts run under
-    qemu-user), with the slim image's excludes."""
-    if exists(BASE_IMAGE):
-        return BASE_IMAGE
+    """BASE_IMAGE, a manifest list of BASE_IMAGE-ARCH for each architecture in ARCHS: each
+    made once, bookworm minbase by mmdebstrap (a foreign architecture's maintainer scripts
+    run under qemu-user) with the slim image's excludes; the list made again at every call
+    (cheap), since buildah 1.28 can lose a list's copy of an instance's manifest when two
+    builds read the list at once."""
     excludes = [f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in BASE_EXCLUDES]
-    buildah("manifest", "create", BASE_IMAGE, capture=True)
     for arch in ARCHS:
+        if image_exists(f"{BASE_IMAGE}-{arch}"):
+            continue
         start = time.monotonic()
         with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="kse-base.") as tmp:
             tar = pathlib.Path(tmp) / "rootfs.tar"
-            subprocess.run(
-                [
-                    "mmdebstrap",
-                    "--quiet",
-                    "--variant=minbase",
-                    f"--arch={arch}",
-                    *excludes,
-                    BASE_SUITE,
-                    str(tar),
-                    *BASE_MIRRORS,
-                ],
-                check=True,
-            )
+            argv = ["mmdebstrap", "--quiet", "--variant=minbase", f"--arch={arch}", *excludes]
+            subprocess.run([*argv, BASE_SUITE, str(tar), *BASE_MIRRORS], check=True)
             ctr = buildah("from", "--pull=never", "scratch", capture=True)
             try:
                 buildah("add", ctr, str(tar), "/", capture=True)
@@ -152,10 +147,12 @@ def base(log=sys.stderr) -> str:
                 buildah("commit", "--quiet", ctr, f"{BASE_IMAGE}-{arch}", capture=True)
             finally:
                 buildah("rm", ctr, capture=True)
-        buildah(
-            "manifest", "add", BASE_IMAGE, f"containers-storage:{BASE_IMAGE}-{arch}", capture=True
-        )
         print(f"image: {BASE_IMAGE}-{arch} made in {time.monotonic() - start:.0f}s", file=log)
+    remove(BASE_IMAGE)
+    buildah("manifest", "create", BASE_IMAGE, capture=True)
+    for arch in ARCHS:
+        instance = f"containers-storage:{BASE_IMAGE}-{arch}"
+        buildah("manifest", "add", BASE_IMAGE, instance, capture=True)
     return BASE_IMAGE
 
 
@@ -258,7 +255,6 @@ def build_flags(pip_conf: pathlib.Path) -> list[str]:
 def make_image(image: str, log: pathlib.Path, archs=ARCHS) -> dict[str, float]:
     """`make image IMAGE=image ARCHS=...` in this storage, its output appended to `log`;
     returns each architecture's build time in seconds, as the target prints it."""
-    base()
     start = log.stat().st_size if log.exists() else 0
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="kse-image.") as tmp:
         pip_conf = pathlib.Path(tmp) / "pip.conf"
@@ -266,8 +262,17 @@ def make_image(image: str, log: pathlib.Path, archs=ARCHS) -> dict[str, float]:
         flags = shlex.join(build_flags(pip_conf))
         argv = ["make", "--no-print-directory", "-C", str(REPO), "image", f"IMAGE={image}"]
         argv += [f"ARCHS={' '.join(archs)}", f"BUILD_FLAGS={flags}"]
-        with open(log, "ab") as out:
-            result = subprocess.run(argv, env=buildah_env(), stdout=out, stderr=subprocess.STDOUT)
+        try:
+            base()
+            with open(log, "ab") as out:
+                result = subprocess.run(
+                    argv, env=buildah_env(), stdout=out, stderr=subprocess.STDOUT
+                )
+        finally:
+            # The lists go at once, the images stay: buildah 1.28's `images` fails while a
+            # list lacks this host's platform or an image it names.
+            remove(image)
+            remove(BASE_IMAGE)
     with open(log, "rb") as f:
         f.seek(start)
         text = f.read().decode(errors="replace")
@@ -287,6 +292,8 @@ def build(arch: str = HOST_ARCH, repo: pathlib.Path = REPO, log=sys.stderr) -> p
 def build_all(archs=ARCHS, repo: pathlib.Path = REPO, log=sys.stderr) -> dict:
     """{arch: docker-archive} for each of `archs`, the missing ones built in one `make image`."""
     digest = inputs_hash(repo)
+    if all(archive(digest, a).exists() for a in archs):
+        return {a: archive(digest, a) for a in archs}
     (CACHE / "images").mkdir(parents=True, exist_ok=True)
     # One build at a time (pytest-xdist workers, a bench beside a test): the next one waits
     # and then finds the archives.
@@ -314,23 +321,33 @@ def _build_locked(archs, digest: str, log) -> dict:
     return {a: archive(digest, a) for a in archs}
 
 
-def built(repo: pathlib.Path = REPO) -> str:
-    """The manifest list of this tree's images for every architecture in ARCHS, as `make
-    image` names it (built now where missing)."""
+def push(target: str, archs=ARCHS, repo: pathlib.Path = REPO) -> str:
+    """`make image-push IMAGE=target` of this tree's images for `archs` (built where
+    missing), as if `make image IMAGE=target` had built them: the list `target` of
+    `target-ARCH`; to a plain-HTTP registry on loopback (--tls-verify=false). Returns
+    make's output."""
     digest = inputs_hash(repo)
     name = f"localhost/kube-scale-exporter:{digest}"
-    names = [f"{name}-{a}" for a in ARCHS]
-    have = set(buildah("images", "--format", "{{.Name}}:{{.Tag}}", capture=True).split())
-    if not set(names) <= have:  # the archives outlived the storage: build again
-        for a in ARCHS:
+    for a in archs:  # an archive that outlived its image in the storage: build again
+        if not image_exists(f"{name}-{a}"):
             archive(digest, a).unlink(missing_ok=True)
-    build_all(ARCHS, repo)
-    # Each `make image` made the list of the architectures it built: one list of all.
-    remove(name)
-    buildah("manifest", "create", name, capture=True)
-    for image in names:
-        buildah("manifest", "add", name, f"containers-storage:{image}", capture=True)
-    return name
+    build_all(archs, repo)
+    try:
+        buildah("manifest", "create", target, capture=True)
+        for a in archs:
+            buildah("tag", f"{name}-{a}", f"{target}-{a}", capture=True)
+            buildah("manifest", "add", target, f"containers-storage:{target}-{a}", capture=True)
+        argv = ["make", "--no-print-directory", "-C", str(repo), "image-push"]
+        argv += [f"IMAGE={target}", "PUSH_FLAGS=--tls-verify=false"]
+        result = subprocess.run(
+            argv, env=buildah_env(), capture_output=True, text=True, timeout=900
+        )
+    finally:
+        for tagged in (target, *(f"{target}-{a}" for a in archs)):
+            remove(tagged)
+    if result.returncode:
+        raise RuntimeError(f"make image-push failed:\n{result.stdout}{result.stderr}"[-3000:])
+    return result.stdout + result.stderr
 
 
 def remove(name: str) -> None:
@@ -345,8 +362,8 @@ def remove(name: str) -> None:
 def forget_older(digest: str) -> None:
     """Other trees' builds leave buildah's storage once their archives are half an hour old
     (the archives stay, as before); a build still running beside this one keeps its images."""
-    names = buildah("images", "--format", "{{.Name}}:{{.Tag}}", capture=True).split()
-    for name in names:
+    listing = buildah("images", "--format", "{{.Name}}:{{.Tag}}", capture=True, check=False)
+    for name in listing.split():  # empty while another build's list is half made
         repo_, _, tag = name.rpartition(":")
         other = tag.split("-")[0]
         if repo_ != "localhost/kube-scale-exporter" or other == digest:

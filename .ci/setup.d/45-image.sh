@@ -12,8 +12,9 @@
 #                   reads the same variable)
 #
 # The build (both architectures, the arm64 one under qemu) runs here, never beside the tests:
-# testbed/image.py caches it by a hash of the Dockerfile's inputs, and the build stage's base
-# (bookworm minbase by mmdebstrap: no container registry is reachable) once per machine.
+# testbed/image.py caches it by a hash of the Dockerfile's inputs and the Makefile's image
+# rule, and the build stage's base (bookworm minbase by mmdebstrap: no container registry is
+# reachable) once per machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source .ci/lib.sh

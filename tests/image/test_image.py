@@ -3,7 +3,8 @@
 (testbed/container.py: read-only root, the image's USER, no capability), the arm64 one
 through qemu-user on this amd64 host, serving /metrics and stopping on SIGTERM; then
 `make image-push` to a real registry (Debian's docker-registry on a free loopback port)
-and the manifest list read back from it with both architectures, every digest checked.
+and the manifest list read back from it with both architectures, every digest checked, and
+pulled by a real containerd for both platforms.
 
 The build itself runs in .ci/setup.d/45-image.sh (testbed/image.py caches it by a hash of
 the Dockerfile's inputs); a test that finds it missing builds it, which takes minutes.
@@ -15,14 +16,15 @@ import pathlib
 import shutil
 import signal
 import struct
-import subprocess
 import time
 
 import pytest
 import requests
 
 from kube_scale_exporter import __version__
+from kube_scale_exporter.containerd.ingestdir import DEFAULT_INGEST_DIR
 from testbed import container, image
+from testbed.containerd_server import ContainerdServer
 from testbed.metrics import wait_until
 from testbed.ports import free_port
 from testbed.procs import listening_ports
@@ -31,7 +33,6 @@ from tools import image_tree
 
 pytestmark = pytest.mark.integration
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 # ELF e_machine of each architecture's binaries, and the name Go and OCI give it.
 ELF_MACHINE = {"amd64": 0x3E, "arm64": 0xB7}
 # The issue's budget for a DaemonSet image every node pulls (tests/deploy/test_image.py).
@@ -93,13 +94,39 @@ def test_each_image_is_its_architecture_within_budget(unpacked):
     assert labels["org.opencontainers.image.version"] == __version__
 
 
-def test_each_image_serves_metrics_and_stops_on_sigterm(unpacked):
+def node_files(tmp_path) -> dict:
+    """A node's kubelet config, containerd's config directory and its idle ingest directory,
+    mounted where deploy/'s imagepull component mounts them. imagepull reads files only:
+    under qemu-user the neighbor collectors' netlink requests fail with EOPNOTSUPP (qemu
+    translates few NETLINK_ROUTE messages), which says nothing of the image."""
+    kubelet = tmp_path / "kubelet-config.yaml"
+    kubelet.write_text(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+        "serializeImagePulls: false\nmaxParallelImagePulls: 3\n"
+    )
+    containerd = tmp_path / "containerd"
+    containerd.mkdir()
+    (containerd / "config.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  max_concurrent_downloads = 5\n'
+    )
+    ingest = tmp_path / "ingest"
+    ingest.mkdir()
+    return {
+        str(kubelet): "/var/lib/kubelet/config.yaml",
+        str(containerd): "/etc/containerd",
+        str(ingest): DEFAULT_INGEST_DIR,
+    }
+
+
+def test_each_image_serves_metrics_and_stops_on_sigterm(unpacked, tmp_path):
     arch, _, root, config = unpacked
     port = free_port()
-    args = ["--collector.disable-defaults", "--collector.neighbor"]
+    args = ["--collector.disable-defaults", "--collector.imagepull", "--image-pull.source=ingest"]
     args += [f"--web.listen-address=127.0.0.1:{port}"]
     start = time.monotonic()
-    proc = container.start(root, config, args)
+    proc = container.start(
+        root, config, args, env={"NODE_NAME": "node-a"}, volumes=node_files(tmp_path)
+    )
     try:
         # Under qemu-user the interpreter starts several times slower than natively.
         if not wait_until(lambda: port in listening_ports(proc.pid), 120, interval=0.1):
@@ -115,7 +142,9 @@ def test_each_image_serves_metrics_and_stops_on_sigterm(unpacked):
         assert len(build_info) == 1, body[:2000]
         assert f'version="{__version__}"' in build_info[0]
         assert 'python_version="3.11.' in build_info[0]
-        assert 'kubescale_scrape_collector_success{collector="neighbor"} 1.0' in body
+        assert 'kubescale_scrape_collector_success{collector="imagepull"} 1.0' in body, body
+        assert "kubescale_kubelet_max_parallel_image_pulls 3.0" in body
+        assert "kubescale_containerd_max_concurrent_downloads 5.0" in body
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
@@ -145,33 +174,17 @@ def get(url, accept, digest=None) -> requests.Response:
     return response
 
 
-def test_make_image_push_sends_both_architectures_as_one_list(registry):
-    built = image.built()
+@pytest.fixture
+def containerd(tmp_path):
+    server = ContainerdServer(tmp_path / "containerd").start()
+    yield server
+    server.stop()
+
+
+def test_make_image_push_sends_both_architectures_as_one_list(registry, containerd):
     target = f"{registry.host}/team/kube-scale-exporter:{__version__}"
-    # What `make image IMAGE=target` would have made, without building again: the list
-    # and its images under the pushed name.
-    for name in (built, *(f"{built}-{arch}" for arch in image.ARCHS)):
-        image.buildah("tag", name, name.replace(built, target), capture=True)
-    try:
-        result = subprocess.run(
-            [
-                "make",
-                "--no-print-directory",
-                "-C",
-                str(REPO),
-                "image-push",
-                f"IMAGE={target}",
-                "PUSH_FLAGS=--tls-verify=false",
-            ],
-            env=image.buildah_env(),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
-    finally:
-        for name in (target, *(f"{target}-{arch}" for arch in image.ARCHS)):
-            image.remove(name)
+    out = image.push(target)
+    print(out[-500:])
 
     base = f"{registry.url}/v2/team/kube-scale-exporter"
     index = get(f"{base}/manifests/{__version__}", LIST_TYPES)
@@ -192,3 +205,10 @@ def test_make_image_push_sends_both_architectures_as_one_list(registry):
         for layer in doc["layers"]:
             blob = requests.head(f"{base}/blobs/{layer['digest']}", timeout=60)
             assert blob.status_code == 200 and int(blob.headers["Content-Length"]) == layer["size"]
+
+    # A real client: containerd pulls the list for both platforms and holds each config.
+    containerd.ctr("images", "pull", "--plain-http", "--all-platforms", target, timeout=600)
+    for arch, entry in platforms.items():
+        doc = json.loads(containerd.ctr("content", "get", entry["digest"]).stdout)
+        config = json.loads(containerd.ctr("content", "get", doc["config"]["digest"]).stdout)
+        assert config["architecture"] == arch
