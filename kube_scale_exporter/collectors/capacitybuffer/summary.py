@@ -92,6 +92,8 @@ class Buffer:
     name: str
     strategy: str  # active_capacity or other
     template_from: str  # PodTemplate, a known kind, other, none
+    template_name: str = ""  # spec.podTemplateRef.name, for `check`'s advice
+    scalable_kind: str = ""  # spec.scalableRef's apiGroup/kind ("apps/Deployment"), likewise
     spec_replicas: int | None = None
     status_replicas: int = 0
     requests: dict | None = None  # one replica's RESOURCES -> Decimal; None when unknown
@@ -180,8 +182,11 @@ def _buffer(obj, templates, words, shapes, fits_cache, now) -> Buffer:
     # The autoscaler's resolved copy (status.podTemplateRef) is what its placeholder pods
     # are made of; before it exists, the PodTemplate the spec names.
     resolved = templates.get((ns, ((status.get("podTemplateRef") or {}).get("name") or "")))
+    if kind is not None:
+        b.scalable_kind = "/".join(k for k in kind if k)
     if template_from == "PodTemplate":
-        named = templates.get((ns, spec["podTemplateRef"].get("name") or ""))
+        b.template_name = spec["podTemplateRef"].get("name") or ""
+        named = templates.get((ns, b.template_name))
         if named is None:
             problems.add("pod_template_missing")
         template = resolved or named
