@@ -809,26 +809,28 @@ HOST_PATH = {"type": "string", "pattern": "^/[^/]"}
 
 def workload_values(mode: str, found: dict, what: str, strategies: tuple) -> list[Value]:
     """The values of one workload, named as prometheus-community's charts name them."""
+    # Placement: the etcd DaemonSet keeps deploy/'s (kubeadm's control-plane nodes).
+    placed = "the node DaemonSet (not the etcd one)" if mode == "node" else what
     return [
         Value(f"{mode}.resources", found[f"{mode}.resources"], f"{what}: resources", (), RESOURCES),
         Value(
             f"{mode}.nodeSelector",
             found[f"{mode}.nodeSelector"],
-            f"{what}: nodeSelector (Helm merges yours into this one: null drops a key)",
+            f"{placed}: nodeSelector (Helm merges yours into this one: null drops a key)",
             (),
             STRINGS,
         ),
         Value(
             f"{mode}.tolerations",
             found[f"{mode}.tolerations"],
-            f"{what}: tolerations (replace the default)",
+            f"{placed}: tolerations (replace the default)",
             (),
             TOLERATIONS,
         ),
         Value(
             f"{mode}.affinity",
             {},
-            f"{what}: affinity; set, it replaces the chart's"
+            f"{placed}: affinity; set, it replaces the chart's"
             + (
                 " (with collectors.etcdNode on, that keeps these pods off the nodes labelled "
                 "node-role.kubernetes.io/control-plane, where the etcd DaemonSet runs: keep "
