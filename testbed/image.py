@@ -18,12 +18,12 @@ Debian and make the trees for the stage's architecture. TLS to PyPI from this ma
 through a proxy whose CA is in the host's bundle, so the build stage's pip is given that
 bundle (a bind mount and a pip.conf naming it, RUN-time only: no layer holds them).
 
-Results are kept twice: the manifest list localhost/kube-scale-exporter:HASH (with
-HASH-amd64 and HASH-arm64) in buildah's storage under CACHE/buildah (vfs: works on any
-filesystem, with its own containers.conf, so that it writes no /etc/cni/net.d/cni.lock, and
-registries.conf), for `make image-push`; and each architecture as a docker-archive under
-CACHE/images named as deploy/ names the image, which `ctr images import` takes and
-testbed/container.py runs.
+Results are kept twice: the images localhost/kube-scale-exporter:HASH-ARCH in buildah's
+storage under CACHE/buildah (vfs: works on any filesystem, with its own containers.conf, so
+that it writes no /etc/cni/net.d/cni.lock, and registries.conf), which push() lists and
+pushes with `make image-push`; and each architecture as a docker-archive under CACHE/images
+named as deploy/ names the image, which `ctr images import` takes and testbed/container.py
+runs.
 """
 
 import fcntl
@@ -110,10 +110,6 @@ def buildah(*args, capture=False, log=None, check=True):
         tail = pathlib.Path(log).read_text(errors="replace")[-3000:] if log else ""
         raise RuntimeError(f"buildah {' '.join(args[:2])} failed ({result.returncode}):\n{tail}")
     return result.returncode
-
-
-def exists(name: str) -> bool:
-    return buildah("inspect", "--type", "manifest", name, capture=True, check=False) != ""
 
 
 def version() -> str:
@@ -351,17 +347,20 @@ def push(target: str, archs=ARCHS, repo: pathlib.Path = REPO) -> str:
 
 
 def remove(name: str) -> None:
-    """Untag `name`, a manifest list or an image (buildah rmi of a list's name would remove
-    the image the list holds for this host instead)."""
-    if exists(name):
-        buildah("manifest", "rm", name, capture=True, check=False)
-    else:
+    """Untag `name`: a manifest list (ours and the base's are named without an architecture)
+    with `manifest rm`, an image (NAME-ARCH) with rmi. Never rmi a list's name: buildah 1.28
+    resolves it to the list's image for this host and removes that instead."""
+    if name.rsplit("-", 1)[-1] in ARCHS:
         buildah("rmi", name, capture=True, check=False)
+    else:
+        buildah("manifest", "rm", name, capture=True, check=False)
 
 
 def forget_older(digest: str) -> None:
     """Other trees' builds leave buildah's storage once their archives are half an hour old
-    (the archives stay, as before); a build still running beside this one keeps its images."""
+    (the archives stay, as before), with every image no tag needs: each step of a --layers
+    build is an image, a full copy of its tree on vfs (about 2 GB a build), so none is kept
+    for the next build. A build still running beside this one keeps its images."""
     listing = buildah("images", "--format", "{{.Name}}:{{.Tag}}", capture=True, check=False)
     for name in listing.split():  # empty while another build's list is half made
         repo_, _, tag = name.rpartition(":")
@@ -371,7 +370,9 @@ def forget_older(digest: str) -> None:
         done = [archive(other, a) for a in ARCHS if archive(other, a).exists()]
         if done and all(time.time() - p.stat().st_mtime > 1800 for p in done):
             remove(name)
-    buildah("rmi", "--prune", capture=True, check=False)
+    for _ in range(20):  # each pass removes the untagged images nothing is built on
+        if not buildah("rmi", "--prune", capture=True, check=False):
+            break
 
 
 def binary_archive(
@@ -436,7 +437,9 @@ def pause_archive(pause_bin: str, name: str, log=sys.stderr) -> pathlib.Path:
 
 def main(argv):
     if argv[:1] == ["base"]:
-        print(base())
+        for arch in ARCHS:
+            print(base() + f"-{arch}")
+        remove(BASE_IMAGE)  # made again for each build
     elif argv[:1] == ["build"]:
         print("\n".join(map(str, build_all().values())))
     elif argv[:1] == ["cached"]:
