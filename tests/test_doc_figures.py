@@ -40,6 +40,7 @@ NODE_MEMORY = RESULTS + "node_memory.md"
 SCRAPE_COST = RESULTS + "scrape_cost.md"
 NEIGHBOR = RESULTS + "neighbor.md"
 CLUSTER = RESULTS + "cluster_scale.md"
+CHURN = RESULTS + "cluster_churn.md"
 LOAD = RESULTS + "load.md"
 WEB_FLOOD = RESULTS + "web_flood.md"
 WEB_IDLE = RESULTS + "web_idle.md"
@@ -1145,6 +1146,61 @@ FIGURES = [
         "A relist after a 410 reads them again in {} s ({} CPU-s).",
         CLUSTER,
         of(cell("Pulled events", "wall s"), cell("Pulled events", "CPU s")),
+    ),
+    # docs/sizing.md: the cluster Deployment through a rollout and a 410
+    Figure(
+        "docs/sizing.md",
+        "on a fleet of {} nodes and {} pods (`python -m bench.cluster_churn`",
+        CHURN,
+        rx(r"--nodes (\d+) --pods (\d+)", ",.0f", ",.0f"),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "({} pods replaced in {} s): the Deployment used {} CPU-s and stayed at {} MiB; the "
+        "every-pod exporter used {} CPU-s ({} per minute) and peaked at {} MiB. Neither "
+        "relisted",
+        CHURN,
+        of(
+            rx(r"template changed: ([\d,]+) pods replaced in (\d+) s"),
+            cell("CPU s over the rollout", "deploy"),
+            cell("RSS peak in the rollout, MiB", "deploy"),
+            cell("CPU s over the rollout", "every pod"),
+            cell("CPU s per minute", "every pod"),
+            cell("RSS peak in the rollout, MiB", "every pod"),
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "both stopped (SIGSTOP) for {} s while every pod was replaced again and {} image-pull "
+        "events were sent",
+        CHURN,
+        rx(
+            r"stopped \(SIGSTOP\) for (\d+) s: a second rollout of [\d,]+ pods \(\d+ s\) "
+            r"and ([\d,]+) image-pull"
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "The Deployment's view was whole again {} s after the resume and peaked at {} MiB; the "
+        "every-pod exporter's after {} s, peaking at {} MiB",
+        CHURN,
+        of(
+            cell("view whole after the resume, s", "deploy"),
+            cell("RSS peak from the resume, MiB", "deploy"),
+            cell("view whole after the resume, s", "every pod"),
+            cell("RSS peak from the resume, MiB", "every pod"),
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "all {} Pulled and {} Failed events sent while they were stopped were counted, and the "
+        "{} new pods seen Running",
+        CHURN,
+        of(
+            rx(r"\| Pulled sent / counted \| ([\d,]+) / \1 \| \1 / \1 \|"),
+            rx(r"\| Failed sent / counted \| ([\d,]+) / \1 \| \1 / \1 \|"),
+            rx(r"\| pods Running as it sees them \| 0 \| ([\d,]+) \|"),
+        ),
     ),
     # docs/deploy.md
     Figure(
