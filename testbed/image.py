@@ -19,11 +19,12 @@ through a proxy whose CA is in the host's bundle, so the build stage's pip is gi
 bundle (a bind mount and a pip.conf naming it, RUN-time only: no layer holds them).
 
 Results are kept twice: the images localhost/kube-scale-exporter:HASH-ARCH in buildah's
-storage under CACHE/buildah (vfs: works on any filesystem, with its own containers.conf, so
-that it writes no /etc/cni/net.d/cni.lock, and registries.conf), which push() lists and
-pushes with `make image-push`; and each architecture as a docker-archive under CACHE/images
-named as deploy/ names the image, which `ctr images import` takes and testbed/container.py
-runs.
+storage under CACHE/buildah, which push() lists and pushes with `make image-push`; and each
+architecture as a docker-archive under CACHE/images named as deploy/ names the image, which
+`ctr images import` takes and testbed/container.py runs. The storage is overlay: a --layers
+build commits each step as a diff, where vfs copies the whole tree each time (the amd64
+build took 319-401 s on vfs, 31 s on overlay); buildah runs with its own containers.conf,
+so that it writes no /etc/cni/net.d/cni.lock, and registries.conf.
 """
 
 import fcntl
@@ -85,7 +86,8 @@ def buildah_env() -> dict:
     )
     stor = conf_dir / "storage.conf"
     stor.write_text(
-        f'[storage]\ndriver = "vfs"\ngraphroot = "{store}/storage"\nrunroot = "{store}/run"\n'
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{store}/overlay-storage"\n'
+        f'runroot = "{store}/overlay-run"\n'
     )
     return dict(
         os.environ,
@@ -359,8 +361,8 @@ def remove(name: str) -> None:
 def forget_older(digest: str) -> None:
     """Other trees' builds leave buildah's storage once their archives are half an hour old
     (the archives stay, as before), with every image no tag needs: each step of a --layers
-    build is an image, a full copy of its tree on vfs (about 2 GB a build), so none is kept
-    for the next build. A build still running beside this one keeps its images."""
+    build is an image, so none is kept for the next build (the disk stays bounded; a build
+    takes a few minutes). A build still running beside this one keeps its images."""
     listing = buildah("images", "--format", "{{.Name}}:{{.Tag}}", capture=True, check=False)
     for name in listing.split():  # empty while another build's list is half made
         repo_, _, tag = name.rpartition(":")
