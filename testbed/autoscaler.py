@@ -93,6 +93,57 @@ def provider_config() -> dict:
     }
 
 
+def _rule(groups, resources, verbs) -> dict:
+    return {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
+
+
+_READ = ("get", "list", "watch")
+# What cluster-autoscaler 1.36.1 reads and writes without buffers (as the ClusterRole and
+# Role of its cloudprovider examples grant it, its leader lease and status ConfigMap
+# included), and what its kwok provider does: create and delete Nodes, read its ConfigMaps.
+AUTOSCALER_RULES = (
+    _rule([""], ["events", "endpoints"], ["create", "patch"]),
+    _rule([""], ["pods/eviction"], ["create"]),
+    _rule([""], ["pods/status"], ["update"]),
+    _rule([""], ["nodes"], [*_READ, "update", "create", "delete"]),
+    _rule(
+        [""],
+        [
+            "namespaces",
+            "pods",
+            "services",
+            "replicationcontrollers",
+            "persistentvolumeclaims",
+            "persistentvolumes",
+        ],
+        _READ,
+    ),
+    _rule(["policy"], ["poddisruptionbudgets"], ["list", "watch"]),
+    _rule(["apps"], ["statefulsets", "replicasets", "daemonsets"], _READ),
+    _rule(["resource.k8s.io"], ["deviceclasses", "resourceslices", "resourceclaims"], _READ),
+    _rule(
+        ["storage.k8s.io"],
+        ["storageclasses", "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments"],
+        _READ,
+    ),
+    _rule(["batch"], ["jobs"], [*_READ, "patch"]),
+    _rule(["coordination.k8s.io"], ["leases"], ["create", "get", "update"]),
+    _rule([""], ["configmaps"], [*_READ, "create", "update", "delete"]),
+)
+# What the CapacityBuffer controller and pod injection add (its capacitybuffer/client): the
+# buffers and their status; PodTemplates, read and its own copy written; ResourceQuotas
+# and Deployments watched (its informers must sync before the autoscaler's first loop);
+# and pods created as a server-side dry run, to resolve a template as admission would.
+BUFFER_RULES = (
+    _rule([BUFFER_GROUP], ["capacitybuffers"], ["list", "watch"]),
+    _rule([BUFFER_GROUP], ["capacitybuffers/status"], ["update"]),
+    _rule([""], ["podtemplates"], [*_READ, "create", "update"]),
+    _rule([""], ["resourcequotas"], ["list", "watch"]),
+    _rule(["apps"], ["deployments"], ["list", "watch"]),
+)
+DRY_RUN_RULE = _rule([""], ["pods"], ["create"])
+
+
 def buffers_path(version: str, namespace: str, name: str = "") -> str:
     path = f"/apis/{BUFFER_GROUP}/{version}/namespaces/{namespace}/capacitybuffers"
     return f"{path}/{name}" if name else path
@@ -134,8 +185,12 @@ class ClusterAutoscaler:
     resolved by a server-side dry-run create (the autoscaler's default), as admission would
     make them: the admin kubeconfig allows it."""
 
-    def __init__(self, fleet: Fleet, groups: list[NodeGroup], extra_args=(), buffers=False):
+    def __init__(
+        self, fleet: Fleet, groups: list[NodeGroup], extra_args=(), buffers=False, kubeconfig=None
+    ):
         self.fleet = fleet
+        # The admin's unless given (a service account's, to hold it to its rules).
+        self.kubeconfig = kubeconfig or fleet.kubeconfig
         self.groups = {g.name: g for g in groups}
         self.extra_args = list(extra_args)
         self.buffers = buffers
@@ -156,7 +211,7 @@ class ClusterAutoscaler:
         return [
             cluster_autoscaler_binary(),
             "--cloud-provider=kwok",
-            f"--kubeconfig={self.fleet.kubeconfig}",
+            f"--kubeconfig={self.kubeconfig}",
             f"--namespace={NAMESPACE}",
             "--leader-elect=false",
             f"--scan-interval={SCAN_INTERVAL}",
@@ -183,14 +238,14 @@ class ClusterAutoscaler:
             "POD_NAMESPACE": NAMESPACE,
             "KWOK_PROVIDER_CONFIGMAP": CONFIG_MAP,
             "KWOK_PROVIDER_MODE": "local",
-            "KUBECONFIG": self.fleet.kubeconfig,
+            "KUBECONFIG": self.kubeconfig,
         }
         self.proc = Proc(self.argv(), self.fleet.workdir / "cluster-autoscaler.log", env=env)
         return self
 
-    def restart(self, groups: list[NodeGroup]) -> ClusterAutoscaler:
-        """Start again with these node groups (a max raised, say): the kwok provider reads its
-        groups at start only. The old process is killed (SIGKILL) rather than stopped: on
+    def restart(self, groups: list[NodeGroup] = (), kubeconfig=None) -> ClusterAutoscaler:
+        """Start again with these node groups (a max raised, say: the kwok provider reads its
+        groups at start only), or as another user. The old process is killed (SIGKILL) rather than stopped: on
         SIGTERM the kwok provider's cleanup deletes every Node it added, which no real cloud
         provider does to a cluster's nodes."""
         if self.proc is not None:
@@ -198,6 +253,7 @@ class ClusterAutoscaler:
             self.proc.popen.wait(10)
             self.proc = None
         self.groups.update({g.name: g for g in groups})
+        self.kubeconfig = kubeconfig or self.kubeconfig
         return self.start()
 
     @property
@@ -233,7 +289,10 @@ class ClusterAutoscaler:
 
 
 __all__ = [
+    "AUTOSCALER_RULES",
+    "BUFFER_RULES",
     "BUFFER_VERSIONS",
+    "DRY_RUN_RULE",
     "GPU_RESOURCE",
     "ClusterAutoscaler",
     "NodeGroup",

@@ -13,10 +13,14 @@ evaluating the mixin's buffer rules and alerts, their windows shortened (KNOBS).
 - both API versions: a v1alpha1 and a v1beta1 buffer, each read through the other version,
   both provisioned; then one's PodTemplate is deleted, and one is cut by a ResourceQuota;
 - the API absent: the collector is off, not failed, and the autoscaler with its buffer
-  switches on does nothing at all until the CRD is installed.
+  switches on does nothing at all until the CRD is installed;
+- the autoscaler's RBAC for buffers: as a service account of its own rules and the
+  buffers' (testbed/autoscaler.py), without `create pods` (the dry run) the buffer is not
+  ready, with it the buffer is provisioned.
 """
 
 import json
+import pathlib
 import shutil
 import tempfile
 import time
@@ -25,8 +29,12 @@ import pytest
 import requests
 
 from testbed import prometheus
+from testbed.accounts import service_account
 from testbed.autoscaler import (
+    AUTOSCALER_RULES,
+    BUFFER_RULES,
     BUFFER_VERSIONS,
+    DRY_RUN_RULE,
     ClusterAutoscaler,
     NodeGroup,
     install_capacity_buffer_crd,
@@ -155,7 +163,7 @@ def make_cluster(tmp_path):
     parts = {}
     workdir = tempfile.mkdtemp(prefix="ca-buffers-", dir="/tmp")
 
-    def make(crd=True):
+    def make(crd=True, rules=None):
         fleet = parts["fleet"] = Fleet(
             workdir, FleetSize(nodes=0, gpu_nodes=0, pods=0, gpu_pods=0)
         ).start()
@@ -163,7 +171,13 @@ def make_cluster(tmp_path):
             assert install_capacity_buffer_crd(fleet.admin) == list(BUFFER_VERSIONS)
         for ns in (BUFFER_NS, WORKLOAD_NS):
             fleet.admin.create("/api/v1/namespaces", {"metadata": {"name": ns}})
-        ca = parts["ca"] = ClusterAutoscaler(fleet, [CPU_GROUP, GPU_GROUP], buffers=True).start()
+        # With `rules`, the autoscaler runs as a service account holding exactly those.
+        kubeconfig = None
+        if rules is not None:
+            kubeconfig = service_account(fleet.api, "autoscaler", rules, workdir).kubeconfig
+        ca = parts["ca"] = ClusterAutoscaler(
+            fleet, [CPU_GROUP, GPU_GROUP], buffers=True, kubeconfig=kubeconfig
+        ).start()
         assert ca.version == cluster_autoscaler_version()
         print(f"cluster-autoscaler {ca.version} (kwok provider)")
         exporter = parts["exporter"] = start_exporter(
@@ -535,4 +549,52 @@ def test_api_absent_collector_off_autoscaler_waits_for_the_crd(make_cluster):
     cluster.note(
         f"pod Pending {ran - pending:.0f}s, {ran - installed:.0f}s of it after the CRD came"
     )
+    print(json.dumps(cluster.log))
+
+
+def test_autoscaler_rbac_for_buffers(make_cluster):
+    # Its own rules and the buffers', but not `create pods`: the dry run that resolves the
+    # template is forbidden, and the buffer says so.
+    cluster = make_cluster(rules=[*AUTOSCALER_RULES, *BUFFER_RULES])
+    b = cluster.buffers
+    b.create_template("cpu-chunk", FILL_CPU)
+    b.create("cpu", "cpu-chunk", 1)
+    cluster.wait(
+        "not ready: the dry run forbidden",
+        lambda: (b.condition("cpu", "ReadyForProvisioning") or ("",))[0] == "False",
+    )
+    status, reason, message = b.condition("cpu", "ReadyForProvisioning")
+    assert reason == "error", (reason, message)
+    assert "failed to create fake pod" in message and "forbidden" in message, message
+    assert 'cannot create resource "pods"' in message, message
+    cluster.wait(
+        "the exporter: not ready",
+        lambda: (
+            cluster.series(
+                "condition",
+                namespace=BUFFER_NS,
+                name="cpu",
+                condition="ReadyForProvisioning",
+                status="False",
+                reason="error",
+            )
+            == 1
+            and cluster.series("problems", reason="not_ready") == 1
+        ),
+    )
+    assert cluster.ready_nodes("cpu") == 0
+
+    # The same with `create pods`: provisioned.
+    granted = [*AUTOSCALER_RULES, *BUFFER_RULES, DRY_RUN_RULE]
+    account = service_account(cluster.fleet.api, "autoscaler", granted, cluster.fleet.workdir)
+    cluster.ca.restart(kubeconfig=account.kubeconfig)
+    cluster.wait(
+        "provisioned once the dry run is allowed",
+        lambda: b.provisioning("cpu") and cluster.ready_nodes("cpu") == 1,
+    )
+    # Nothing else it asked for was refused, before or after.
+    log = pathlib.Path(cluster.ca.proc.log_path).read_text(errors="replace").splitlines()
+    refused = [line for line in log if "is forbidden" in line]
+    assert refused, "the dry run was not refused"
+    assert all("cannot create resource" in r and "pods" in r for r in refused), refused[:3]
     print(json.dumps(cluster.log))
