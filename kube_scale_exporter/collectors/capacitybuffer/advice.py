@@ -4,8 +4,6 @@ command or the YAML, with the figures the buffer's own requests give."""
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from kube_scale_exporter.collectors.capacitybuffer.state import BufferState
 from kube_scale_exporter.collectors.capacitybuffer.summary import KNOWN_KINDS, PROBLEMS
 from kube_scale_exporter.registry import Finding
@@ -49,6 +47,10 @@ _CRITICAL = {
 
 def _quantity(resource: str, value) -> str:
     """A Kubernetes quantity for a request: 2, 500m, 8Gi, 1536Mi."""
+    # Deferred: every collector module is imported in node mode too, where the node pod's
+    # memory is budgeted (tests/test_imports.py); only `check` on buffers needs decimal.
+    from decimal import Decimal  # noqa: PLC0415
+
     value = Decimal(value)
     if resource == "memory":
         for unit, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
