@@ -1456,9 +1456,10 @@ FIGURES = [
     *(
         Figure(
             "docs/reliability.md",
-            f"| node_exporter {{}} | {conn} | {{}} | {{}} -> {{}} MiB | {{}} | {{}} | {{}} / {{}} ms |",
+            f"| node_exporter {{}} | {conn} | {{}} | {{}} -> {{}} MiB | {{}} | {{}} | {{}} / {{}} ms "
+            "| {} / {} ms | {} / {} ms |",
             WEB_IDLE,
-            of(peer("node_exporter", release=True), idle_row("node_exporter", conn, ("/metrics",))),
+            of(peer("node_exporter", release=True), idle_row("node_exporter", conn)),
         )
         for conn in ("http", "tls")
     ),
