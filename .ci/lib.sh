@@ -4,7 +4,7 @@
 apt_need() {
     local need=() pkg
     for pkg in "$@"; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep "ok installed" >/dev/null || need+=("$pkg")
     done
     if ((${#need[@]})); then
         apt-get update -qq

@@ -14,7 +14,7 @@ source .ci/lib.sh
 VERSION="$(go_pin node-exporter github.com/prometheus/node_exporter)"
 BIN="${NODE_EXPORTER_BIN:-/var/cache/kube-scale-exporter/node-exporter-$VERSION/node_exporter}"
 
-if "$BIN" --version 2>&1 | grep -qF "version ${VERSION#v} "; then
+if "$BIN" --version 2>&1 | grep -F "version ${VERSION#v} " >/dev/null; then
     echo "node_exporter: cached, $("$BIN" --version 2>&1 | head -n1)"
     exit 0
 fi

@@ -22,7 +22,7 @@ PKG=github.com/thanos-io/thanos
 tag="$(go_pin "$MOD" "$PKG")"
 version="${tag#v}"
 DIR="${THANOS_DIR:-/var/cache/kube-scale-exporter/thanos-$tag}"
-if "$DIR/thanos" --version 2>&1 | grep -qF "version $version "; then
+if "$DIR/thanos" --version 2>&1 | grep -F "version $version " >/dev/null; then
     echo "thanos: cached, $version in $DIR"
     exit 0
 fi

@@ -16,7 +16,7 @@ VERSION="$(sed -nE 's/^(require)?[[:space:]]*github.com\/brancz\/kube-rbac-proxy
 [[ -n "$VERSION" ]] || { echo "42-kube-rbac-proxy: no kube-rbac-proxy version in $MOD/go.mod" >&2; exit 1; }
 BIN="${KUBE_RBAC_PROXY_BIN:-/var/cache/kube-scale-exporter/kube-rbac-proxy-$VERSION/kube-rbac-proxy}"
 
-if "$BIN" --version 2>&1 | grep -qF "$VERSION"; then
+if "$BIN" --version 2>&1 | grep -F "$VERSION" >/dev/null; then
     echo "kube-rbac-proxy: cached, $("$BIN" --version 2>&1) at $BIN"
     exit 0
 fi

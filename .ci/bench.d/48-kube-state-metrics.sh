@@ -15,7 +15,7 @@ VERSION="$(sed -nE 's/^(require)?[[:space:]]*k8s.io\/kube-state-metrics\/v2 (v[0
 [[ -n "$VERSION" ]] || { echo "48-kube-state-metrics: no version in $MOD/go.mod" >&2; exit 1; }
 BIN="${KUBE_STATE_METRICS_BIN:-/var/cache/kube-scale-exporter/kube-state-metrics-$VERSION/kube-state-metrics}"
 
-if "$BIN" version 2>&1 | grep -qF "$VERSION"; then
+if "$BIN" version 2>&1 | grep -F "$VERSION" >/dev/null; then
     echo "kube-state-metrics: cached, $("$BIN" version 2>&1 | head -1) at $BIN"
     exit 0
 fi

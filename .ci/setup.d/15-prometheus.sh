@@ -21,8 +21,8 @@ for line in 3.16 3.13; do
     version="3.$((10#${minor_patch%%.*})).${minor_patch#*.}"
     var="PROMETHEUS_${line/./_}_DIR"
     dir="${!var:-/var/cache/kube-scale-exporter/prometheus-$version}"
-    if "$dir/prometheus" --version 2>/dev/null | grep -qF "version $version " &&
-        "$dir/promtool" --version 2>/dev/null | grep -qF "version $version "; then
+    if "$dir/prometheus" --version 2>/dev/null | grep -F "version $version " >/dev/null &&
+        "$dir/promtool" --version 2>/dev/null | grep -F "version $version " >/dev/null; then
         echo "prometheus $line: cached, $version in $dir"
         continue
     fi

@@ -17,7 +17,7 @@ for line in 3.7 3.6; do
     version="$(go_pin "etcd-$line" go.etcd.io/etcd/server/v3)"
     var="ETCD${line/./}_BIN"
     bin="${!var:-/var/cache/kube-scale-exporter/etcd-$version/etcd}"
-    if "$bin" --version 2>/dev/null | grep -qF "etcd Version: ${version#v}"; then
+    if "$bin" --version 2>/dev/null | grep -F "etcd Version: ${version#v}" >/dev/null; then
         echo "etcd $line: cached, ${version} at $bin"
         continue
     fi

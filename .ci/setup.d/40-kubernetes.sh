@@ -21,9 +21,9 @@ apt_need gcc libc6-dev
 says_version() {
     local bin=$1 version=$2
     if [[ "$(basename "$bin")" == kubectl ]]; then
-        "$bin" version --client 2>/dev/null | grep -qF "$version"
+        "$bin" version --client 2>/dev/null | grep -F "$version" >/dev/null
     else
-        "$bin" --version 2>/dev/null | grep -qxF "Kubernetes $version"
+        "$bin" --version 2>/dev/null | grep -xF "Kubernetes $version" >/dev/null
     fi
 }
 

@@ -35,7 +35,7 @@ qemu-aarch64-static --version | head -1
 
 version="$(go_pin actionlint github.com/rhysd/actionlint)"
 bin="${ACTIONLINT_BIN:-/var/cache/kube-scale-exporter/actionlint-$version/actionlint}"
-if "$bin" -version 2>/dev/null | head -1 | grep -qxF "$version"; then
+if "$bin" -version 2>/dev/null | head -1 | grep -xF "$version" >/dev/null; then
     echo "actionlint: cached, $version at $bin"
 else
     go_build actionlint "$(dirname "$bin")" "" "-X github.com/rhysd/actionlint.version=$version" \

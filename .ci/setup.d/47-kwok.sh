@@ -14,7 +14,7 @@ VERSION="$(sed -nE 's/^[[:space:]]*sigs.k8s.io\/kwok (v[0-9.]+).*/\1/p' "$MOD/go
 [[ -n "$VERSION" ]] || { echo "47-kwok: no kwok version in $MOD/go.mod" >&2; exit 1; }
 BIN="${KWOK_BIN:-/var/cache/kube-scale-exporter/kwok-$VERSION/kwok}"
 
-if "$BIN" --version 2>&1 | grep -qF "${VERSION#v}"; then
+if "$BIN" --version 2>&1 | grep -F "${VERSION#v}" >/dev/null; then
     echo "kwok: cached, $("$BIN" --version 2>&1 | head -1) at $BIN"
     exit 0
 fi

@@ -13,7 +13,7 @@ source .ci/lib.sh
 VERSION="$(go_pin helm helm.sh/helm/v4)"
 BIN="${HELM_BIN:-/var/cache/kube-scale-exporter/helm-$VERSION/helm}"
 
-if "$BIN" version --template '{{.Version}}' 2>/dev/null | grep -qxF "$VERSION"; then
+if "$BIN" version --template '{{.Version}}' 2>/dev/null | grep -xF "$VERSION" >/dev/null; then
     echo "helm: cached, $("$BIN" version --short) at $BIN"
     exit 0
 fi

@@ -44,7 +44,7 @@ build() {
 
 JB_VERSION="$(pin jsonnet-bundler github.com/jsonnet-bundler/jsonnet-bundler)"
 JB_BIN="${JB_BIN:-$CACHE/jsonnet-bundler-$JB_VERSION/jb}"
-if "$JB_BIN" --version 2>&1 | grep -qxF "$JB_VERSION"; then
+if "$JB_BIN" --version 2>&1 | grep -xF "$JB_VERSION" >/dev/null; then
     echo "jb: cached, $JB_VERSION at $JB_BIN"
 else
     build jsonnet-bundler "$JB_VERSION" "$(dirname "$JB_BIN")" "-X main.Version=$JB_VERSION" \
@@ -54,8 +54,8 @@ fi
 
 GO_JSONNET_VERSION="$(pin go-jsonnet github.com/google/go-jsonnet)"
 GO_JSONNET_DIR="${GO_JSONNET_DIR:-$CACHE/go-jsonnet-$GO_JSONNET_VERSION}"
-if "$GO_JSONNET_DIR/jsonnet" --version 2>&1 | grep -qF "(Go implementation) $GO_JSONNET_VERSION" &&
-    "$GO_JSONNET_DIR/jsonnetfmt" --version 2>&1 | grep -qF "$GO_JSONNET_VERSION"; then
+if "$GO_JSONNET_DIR/jsonnet" --version 2>&1 | grep -F "(Go implementation) $GO_JSONNET_VERSION" >/dev/null &&
+    "$GO_JSONNET_DIR/jsonnetfmt" --version 2>&1 | grep -F "$GO_JSONNET_VERSION" >/dev/null; then
     echo "go-jsonnet: cached, $GO_JSONNET_VERSION in $GO_JSONNET_DIR"
 else
     build go-jsonnet "$GO_JSONNET_VERSION" "$GO_JSONNET_DIR" "" \
@@ -65,7 +65,7 @@ fi
 
 PINT_VERSION="$(pin pint github.com/cloudflare/pint)"
 PINT_BIN="${PINT_BIN:-$CACHE/pint-$PINT_VERSION/pint}"
-if "$PINT_BIN" version 2>&1 | grep -qF "${PINT_VERSION#v}"; then
+if "$PINT_BIN" version 2>&1 | grep -F "${PINT_VERSION#v}" >/dev/null; then
     echo "pint: cached, $("$PINT_BIN" version 2>&1 | head -1) at $PINT_BIN"
 else
     build pint "$PINT_VERSION" "$(dirname "$PINT_BIN")" "-X main.version=${PINT_VERSION#v}" \

@@ -20,7 +20,7 @@ for line in 2.1 2.3 2.4; do
     version="$(go_pin "containerd-$line" github.com/containerd/containerd/v2)"
     var="CONTAINERD_${line/./_}_DIR"
     dir="${!var:-/var/cache/kube-scale-exporter/containerd-$version}"
-    if "$dir/containerd" --version 2>/dev/null | grep -qF " $version "; then
+    if "$dir/containerd" --version 2>/dev/null | grep -F " $version " >/dev/null; then
         echo "containerd $line: cached, $version in $dir"
         continue
     fi

@@ -20,6 +20,6 @@ fi
 source "$(dirname "$0")/../lib.sh"
 suite_unpack trixie "$CACHE" containerd
 # The 1.7 line is what this step is for: a trixie that moved on must fail here, not later.
-"$BIN" --version | grep -q " 1\.7\." || { echo "trixie containerd is not 1.7" >&2; exit 1; }
+"$BIN" --version | grep " 1\.7\." >/dev/null || { echo "trixie containerd is not 1.7" >&2; exit 1; }
 "$BIN" --version
 echo "containerd (trixie): unpacked into $CACHE"

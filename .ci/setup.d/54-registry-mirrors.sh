@@ -17,7 +17,7 @@ source .ci/lib.sh
 CACHE=/var/cache/kube-scale-exporter
 crictl_version="$(go_pin cri-tools sigs.k8s.io/cri-tools)"
 CRICTL="${CRICTL_BIN:-$CACHE/cri-tools-$crictl_version/crictl}"
-if "$CRICTL" --version 2>/dev/null | grep -qF "${crictl_version#v}"; then
+if "$CRICTL" --version 2>/dev/null | grep -F "${crictl_version#v}" >/dev/null; then
     echo "crictl: cached, $("$CRICTL" --version) at $CRICTL"
 else
     go_build cri-tools "$(dirname "$CRICTL")" "" \
