@@ -48,9 +48,10 @@ check "promql/series" {
   // the pattern, which the test accepts and nothing else. Whether the rules read them right
   // is tests/mixin/promtool's and the fleets' business, on series with these names.
   ignoreMetrics = [
-    // Cluster mode's Kubernetes collectors (balloons, watches) and the rules over them: no
-    // API server in the stack.
+    // Cluster mode's Kubernetes collectors (balloons, CapacityBuffers, watches) and the rules
+    // over them: no API server in the stack.
     ".*kubescale_balloon_.*",
+    ".*kubescale_capacitybuffer_.*",
     ".*kubescale_kube_watch.*",
     // Node mode's containerd and kubelet collectors and the rules over them: no containerd
     // or kubelet in the stack.

@@ -391,7 +391,7 @@ def test_the_default_install_runs_the_default_collectors(manifests):
     assert running == {
         "kube-scale-exporter-node": ["imagepull", "neighbor", "neighbor_gc"],
         "kube-scale-exporter-etcd-node": ["etcd", "imagepull", "neighbor", "neighbor_gc"],
-        "kube-scale-exporter-cluster": ["balloon", "imagepull_events"],
+        "kube-scale-exporter-cluster": ["balloon", "capacitybuffer", "imagepull_events"],
     }
     [dep] = by_kind(manifests, "Deployment")
     assert (
@@ -554,8 +554,9 @@ def test_node_mode_may_only_list_and_watch_pods(manifests):
 @pytest.mark.integration
 def test_cluster_mode_reads_what_its_collectors_watch(manifests):
     assert merged(role_of(manifests, "kube-scale-exporter-cluster")) == {
-        ("", ("list", "watch")): {"pods", "nodes", "events"},
+        ("", ("list", "watch")): {"pods", "nodes", "events", "podtemplates"},
         ("scheduling.k8s.io", ("list", "watch")): {"priorityclasses"},
+        ("autoscaling.x-k8s.io", ("list", "watch")): {"capacitybuffers"},
         **REVIEWS,
     }
 

@@ -169,6 +169,21 @@ def findings_settle_on(collector, want: set, timeout: float) -> set:
     return seen
 
 
+def observed_once_on(collector, member: str, version: str, timeout: float = 30):
+    """The first state in which `member` reports `version`: a restarted member answers its
+    Status once it serves again, a scrape or two after it came back under load."""
+    state = None
+
+    def on_it():
+        nonlocal state
+        state = collector.observe()
+        statuses = {m.name: m.status for m in state.clusters[0].members}
+        return getattr(statuses.get(member), "version", None) == version
+
+    wait_until(on_it, timeout, interval=0.2)
+    return state
+
+
 def versions_seen(collector) -> dict[str, str]:
     """kubescale_etcd_version_info of one scrape: {member: version}."""
     return {
@@ -209,7 +224,7 @@ def test_a_rolling_upgrade_from_36_to_37_shows_until_its_end(
     assert versions_seen(collector) == {"m0": old, "m1": old, "m2": old}
     # The upgrade's first step: m2 on etcd 3.7, its data kept at the cluster's 3.6.
     upgrade(members[2], "3.7")
-    state = collector.observe()
+    state = observed_once_on(collector, "m2", builds.etcd_version("3.7").removeprefix("v"))
     new = {m.name: m.status for m in state.clusters[0].members}["m2"]
     assert new.version == builds.etcd_version("3.7").removeprefix("v")
     assert new.storage_version == "3.6.0"
@@ -224,7 +239,7 @@ def test_a_rolling_upgrade_from_36_to_37_shows_until_its_end(
     assert "runs as its oldest member (3.6)" in out
     # Two of three on 3.7: still half done, each member named on its version.
     upgrade(members[1], "3.7")
-    assert about_versions(collector.observe()) == {
+    assert about_versions(observed_once_on(collector, "m1", new.version)) == {
         (
             "warning",
             "etcd main: a rolling upgrade is half done: "
