@@ -13,71 +13,34 @@ Query answers the Prometheus HTTP API; `api()` returns the whole reply (warnings
 
 from __future__ import annotations
 
-import re
 import time
 
-import requests
 import yaml
 
 from .ports import free_port
-from .procs import Proc, wait_for_port
+from .prometheus import ApiServer
 
 
-class _Component:
+class _Component(ApiServer):
     def __init__(self, workdir, binary, name):
-        self.workdir = workdir
-        self.binary = binary
-        self.name = name
-        self.http_port = free_port()
+        super().__init__(workdir, binary, name)
         self.grpc_port = free_port()
-        self.url = f"http://127.0.0.1:{self.http_port}"
         self.grpc = f"127.0.0.1:{self.grpc_port}"
-        self.session = requests.Session()
-        self.session.trust_env = False  # this machine's proxy/CA variables are not for loopback
-        self.proc = None
 
     def _args(self) -> list[str]:
         raise NotImplementedError
 
     def start(self, timeout=60.0):
-        self.proc = Proc(
+        return self._launch(
             [
                 self.binary,
                 *self._args(),
-                f"--http-address=127.0.0.1:{self.http_port}",
+                f"--http-address=127.0.0.1:{self.port}",
                 f"--grpc-address=127.0.0.1:{self.grpc_port}",
                 "--log.level=info",
             ],
-            self.workdir / f"{self.name}.log",
+            timeout,
         )
-        wait_for_port(self.http_port, proc=self.proc, timeout=timeout)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if self.session.get(self.url + "/-/ready", timeout=2).ok:
-                    return self
-            except requests.RequestException:
-                pass
-            if not self.proc.alive():
-                break
-            time.sleep(0.2)
-        raise TimeoutError(f"thanos {self.name} not ready:\n{self.proc.log_tail()}")
-
-    def metric(self, name: str) -> dict[str, float]:
-        """{label text: value} of one of its own /metrics series."""
-        text = self.session.get(self.url + "/metrics", timeout=5).text
-        pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", re.M)
-        return {labels or "": float(value) for labels, value in pattern.findall(text)}
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 class Sidecar(_Component):
@@ -173,23 +136,3 @@ class Ruler(_Component):
             f"--eval-interval={self.interval}",
             *(f'--label={k}="{v}"' for k, v in self.labels.items()),
         ]
-
-    def groups(self) -> list[dict]:
-        reply = self.session.get(self.url + "/api/v1/rules", timeout=10).json()
-        return reply["data"]["groups"]
-
-    def evaluations(self) -> dict[str, float]:
-        """{rule group: evaluations so far}, from its own /metrics."""
-        runs = self.metric("prometheus_rule_group_iterations_total")
-        return {re.search(r'rule_group="([^"]*)"', k).group(1): v for k, v in runs.items()}
-
-    def wait_for_evaluations(self, n: int, timeout: float = 60.0) -> None:
-        """Until every rule group has been evaluated `n` more times than now."""
-        start = self.evaluations()
-        if not start:
-            raise AssertionError("thanos rule has no rule groups loaded")
-        deadline = time.monotonic() + timeout
-        while any(runs < start.get(g, 0) + n for g, runs in self.evaluations().items()):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"rule groups not evaluated {n} more times in {timeout}s")
-            time.sleep(0.3)

@@ -12,58 +12,19 @@ Both answer the Prometheus HTTP API; VictoriaMetrics also takes Prometheus' remo
 
 from __future__ import annotations
 
-import re
-import time
 
-import requests
-
-from .ports import free_port
-from .procs import Proc, wait_for_port
+from .prometheus import ApiServer
 
 # How far behind "now" both look: VictoriaMetrics hides the newest samples for this long
 # (its default 30 s lets samples of one scrape settle), vmalert evaluates this far back.
 LATENCY = "1s"
 
 
-class _Server:
-    def __init__(self, workdir, binary, name):
-        self.workdir = workdir
-        self.binary = binary
-        self.name = name
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.session = requests.Session()
-        self.session.trust_env = False  # this machine's proxy/CA variables are not for loopback
-        self.proc = None
+class _Server(ApiServer):
+    ready_path = "/health"
 
-    def _start(self, args, ready_path, timeout):
-        self.proc = Proc(
-            [self.binary, f"-httpListenAddr=127.0.0.1:{self.port}", *args],
-            self.workdir / f"{self.name}.log",
-        )
-        wait_for_port(self.port, proc=self.proc, timeout=timeout)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if self.session.get(self.url + ready_path, timeout=2).ok:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"{self.name} not ready:\n{self.proc.log_tail()}")
-
-    def metric(self, name: str) -> dict[str, float]:
-        """{label text: value} of one of its own /metrics series."""
-        text = self.session.get(self.url + "/metrics", timeout=5).text
-        pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", re.M)
-        return {labels or "": float(value) for labels, value in pattern.findall(text)}
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def _start(self, args, timeout):
+        return self._launch([self.binary, f"-httpListenAddr=127.0.0.1:{self.port}", *args], timeout)
 
 
 class VictoriaMetrics(_Server):
@@ -79,12 +40,8 @@ class VictoriaMetrics(_Server):
                 # Caches would hide samples written after a query of the same range.
                 "-search.disableCache",
             ],
-            "/health",
             timeout,
         )
-
-    def __enter__(self) -> VictoriaMetrics:
-        return self.start()
 
     @property
     def remote_write_url(self) -> str:
@@ -105,6 +62,8 @@ class VictoriaMetrics(_Server):
 
 
 class Vmalert(_Server):
+    iterations = ("vmalert_iteration_total", "group")
+
     def __init__(self, workdir, binary, datasource_url, rule_files, interval="2s"):
         super().__init__(workdir, binary, "vmalert")
         self.datasource_url = datasource_url
@@ -124,27 +83,5 @@ class Vmalert(_Server):
                 f"-evaluationInterval={self.interval}",
                 f"-rule.evalDelay={LATENCY}",
             ],
-            "/health",
             timeout,
         )
-
-    def __enter__(self) -> Vmalert:
-        return self.start()
-
-    def groups(self) -> list[dict]:
-        reply = self.session.get(self.url + "/api/v1/rules", timeout=10).json()
-        return reply["data"]["groups"]
-
-    def evaluations(self) -> dict[str, float]:
-        """{rule group: evaluations so far}, from vmalert's own /metrics."""
-        runs = self.metric("vmalert_iteration_total")
-        return {re.search(r'group="([^"]*)"', k).group(1): v for k, v in runs.items()}
-
-    def wait_for_evaluations(self, n: int, timeout: float = 60.0) -> None:
-        """Until every rule group has been evaluated `n` more times than now."""
-        start = self.evaluations()
-        deadline = time.monotonic() + timeout
-        while any(runs < start.get(g, 0) + n for g, runs in self.evaluations().items()):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"rule groups not evaluated {n} more times in {timeout}s")
-            time.sleep(0.3)
