@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass
 
 from testbed.etcd_server import EtcdServer
 from testbed.ports import free_port
-from tests.mixin.support import REPO, build
+from tests.mixin.support import REPO, build, dashboard_queries
 from tools import demo
 
 NODES = {"east": 3, "west": 2}
@@ -166,3 +167,42 @@ def dashboards(multi_cluster: bool) -> dict:
     if multi_cluster:
         return build.mixin_object({"showMultiCluster": True})["dashboards"]
     return {p.name: json.loads(p.read_text()) for p in (REPO / "dashboards").glob("*.json")}
+
+
+def check_dashboard_queries(api, store_name, multi_cluster, *, no_warnings=False) -> None:
+    """Grafana's instant and range queries of every dashboard panel through `api`, each
+    cluster picked in turn: none fails (nor, with `no_warnings`, comes back with a warning, as a
+    partial answer does), and with the cluster picker (`multi_cluster`) every series returned
+    is of the picked cluster and both clusters draw panels."""
+    boards = dashboards(multi_cluster)
+    end = time.time()
+    with_data = {}
+    for cluster in NODES:
+        for name, dashboard in boards.items():
+            chosen = variables(api, dashboard, cluster, store_name)
+            for title, expr in dashboard_queries(dashboard):
+                if title.startswith("variable "):
+                    continue
+                query = substitute(expr, chosen)
+                for path, params in (
+                    ("/api/v1/query", {"query": query, "time": end}),
+                    (
+                        "/api/v1/query_range",
+                        {"query": query, "start": end - 120, "end": end, "step": 10},
+                    ),
+                ):
+                    reply = api(path, **params)
+                    assert reply["status"] == "success", f"{name} / {title}: {query}: {reply}"
+                    if no_warnings:
+                        assert not reply.get("warnings"), f"{name} / {title}: {query}: {reply}"
+                    result = reply["data"]["result"]
+                    if multi_cluster:
+                        seen = {r["metric"].get("cluster", cluster) for r in result}
+                        assert seen <= {cluster}, f"{name} / {title}: {query} gave {seen}"
+                    if result and path.endswith("query"):
+                        with_data.setdefault(cluster, set()).add((name, title, expr))
+    print({c: len(panels) for c, panels in with_data.items()})
+    if multi_cluster:
+        assert with_data["east"] and with_data["west"]
+        # West's etcd raises no alarm; every panel but the alarm's and alerts' draws for both.
+        assert with_data["west"] <= with_data["east"]

@@ -31,14 +31,12 @@ from tests.mixin.sharded import (
     SELF_JOB,
     SHARDS,
     by_cluster,
-    dashboards,
+    check_dashboard_queries,
     node_targets,
     shard_config,
     start_clusters,
-    substitute,
-    variables,
 )
-from tests.mixin.support import dashboard_queries, prometheus_binary
+from tests.mixin.support import prometheus_binary
 from tools import demo
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("thanos-live")]
@@ -389,38 +387,9 @@ def test_every_alert_that_should_fire_fires_once_per_cluster(stack):
 def test_every_dashboard_query_answers_through_thanos_query(stack, multi_cluster):
     """Grafana's instant and range queries, each cluster picked in turn: none fails or comes
     back partial, and with the cluster picker every series returned is of the picked cluster."""
-    boards = dashboards(multi_cluster)
     stack.wait_for("etcd_cluster_member:kubescale_etcd_quota_usage:ratio", lambda f: len(f) == 2)
     stack.ruler.wait_for_evaluations(2)
-    end = time.time()
-    with_data = {}
-    for cluster in NODES:
-        for name, dashboard in boards.items():
-            chosen = variables(stack.query.api, dashboard, cluster, "Thanos Query")
-            for title, expr in dashboard_queries(dashboard):
-                if title.startswith("variable "):
-                    continue
-                query = substitute(expr, chosen)
-                for path, params in (
-                    ("/api/v1/query", {"query": query, "time": end}),
-                    (
-                        "/api/v1/query_range",
-                        {"query": query, "start": end - 120, "end": end, "step": 10},
-                    ),
-                ):
-                    reply = stack.query.api(path, **params)
-                    assert reply["status"] == "success", f"{name} / {title}: {query}: {reply}"
-                    assert not reply.get("warnings"), f"{name} / {title}: {query}: {reply}"
-                    result = reply["data"]["result"]
-                    if multi_cluster:
-                        seen = {r["metric"].get("cluster", cluster) for r in result}
-                        assert seen <= {cluster}, f"{name} / {title}: {query} gave {seen}"
-                    if result and path.endswith("query"):
-                        with_data.setdefault(cluster, set()).add((name, title, expr))
-    print({c: len(panels) for c, panels in with_data.items()})
-    if multi_cluster:
-        assert with_data["east"] and with_data["west"]
-        assert with_data["west"] <= with_data["east"]
+    check_dashboard_queries(stack.query.api, "Thanos Query", multi_cluster, no_warnings=True)
 
 
 def _node_shard(stack, cluster) -> int:

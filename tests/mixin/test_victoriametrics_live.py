@@ -13,8 +13,6 @@ west) say so.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import yaml
 
@@ -25,14 +23,11 @@ from tests.mixin.sharded import (
     RULE_FILES,
     SHARDS,
     by_cluster,
-    dashboards,
+    check_dashboard_queries,
     shard_config,
     start_clusters,
-    substitute,
-    variables,
 )
 from tests.mixin.support import (
-    dashboard_queries,
     prometheus_binary,
     victoria_metrics_binary,
     victoria_metrics_version,
@@ -186,38 +181,9 @@ def test_alerts_fire_for_their_own_cluster_only(store):
 def test_every_dashboard_query_runs_on_victoria_metrics(store, multi_cluster):
     """Grafana's instant and range queries, each cluster picked in turn: no query fails, and
     with the cluster picker every series returned is of the picked cluster."""
-    boards = dashboards(multi_cluster)
     store.wait_for("etcd_cluster_member:kubescale_etcd_quota_usage:ratio", lambda f: len(f) == 2)
     store.vmalert.wait_for_evaluations(2)
-    end = time.time()
-    with_data = {}
-    for cluster in NODES:
-        for name, dashboard in boards.items():
-            chosen = variables(store.vm.api, dashboard, cluster, "VictoriaMetrics")
-            for title, expr in dashboard_queries(dashboard):
-                if title.startswith("variable "):
-                    continue
-                query = substitute(expr, chosen)
-                for path, params in (
-                    ("/api/v1/query", {"query": query, "time": end}),
-                    (
-                        "/api/v1/query_range",
-                        {"query": query, "start": end - 120, "end": end, "step": 10},
-                    ),
-                ):
-                    reply = store.vm.api(path, **params)
-                    assert reply["status"] == "success", f"{name} / {title}: {query}: {reply}"
-                    result = reply["data"]["result"]
-                    if multi_cluster:
-                        seen = {r["metric"].get("cluster", cluster) for r in result}
-                        assert seen <= {cluster}, f"{name} / {title}: {query} gave {seen}"
-                    if result and path.endswith("query"):
-                        with_data.setdefault(cluster, set()).add((name, title, expr))
-    print({c: len(panels) for c, panels in with_data.items()})
-    if multi_cluster:
-        assert with_data["east"] and with_data["west"]
-        # West's etcd raises no alarm; every panel but the alarm's and alerts' draws for both.
-        assert with_data["west"] <= with_data["east"]
+    check_dashboard_queries(store.vm.api, "VictoriaMetrics", multi_cluster)
 
 
 def test_vmalert_loaded_every_rule_without_error(store):
