@@ -38,6 +38,26 @@ def template(name, namespace="shop", requests=None, init_requests=None, overhead
     }
 
 
+def copy_of(name):
+    """The PodTemplate cluster-autoscaler resolves buffer `name`'s template into."""
+    return f"capacity-buffer-{name}-pod-template"
+
+
+def with_copy(name, namespace="shop", requests=None):
+    """PodTemplate `name` and the copy of it a buffer of that name is resolved into (the
+    same requests)."""
+    return [template(name, namespace, requests), template(copy_of(name), namespace, requests)]
+
+
+def provisioned(name, requests, replicas=1, resolved=None, conditions=(), namespace="shop"):
+    """A buffer of `replicas` on PodTemplate `name` as the autoscaler leaves it provisioned
+    (`resolved` replicas when fewer, `conditions` besides), and its two templates:
+    ([buffer], [templates])."""
+    status = ready(replicas if resolved is None else resolved, copy_of(name), *conditions)
+    spec = {"podTemplateRef": {"name": name}, "replicas": replicas}
+    return [buffer(name, namespace, spec=spec, status=status)], with_copy(name, namespace, requests)
+
+
 def condition(type_, status, reason, message=""):
     return {
         "type": type_,

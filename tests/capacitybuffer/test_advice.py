@@ -1,8 +1,6 @@
 """What `check` says for each buffer problem the alerts cover, on buffers as
 cluster-autoscaler 1.36 leaves them (conditions, events) and the collector summarizes them."""
 
-from datetime import UTC, datetime
-from decimal import Decimal
 from io import StringIO
 
 import pytest
@@ -11,20 +9,29 @@ from kube_scale_exporter.check import LABELS
 from kube_scale_exporter.collectors.capacitybuffer.advice import KIND_CHARS, advise
 from kube_scale_exporter.collectors.capacitybuffer.state import BufferState
 from kube_scale_exporter.collectors.capacitybuffer.summary import PROBLEMS, summarize
-from tests.capacitybuffer.objects import buffer, condition, event, ready, template
+from tests.capacitybuffer.objects import buffer, condition, event, provisioned, ready, template
+from tests.capacitybuffer.test_golden import NOW, SHAPES
 from tests.capacitybuffer.test_golden import state as golden_state
 
 pytestmark = pytest.mark.unit
 
-NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
-CPU_NODE = {"cpu": Decimal(16), "memory": Decimal(64 * 2**30)}
-GPU_NODE = {"cpu": Decimal(32), "memory": Decimal(256 * 2**30), "nvidia.com/gpu": Decimal(8)}
+GPU_REQUESTS = {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"}
 NOT_READY = "Buffer not ready for provisioning: "
 
 
-def findings(buffers, templates=(), events=(), shapes=(CPU_NODE, GPU_NODE)):
+def findings(buffers, templates=(), events=(), shapes=SHAPES):
     s = summarize(buffers, list(templates), list(events), list(shapes), NOW)
     return advise(BufferState(frozenset({"v1beta1"}), "v1beta1", s, NOW, 20, True))
+
+
+def unresolved(why, *more):
+    """A status as cluster-autoscaler 1.36 writes it for a buffer it cannot resolve: `why`."""
+    return {
+        "conditions": [
+            condition("ReadyForProvisioning", "False", "error", NOT_READY + why),
+            *more,
+        ]
+    }
 
 
 def about(found, problem):
@@ -51,22 +58,15 @@ def test_a_deleted_pod_template_names_it_and_the_two_ways_out():
             buffer(
                 "web",
                 spec={"podTemplateRef": {"name": "web-pods"}, "replicas": 2},
-                status={
-                    "conditions": [
-                        condition(
-                            "ReadyForProvisioning",
-                            "False",
-                            "error",
-                            NOT_READY + 'podtemplates "web-pods" not found',
-                        ),
-                        condition(
-                            "Provisioning",
-                            "False",
-                            "NotReadyForProvisioning",
-                            "CapacityBuffer is not ready for provisioning",
-                        ),
-                    ]
-                },
+                status=unresolved(
+                    'podtemplates "web-pods" not found',
+                    condition(
+                        "Provisioning",
+                        "False",
+                        "NotReadyForProvisioning",
+                        "CapacityBuffer is not ready for provisioning",
+                    ),
+                ),
             )
         ]
     )
@@ -90,35 +90,21 @@ def test_a_deleted_pod_template_names_it_and_the_two_ways_out():
 
 def test_limited_by_quotas_says_how_much_more_quota_the_missing_replicas_need():
     found = findings(
-        [
-            buffer(
-                "train",
-                namespace="ml",
-                spec={"podTemplateRef": {"name": "train"}, "replicas": 3},
-                status=ready(
-                    1,
-                    "capacity-buffer-train-pod-template",
-                    condition(
-                        "LimitedByQuotas",
-                        "True",
-                        "ResourceQuotasAllocated",
-                        "Buffer replicas limited from 3 to 1 due to quotas: gpu-quota",
-                    ),
-                ),
-            )
-        ],
-        [
-            template(
-                "train",
-                namespace="ml",
-                requests={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"},
-            ),
-            template(
-                "capacity-buffer-train-pod-template",
-                namespace="ml",
-                requests={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"},
-            ),
-        ],
+        *provisioned(
+            "train",
+            GPU_REQUESTS,
+            3,
+            resolved=1,
+            conditions=[
+                condition(
+                    "LimitedByQuotas",
+                    "True",
+                    "ResourceQuotasAllocated",
+                    "Buffer replicas limited from 3 to 1 due to quotas: gpu-quota",
+                )
+            ],
+            namespace="ml",
+        )
     )
     f = about(found, PROBLEMS["limited_by_quotas"])
     assert f.severity == "warning" and f.summary.endswith("(ml/train)")
@@ -130,26 +116,7 @@ def test_limited_by_quotas_says_how_much_more_quota_the_missing_replicas_need():
 
 def test_not_trigger_scale_up_gives_the_events_command_the_node_size_and_raising_the_max():
     found = findings(
-        [
-            buffer(
-                "gpu",
-                namespace="ml",
-                spec={"podTemplateRef": {"name": "gpu"}, "replicas": 1},
-                status=ready(1, "capacity-buffer-gpu-pod-template"),
-            )
-        ],
-        [
-            template(
-                "capacity-buffer-gpu-pod-template",
-                namespace="ml",
-                requests={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"},
-            ),
-            template(
-                "gpu",
-                namespace="ml",
-                requests={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"},
-            ),
-        ],
+        *provisioned("gpu", GPU_REQUESTS, namespace="ml"),
         [
             event(
                 "gpu",
@@ -173,17 +140,7 @@ def test_not_trigger_scale_up_gives_the_events_command_the_node_size_and_raising
 
 def test_an_old_not_trigger_scale_up_is_not_advised_on():
     found = findings(
-        [
-            buffer(
-                "web",
-                spec={"podTemplateRef": {"name": "web"}, "replicas": 1},
-                status=ready(1, "capacity-buffer-web-pod-template"),
-            )
-        ],
-        [
-            template("web", requests={"cpu": "1"}),
-            template("capacity-buffer-web-pod-template", requests={"cpu": "1"}),
-        ],
+        *provisioned("web", {"cpu": "1"}),
         [event("web", "NotTriggerScaleUp", "2026-01-01T11:30:00Z")],
     )
     assert [f.severity for f in found] == ["info"]
@@ -220,19 +177,7 @@ def test_replicas_cut_by_limits_get_the_limits_patch_for_the_replicas_asked():
 
 
 def test_a_pod_larger_than_every_node_quotes_its_requests_and_its_template():
-    found = findings(
-        [
-            buffer(
-                "huge",
-                spec={"podTemplateRef": {"name": "huge"}, "replicas": 1},
-                status=ready(1, "capacity-buffer-huge-pod-template"),
-            )
-        ],
-        [
-            template("huge", requests={"cpu": "64", "memory": "8Gi"}),
-            template("capacity-buffer-huge-pod-template", requests={"cpu": "64", "memory": "8Gi"}),
-        ],
-    )
+    found = findings(*provisioned("huge", {"cpu": "64", "memory": "8Gi"}))
     f = about(found, PROBLEMS["requests_fit_no_node"])
     assert f.severity == "critical"
     assert "shop/huge: one replica requests 64 cpu, 8Gi memory" in f.advice
@@ -250,16 +195,7 @@ def test_an_unsupported_scalable_kind_is_named_with_the_kinds_the_autoscaler_rea
                     "scalableRef": {"apiGroup": "example.com", "kind": "Widget", "name": "w"},
                     "percentage": 10,
                 },
-                status={
-                    "conditions": [
-                        condition(
-                            "ReadyForProvisioning",
-                            "False",
-                            "error",
-                            NOT_READY + "unsupported scalable object kind",
-                        )
-                    ]
-                },
+                status=unresolved("unsupported scalable object kind"),
             ),
             buffer(
                 "odd",
@@ -302,17 +238,7 @@ def test_buffers_the_autoscaler_does_not_reconcile_share_one_line_with_its_flags
 
 def test_a_healthy_buffer_is_one_info_line_and_every_problem_has_advice():
     healthy = findings(
-        [
-            buffer(
-                "web",
-                spec={"podTemplateRef": {"name": "web"}, "replicas": 4},
-                status=ready(4, "capacity-buffer-web-pod-template"),
-            )
-        ],
-        [
-            template("web", requests={"cpu": "2"}),
-            template("capacity-buffer-web-pod-template", requests={"cpu": "2"}),
-        ],
+        *provisioned("web", {"cpu": "2"}, 4),
         [event("web", "TriggeredScaleUp", "2026-01-01T11:58:00Z")],
     )
     assert printed(healthy) == "           1 CapacityBuffer(s) (v1beta1) holding 8 CPU\n"

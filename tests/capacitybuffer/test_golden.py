@@ -17,7 +17,7 @@ from kube_scale_exporter.collectors.capacitybuffer.summary import (
     summarize,
 )
 from testbed.golden import assert_golden, render, series_count
-from tests.capacitybuffer.objects import buffer, condition, event, ready, template
+from tests.capacitybuffer.objects import buffer, condition, event, ready, template, with_copy
 
 pytestmark = pytest.mark.unit
 
@@ -27,15 +27,9 @@ CPU_NODE = {"cpu": Decimal(16), "memory": Decimal(64 * 2**30)}
 SHAPES = [CPU_NODE, GPU_NODE]
 
 TEMPLATES = [
-    template("web", requests={"cpu": "2", "memory": "8Gi"}),
-    template("capacity-buffer-web-pod-template", requests={"cpu": "2", "memory": "8Gi"}),
-    template(
+    *with_copy("web", requests={"cpu": "2", "memory": "8Gi"}),
+    *with_copy(
         "train", namespace="ml", requests={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"}
-    ),
-    template(
-        "capacity-buffer-train-pod-template",
-        namespace="ml",
-        requests={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"},
     ),
     template("huge", requests={"cpu": "64"}),
     template("empty", requests={}),
