@@ -54,27 +54,24 @@ TUNED = {
     "monitoringLabels": {"release": "kube-prometheus-stack"},
     "grafanaDashboards": {"enabled": True, "annotations": {"grafana_folder": "Scale"}},
 }
+# The collectors switched by `enabled` (the others take a mode).
+SWITCHED = ("balloon", "imagepullEvents", "capacityBuffer")
+
+
+def collectors(etcd_node, imagepull, enabled):
+    return {
+        "etcdNode": etcd_node,
+        "imagepull": imagepull,
+        **{name: {"enabled": enabled} for name in SWITCHED},
+    }
+
+
 ALL_ON = {
-    "collectors": {
-        "etcdNode": "full",
-        "imagepull": "socket",
-        "balloon": {"enabled": True},
-        "imagepullEvents": {"enabled": True},
-        "capacityBuffer": {"enabled": True},
-    },
+    "collectors": collectors("full", "socket", True),
     "webConfig": {"enabled": True},
     "grafanaDashboards": {"enabled": True},
 }
-ALL_OFF = {
-    "collectors": {
-        "etcdNode": "off",
-        "imagepull": "off",
-        "balloon": {"enabled": False},
-        "imagepullEvents": {"enabled": False},
-        "capacityBuffer": {"enabled": False},
-    },
-    "kubeRbac": {"enabled": False},
-}
+ALL_OFF = {"collectors": collectors("off", "off", False), "kubeRbac": {"enabled": False}}
 RENDERS = {"default": {}, "tuned": TUNED, "all-on": ALL_ON, "all-off": ALL_OFF}
 
 
