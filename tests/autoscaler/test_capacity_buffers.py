@@ -103,6 +103,14 @@ class Cluster:
         self.note(what, at)
         return at
 
+    def condition_turns(self, name, kind, status):
+        """Once buffer `name`'s condition `kind` reads `status`: its (reason, message)."""
+        b = self.buffers
+        self.wait(
+            f"{name} {kind} {status}", lambda: (b.condition(name, kind) or ("",))[0] == status
+        )
+        return b.condition(name, kind)[1:]
+
     def ready_nodes(self, group):
         nodes = self.admin.get("/api/v1/nodes", labelSelector=f"kse.test/node-group={group}")
         return sum(
@@ -132,6 +140,11 @@ class Cluster:
 
     def series(self, metric, /, **labels):
         return self.scrape().get((f"kubescale_capacitybuffer_{metric}", *sorted(labels.items())))
+
+    def shows_condition(self, name, condition, status, reason) -> bool:
+        """The exporter's condition series of buffer `name` reads so."""
+        labels = dict(condition=condition, status=status, reason=reason)
+        return self.series("condition", namespace=BUFFER_NS, name=name, **labels) == 1
 
     def last_word(self, name):
         """The reason of the autoscaler's last event on buffer `name`, as the exporter has it."""
@@ -284,8 +297,7 @@ def test_buffers_provision_burst_takes_headroom_group_at_max(make_cluster):
         ("Provisioning", "True", "FakePodsInjected"),
         ("LimitedByQuotas", "False", "ResourceQuotasAllocated"),
     ):
-        labels = dict(condition=condition, status=status, reason=reason)
-        assert cluster.series("condition", namespace=BUFFER_NS, name="cpu", **labels) == 1
+        assert cluster.shows_condition("cpu", condition, status, reason)
     problems = {k: v for k, v in got.items() if k[0] == "kubescale_capacitybuffer_problems"}
     assert problems and not any(problems.values()), problems
 
@@ -408,11 +420,7 @@ def test_buffers_both_api_versions_template_deleted_quota(make_cluster):
 
     # The PodTemplate of one is deleted: that buffer is no longer ready, its fake pods go.
     cluster.admin.delete(f"/api/v1/namespaces/{BUFFER_NS}/podtemplates/alpha-chunk")
-    cluster.wait(
-        "alpha not ready for provisioning",
-        lambda: (b.condition("alpha", "ReadyForProvisioning") or ("",))[0] == "False",
-    )
-    status, reason, message = b.condition("alpha", "ReadyForProvisioning")
+    reason, message = cluster.condition_turns("alpha", "ReadyForProvisioning", "False")
     assert reason == "error", (reason, message)
     assert "alpha-chunk" in message and "not found" in message, message
     cluster.wait(
@@ -431,15 +439,7 @@ def test_buffers_both_api_versions_template_deleted_quota(make_cluster):
                 "problem", namespace=BUFFER_NS, name="alpha", reason="pod_template_missing"
             )
             == 1
-            and cluster.series(
-                "condition",
-                namespace=BUFFER_NS,
-                name="alpha",
-                condition="ReadyForProvisioning",
-                status="False",
-                reason="error",
-            )
-            == 1
+            and cluster.shows_condition("alpha", "ReadyForProvisioning", "False", "error")
             and cluster.series("replicas", namespace=BUFFER_NS, name="alpha", source="status") == 0
         ),
     )
@@ -458,26 +458,14 @@ def test_buffers_both_api_versions_template_deleted_quota(make_cluster):
         f"/apis/autoscaling.x-k8s.io/v1beta1/namespaces/{BUFFER_NS}/capacitybuffers/beta",
         {"spec": {"replicas": 2}},
     )
-    cluster.wait(
-        "beta LimitedByQuotas",
-        lambda: (b.condition("beta", "LimitedByQuotas") or ("",))[0] == "True",
-    )
-    status, reason, message = b.condition("beta", "LimitedByQuotas")
+    reason, message = cluster.condition_turns("beta", "LimitedByQuotas", "True")
     assert reason == "ResourceQuotasAllocated", (reason, message)
     assert "limited from 2 to 1" in message, message
     assert b.get("beta")["status"]["replicas"] == 1
     cluster.wait(
         "the exporter: beta limited by quotas, 1 of 2 replicas",
         lambda: (
-            cluster.series(
-                "condition",
-                namespace=BUFFER_NS,
-                name="beta",
-                condition="LimitedByQuotas",
-                status="True",
-                reason="ResourceQuotasAllocated",
-            )
-            == 1
+            cluster.shows_condition("beta", "LimitedByQuotas", "True", "ResourceQuotasAllocated")
             and cluster.series("problems", reason="limited_by_quotas") == 1
             and cluster.series("replicas", namespace=BUFFER_NS, name="beta", source="spec") == 2
             and cluster.series("replicas", namespace=BUFFER_NS, name="beta", source="status") == 1
@@ -559,26 +547,15 @@ def test_autoscaler_rbac_for_buffers(make_cluster):
     b = cluster.buffers
     b.create_template("cpu-chunk", FILL_CPU)
     b.create("cpu", "cpu-chunk", 1)
-    cluster.wait(
-        "not ready: the dry run forbidden",
-        lambda: (b.condition("cpu", "ReadyForProvisioning") or ("",))[0] == "False",
-    )
-    status, reason, message = b.condition("cpu", "ReadyForProvisioning")
+    # Not ready: the dry run forbidden.
+    reason, message = cluster.condition_turns("cpu", "ReadyForProvisioning", "False")
     assert reason == "error", (reason, message)
     assert "failed to create fake pod" in message and "forbidden" in message, message
     assert 'cannot create resource "pods"' in message, message
     cluster.wait(
         "the exporter: not ready",
         lambda: (
-            cluster.series(
-                "condition",
-                namespace=BUFFER_NS,
-                name="cpu",
-                condition="ReadyForProvisioning",
-                status="False",
-                reason="error",
-            )
-            == 1
+            cluster.shows_condition("cpu", "ReadyForProvisioning", "False", "error")
             and cluster.series("problems", reason="not_ready") == 1
         ),
     )
