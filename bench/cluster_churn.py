@@ -296,6 +296,25 @@ def main():
 def write(opts, r, log, fleet):
     ro, rl = r["rollout"], r["relist"]
     names = list(EXPORTERS)
+    sent = rl["events"]["sent"] or {}
+
+    def row(label, cell):
+        """A table row: `cell(exporter)` under each exporter."""
+        return f"| {label} | " + " | ".join(cell(n) for n in names) + " |"
+
+    def by_rollout(label, key, form=".1f"):
+        return row(label, lambda n: format(ro["exporters"][n][key], form))
+
+    def by_relist(label, key, form=".1f"):
+        return row(label, lambda n: format(rl["exporters"][n][key], form))
+
+    def sent_counted(reason):
+        return row(
+            f"{reason} sent / counted",
+            lambda n: f"{sent.get(reason, 0):,} / {rl['exporters'][n]['counted'][reason]:,.0f}",
+        )
+
+    header = ["| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     lines = [
         f"# The running cluster-mode exporter: a {ro['pods']:,}-pod rollout and a 410",
         "",
@@ -317,67 +336,40 @@ def write(opts, r, log, fleet):
         f"pod replaced, the every-pod exporter showed all {ro['pods']:,} new pods Running (the "
         "time includes kwok's marking them Running).",
         "",
-        "| | " + " | ".join(names) + " |",
-        "|---|" + "---:|" * len(names),
-        "| CPU s over the rollout | "
-        + " | ".join(f"{ro['exporters'][n]['cpu_s']:.1f}" for n in names)
-        + " |",
-        "| CPU s per minute | "
-        + " | ".join(f"{ro['exporters'][n]['cpu_s_per_min']:.2f}" for n in names)
-        + " |",
-        "| RSS at start, MiB | " + " | ".join(f"{r['at_start'][n]:.1f}" for n in names) + " |",
-        "| RSS peak in the rollout, MiB | "
-        + " | ".join(f"{ro['exporters'][n]['peak_mib']:.1f}" for n in names)
-        + " |",
-        "| relists | " + " | ".join(f"{ro['exporters'][n]['relists']:.0f}" for n in names) + " |",
+        *header,
+        by_rollout("CPU s over the rollout", "cpu_s"),
+        by_rollout("CPU s per minute", "cpu_s_per_min", ".2f"),
+        row("RSS at start, MiB", lambda n: f"{r['at_start'][n]:.1f}"),
+        by_rollout("RSS peak in the rollout, MiB", "peak_mib"),
+        by_rollout("relists", "relists", ".0f"),
         "",
         "## A 410: stopped through a rollout, the API server restarted",
         "",
         f"Both exporters stopped (SIGSTOP) for {rl['stopped_s']:.0f} s: a second rollout of "
         f"{rl['pods']:,} pods ({rl['rollout_s']:.0f} s) and "
-        f"{sum((rl['events']['sent'] or {}).values()):,} image-pull events "
+        f"{sum(sent.values()):,} image-pull events "
         f"({rl['events']['rate']:.0f} a second: {rl['events']['sent']}, {rl['event_errors']} "
         "requests failed); etcd compacted "
         f"(revision {rl['revision']:,}) and the API server restarted; then resumed. The API "
         f"server's pods by phase at the end: {rl['api_pods']}.",
         "",
-        "| | " + " | ".join(names) + " |",
-        "|---|" + "---:|" * len(names),
-        "| relists, by resource | "
-        + " | ".join(
-            ", ".join(f"{k} {v:.0f}" for k, v in sorted(rl["exporters"][n]["relists"].items()))
-            for n in names
-        )
-        + " |",
-        "| view whole after the resume, s | "
-        + " | ".join(f"{rl['exporters'][n]['whole_after_s']:.1f}" for n in names)
-        + " |",
-        "| CPU s from the resume | "
-        + " | ".join(f"{rl['exporters'][n]['cpu_s']:.1f}" for n in names)
-        + " |",
-        "| RSS peak from the resume, MiB | "
-        + " | ".join(f"{rl['exporters'][n]['peak_mib']:.1f}" for n in names)
-        + " |",
-        "| RSS at the end, MiB | "
-        + " | ".join(f"{rl['exporters'][n]['rss_end_mib']:.1f}" for n in names)
-        + " |",
-        "| Pulled sent / counted | "
-        + " | ".join(
-            f"{(rl['events']['sent'] or {}).get('Pulled', 0):,} / "
-            f"{rl['exporters'][n]['counted']['Pulled']:,.0f}"
-            for n in names
-        )
-        + " |",
-        "| Failed sent / counted | "
-        + " | ".join(
-            f"{(rl['events']['sent'] or {}).get('Failed', 0):,} / "
-            f"{rl['exporters'][n]['counted']['Failed']:,.0f}"
-            for n in names
-        )
-        + " |",
-        "| pods Running as it sees them | "
-        + " | ".join(f"{rl['exporters'][n]['pods_seen']['Running']:,.0f}" for n in names)
-        + " |",
+        *header,
+        row(
+            "relists, by resource",
+            lambda n: ", ".join(
+                f"{k} {v:.0f}" for k, v in sorted(rl["exporters"][n]["relists"].items())
+            ),
+        ),
+        by_relist("view whole after the resume, s", "whole_after_s"),
+        by_relist("CPU s from the resume", "cpu_s"),
+        by_relist("RSS peak from the resume, MiB", "peak_mib"),
+        by_relist("RSS at the end, MiB", "rss_end_mib"),
+        sent_counted("Pulled"),
+        sent_counted("Failed"),
+        row(
+            "pods Running as it sees them",
+            lambda n: f"{rl['exporters'][n]['pods_seen']['Running']:,.0f}",
+        ),
         "",
         "## Log",
         "",
