@@ -15,7 +15,6 @@ import yaml
 from kube_scale_exporter.budgets import CLUSTER_SERIES, NODE_SERIES
 from testbed import builds
 from testbed.etcd_server import EtcdServer
-from testbed.metrics import parse_exposition
 from testbed.ports import free_port
 from testbed.prometheus import PrometheusServer
 from tests.mixin.support import REPO, PROMETHEUS_RELEASES, prometheus_binary, prometheus_version
@@ -56,25 +55,9 @@ class Live:
         """{frozenset(labels): value} of an instant query."""
         return {frozenset(r["metric"].items()): float(r["value"][1]) for r in self.prom.query(expr)}
 
-    def rule_group_runs(self):
-        """{rule group: evaluations so far}, from Prometheus' own /metrics."""
-        text = self.prom.session.get(self.prom.url + "/metrics", timeout=5).text
-        return {
-            s.labels["rule_group"]: s.value
-            for family in parse_exposition(text)
-            for s in family.samples
-            if s.name == "prometheus_rule_group_iterations_total"
-        }
-
     def wait_for_evaluations(self, n, timeout=30):
         """Until every rule group has been evaluated `n` more times than now."""
-        start = self.rule_group_runs()
-        assert start, "no rule groups loaded"
-        deadline = time.monotonic() + timeout
-        while any(runs < start.get(group, 0) + n for group, runs in self.rule_group_runs().items()):
-            if time.monotonic() > deadline:
-                pytest.fail(f"rule groups not evaluated {n} more times in {timeout}s")
-            time.sleep(0.2)
+        self.prom.wait_for_evaluations(n, timeout)
 
     def wait_for(self, expr, until=bool, timeout=30):
         """Poll an instant query until `until(result)` holds: targets and rule groups start
