@@ -1,15 +1,19 @@
 # Sourced by .ci/setup.d/*.sh: shared install helpers.
 
-# apt_need PKG...: install the Debian packages that are missing (one apt run at most).
+# apt_need PKG...: install the Debian packages that are missing (one apt run at most). Steps
+# run two at a time (.ci/setup.py): one apt run at a time, the next waiting for the lock.
 apt_need() {
     local need=() pkg
-    for pkg in "$@"; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep "ok installed" >/dev/null || need+=("$pkg")
-    done
-    if ((${#need[@]})); then
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-    fi
+    (
+        flock 9
+        for pkg in "$@"; do
+            dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep "ok installed" >/dev/null || need+=("$pkg")
+        done
+        if ((${#need[@]})); then
+            apt-get update -qq
+            apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+        fi
+    ) 9>/run/lock/kube-scale-exporter-apt.lock
 }
 
 # sid_unpack CACHE PKG...: Debian sid's .debs of PKG..., fetched with a private apt

@@ -4,6 +4,7 @@
 # operator's) and the exporter's image (45-image.sh): Debian's CNI plugins, iptables and
 # conntrack for kube-proxy, buildah for the operator's images, and those images, built now,
 # so that no build runs beside the tests.
+# needs: 15-prometheus 44-prometheus-operator 45-image
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source .ci/lib.sh

@@ -3,6 +3,7 @@
 # the schema is generated from the TypeScript Dashboard type npm @grafana/schema ships.
 # Output: $KSE_CACHE/grafana-schema/dashboard.schema.json (KSE_CACHE defaults to ./.cache).
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 
 GRAFANA_SCHEMA_VERSION=13.2.3
 GENERATOR_VERSION=2.10.0
@@ -17,7 +18,7 @@ if [[ -s $out && -f $stamp && $(cat "$stamp") == "$want" ]]; then
     exit 0
 fi
 
-command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm; }
+command -v npm >/dev/null || apt_need nodejs npm
 mkdir -p "$dir"
 cd "$dir"
 [[ -f package.json ]] || echo '{"private": true}' > package.json
