@@ -31,7 +31,8 @@ from testbed.fleet import (
 from testbed.kube_apiserver import pod_manifest
 from testbed.metrics import parse_exposition, sample, wait_until
 
-pytestmark = pytest.mark.integration
+# One worker runs them all: the module's fleet (20 s) is made once per worker that needs it.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("fleet")]
 
 SIZE = FleetSize(nodes=200, gpu_nodes=20, pods=1000, gpu_pods=40, lease_seconds=20)
 

@@ -16,7 +16,9 @@ from tests.deploy import test_manifests as kustomize_checks
 from tests.deploy.test_manifests import by_kind, declared_rules, merged, pods, role_of
 from tools import helm_chart
 
-pytestmark = pytest.mark.integration
+# One worker runs them all: chart_renders (every combination through helm: 46 s) is made
+# once per worker that needs it.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("helm-chart")]
 
 NAMESPACE = helm_chart.NAMESPACE
 # Every assignment of the values that pick components (docs/deploy.md's table): 144.

@@ -13,7 +13,9 @@ import pytest
 from bench.scale import budget, template
 from tests.scale.conftest import LARGE_FLEET, SMALL_FLEET
 
-pytestmark = pytest.mark.integration
+# One worker runs them all: scale_run (a fleet, Prometheus and its history: 3 min) is made
+# once per worker that needs it.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("scale-run")]
 
 
 def _large(scale_run):
