@@ -154,6 +154,7 @@ class ContainerdServer:
         imports=(),
         metrics_address=None,
         etc_dir=None,
+        prefix=(),
     ):
         """bin_dir: where containerd and ctr are (default: the default line, or
         $KSE_CONTAINERD_DIR); `version`: the config's (default the newest that containerd
@@ -161,8 +162,9 @@ class ContainerdServer:
         the CRI plugin on (its pull settings are then in `config dump`);
         `metrics_address` (HOST:PORT) serves containerd's /v1/metrics there; `etc_dir`:
         what containerd sees of /etc/containerd/certs.d and /etc/docker/certs.d
-        (PRIVATE_ETC)."""
+        (PRIVATE_ETC); `prefix` runs it under another command (`nsenter --net=NETNS`)."""
         self.etc_dir = etc_dir
+        self.prefix = list(prefix)
         self.cri, self.imports = cri, list(imports)
         self.workdir = str(workdir)
         self.bin_dir = bin_dir or default_bin_dir()
@@ -213,8 +215,8 @@ class ContainerdServer:
             env = {**os.environ, "KSE_ETC": str(self.etc_dir)}
         script = PRIVATE_ETC if self.etc_dir else PRIVATE_RUN
         self.proc = Proc(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
-            + [require(self.containerd), "--config", self.config],
+            [*self.prefix, "unshare", "--mount", "--propagation", "private"]
+            + ["sh", "-c", script, "sh", require(self.containerd), "--config", self.config],
             os.path.join(self.workdir, "containerd.log"),
             env=env,
             cwd="/",

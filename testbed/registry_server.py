@@ -26,9 +26,10 @@ storage:
     rootdirectory: {root}
 http:
   addr: 127.0.0.1:{port}
-{proxy}"""
+{tls}{proxy}"""
 # A pull-through cache: what it does not hold it fetches from this registry.
 PROXY = "proxy:\n  remoteurl: {url}\n"
+TLS = "  tls:\n    certificate: {cert}\n    key: {key}\n"
 
 
 LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar"
@@ -51,9 +52,14 @@ def random_layer(size: int) -> bytes:
 
 
 class RegistryServer:
-    def __init__(self, workdir, port=None, proxy_remote=None):
-        """proxy_remote: the URL of the registry this one caches (a pull-through cache)."""
+    def __init__(self, workdir, port=None, proxy_remote=None, prefix=(), tls=None):
+        """proxy_remote: the URL of the registry this one caches (a pull-through cache);
+        `prefix` runs it under another command (`nsenter --net=NETNS`: give it a `port`,
+        a port free here says nothing of the namespace's); `tls`: (certificate, key) to
+        serve HTTPS with."""
         self.workdir = str(workdir)
+        self.prefix = list(prefix)
+        self.tls = tls
         self.proxy_remote = proxy_remote
         self._fixed_port = port
         self._use_port(port or free_port())
@@ -62,7 +68,7 @@ class RegistryServer:
     def _use_port(self, port):
         self.port = port
         self.host = f"127.0.0.1:{self.port}"
-        self.url = f"http://{self.host}"
+        self.url = f"{'https' if self.tls else 'http'}://{self.host}"
 
     def start(self):
         if not os.path.exists(REGISTRY):
@@ -77,10 +83,11 @@ class RegistryServer:
             with open(config, "w") as f:
                 proxy = PROXY.format(url=self.proxy_remote) if self.proxy_remote else ""
                 storage = os.path.join(self.workdir, "storage")
-                f.write(CONFIG.format(root=storage, port=port, proxy=proxy))
+                tls = TLS.format(cert=self.tls[0], key=self.tls[1]) if self.tls else ""
+                f.write(CONFIG.format(root=storage, port=port, proxy=proxy, tls=tls))
             log = os.path.join(self.workdir, f"registry-{port}.log")
             self.log_path = log
-            return Proc([REGISTRY, "serve", config], log)
+            return Proc([*self.prefix, REGISTRY, "serve", config], log)
 
         if self._fixed_port:
             self.proc = start(self._fixed_port)
