@@ -14,12 +14,13 @@ The whole interface a collector needs:
     pods.stop()                                   # in close()
 
 - `Informer(client, resource, namespace=, label_selector=, field_selector=, on_add=,
-  on_update=, on_delete=, transform=, max_objects=)`: a thread-safe cache; objects are
-  the API's JSON dicts (managedFields stripped, or projected by `transform`), shared and
-  read-only. Lists stream (watch-list) where the API server gives it, else are paged.
+  on_update=, on_delete=, transform=, max_objects=, keys_past_cap=)`: a thread-safe
+  cache; objects are the API's JSON dicts (managedFields stripped, or projected by
+  `transform`), shared and read-only. Lists stream (watch-list) where the API server gives it, else are paged.
   Handlers run on the informer's thread; after a relist they receive the
   differences, so no deletion is missed. Past `max_objects` the cache is dropped until
-  the resource shrinks back under it: `check_cache()` raises CacheFull meanwhile.
+  the resource shrinks back under it: `check_cache()` raises CacheFull meanwhile; with
+  `keys_past_cap` it is kept full and the rest counted by key (`snapshot()`).
 - `Fields(spec)`: the fields a collector reads (nested names); as a `transform` it drops
   the rest of each object as it is decoded (`Fields(spec).then(reshape)` to reshape).
 - `for_node(client, resource, node_name, **kw)`: the node-mode informer: server-side

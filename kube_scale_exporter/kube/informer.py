@@ -31,9 +31,11 @@ FULL_RETRY_SECONDS = 60.0
 class Informer(Reflector):
     """A thread-safe cache of one resource, filtered on the server by label/field selectors.
 
-    `on_add`, `on_update`, `on_delete` and `max_objects` are its Store's: how handlers are
-    called, and what happens past the cap. Over max_objects the informer lists again with
-    backoff up to every `full_retry` seconds. The rest (namespace, selectors,
+    `on_add`, `on_update`, `on_delete`, `max_objects` and `keys_past_cap` are its
+    Store's: how handlers are called, and what happens past the cap (the cache dropped,
+    or, with keys_past_cap, the objects past it counted by key). Over max_objects (and
+    without keys_past_cap) the informer lists again with backoff up to every `full_retry`
+    seconds. The rest (namespace, selectors,
     list_from_cache, watch_list, transform, relist_jitter, timeouts, ...) are its
     Reflector's.
     """
@@ -48,6 +50,7 @@ class Informer(Reflector):
         on_update=None,
         on_delete=None,
         max_objects=None,
+        keys_past_cap=False,
         full_retry=None,
         **list_and_watch,
     ):
@@ -56,6 +59,7 @@ class Informer(Reflector):
             resource.path(namespace),
             resource.plural,
             max_objects=max_objects,
+            keys_past_cap=keys_past_cap,
             on_add=on_add,
             on_update=on_update,
             on_delete=on_delete,
@@ -89,6 +93,9 @@ class Informer(Reflector):
 
     def get(self, key):
         return self.store.get(key)
+
+    def snapshot(self) -> tuple[list, frozenset]:
+        return self.store.snapshot()
 
     def health(self) -> Health:
         return self.store.health()

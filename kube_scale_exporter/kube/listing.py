@@ -49,7 +49,14 @@ class CacheFull(Exception):
 
 
 def list_all(
-    client: KubeClient, path, selectors, transform, from_cache, page_size, max_objects=None
+    client: KubeClient,
+    path,
+    selectors,
+    transform,
+    from_cache,
+    page_size,
+    max_objects=None,
+    into: Fresh | None = None,
 ):
     """({key: transform(item)}, the list's resourceVersion), every page followed.
 
@@ -57,7 +64,8 @@ def list_all(
     ignores paging: the cheap choice for thousands of node-filtered informers. A continue
     token the server no longer holds raises Gone (410 Expired): the caller lists again.
     Past `max_objects` distinct objects the list stops at once (the reply is closed, not
-    read on) and raises CacheFull."""
+    read on) and raises CacheFull; or, `into` a Fresh that keeps keys past its cap, the
+    list goes on and `into.past_cap` holds the keys of the objects past it."""
     params = dict(selectors)
     if from_cache:
         # Relists too: 7,500 nodes relisting after a 410 must not each read etcd.
@@ -66,7 +74,7 @@ def list_all(
     else:
         params["limit"] = str(page_size)
         cap = (page_size, f"limit={page_size} was asked")
-    fresh = Fresh(path, transform, max_objects)
+    fresh = into if into is not None else Fresh(path, transform, max_objects)
     while True:
         meta = client.stream(path, params, lambda chunks: decode(chunks, fresh.keep, cap, path))
         if not meta.get("continue"):
@@ -76,11 +84,14 @@ def list_all(
 
 class Fresh:
     """The objects of one list as the cache will hold them: transformed, keyed, at most
-    `max_objects` (CacheFull past it)."""
+    `max_objects`. Past it, CacheFull; or, with `keys_past_cap`, the object's key alone
+    goes into `past_cap` (an object is cached or counted, never both)."""
 
-    def __init__(self, path, transform, max_objects):
+    def __init__(self, path, transform, max_objects, keys_past_cap=False):
         self.path, self.transform, self.max_objects = path, transform, max_objects
+        self.keys_past_cap = keys_past_cap
         self.items = {}
+        self.past_cap = set()
 
     def keep(self, item):
         if not isinstance(item, dict):
@@ -89,12 +100,18 @@ class Fresh:
         key = object_key(item)
         full = self.max_objects is not None and len(self.items) >= self.max_objects
         if full and key not in self.items:
+            if self.keys_past_cap:
+                self.past_cap.add(key)
+                return
             self.items.clear()  # not held on by the traceback until a full collection
             raise CacheFull(f"{self.path}: more than {self.max_objects} objects")
+        self.past_cap.discard(key)
         self.items[key] = item
 
     def drop(self, item):
-        self.items.pop(object_key(item), None)
+        key = object_key(item)
+        self.items.pop(key, None)
+        self.past_cap.discard(key)
 
 
 # What a streaming list asks of the API server: the current state first, then the bookmark
@@ -118,8 +135,8 @@ class InitialEvents:
     """The state a streaming list sends before its end bookmark, kept as `Fresh` keeps a
     list: `take(kind, obj)` for each event until it returns the bookmark's resourceVersion."""
 
-    def __init__(self, path, transform, max_objects):
-        self.fresh = Fresh(path, transform, max_objects)
+    def __init__(self, path, transform, max_objects, keys_past_cap=False):
+        self.fresh = Fresh(path, transform, max_objects, keys_past_cap)
 
     def take(self, kind, obj) -> str | None:
         if kind == "BOOKMARK":

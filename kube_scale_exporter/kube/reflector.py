@@ -21,6 +21,7 @@ from .client import ApiError, Gone, KubeClient, ReplyTooLarge, status_error
 from .listing import (
     WATCH_LIST_PARAMS,
     CacheFull,
+    Fresh,
     InitialEvents,
     WatchListRefused,
     list_all,
@@ -67,6 +68,8 @@ class Reflector:
     Past the store's max_objects (CacheFull, from a list or a watch event) the store is
     dropped and lists are retried after `full_backoff`'s delays, each list stopping at the
     cap; the first that fits becomes the store's new start and the watch resumes from it.
+    A store that keeps keys past its cap (`keys_past_cap`) is never dropped: lists and
+    watches go on, the objects past the cap counted by key.
 
     `watch_list` (unless `list_from_cache`): list by streaming (a watch with
     sendInitialEvents) rather than in pages. When the server does not give one (an older
@@ -157,7 +160,12 @@ class Reflector:
             try:
                 if self._rv is None and self._lists_streaming():
                     self._watch_once(
-                        InitialEvents(self.path, self._transform, self.store.max_objects)
+                        InitialEvents(
+                            self.path,
+                            self._transform,
+                            self.store.max_objects,
+                            self.store.keys_past_cap,
+                        )
                     )
                     continue
                 if self._rv is None:
@@ -210,22 +218,23 @@ class Reflector:
         return self.watch_list
 
     def _list(self):
-        fresh, rv = list_all(
+        fresh = Fresh(self.path, self._transform, self.store.max_objects, self.store.keys_past_cap)
+        _, rv = list_all(
             self.client,
             self.path,
             self.selectors,
             self._transform,
             from_cache=self.list_from_cache,
             page_size=self.page_size,
-            max_objects=self.store.max_objects,
+            into=fresh,
         )
         self._install(fresh, rv)
 
-    def _install(self, fresh, rv):
+    def _install(self, fresh: Fresh, rv):
         """A complete list (paged or streamed) becomes the store's cache; the watch goes on
         from its resourceVersion."""
         self._rv = rv
-        self.store.replace(fresh)
+        self.store.replace(fresh.items, fresh.past_cap)
         self._full_backoff.reset()
 
     def _drop_cache(self):
@@ -306,7 +315,7 @@ class Reflector:
         rv = initial.take(kind, obj)
         if rv is None:
             return initial
-        self._install(initial.fresh.items, rv)
+        self._install(initial.fresh, rv)
         log.info("%s: %d objects from a streaming list", self.path, len(initial.fresh.items))
         if self._refused_at is not None:
             self._refused_at = None

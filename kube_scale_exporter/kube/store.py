@@ -33,16 +33,33 @@ class Store:
     calling the handlers (what changed while the cache was dropped is lost, and was
     reported).
 
+    With `keys_past_cap` the store never drops: an object that finds the cache full is
+    kept as its key alone, for a collector that reports the objects it holds and counts
+    the rest (`snapshot()`: both, read together). Each key is either cached or past the
+    cap, never both: a DELETED removes it from either, an ADDED or MODIFIED of a key
+    past the cap caches the object once there is room, and `replace` installs a list's
+    own split. Handlers see only cached objects (their add, update and delete).
+
     Its Health: up while a watch keeps the cache current (`set_up`), when the cache was
     last confirmed current (a list, an event, `mark_current()`), how many lists filled it.
     """
 
     def __init__(
-        self, path, plural, *, max_objects=None, on_add=None, on_update=None, on_delete=None
+        self,
+        path,
+        plural,
+        *,
+        max_objects=None,
+        keys_past_cap=False,
+        on_add=None,
+        on_update=None,
+        on_delete=None,
     ):
         self.path = path  # names the resource in log lines
         self.plural = plural
         self.max_objects = max_objects
+        self.keys_past_cap = keys_past_cap
+        self._past_cap = set()  # keys of objects not cached (keys_past_cap)
         self._on_add, self._on_update, self._on_delete = on_add, on_update, on_delete
         self._lock = threading.Lock()
         self._items = {}
@@ -81,22 +98,30 @@ class Store:
         with self._lock:
             return self._items.get(key)
 
+    def snapshot(self) -> tuple[list, frozenset]:
+        """(the cached objects, the keys past the cap), read together."""
+        with self._lock:
+            return list(self._items.values()), frozenset(self._past_cap)
+
     def health(self) -> Health:
         with self._lock:
             age = None if self._last_sync is None else time.monotonic() - self._last_sync
             return Health(self.plural, self._up, age, max(0, self._lists - 1))
 
     # ---- writes, from the reflector's thread -------------------------------------------
-    def replace(self, fresh: dict) -> None:
-        """A complete list (paged or streamed), by key, becomes the cache; the store is
+    def replace(self, fresh: dict, past_cap=frozenset()) -> None:
+        """A complete list (paged or streamed), by key, becomes the cache, and the keys of
+        the list's objects past the cap (keys_past_cap) the ones counted; the store is
         synced and up."""
         with self._lock:
-            old, self._items = self._items, fresh
+            was_past = bool(self._past_cap)
+            old, self._items, self._past_cap = self._items, fresh, set(past_cap)
             self._lists += 1
             self._up = True
             self._last_sync = time.monotonic()
             recovered, self._full = self._full is not None, None
         self._synced.set()
+        self._log_past_cap(was_past)
         if recovered:
             log.warning(
                 "%s: %d objects, within the cap of %d again: caching and watching",
@@ -111,15 +136,25 @@ class Store:
         """One watch event's object (ADDED, MODIFIED or DELETED) into the cache."""
         key = object_key(obj)
         with self._lock:
+            was_past = bool(self._past_cap)
             prev = self._items.get(key)
             full = self.max_objects is not None and len(self._items) >= self.max_objects
-            if prev is None and kind != "DELETED" and full:
+            if prev is None and kind != "DELETED" and full and not self.keys_past_cap:
                 raise CacheFull(f"{self.path}: more than {self.max_objects} objects")
+            uncached = prev is None and (key in self._past_cap if kind == "DELETED" else full)
             if kind == "DELETED":
                 self._items.pop(key, None)
+                self._past_cap.discard(key)
+            elif uncached:
+                self._past_cap.add(key)
             else:
+                self._past_cap.discard(key)
                 self._items[key] = obj
             self._last_sync = time.monotonic()
+        if self.keys_past_cap:
+            self._log_past_cap(was_past)
+        if uncached:
+            return  # known by its key alone: no handler has seen it
         if kind == "DELETED":
             self._call(self._on_delete, obj)  # the final state, from the event
         elif prev is None:
@@ -145,6 +180,21 @@ class Store:
         """The cache is confirmed current now (a bookmark, a watch that ended normally)."""
         with self._lock:
             self._last_sync = time.monotonic()
+
+    def _log_past_cap(self, was_past):
+        """Once when objects start to be counted by key alone, once when none is."""
+        now_past = bool(self._past_cap)
+        if now_past and not was_past:
+            log.warning(
+                "%s: more than %d objects: caching %d, counting the rest by key alone",
+                self.path,
+                self.max_objects,
+                self.max_objects,
+            )
+        elif was_past and not now_past:
+            log.warning(
+                "%s: within the cap of %d again: caching every object", self.path, self.max_objects
+            )
 
     def _deliver_changes(self, old, fresh):
         for key, obj in fresh.items():
