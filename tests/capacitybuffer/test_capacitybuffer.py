@@ -11,6 +11,7 @@ import pytest
 from kube_scale_exporter.cli import make_scraper, parse
 from kube_scale_exporter.collectors.capacitybuffer import CapacityBufferCollector
 from testbed.accounts import service_account
+from testbed.kube_apiserver import etcd_compact
 from testbed.metrics import sample, wait_until
 from tests.capacitybuffer.conftest import CRDS
 from tests.capacitybuffer.objects import condition, ready, template
@@ -409,31 +410,112 @@ def test_least_privilege_without_the_fit_check_and_a_missing_grant_fails_only_it
     assert "podtemplates" in str(scrape(short)[0].error)
 
 
-def test_the_cache_cap_holds_and_the_collector_recovers(cluster, ns):
-    api = cluster.api
-    put_template(api, ns, "t", {"cpu": "1"})
-    # Other tests' buffers on this API server count too: the cap is set above them.
-    before = len(api.admin.get(f"/apis/{GROUP}/v1beta1/capacitybuffers")["items"])
-    cap = before + 5
-    for i in range(8):
-        put_buffer(api, ns, f"b{i:02d}", {"podTemplateRef": {"name": "t"}, "replicas": 1})
-    c = cluster.collector(
-        "--capacitybuffer.max-cached-objects", str(cap), "--capacitybuffer.max-buffers", "3"
-    )
-    assert wait_until(lambda: scrape(c)[0].ok is False, 30)
-    assert f"more than {cap}" in str(scrape(c)[0].error)
-    for i in range(8):
-        api.admin.delete(buffers("v1beta1", ns, f"b{i:02d}"))
-    put_buffer(api, ns, "kept", {"podTemplateRef": {"name": "t"}, "replicas": 1})
-    # The informer lists again after 5 s, then doubling: back within its first retries.
-    assert wait_until(lambda: scrape(c)[0].ok, 60, interval=0.5)
+def buffer_relists(c):
     _, fams = scrape(c)
-    assert sample(fams, "kubescale_capacitybuffer_buffers") == before + 1
-    shown = {
-        s.labels["name"]
-        for f in fams
-        if f.name == "kubescale_capacitybuffer_info"
-        for s in f.samples
-    }
-    assert len(shown) == min(3, before + 1)
-    assert sample(fams, "kubescale_capacitybuffer_buffers_over_cap") == max(0, before + 1 - 3)
+    return maybe(fams, "kubescale_kube_relists_total", resource="capacitybuffers") or 0
+
+
+def names_of(fams, metric):
+    return {s.labels["name"] for f in fams if f.name == metric for s in f.samples}
+
+
+def test_past_the_cache_cap_every_buffer_is_counted_and_the_collector_keeps_working(
+    fresh_apiserver, capacity_buffer_crd, tmp_path
+):
+    """More buffers and PodTemplates than --capacitybuffer.max-cached-objects, on an API
+    server of its own (exact counts): the collector keeps working, caches its cap of each,
+    counts every buffer, says which it leaves out of the sums and why, and stays true
+    through deletions of cached and uncached buffers and through a relist after a real
+    410 (its API server down while a second one on the same etcd deletes and creates,
+    etcd compacted)."""
+    api = fresh_apiserver(watch_cache=False)  # its watches read etcd: compaction bites
+    install_crd(api, capacity_buffer_crd)
+    cap, count, templates = 25, 60, 30
+    ns = "flood"
+    api.admin.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+    for i in range(templates):
+        put_template(api, ns, f"t{i:02d}", {"cpu": "1"})
+    for i in range(count):
+        spec = {"podTemplateRef": {"name": f"t{i % templates:02d}"}, "replicas": 1}
+        put_buffer(api, ns, f"b{i:02d}", spec)
+        put_status(api, ns, f"b{i:02d}", ready(1, f"t{i % templates:02d}"))
+    cluster = Cluster(api, tmp_path)
+    try:
+        c = cluster.collector(
+            "--capacitybuffer.max-cached-objects",
+            str(cap),
+            "--capacitybuffer.max-buffers",
+            "3",
+            "--no-capacitybuffer.node-fit",
+        )
+        eventually(c, "kubescale_capacitybuffer_buffers", count, timeout=30)
+        outcome, fams = scrape(c)
+        assert outcome.ok, outcome.error
+        # A list from etcd comes in key order: the first `cap` of each are cached.
+        buffers_cached = [f"b{i:02d}" for i in range(cap)]
+        expect = {
+            ("kubescale_capacitybuffer_objects_not_cached", "capacitybuffers"): count - cap,
+            ("kubescale_capacitybuffer_objects_not_cached", "podtemplates"): templates - cap,
+            ("kubescale_capacitybuffer_objects_not_cached", "events"): 0,
+        }
+        for (metric, resource), want in expect.items():
+            assert sample(fams, metric, resource=resource) == want, resource
+        assert sample(fams, "kubescale_capacitybuffer_buffers_untracked", reason="cache_full") == (
+            count - cap
+        )
+        assert (
+            sample(fams, "kubescale_capacitybuffer_buffers_untracked", reason="template_not_cached")
+            == 0  # the first 25 buffers name t00..t24, all cached
+        )
+        assert sample(fams, "kubescale_capacitybuffer_buffers_over_cap") == cap - 3
+        assert names_of(fams, "kubescale_capacitybuffer_info") == set(buffers_cached[:3])
+        assert (
+            sample(fams, "kubescale_capacitybuffer_cluster_reserved", resource="cpu", unit="core")
+            == cap
+        )
+        # A PodTemplate past the cap exists: no buffer reads pod_template_missing.
+        assert sample(fams, "kubescale_capacitybuffer_problems", reason="pod_template_missing") == 0
+        assert sample(fams, "kubescale_kube_watch_up", resource="capacitybuffers") == 1
+
+        # Deleted: a cached buffer and one counted by key.
+        api.admin.delete(buffers("v1beta1", ns, "b00"))
+        api.admin.delete(buffers("v1beta1", ns, f"b{count - 1:02d}"))
+        eventually(c, "kubescale_capacitybuffer_buffers", count - 2)
+        assert value(c, "kubescale_capacitybuffer_buffers_untracked", reason="cache_full") == (
+            count - cap - 1
+        )
+        assert (
+            value(c, "kubescale_capacitybuffer_cluster_reserved", resource="cpu", unit="core")
+            == cap - 1
+        )
+
+        # A 410: while its API server is down, a cached and a counted buffer are deleted and
+        # one created; the relist finds what exists.
+        other = fresh_apiserver(etcd=api.etcd)
+        synced = buffer_relists(c)
+        api.stop()
+        other.admin.delete(buffers("v1beta1", ns, "b01"))
+        other.admin.delete(buffers("v1beta1", ns, f"b{count - 2:02d}"))
+        put_buffer(other, ns, "late", {"podTemplateRef": {"name": "t00"}, "replicas": 1})
+        etcd_compact(api.etcd.client_url)
+        api.start()
+        assert wait_until(lambda: buffer_relists(c) > synced, 30)
+        eventually(c, "kubescale_capacitybuffer_buffers", count - 4 + 1)
+        outcome, fams = scrape(c)
+        assert outcome.ok, outcome.error
+        # Cached again: the first 25 by key (b02..b26), the rest (b27..b57, late) counted.
+        assert sample(fams, "kubescale_capacitybuffer_buffers_untracked", reason="cache_full") == (
+            count - 4 + 1 - cap
+        )
+        assert names_of(fams, "kubescale_capacitybuffer_info") == {"b02", "b03", "b04"}
+        # b25 and b26 name t25 and t26, past the PodTemplates' cap: left out of the sums.
+        assert (
+            sample(fams, "kubescale_capacitybuffer_buffers_untracked", reason="template_not_cached")
+            == 2
+        )
+        assert (
+            sample(fams, "kubescale_capacitybuffer_cluster_reserved", resource="cpu", unit="core")
+            == cap - 2
+        )
+    finally:
+        cluster.close()

@@ -21,6 +21,7 @@ from tests.capacitybuffer.objects import buffer, condition, event, ready, templa
 
 pytestmark = pytest.mark.unit
 
+PREFIX = "kubescale_capacitybuffer_"
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 GPU_NODE = {"cpu": Decimal(32), "memory": Decimal(256 * 2**30), "nvidia.com/gpu": Decimal(8)}
 CPU_NODE = {"cpu": Decimal(16), "memory": Decimal(64 * 2**30)}
@@ -234,7 +235,7 @@ def test_the_per_buffer_cap_holds_at_100000_buffers_and_the_sums_count_them_all(
     assert len(per_buffer) == 20
     # CPU time, not wall: a loaded machine slows the test, it adds no CPU.
     assert elapsed < 8, elapsed
-    assert series_count(text) < 23 + 20 * 13
+    assert series_count(text) < 29 + 20 * 13
 
 
 def test_series_per_buffer_fit_the_budget_entry():
@@ -254,5 +255,56 @@ def test_series_per_buffer_fit_the_budget_entry():
         e["involvedObject"]["uid"] = None
     text = render(families(state(buffers=many, events=evs)))
     # The worst buffer: both replicas, 3 resources twice, info, 3 conditions, its last word.
-    assert series_count(text) == 23 + MAX_BUFFERS * 13
+    assert series_count(text) == 29 + MAX_BUFFERS * 13
     assert series_count(text) <= COLLECTOR_SERIES["capacitybuffer"]["cluster"]
+
+
+def test_past_the_cache_cap_every_buffer_counts_and_what_is_left_out_says_why():
+    """The watches past --capacitybuffer.max-cached-objects: 95,000 buffers counted by key,
+    and two buffers whose PodTemplates are past the PodTemplates' cap: they exist (no
+    pod_template_missing), but what the buffers hold is unknown, so the sums leave them
+    out and say so."""
+    named = buffer(
+        "far",
+        spec={"podTemplateRef": {"name": "far"}, "replicas": 2},
+        status=ready(2, "far"),
+    )
+    scaled = buffer(
+        "dep",
+        spec={"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "dep"}},
+        status=ready(3, "capacity-buffer-dep-pod-template"),
+    )
+    web, web_templates = BUFFERS[0], with_copy("web", requests={"cpu": "2", "memory": "8Gi"})
+    s = summarize(
+        [web, named, scaled],
+        web_templates,
+        [],
+        SHAPES,
+        NOW,
+        not_cached={"capacitybuffers": 95_000, "podtemplates": 2, "events": 7},
+        templates_past_cap=frozenset({"shop/far", "shop/capacity-buffer-dep-pod-template"}),
+    )
+    b = by_name(s)
+    for name in ("far", "dep"):
+        assert b[name].template_not_cached and b[name].requests is None
+        assert not {"pod_template_missing", "scalable_kind_unknown"} & set(b[name].problems)
+    assert not b["web"].template_not_cached
+    assert s.untracked == {"cache_full": 95_000, "template_not_cached": 2, "unreadable": 0}
+    assert s.total == 95_003
+    assert s.reserved["cpu"] == 4 * 2  # web's alone: the others' requests are unknown
+    st = BufferState(frozenset({"v1beta1"}), "v1beta1", s, NOW, 20, True)
+    fams = {f.name: f for f in families(st)}
+    assert fams["kubescale_capacitybuffer_buffers"].samples[0].value == 95_003
+    untracked = {x.labels["reason"]: x.value for x in fams[f"{PREFIX}buffers_untracked"].samples}
+    assert untracked == {"cache_full": 95_000, "template_not_cached": 2, "unreadable": 0}
+    not_cached = {
+        x.labels["resource"]: x.value for x in fams[f"{PREFIX}objects_not_cached"].samples
+    }
+    assert not_cached == {"capacitybuffers": 95_000, "podtemplates": 2, "events": 7}
+    [finding] = [f for f in advise(st) if "max-cached-objects" in f.summary]
+    assert finding.severity == "warning"
+    assert "95000 capacitybuffers, 2 podtemplates, 7 events" in finding.summary
+    assert "95000 buffer(s) are in no series but the count" in finding.summary
+    assert "2 buffer(s) hold headroom of unknown size" in finding.summary
+    [total] = [f for f in advise(st) if f.severity == "info" and "holding" in f.summary]
+    assert total.summary.startswith("95003 CapacityBuffer(s) (v1beta1) holding 8 CPU (the 3 read)")

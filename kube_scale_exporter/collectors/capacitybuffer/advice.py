@@ -232,14 +232,17 @@ def advise(state: BufferState) -> list[Finding]:
         return [Finding("info", "the API server serves no CapacityBuffer API: collector off")]
     s = state.summary
     out = []
-    if s.unreadable:
+    if s.untracked["unreadable"]:
         out.append(
             Finding(
                 "warning",
-                f"{s.unreadable} CapacityBuffer(s) could not be read and are left out of the metrics",
+                f"{s.untracked['unreadable']} CapacityBuffer(s) could not be read and are left "
+                "out of the metrics",
                 "Run with --log.level debug to see which and why.",
             )
         )
+    if any(s.not_cached.values()):
+        out.append(_past_cache_cap(s))
     for reason, count in s.problems.items():
         if not count:
             continue
@@ -283,7 +286,25 @@ def advise(state: BufferState) -> list[Finding]:
     out.append(
         Finding(
             "info",
-            f"{len(s.buffers)} CapacityBuffer(s) ({state.watched}) holding {float(cpu):g} CPU",
+            f"{s.total} CapacityBuffer(s) ({state.watched}) holding {float(cpu):g} CPU"
+            + (f" (the {len(s.buffers)} read)" if s.total != len(s.buffers) else ""),
         )
     )
     return out
+
+
+def _past_cache_cap(s) -> Finding:
+    """Objects past --capacitybuffer.max-cached-objects: counted, not read."""
+    counts = ", ".join(f"{n} {what}" for what, n in s.not_cached.items() if n)
+    left = s.untracked["cache_full"]
+    unknown = s.untracked["template_not_cached"]
+    return Finding(
+        "warning",
+        f"past --capacitybuffer.max-cached-objects, counted but not read: {counts}"
+        + (f"; {left} buffer(s) are in no series but the count" if left else "")
+        + (f"; {unknown} buffer(s) hold headroom of unknown size" if unknown else ""),
+        "Find who makes them: kubectl get capacitybuffers,podtemplates -A --no-headers | "
+        "awk '{print $1}' | sort | uniq -c | sort -rn | head. If they are meant to be there, "
+        "raise --capacitybuffer.max-cached-objects, and the cluster Deployment's memory "
+        "limit with it (docs/capacitybuffer.md).",
+    )

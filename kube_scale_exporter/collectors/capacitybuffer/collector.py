@@ -28,10 +28,10 @@ SYNC_WAIT_SECONDS = 5.0
 # Objects each of the buffers', PodTemplates' and events' watches may cache. Buffers are a
 # few per workload class, PodTemplates one or two per buffer (the one it names and the
 # autoscaler's copy), events on buffers at most two per buffer within the events' hour
-# (TriggeredScaleUp, NotTriggerScaleUp): 5,000 is far past a real cluster, and a flood
-# past it (100,000 buffers) is stopped by the cap, the collector failing with a logged
-# reason, while the Deployment stays within its memory limit
-# (tests/deploy/test_cluster_memory.py).
+# (TriggeredScaleUp, NotTriggerScaleUp): 5,000 is far past a real cluster. Past it (a
+# flood of 100,000 buffers) each watch keeps 5,000 objects and only the keys of the rest,
+# so the Deployment stays within its memory limit (tests/deploy/test_cluster_memory.py)
+# and the collector goes on reporting what it holds, and counting what it does not.
 MAX_CACHED_OBJECTS = 5_000
 # Nodes for the fit check: 7,500 with room to grow, as the balloon collector caches them.
 MAX_CACHED_NODES = 20_000
@@ -135,8 +135,9 @@ class CapacityBufferCollector(Collector):
             default=MAX_CACHED_OBJECTS,
             metavar="N",
             help="Objects each of the collector's watches of buffers, PodTemplates and events "
-            "on buffers may cache; past it the cache is dropped and the collector fails until "
-            f"the cluster shrinks back under it (default {MAX_CACHED_OBJECTS}).",
+            "on buffers may cache; past it the rest are counted by key, not read "
+            "(kubescale_capacitybuffer_objects_not_cached, _buffers_untracked) "
+            f"(default {MAX_CACHED_OBJECTS}).",
         )
         group.add_argument(
             "--capacitybuffer.discovery-interval",
@@ -166,6 +167,7 @@ class CapacityBufferCollector(Collector):
             kube.Resource("/api/v1", "podtemplates"),
             transform=TEMPLATE_FIELDS,
             max_objects=self.cap,
+            keys_past_cap=True,
         )
         self.events = kube.Informer(
             self.client,
@@ -173,6 +175,7 @@ class CapacityBufferCollector(Collector):
             field_selector="involvedObject.kind=CapacityBuffer",
             transform=EVENT_FIELDS,
             max_objects=self.cap,
+            keys_past_cap=True,
         )
         self.nodes = (
             kube.Informer(
@@ -226,6 +229,7 @@ class CapacityBufferCollector(Collector):
                         discovery.resource(version),
                         transform=BUFFER_FIELDS,
                         max_objects=self.cap,
+                        keys_past_cap=True,
                     ).start()
                     if not self._started_rest:
                         self._started_rest = True
@@ -269,14 +273,25 @@ class CapacityBufferCollector(Collector):
                 raise RuntimeError(f"no {informer.resource.plural} from the API server yet")
             informer.check_cache()
         shapes = kube.distinct_shapes(self.nodes.items()) if self.nodes is not None else []
+        # Each watch's cached objects and keys past its cap read together: a buffer moving
+        # from one to the other between two reads would be counted twice or not at all.
+        cached, past_cap = buffers.snapshot()
+        templates, templates_past_cap = self.templates.snapshot()
+        events, events_past_cap = self.events.snapshot()
         now = time.time()
         summary = summarize(
-            buffers.items(),
-            self.templates.items(),
-            self.events.items(),
+            cached,
+            templates,
+            events,
             shapes,
             now,
             node_fit=self.node_fit,
+            not_cached={
+                "capacitybuffers": len(past_cap),
+                "podtemplates": len(templates_past_cap),
+                "events": len(events_past_cap),
+            },
+            templates_past_cap=templates_past_cap,
         )
         return BufferState(served, watched, summary, now, self.max_buffers, self.node_fit)
 

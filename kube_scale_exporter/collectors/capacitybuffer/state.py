@@ -28,8 +28,12 @@ ready buffer of 4 replicas of 2 CPUs / 8 GiB, and one whose PodTemplate is gone:
 tests/golden/capacitybuffer.prom is the whole exposition. `resource` is cpu, memory or
 nvidia_com_gpu (unit core, byte, integer), as kubescale_balloon_reserved names them.
 Per-buffer series (labels namespace and name) exist for the first --capacitybuffer.max-buffers
-buffers by namespace and name; the cluster-wide series count every buffer. Every other
-label value comes from a fixed set; condition reasons outside it read "other".
+buffers by namespace and name; the cluster-wide series count every buffer read. Past
+--capacitybuffer.max-cached-objects a watch caches that many objects and counts the rest
+by key (kubescale_capacitybuffer_objects_not_cached{resource}): kubescale_capacitybuffer_buffers
+still counts every buffer, and kubescale_capacitybuffer_buffers_untracked{reason} those
+left out of the sums (reserved, placeable, problems). Every other label value comes from a
+fixed set; condition reasons outside it read "other".
 While the API server serves neither version, only the api_* series (all 0) are exported:
 the collector is off, not failed.
 """
@@ -43,6 +47,8 @@ from kube_scale_exporter.collectors.capacitybuffer.summary import (
     INPUT_PROBLEMS,
     PROBLEMS,
     RESOURCES,
+    UNTRACKED,
+    WATCHES,
     Summary,
 )
 from kube_scale_exporter.metrics import Family, GaugeFamily
@@ -84,7 +90,7 @@ def families(state: BufferState) -> list[Family]:
 
     shown, hidden = s.buffers[: state.max_buffers], s.buffers[state.max_buffers :]
     count = GaugeFamily(
-        "kubescale_capacitybuffer_buffers", "CapacityBuffers in the cluster.", value=len(s.buffers)
+        "kubescale_capacitybuffer_buffers", "CapacityBuffers in the cluster.", value=s.total
     )
     over = GaugeFamily(
         "kubescale_capacitybuffer_buffers_over_cap",
@@ -92,11 +98,30 @@ def families(state: BufferState) -> list[Family]:
         "series, without series of their own.",
         value=len(hidden),
     )
+    untracked = GaugeFamily(
+        "kubescale_capacitybuffer_buffers_untracked",
+        "CapacityBuffers counted in kubescale_capacitybuffer_buffers but left out of the "
+        "cluster-wide sums, by reason: cache_full (past --capacitybuffer.max-cached-objects, "
+        "counted by key and not read: in no other series), unreadable (likewise), "
+        "template_not_cached (its PodTemplate past the cap: its requests unknown, so left out "
+        "of reserved and placeable; its problems count).",
+        labels=["reason"],
+    )
+    for reason in UNTRACKED:
+        untracked.add_metric([reason], s.untracked[reason])
+    not_cached = GaugeFamily(
+        "kubescale_capacitybuffer_objects_not_cached",
+        "Objects a watch counts by key past --capacitybuffer.max-cached-objects without "
+        "caching them (events: a buffer's last word may be among them).",
+        labels=["resource"],
+    )
+    for resource in WATCHES:
+        not_cached.add_metric([resource], s.not_cached[resource])
     labels = ["resource", "unit"]
     total = GaugeFamily(
         "kubescale_capacitybuffer_cluster_reserved",
         "Resources all CapacityBuffers hold: replicas the autoscaler resolved times one "
-        "replica's requests.",
+        "replica's requests (except the buffers in kubescale_capacitybuffer_buffers_untracked).",
         labels=labels,
     )
     placeable = GaugeFamily(
@@ -111,7 +136,8 @@ def families(state: BufferState) -> list[Family]:
             placeable.add_metric(list(resource_label(r)), float(s.placeable[r]))
     problems = GaugeFamily(
         "kubescale_capacitybuffer_problems",
-        "CapacityBuffers with each problem.",
+        "CapacityBuffers with each problem (of those read: see "
+        "kubescale_capacitybuffer_buffers_untracked).",
         labels=["reason"],
     )
     for reason in PROBLEMS:
@@ -173,7 +199,7 @@ def families(state: BufferState) -> list[Family]:
         for reason in b.problems:
             if reason in INPUT_PROBLEMS:
                 problem.add_metric([*key, reason], 1)
-    out = [served, watched, count, over, total]
+    out = [served, watched, count, over, untracked, not_cached, total]
     if s.node_fit:
         out.append(placeable)
     return [*out, problems, replicas, per_pod, reserved, info, conditions, word, problem]

@@ -61,6 +61,12 @@ PROBLEMS = {
     "not_provisioning": "Provisioning is False",
     "scale_up_not_triggered": "the autoscaler's last word is NotTriggerScaleUp",
 }
+# Why a buffer counted in kubescale_capacitybuffer_buffers is left out of the cluster-wide
+# sums: past the buffers' cache cap (counted by key, never read), an object the collector
+# cannot read, or a PodTemplate past the PodTemplates' cap (its requests unknown).
+UNTRACKED = ("cache_full", "template_not_cached", "unreadable")
+# The watches that count objects past --capacitybuffer.max-cached-objects by key.
+WATCHES = ("capacitybuffers", "podtemplates", "events")
 # The problems found in a buffer's own spec and references (a per-buffer series each);
 # the rest follow the autoscaler's status and events, reported per buffer by those series.
 INPUT_PROBLEMS = (
@@ -100,6 +106,7 @@ class Buffer:
     conditions: list = field(default_factory=list)  # (type, status, reason)
     last_word: LastWord | None = None
     problems: list = field(default_factory=list)
+    template_not_cached: bool = False  # its PodTemplate is past the cache cap: requests unknown
 
     @property
     def reserved(self) -> dict:
@@ -114,8 +121,14 @@ class Summary:
     reserved: dict = field(default_factory=lambda: dict.fromkeys(RESOURCES, 0))
     placeable: dict = field(default_factory=lambda: dict.fromkeys(RESOURCES, 0))
     problems: dict = field(default_factory=lambda: dict.fromkeys(PROBLEMS, 0))
-    unreadable: int = 0  # buffers whose objects could not be read (counted in no metric)
+    untracked: dict = field(default_factory=lambda: dict.fromkeys(UNTRACKED, 0))
+    not_cached: dict = field(default_factory=lambda: dict.fromkeys(WATCHES, 0))
     node_fit: bool = False  # whether node shapes were known
+
+    @property
+    def total(self) -> int:
+        """Every buffer: those read, and those counted but not read."""
+        return len(self.buffers) + self.untracked["cache_full"] + self.untracked["unreadable"]
 
 
 def last_words(events) -> dict:
@@ -160,7 +173,7 @@ def _source(spec) -> tuple[str, tuple | None]:
     return "none", None
 
 
-def _buffer(obj, templates, words, shapes, fits_cache, now) -> Buffer:
+def _buffer(obj, templates, past_cap, words, shapes, fits_cache, now) -> Buffer:
     meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
     ns = meta.get("namespace") or ""
     strategy = spec.get("provisioningStrategy") or ACTIVE_CAPACITY
@@ -180,14 +193,19 @@ def _buffer(obj, templates, words, shapes, fits_cache, now) -> Buffer:
         problems.add("no_replicas_or_limits")
 
     # The autoscaler's resolved copy (status.podTemplateRef) is what its placeholder pods
-    # are made of; before it exists, the PodTemplate the spec names.
-    resolved = templates.get((ns, ((status.get("podTemplateRef") or {}).get("name") or "")))
+    # are made of; before it exists, the PodTemplate the spec names. A PodTemplate past the
+    # cache cap exists (its key is known) but its requests are not.
+    copy = (status.get("podTemplateRef") or {}).get("name") or ""
+    resolved = templates.get((ns, copy))
+    uncached = bool(copy) and resolved is None and f"{ns}/{copy}" in past_cap
     if kind is not None:
         b.scalable_kind = "/".join(k for k in kind if k)
     if template_from == "PodTemplate":
         b.template_name = spec["podTemplateRef"].get("name") or ""
         named = templates.get((ns, b.template_name))
-        if named is None:
+        if named is None and f"{ns}/{b.template_name}" in past_cap:
+            uncached = True
+        elif named is None:
             problems.add("pod_template_missing")
         template = resolved or named
     elif template_from == "none":
@@ -195,10 +213,12 @@ def _buffer(obj, templates, words, shapes, fits_cache, now) -> Buffer:
         template = None
     else:
         template = resolved
-        if template is None and kind not in KNOWN_KINDS:
-            problems.add("scalable_kind_unknown")
-        elif template is None and status.get("podTemplateRef"):
-            problems.add("pod_template_missing")
+        if template is None and not uncached:
+            if kind not in KNOWN_KINDS:
+                problems.add("scalable_kind_unknown")
+            elif status.get("podTemplateRef"):
+                problems.add("pod_template_missing")
+    b.template_not_cached = template is None and uncached
     try:
         for q in (spec.get("limits") or {}).values():
             kube.parse_quantity(q)
@@ -240,11 +260,22 @@ def _buffer(obj, templates, words, shapes, fits_cache, now) -> Buffer:
     return b
 
 
-def summarize(buffers, templates, events, node_shapes, now, node_fit=True) -> Summary:
+def summarize(
+    buffers,
+    templates,
+    events,
+    node_shapes,
+    now,
+    node_fit=True,
+    not_cached=None,
+    templates_past_cap=frozenset(),
+) -> Summary:
     """The buffer metrics for these cached objects at `now` (seconds since the epoch).
 
     `templates` are PodTemplate objects, `events` the events on CapacityBuffers,
     `node_shapes` distinct allocatable dicts (kube.distinct_shapes), empty when unknown.
+    `not_cached`: objects each watch (WATCHES) counts past its cap without caching them;
+    `templates_past_cap` the keys ("namespace/name") of the PodTemplates among them.
     """
     by_key = {}
     for t in templates:
@@ -252,16 +283,19 @@ def summarize(buffers, templates, events, node_shapes, now, node_fit=True) -> Su
         by_key[(meta.get("namespace") or "", meta.get("name") or "")] = t
     words = last_words(events)
     s = Summary(node_fit=node_fit and bool(node_shapes))
+    s.not_cached.update(not_cached or {})
+    s.untracked["cache_full"] = s.not_cached["capacitybuffers"]
     fits_cache = {}
     for obj in buffers:
         try:
-            b = _buffer(obj, by_key, words, node_shapes, fits_cache, now)
+            b = _buffer(obj, by_key, templates_past_cap, words, node_shapes, fits_cache, now)
         except (AttributeError, TypeError, KeyError, ValueError, ArithmeticError) as exc:
             # One malformed object in the cache must not fail every scrape until a relist.
-            s.unreadable += 1
+            s.untracked["unreadable"] += 1
             log.debug("capacity buffer unreadable: %r", exc)
             continue
         s.buffers.append(b)
+        s.untracked["template_not_cached"] += b.template_not_cached
         for p in b.problems:
             s.problems[p] += 1
         for r, v in b.reserved.items():
