@@ -2,14 +2,20 @@
 # kube-scale-exporter image: `make image` (buildah, amd64 and arm64), or
 # `docker build -t kube-scale-exporter .` / `podman build -t kube-scale-exporter .`.
 # Stage one makes the image's files as three trees with tools/image_tree.py: bookworm's
-# python3.11-minimal and libpython3.11-stdlib for the architecture being built, unpacked,
-# less what the exporter never imports; the dependencies' wheels; the package. Stage two is
-# those trees on an empty base, one layer each: no shell, package manager, pip or compiler.
+# python3.11-minimal and libpython3.11-stdlib for the architecture being built (TARGETARCH),
+# unpacked, less what the exporter never imports; the dependencies' wheels; the package.
+# Stage two is those trees on an empty base, one layer each: no shell, package manager, pip
+# or compiler. The build stage runs on the build machine's platform (BUILDPLATFORM) whatever
+# the target: it unpacks and byte-compiles the target's files without running them, and only
+# its last check runs the target's interpreter (on a foreign architecture through the
+# kernel's binfmt_misc and qemu-user). docker buildx (BuildKit) sets BUILDPLATFORM and
+# TARGETARCH itself; buildah 1.28 sets TARGETARCH, and `make image` gives it BUILDPLATFORM.
+# Without BUILDPLATFORM the stage runs as the target platform and makes the same trees.
 # The build stage is plain Debian bookworm: any mirror of debian:bookworm-slim (or one made
 # with mmdebstrap, as testbed/image.py does where no container registry is reachable) works.
 ARG BUILD_IMAGE=docker.io/library/debian:bookworm-slim
 
-FROM ${BUILD_IMAGE} AS build
+FROM --platform=${BUILDPLATFORM} ${BUILD_IMAGE} AS build
 RUN apt-get update \
     && apt-get install --yes --no-install-recommends python3 python3-pip mmdebstrap \
     && rm -rf /var/lib/apt/lists/*
@@ -17,7 +23,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY kube_scale_exporter ./kube_scale_exporter
 COPY tools/__init__.py tools/image_tree.py ./tools/
-RUN python3 -m tools.image_tree /trees
+# Declared here, so that every architecture's build shares the layers above.
+ARG TARGETARCH
+RUN python3 -m tools.image_tree /trees ${TARGETARCH}
 
 FROM scratch
 ARG VERSION=0.1.0

@@ -11,9 +11,12 @@ run:
 	$(PYTHON) -m kube_scale_exporter
 
 # The image, from ./Dockerfile with buildah (Debian: `apt install buildah`; building arm64
-# on an amd64 host takes qemu-user-static and binfmt-support too): one image per
-# architecture in ARCHS, tagged IMAGE-ARCH, and the manifest list IMAGE naming them all,
-# which `make image-push` pushes with every image in it. IMAGE is where you push it, e.g.
+# on an amd64 host takes qemu-user-static and binfmt-support too, for the build's last check
+# only: the build stage runs on this host's platform, BUILD_PLATFORM, which buildah 1.28
+# does not set itself, and unpacks the files of the target architecture, TARGETARCH): one
+# image per architecture in ARCHS, tagged IMAGE-ARCH, and the manifest list IMAGE naming
+# them all, which `make image-push` pushes with every image in it. IMAGE is where you push
+# it, e.g.
 # `make image image-push IMAGE=registry.example.com/team/kube-scale-exporter:$(VERSION)`;
 # BUILD_FLAGS adds `buildah build` flags (e.g. --build-arg BUILD_IMAGE=a bookworm mirror),
 # PUSH_FLAGS `buildah manifest push` flags (e.g. --creds, --tls-verify=false).
@@ -27,14 +30,15 @@ ARCHS ?= amd64 arm64
 BUILDAH ?= buildah
 BUILD_FLAGS ?=
 PUSH_FLAGS ?=
+BUILD_PLATFORM ?= linux/$(subst aarch64,arm64,$(subst x86_64,amd64,$(shell uname -m)))
 image:
 	$(BUILDAH) manifest rm $(IMAGE) >/dev/null 2>&1 || true
 	$(BUILDAH) manifest create $(IMAGE) >/dev/null
 	@set -e; for arch in $(ARCHS); do \
 		start=$$(date +%s); \
-		echo "$(BUILDAH) build --layers --platform linux/$$arch --build-arg VERSION=$(VERSION) $(BUILD_FLAGS) --tag $(IMAGE)-$$arch ."; \
-		$(BUILDAH) build --layers --platform linux/$$arch --build-arg VERSION=$(VERSION) $(BUILD_FLAGS) \
-			--tag $(IMAGE)-$$arch .; \
+		flags="--layers --platform linux/$$arch --build-arg BUILDPLATFORM=$(BUILD_PLATFORM)"; \
+		echo "$(BUILDAH) build $$flags --build-arg VERSION=$(VERSION) $(BUILD_FLAGS) --tag $(IMAGE)-$$arch ."; \
+		$(BUILDAH) build $$flags --build-arg VERSION=$(VERSION) $(BUILD_FLAGS) --tag $(IMAGE)-$$arch .; \
 		$(BUILDAH) manifest add $(IMAGE) containers-storage:$(IMAGE)-$$arch >/dev/null; \
 		echo "image: $(IMAGE)-$$arch built in $$(( $$(date +%s) - start )) s"; \
 	done

@@ -121,7 +121,8 @@ def main(argv=None) -> int:
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    ours = image.build()
+    ours = image.build()  # this host's architecture
+    machine = image_tree.MACHINES[image.HOST_ARCH]
     title = "kube-scale-exporter, ./Dockerfile (what deploy/ and the e2e run)"
     rows = [(title, ours, list(image_tree.LAYERS))]
     for spec in args.compare:
@@ -164,7 +165,7 @@ def main(argv=None) -> int:
         f"(gzip'd layers) of ours{against} (before any registry mirror or node-local cache).",
         "",
         "Dropped from the Debian packages (tools/image_tree.py): "
-        + ", ".join(f"`{d}`" for d in image_tree.DROP_PATHS)
+        + ", ".join(f"`{d.format(machine=machine)}`" for d in image_tree.DROP_PATHS)
         + ".",
     ]
     RESULTS.write_text("\n".join(lines) + "\n")

@@ -1,5 +1,6 @@
 """The exporter's image, built as a user builds it: `make image` (Debian's buildah building
-./Dockerfile) for amd64 and arm64, the arm64 build stage under qemu-user (binfmt_misc).
+./Dockerfile) for amd64 and arm64, the build stage of both on this host's architecture (only
+the arm64 tree's final import check runs under qemu-user, through binfmt_misc).
 
     python -m testbed.image base        the build stage's base (below), once per machine
     python -m testbed.image build       both architectures from this tree, cached by a hash of
@@ -11,10 +12,10 @@
 
 No container registry is reachable here, so the Dockerfile's default build stage base
 (docker.io's debian:bookworm-slim) cannot be pulled: base() makes its stand-in from Debian's
-packages, bookworm minbase by mmdebstrap for each architecture with the slim image's dpkg
-excludes, as the manifest list BASE_IMAGE, and build() passes it as --build-arg BUILD_IMAGE.
-Everything else is the Dockerfile's own: its RUNs install python3, pip and mmdebstrap from
-Debian and make the trees for the stage's architecture. TLS to PyPI from this machine goes
+packages, bookworm minbase by mmdebstrap for this host's architecture with the slim image's
+dpkg excludes, as BASE_IMAGE, and build() passes it as --build-arg BUILD_IMAGE. Everything
+else is the Dockerfile's own: its RUNs install python3, pip and mmdebstrap from Debian and
+make the trees for the target architecture. TLS to PyPI from this machine goes
 through a proxy whose CA is in the host's bundle, so the build stage's pip is given that
 bundle (a bind mount and a pip.conf naming it, RUN-time only: no layer holds them).
 
@@ -45,8 +46,8 @@ CACHE = pathlib.Path(os.environ.get("KSE_CACHE", "/var/cache/kube-scale-exporter
 IMAGE_NAME = "docker.io/library/kube-scale-exporter:0.1.0"  # what deploy/ renders
 ARCHS = ("amd64", "arm64")
 HOST_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]
-# The build stage's base: bookworm minbase for each architecture, from Debian's packages.
-BASE_IMAGE = "localhost/kse-build-base:bookworm"
+# The build stage's base: bookworm minbase for this host's architecture, from Debian's packages.
+BASE_IMAGE = f"localhost/kse-build-base:bookworm-{HOST_ARCH}"
 BASE_SUITE = "bookworm"
 BASE_MIRRORS = (
     "deb http://deb.debian.org/debian bookworm main",
@@ -124,33 +125,24 @@ def image_exists(name: str) -> bool:
 
 
 def base(log=sys.stderr) -> str:
-    """BASE_IMAGE, a manifest list of BASE_IMAGE-ARCH for each architecture in ARCHS: each
-    made once, bookworm minbase by mmdebstrap (a foreign architecture's maintainer scripts
-    run under qemu-user) with the slim image's excludes; the list made again at every call
-    (cheap), since buildah 1.28 can lose a list's copy of an instance's manifest when two
-    builds read the list at once."""
+    """BASE_IMAGE, made once: bookworm minbase by mmdebstrap with the slim image's excludes.
+    Every architecture's build stage runs on it (the Dockerfile's FROM --platform=BUILDPLATFORM)."""
+    if image_exists(BASE_IMAGE):
+        return BASE_IMAGE
+    start = time.monotonic()
     excludes = [f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in BASE_EXCLUDES]
-    for arch in ARCHS:
-        if image_exists(f"{BASE_IMAGE}-{arch}"):
-            continue
-        start = time.monotonic()
-        with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="kse-base.") as tmp:
-            tar = pathlib.Path(tmp) / "rootfs.tar"
-            argv = ["mmdebstrap", "--quiet", "--variant=minbase", f"--arch={arch}", *excludes]
-            subprocess.run([*argv, BASE_SUITE, str(tar), *BASE_MIRRORS], check=True)
-            ctr = buildah("from", "--pull=never", "scratch", capture=True)
-            try:
-                buildah("add", ctr, str(tar), "/", capture=True)
-                buildah("config", "--arch", arch, "--os", "linux", "--cmd", "bash", ctr)
-                buildah("commit", "--quiet", ctr, f"{BASE_IMAGE}-{arch}", capture=True)
-            finally:
-                buildah("rm", ctr, capture=True)
-        print(f"image: {BASE_IMAGE}-{arch} made in {time.monotonic() - start:.0f}s", file=log)
-    remove(BASE_IMAGE)
-    buildah("manifest", "create", BASE_IMAGE, capture=True)
-    for arch in ARCHS:
-        instance = f"containers-storage:{BASE_IMAGE}-{arch}"
-        buildah("manifest", "add", BASE_IMAGE, instance, capture=True)
+    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="kse-base.") as tmp:
+        tar = pathlib.Path(tmp) / "rootfs.tar"
+        argv = ["mmdebstrap", "--quiet", "--variant=minbase", *excludes]
+        subprocess.run([*argv, BASE_SUITE, str(tar), *BASE_MIRRORS], check=True)
+        ctr = buildah("from", "--pull=never", "scratch", capture=True)
+        try:
+            buildah("add", ctr, str(tar), "/", capture=True)
+            buildah("config", "--arch", HOST_ARCH, "--os", "linux", "--cmd", "bash", ctr)
+            buildah("commit", "--quiet", ctr, BASE_IMAGE, capture=True)
+        finally:
+            buildah("rm", ctr, capture=True)
+    print(f"image: {BASE_IMAGE} made in {time.monotonic() - start:.0f}s", file=log)
     return BASE_IMAGE
 
 
@@ -176,7 +168,7 @@ def stages(path) -> list[tuple[str | None, list[tuple[str, str]]]]:
     groups = [(None, [])]
     for word, rest in instructions(path):
         if word == "FROM":
-            parts = rest.split()
+            parts = [part for part in rest.split() if not part.startswith("--")]  # --platform
             name = parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else None
             groups.append((name, []))
         groups[-1][1].append((word, rest))
@@ -217,7 +209,7 @@ def make_rule(repo: pathlib.Path = REPO) -> str:
     text = (repo / "Makefile").read_text()
     rule = re.search(r"^image:\n(?:\t.*\n)+", text, re.M)
     assert rule, "Makefile: no image rule"
-    names = ("VERSION", "ARCHS", "BUILDAH", "BUILD_FLAGS")
+    names = ("VERSION", "ARCHS", "BUILDAH", "BUILD_FLAGS", "BUILD_PLATFORM")
     variables = [m[0] for m in re.finditer(rf"^(?:{'|'.join(names)}) [:?]?=.*$", text, re.M)]
     return "\n".join(variables) + "\n" + rule[0]
 
@@ -267,10 +259,9 @@ def make_image(image: str, log: pathlib.Path, archs=ARCHS) -> dict[str, float]:
                     argv, env=buildah_env(), stdout=out, stderr=subprocess.STDOUT
                 )
         finally:
-            # The lists go at once, the images stay: buildah 1.28's `images` fails while a
+            # The list goes at once, the images stay: buildah 1.28's `images` fails while a
             # list lacks this host's platform or an image it names.
             remove(image)
-            remove(BASE_IMAGE)
     with open(log, "rb") as f:
         f.seek(start)
         text = f.read().decode(errors="replace")
@@ -349,9 +340,9 @@ def push(target: str, archs=ARCHS, repo: pathlib.Path = REPO) -> str:
 
 
 def remove(name: str) -> None:
-    """Untag `name`: a manifest list (ours and the base's are named without an architecture)
-    with `manifest rm`, an image (NAME-ARCH) with rmi. Never rmi a list's name: buildah 1.28
-    resolves it to the list's image for this host and removes that instead."""
+    """Untag `name`: a manifest list (ours is named without an architecture) with `manifest
+    rm`, an image (NAME-ARCH) with rmi. Never rmi a list's name: buildah 1.28 resolves it to
+    the list's image for this host and removes that instead."""
     if name.rsplit("-", 1)[-1] in ARCHS:
         buildah("rmi", name, capture=True, check=False)
     else:
@@ -439,9 +430,7 @@ def pause_archive(pause_bin: str, name: str, log=sys.stderr) -> pathlib.Path:
 
 def main(argv):
     if argv[:1] == ["base"]:
-        for arch in ARCHS:
-            print(base() + f"-{arch}")
-        remove(BASE_IMAGE)  # made again for each build
+        print(base())
     elif argv[:1] == ["build"]:
         print("\n".join(map(str, build_all().values())))
     elif argv[:1] == ["cached"]:

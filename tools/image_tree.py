@@ -1,5 +1,5 @@
-"""The image's files, as three trees, one per layer: what the Dockerfile's build stage runs,
-for the architecture it runs on.
+"""The image's files, as three trees, one per layer: what the Dockerfile's build stage runs
+for the architecture being built (TARGETARCH), on the build machine's own.
 
   interpreter   bookworm's python3.11-minimal and libpython3.11-stdlib with the libraries
                 they link, unpacked by mmdebstrap (no dpkg, apt, shell or maintainer script
@@ -11,11 +11,16 @@ for the architecture it runs on.
                 for (Debian's ca-certificates writes its bundle from a maintainer script,
                 which an unpacked tree never runs)
   package       the package itself
-each byte-compiled, each holding only what its layer adds. Before it returns, the whole tree
-imports every module of the package, the lazily imported ones (bcrypt, h2) included, and
-loads the CA bundle, in a chroot: a dropped module fails the build, not a pod.
+each holding only what its layer adds, byte-compiled by this python3 (the build stage's: the
+same minor version as the image's, so the same bytecode) with the paths the image has.
+Nothing of the target architecture runs until the end: the whole tree then imports every
+module of the package, the lazily imported ones (bcrypt, h2) included, and loads the CA
+bundle, in a chroot (for a foreign architecture through the kernel's binfmt_misc and
+qemu-user): a dropped module fails the build, not a pod, and so does a .pyc the image's
+interpreter would not take (it compiles that module again).
 
-Run as root: python3 -m tools.image_tree OUT   (OUT/interpreter, OUT/dependencies, OUT/package)
+Run as root: python3 -m tools.image_tree OUT [ARCH]   (OUT/interpreter, OUT/dependencies,
+OUT/package; ARCH, Debian's name, amd64 or arm64: this machine's unless given)
 """
 
 from __future__ import annotations
@@ -32,16 +37,16 @@ MIRRORS = (
     "deb http://deb.debian.org/debian bookworm main",
     "deb http://deb.debian.org/debian-security bookworm-security main",
 )
-PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib")
-PYTHON = "/usr/bin/python3.11"
+VERSION = "3.11"  # the image's python, bookworm's
+PACKAGES = (f"python{VERSION}-minimal", f"libpython{VERSION}-stdlib")
+PYTHON = f"/usr/bin/python{VERSION}"
 SITE = "usr/lib/kube-scale-exporter"  # the dependencies' and the package's own directory
 LAYERS = ("interpreter", "dependencies", "package")
 USER = "65534:65534"
-PY = "usr/lib/python3.11"
-# The architecture being built is the build stage's own (buildah --platform runs an arm64
-# stage under qemu-user): Debian's multiarch directory and the wheels' platform follow it.
-MACHINE = platform.machine()  # x86_64, aarch64
-LIBS = f"usr/lib/{MACHINE}-linux-gnu"
+PY = f"usr/lib/python{VERSION}"
+# Each architecture's machine name: Debian's multiarch directory and the wheels' platform.
+MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
+LIBS = "usr/lib/{machine}-linux-gnu"  # DROP_PATHS' {machine} is the architecture's
 # Nothing the exporter imports or reads: check() imports every module in the finished tree.
 DROP_PATHS = (
     "usr/share/doc",
@@ -69,7 +74,7 @@ DROP_PATHS = (
     f"{PY}/sqlite3",
     f"{PY}/dbm",
     f"{PY}/curses",
-    f"{PY}/config-3.11-{MACHINE}-linux-gnu",
+    f"{PY}/config-{VERSION}-{{machine}}-linux-gnu",
     f"{PY}/lib-dynload/_sqlite3*",
     f"{PY}/lib-dynload/_dbm*",
     f"{PY}/lib-dynload/_gdbm*",
@@ -139,9 +144,19 @@ def chroot_python(root: Path, *args, **kw):
     return run("/usr/sbin/chroot", root, PYTHON, *args, env=env, **kw)
 
 
-def drop(root: Path) -> None:
+def compile_tree(root: Path, directory: str) -> None:
+    """Byte-compile root/directory with this python3, each .pyc naming its source by its path
+    in the image (/directory/...), as the image's interpreter would have compiled it."""
+    run(sys.executable, "-m", "compileall", "-q", "-j0", "-s", root, "-p", "/", root / directory)
+
+
+def bytecode(root: Path) -> dict[Path, int]:
+    return {path: path.stat().st_mtime_ns for path in root.rglob("*.pyc")}
+
+
+def drop(root: Path, machine: str) -> None:
     for pattern in DROP_PATHS:
-        for path in root.glob(pattern):
+        for path in root.glob(pattern.format(machine=machine)):
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
@@ -150,49 +165,47 @@ def drop(root: Path) -> None:
         shutil.rmtree(cache)
 
 
-def interpreter(root: Path) -> None:
+def interpreter(root: Path, arch: str) -> None:
+    # The extract variant unpacks and runs no maintainer script: any architecture, no qemu.
     run(
         "mmdebstrap",
         "--quiet",
         "--mode=root",
         "--variant=extract",
+        f"--architectures={arch}",
         "--include=" + ",".join(PACKAGES),
         SUITE,
         root,
         *MIRRORS,
     )
-    drop(root)
+    drop(root, MACHINES[arch])
     uid, gid = USER.split(":")
     (root / "etc/passwd").write_text(f"nobody:x:{uid}:{gid}:nobody:/nonexistent:/bin/false\n")
     (root / "etc/group").write_text(f"nogroup:x:{gid}:\n")
-    chroot_python(root, "-m", "compileall", "-q", "-j0", f"/{PY}")
+    compile_tree(root, PY)
 
 
-def wheels(out: Path) -> tuple[list[Path], Path]:
-    """(the dependencies' wheels, the package's wheel), for CPython 3.11 on this machine's
-    architecture."""
+def wheel_platform(machine: str) -> list[str]:
+    """pip's flags for the image's interpreter, CPython VERSION on `machine`, not this one."""
+    return [
+        "--only-binary=:all:",
+        f"--python-version={VERSION}",
+        "--implementation=cp",
+        f"--platform=manylinux2014_{machine}",
+        f"--platform=manylinux_2_28_{machine}",
+    ]
+
+
+def wheels(out: Path, machine: str) -> tuple[list[Path], Path]:
+    """(the dependencies' wheels, the package's wheel), for CPython VERSION on `machine`."""
     run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, SOURCE)
     [ours] = out.glob("kube_scale_exporter-*.whl")
-    run(
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "-q",
-        "--only-binary=:all:",
-        "--python-version=3.11",
-        "--implementation=cp",
-        f"--platform=manylinux2014_{MACHINE}",
-        f"--platform=manylinux_2_28_{MACHINE}",
-        "--dest",
-        out,
-        ours,
-        CA_WHEEL,
-    )
+    pip = [sys.executable, "-m", "pip", "download", "-q", *wheel_platform(machine)]
+    run(*pip, "--dest", out, ours, CA_WHEEL)
     return sorted(w for w in out.glob("*.whl") if w != ours), ours
 
 
-def install(root: Path, names: list[Path]) -> None:
+def install(root: Path, names: list[Path], machine: str) -> None:
     run(
         sys.executable,
         "-m",
@@ -203,12 +216,13 @@ def install(root: Path, names: list[Path]) -> None:
         "--no-deps",
         "--no-compile",
         "--root-user-action=ignore",
+        *wheel_platform(machine),
         "--target",
         root / SITE,
         *names,
     )
     shutil.rmtree(root / SITE / "bin", ignore_errors=True)
-    chroot_python(root, "-m", "compileall", "-q", "-j0", f"/{SITE}")
+    compile_tree(root, SITE)
 
 
 def link_ca_bundle(root: Path) -> None:
@@ -228,32 +242,45 @@ def added(full: Path, before: set[Path], tree: Path) -> None:
             shutil.copy2(path, dest, follow_symlinks=False)
 
 
-def build(out: Path) -> list[Path]:
-    """OUT/interpreter, OUT/dependencies, OUT/package (made afresh), checked whole."""
+def build(out: Path, arch: str) -> list[Path]:
+    """OUT/interpreter, OUT/dependencies, OUT/package (made afresh) for `arch`, checked whole."""
+    here = "{}.{}".format(*sys.version_info)
+    if here != VERSION:  # .pyc files are per minor version: the image's would compile again
+        raise SystemExit(f"image tree: this is python {here}, the image's is {VERSION}")
+    out = out.resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     full = out / "full"
-    interpreter(full)
+    interpreter(full, arch)
     run("cp", "-a", full, out / LAYERS[0])
-    deps, ours = wheels(out / "wheels")
+    machine = MACHINES[arch]
+    deps, ours = wheels(out / "wheels", machine)
     for layer, step in (
-        (LAYERS[1], lambda: (install(full, deps), link_ca_bundle(full))),
-        (LAYERS[2], lambda: install(full, [ours])),
+        (LAYERS[1], lambda: (install(full, deps, machine), link_ca_bundle(full))),
+        (LAYERS[2], lambda: install(full, [ours], machine)),
     ):
         before = set(full.rglob("*"))
         step()
         added(full, before, out / layer)
+    compiled = bytecode(full)
     chroot_python(full, "-c", CHECK)
+    # The interpreter writes a .pyc again where it would not take ours (the image cannot).
+    again = sorted(
+        str(p.relative_to(full)) for p, t in bytecode(full).items() if compiled.get(p) != t
+    )
+    if again:
+        raise SystemExit(f"image tree: {len(again)} modules compiled again at import: {again[:5]}")
     shutil.rmtree(full)
     shutil.rmtree(out / "wheels")
     return [out / layer for layer in LAYERS]
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    here = next(arch for arch, machine in MACHINES.items() if machine == platform.machine())
+    if len(argv) not in (1, 2) or argv[1:] and argv[1] not in MACHINES:
         print(__doc__, file=sys.stderr)
         return 2
-    build(Path(argv[0]))
+    build(Path(argv[0]), argv[1] if argv[1:] else here)
     return 0
 
 

@@ -33,12 +33,15 @@ NODE = "node-a"
 @pytest.mark.unit
 def test_the_dockerfile_is_a_build_stage_then_the_trees_on_an_empty_base():
     build_steps, final = image.dockerfile()
-    assert build_steps[0] == ("FROM", "${BUILD_IMAGE} AS build")
+    # On the build machine's platform, making the target architecture's files.
+    assert build_steps[0] == ("FROM", "--platform=${BUILDPLATFORM} ${BUILD_IMAGE} AS build")
     globals_ = dict(image.stages(os.path.join(REPO, "Dockerfile"))[0][1])
     # Plain Debian bookworm: the stage's python3 is the bookworm python3.11 the image runs.
     assert globals_["ARG"] == "BUILD_IMAGE=docker.io/library/debian:bookworm-slim"
     assert final[0] == ("FROM", "scratch")
-    *_, out = [rest for word, rest in build_steps if word == "RUN"][-1].split()
+    assert ("ARG", "TARGETARCH") in build_steps
+    *_, out, arch = [rest for word, rest in build_steps if word == "RUN"][-1].split()
+    assert arch == "${TARGETARCH}"
     layers = [rest for word, rest in final if word == "COPY"]
     assert layers == [f"--from=build {out}/{layer}/ /" for layer in image_tree.LAYERS]
     steps = dict(final)
