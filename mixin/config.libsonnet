@@ -187,6 +187,10 @@ local knobs = {
   capacityBufferEventCurrentSeconds: 600,
   // Resolved replicas below spec for this long: longer than one scale-up (as above).
   capacityBufferBelowRequestedFor: '15m',
+  // Buffers left out of the headroom sums (past --capacitybuffer.max-cached-objects, or
+  // unreadable) stay so until someone acts: as slow as KubeScaleBalloonMisconfigured, and
+  // long enough for a burst of buffers that a controller cleans up at once.
+  capacityBufferUntrackedFor: '15m',
   // A balloon set or buffer whose pod fits no node shape stays that way until someone
   // changes it: as slow as KubeScaleBalloonMisconfigured.
   headroomFitsNoNodeFor: '15m',

@@ -29,6 +29,18 @@ local groups = import '../lib/groups.libsonnet';
               description: 'CapacityBuffer {{ $labels.namespace }}/{{ $labels.name }} is {{ $value }} replicas short of its spec.',
             },
           },
+          {
+            // The collector keeps working past its cache cap, so KubeScaleCollectorFailing
+            // stays quiet: this says the headroom sums leave buffers out.
+            alert: 'KubeScaleCapacityBufferUntracked',
+            expr: 'cluster_reason:kubescale_capacitybuffer_buffers_untracked:max > 0',
+            'for': c.capacityBufferUntrackedFor,
+            labels: { severity: c.warningSeverity },
+            annotations: {
+              summary: 'CapacityBuffers are left out of the headroom sums: the reserved headroom reads less than the buffers hold.',
+              description: '{{ $value }} CapacityBuffers are counted but left out of the headroom sums ({{ $labels.reason }}).',
+            },
+          },
           groups.slow({
             alert: 'KubeScaleHeadroomFitsNoNode',
             expr: |||

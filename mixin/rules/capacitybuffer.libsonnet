@@ -33,6 +33,11 @@ local slow = groups.slow;
             expr: read('%s, reason' % c.clusterLabel, 'kubescale_capacitybuffer_problems'),
           },
           {
+            // Buffers counted but left out of the sums above (past the cache cap, ...).
+            record: 'cluster_reason:kubescale_capacitybuffer_buffers_untracked:max',
+            expr: read('%s, reason' % c.clusterLabel, 'kubescale_capacitybuffer_buffers_untracked'),
+          },
+          {
             // 1 per buffer the autoscaler cannot provision now, with why: not ready,
             // limited by quotas, or a current NotTriggerScaleUp.
             record: 'cluster_namespace_name_why:kubescale_capacitybuffer_not_provisioned:max',
