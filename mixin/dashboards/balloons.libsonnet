@@ -79,22 +79,26 @@ local common = import 'common.libsonnet';
           |||),
         ]),
         g.row('CapacityBuffers', [
-          g.stat('Buffers', [g.target('cluster:kubescale_capacitybuffer_buffers:max' + s)], 'short', width=6, description=|||
+          g.stat('Buffers', [g.target('cluster:kubescale_capacitybuffer_buffers:max' + s)], 'short', width=4, description=|||
             CapacityBuffers in the cluster (cluster-autoscaler 1.35 and later keeps their replicas as virtual pods). Normal: the buffers you created.
             Empty: the capacitybuffer collector is off, or the API server serves no CapacityBuffer API (kubescale_capacitybuffer_api_served).
           |||),
-          g.stat('Not provisioned', [g.target('count(max by (%s) (cluster_namespace_name_why:kubescale_capacitybuffer_not_provisioned:max%s)) or vector(0)' % [buffer, s])], 'short', thresholds=[[1, 'orange']], width=6, description=|||
+          g.stat('Not provisioned', [g.target('count(max by (%s) (cluster_namespace_name_why:kubescale_capacitybuffer_not_provisioned:max%s)) or vector(0)' % [buffer, s])], 'short', thresholds=[[1, 'orange']], width=5, description=|||
             Buffers the autoscaler cannot provision now: not ReadyForProvisioning, LimitedByQuotas, or a NotTriggerScaleUp in the last %s. Normal: 0, or one for a scale-up's time.
             Above 0 for %s: runbook KubeScaleCapacityBufferNotProvisioned; the tables below say which and why, `kube-scale-exporter check` what to change.
           ||| % [common.minutes(c.capacityBufferEventCurrentSeconds), c.capacityBufferNotProvisionedFor]),
-          g.stat('Replicas short', [g.target('sum(cluster_namespace_name:kubescale_capacitybuffer_replicas_missing:max%s) or vector(0)' % s)], 'short', thresholds=[[1, 'orange']], width=6, description=|||
+          g.stat('Replicas short', [g.target('sum(cluster_namespace_name:kubescale_capacitybuffer_replicas_missing:max%s) or vector(0)' % s)], 'short', thresholds=[[1, 'orange']], width=5, description=|||
             Replicas the autoscaler resolved below those the buffers ask for (spec.replicas), summed over buffers. Normal: 0.
             Above 0: a ResourceQuota or the buffer's limits cut it (runbook KubeScaleCapacityBufferBelowRequested); "Replicas short of spec" names the buffers.
           |||),
-          g.stat('Buffers past the cap', [g.target('cluster:kubescale_capacitybuffer_buffers_over_cap:max' + s)], 'short', thresholds=[[1, 'orange']], width=6, description=|||
+          g.stat('Buffers past the cap', [g.target('cluster:kubescale_capacitybuffer_buffers_over_cap:max' + s)], 'short', thresholds=[[1, 'orange']], width=5, description=|||
             Buffers past --capacitybuffer.max-buffers: counted in the totals and the problem counts, but with no row in the per-buffer tables. Normal: 0.
             Above 0: raise --capacitybuffer.max-buffers (each buffer is at most 15 series), or read those buffers with `kube-scale-exporter check`.
           |||),
+          g.stat('Left out of the sums', [g.target('sum(cluster_reason:kubescale_capacitybuffer_buffers_untracked:max%s) or vector(0)' % s)], 'short', thresholds=[[1, 'orange']], width=5, description=|||
+            Buffers counted in "Buffers" but left out of the headroom and problem counts: past --capacitybuffer.max-cached-objects, their PodTemplate past it, or unreadable. Normal: 0.
+            Above 0 for %s: runbook KubeScaleCapacityBufferUntracked; the headroom panels read less than the buffers hold.
+          ||| % c.capacityBufferUntrackedFor),
         ], height=5),
         g.row('CapacityBuffer provisioning', [
           g.timeseries('Buffers not provisioned, by why', [g.target('count by (%s, why) (cluster_namespace_name_why:kubescale_capacitybuffer_not_provisioned:max%s)' % [c.clusterLabel, s], '{{why}}')], stack=true, width=8, description=|||
