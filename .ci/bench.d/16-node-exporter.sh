@@ -15,11 +15,11 @@ VERSION="$(go_pin node-exporter github.com/prometheus/node_exporter)"
 BIN="${NODE_EXPORTER_BIN:-/var/cache/kube-scale-exporter/node-exporter-$VERSION/node_exporter}"
 
 if "$BIN" --version 2>&1 | grep -F "version ${VERSION#v} " >/dev/null; then
-    echo "node_exporter: cached, $("$BIN" --version 2>&1 | head -n1)"
+    echo "node_exporter: cached, $("$BIN" --version 2>&1 | sed -n 1p)"
     exit 0
 fi
 v=github.com/prometheus/common/version
 go_build node-exporter "$(dirname "$BIN")" "" \
     "-X $v.Version=${VERSION#v} -X $v.Branch=release-$(cut -d. -f1,2 <<<"${VERSION#v}")" \
     github.com/prometheus/node_exporter
-"$BIN" --version 2>&1 | head -n1
+"$BIN" --version 2>&1 | sed -n 1p

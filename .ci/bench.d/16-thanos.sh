@@ -43,7 +43,7 @@ echo "thanos: building $version from the module proxy (takes minutes)"
         -X $v.BuildUser=kube-scale-exporter-ci -X $v.BuildDate=19700101-00:00:00" \
         "$PKG/cmd/thanos"
 )
-"$work/thanos" --version 2>&1 | head -n1
+"$work/thanos" --version 2>&1 | sed -n 1p
 mkdir -p "$(dirname "$DIR")"
 rm -rf "$DIR.new" && mkdir -p "$DIR.new"
 install -m 0755 "$work/thanos" "$DIR.new/thanos"

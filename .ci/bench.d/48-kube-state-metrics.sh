@@ -16,7 +16,7 @@ VERSION="$(sed -nE 's/^(require)?[[:space:]]*k8s.io\/kube-state-metrics\/v2 (v[0
 BIN="${KUBE_STATE_METRICS_BIN:-/var/cache/kube-scale-exporter/kube-state-metrics-$VERSION/kube-state-metrics}"
 
 if "$BIN" version 2>&1 | grep -F "$VERSION" >/dev/null; then
-    echo "kube-state-metrics: cached, $("$BIN" version 2>&1 | head -1) at $BIN"
+    echo "kube-state-metrics: cached, $("$BIN" version 2>&1 | sed -n 1p) at $BIN"
     exit 0
 fi
 command -v go >/dev/null || { echo "48-kube-state-metrics: no go on PATH" >&2; exit 1; }

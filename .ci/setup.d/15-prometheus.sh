@@ -30,5 +30,5 @@ for line in 3.16 3.13; do
     go_build "prometheus-$line" "$dir" remove_all_sd,enable_kubernetes_sd \
         "-X $v.Version=$version -X $v.Branch=release-$line -X $v.BuildUser=kube-scale-exporter-ci" \
         github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
-    "$dir/prometheus" --version | head -n1
+    "$dir/prometheus" --version | sed -n 1p
 done

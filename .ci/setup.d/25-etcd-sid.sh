@@ -15,7 +15,7 @@ CACHE=/var/cache/kube-scale-exporter/etcd-sid
 ETCD_SID_BIN="${ETCD_SID_BIN:-$CACHE/root/usr/bin/etcd}"
 
 if [[ -x "$ETCD_SID_BIN" ]] && "$ETCD_SID_BIN" --version >/dev/null 2>&1; then
-    echo "etcd (sid): cached, $("$ETCD_SID_BIN" --version 2>&1 | head -n1)"
+    echo "etcd (sid): cached, $("$ETCD_SID_BIN" --version 2>&1 | sed -n 1p)"
     exit 0
 fi
 

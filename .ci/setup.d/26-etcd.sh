@@ -23,5 +23,5 @@ for line in 3.7 3.6; do
     fi
     go_build "etcd-$line" "$(dirname "$bin")" "" "" go.etcd.io/etcd/server/v3
     mv "$(dirname "$bin")/server" "$bin"  # go names a /v3 module's command after its parent
-    "$bin" --version | head -n1
+    "$bin" --version | sed -n 1p
 done

@@ -32,16 +32,16 @@ if ! grep -qx enabled "$binfmt/qemu-aarch64" || ! grep -q '^flags: .*F' "$binfmt
     exit 1
 fi
 buildah --version
-qemu-aarch64-static --version | head -1
+qemu-aarch64-static --version | sed -n 1p
 
 version="$(go_pin actionlint github.com/rhysd/actionlint)"
 bin="${ACTIONLINT_BIN:-/var/cache/kube-scale-exporter/actionlint-$version/actionlint}"
-if "$bin" -version 2>/dev/null | head -1 | grep -xF "$version" >/dev/null; then
+if "$bin" -version 2>/dev/null | sed -n 1p | grep -xF "$version" >/dev/null; then
     echo "actionlint: cached, $version at $bin"
 else
     go_build actionlint "$(dirname "$bin")" "" "-X github.com/rhysd/actionlint.version=$version" \
         github.com/rhysd/actionlint/cmd/actionlint
-    "$bin" -version | head -1
+    "$bin" -version | sed -n 1p
 fi
 
 start=$SECONDS

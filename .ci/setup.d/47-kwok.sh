@@ -15,7 +15,7 @@ VERSION="$(sed -nE 's/^[[:space:]]*sigs.k8s.io\/kwok (v[0-9.]+).*/\1/p' "$MOD/go
 BIN="${KWOK_BIN:-/var/cache/kube-scale-exporter/kwok-$VERSION/kwok}"
 
 if "$BIN" --version 2>&1 | grep -F "${VERSION#v}" >/dev/null; then
-    echo "kwok: cached, $("$BIN" --version 2>&1 | head -1) at $BIN"
+    echo "kwok: cached, $("$BIN" --version 2>&1 | sed -n 1p) at $BIN"
     exit 0
 fi
 command -v go >/dev/null || { echo "47-kwok: no go on PATH" >&2; exit 1; }

@@ -48,4 +48,4 @@ rm -rf "$DIR.new"
 mv "$build/out" "$DIR.new"
 rm -rf "$DIR" && mv "$DIR.new" "$DIR"
 echo "cluster-autoscaler: built $VERSION in $((SECONDS - start)) s into $DIR"
-{ "$DIR/cluster-autoscaler" --v=1 --kubeconfig=/nonexistent 2>&1 || true; } | head -1
+{ "$DIR/cluster-autoscaler" --v=1 --kubeconfig=/nonexistent 2>&1 || true; } | sed -n 1p

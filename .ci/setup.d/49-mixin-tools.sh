@@ -66,7 +66,7 @@ fi
 PINT_VERSION="$(pin pint github.com/cloudflare/pint)"
 PINT_BIN="${PINT_BIN:-$CACHE/pint-$PINT_VERSION/pint}"
 if "$PINT_BIN" version 2>&1 | grep -F "${PINT_VERSION#v}" >/dev/null; then
-    echo "pint: cached, $("$PINT_BIN" version 2>&1 | head -1) at $PINT_BIN"
+    echo "pint: cached, $("$PINT_BIN" version 2>&1 | sed -n 1p) at $PINT_BIN"
 else
     build pint "$PINT_VERSION" "$(dirname "$PINT_BIN")" "-X main.version=${PINT_VERSION#v}" \
         github.com/cloudflare/pint/cmd/pint
