@@ -57,9 +57,11 @@ test-kube-1.35:
 
 # Everything but tests/e2e (root, the binaries .ci/setup.d installs; see docs/development.md),
 # on TEST_WORKERS pytest-xdist workers: most tests wait on real servers, not on the CPU (one
-# per core: a third ran the suite 1.5 min sooner but made tests' timing flaky). A
-# module that changes what the whole host shares is pinned to one worker with
-# `pytestmark = pytest.mark.xdist_group("host")`. The 25 slowest tests are listed at the end.
+# per core: a third ran the suite 1.5 min sooner but made tests' timing flaky). Tests
+# change host state only inside the network and mount namespaces they create. A module
+# whose tests share one costly setup (a Prometheus run, a fleet, the chart's renders) keeps
+# them on one worker with `pytest.mark.xdist_group(NAME)`, so the setup runs once. The 25
+# slowest tests are listed at the end.
 TEST_WORKERS ?= 2
 test:
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
