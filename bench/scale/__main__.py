@@ -7,6 +7,11 @@ from the raw files of the last run):
   full  the target fleet over the window the rules read: rules/alerts measured at full N
   live  Prometheus scraping the target fleet: memory added, rule groups' own eval time
   day   a smaller fleet over 24 h: the whole pipeline on a day of history, disk per sample
+
+--fleet picks the synthetic fleet's story (bench/scale/synth.py): realistic (the default)
+or thresholds, every node at the per-node alerts' thresholds. A thresholds run keeps its own
+raw files (raw/scale-thresholds-PHASE.json) and report (scale-thresholds.md), so the two
+fleets' phases never mix in one report.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 
 from bench.scale import live, measure, prom, queries, report
 from bench.scale.queries import duration_seconds
+from bench.scale.synth import FLEETS, REALISTIC
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 RAW = RESULTS / "raw"
@@ -74,19 +80,30 @@ def main(argv=None) -> int:
         help="full run: measure DIR's prometheus_rules.yaml and prometheus_alerts.yaml instead "
         "of rules/ (another commit's layout, with --reuse to compare on the same history)",
     )
-    p.add_argument("--out", type=Path, default=RESULTS / "scale.md")
+    p.add_argument(
+        "--fleet",
+        choices=FLEETS,
+        default=REALISTIC,
+        help="the synthetic fleet: realistic spread, or every node at the alerts' thresholds",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="default: bench/results/scale.md (scale-FLEET.md)"
+    )
     args = p.parse_args(argv)
     if args.prometheus:
         prom.use(args.prometheus)
     phases = args.phases.split(",")
+    stem = "scale" if args.fleet == REALISTIC else f"scale-{args.fleet}"
+    out = args.out or RESULTS / f"{stem}.md"
     RAW.mkdir(parents=True, exist_ok=True)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kubescale-bench-"))
-    meta_path = RAW / "scale-meta.json"
+    meta_path = RAW / f"{stem}-meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     if set(phases) - {"report"}:
         meta.update(
             cpus=os.cpu_count(),
             prometheus=prom.version(),
+            fleet=args.fleet,
         )
 
     def log(*a):
@@ -106,15 +123,19 @@ def main(argv=None) -> int:
                 if args.fit_window
                 else queries.history_needed(queries.load_rule_groups(), queries.dashboards())
             )
-            segs = measure.plan(sizes, window)
+            segs = measure.plan(sizes, window, fleet=args.fleet)
             run = measure.run(workdir / "fit", segs, compact=args.compact, log=log)
-            (RAW / "scale-fit.json").write_text(run.to_json())
+            (RAW / f"{stem}-fit.json").write_text(run.to_json())
         elif phase == "full":
             stored = measure.stored_history(args.reuse) if args.reuse else None
+            if stored and stored["segments"][0].fleet != args.fleet:
+                p.error(f"{args.reuse} holds the {stored['segments'][0].fleet} fleet's history")
             segs = (
                 stored["segments"]
                 if stored
-                else measure.plan([args.nodes], int(duration_seconds(args.full_window)))
+                else measure.plan(
+                    [args.nodes], int(duration_seconds(args.full_window)), fleet=args.fleet
+                )
             )
             run = measure.run(
                 workdir / "full",
@@ -128,16 +149,20 @@ def main(argv=None) -> int:
                 log=log,
                 reuse=args.reuse,
             )
-            (RAW / "scale-full.json").write_text(run.to_json())
+            (RAW / f"{stem}-full.json").write_text(run.to_json())
         elif phase == "day":
-            segs = measure.plan([args.day_nodes], 24 * 3600)
+            segs = measure.plan([args.day_nodes], 24 * 3600, fleet=args.fleet)
             run = measure.run(workdir / "day", segs, compact=args.compact, log=log)
-            (RAW / "scale-day.json").write_text(run.to_json())
+            (RAW / f"{stem}-day.json").write_text(run.to_json())
         elif phase == "live":
             lr = live.run(
-                workdir / "live", args.nodes, settle_s=duration_seconds(args.settle), log=log
+                workdir / "live",
+                args.nodes,
+                settle_s=duration_seconds(args.settle),
+                log=log,
+                fleet=args.fleet,
             )
-            (RAW / "scale-live.json").write_text(json.dumps(lr.as_dict(), indent=1))
+            (RAW / f"{stem}-live.json").write_text(json.dumps(lr.as_dict(), indent=1))
         meta[phase] = {
             **began,
             "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -146,7 +171,7 @@ def main(argv=None) -> int:
     meta_path.write_text(json.dumps(meta, indent=1))
 
     def saved(name):
-        path = RAW / f"scale-{name}.json"
+        path = RAW / f"{stem}-{name}.json"
         return path.read_text() if path.exists() else None
 
     fit, full, day, live_saved = saved("fit"), saved("full"), saved("day"), saved("live")
@@ -157,7 +182,7 @@ def main(argv=None) -> int:
         json.loads(live_saved) if live_saved else None,
         measure.run_from_json(day) if day else None,
     )
-    args.out.write_text(text + "\n")
+    out.write_text(text + "\n")
     print(text)
     return 0
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bench.scale import queries, template
 from bench.scale.measure import group_cost
+from bench.scale.synth import REALISTIC
 from bench.scale.prom import Prometheus
 from bench.scale.target import scrape_configs
 from testbed.ports import free_port
@@ -51,6 +52,7 @@ class LiveRun:
     # (bench.scale.measure.group_cost): CPU and wall seconds per group, best of 3.
     head_group_cost: dict[str, dict[str, float]]
     missed_iterations: float  # prometheus_rule_group_iterations_missed_total, all groups
+    fleet: str = REALISTIC  # the target's story (bench.scale.synth.FLEETS)
 
     @property
     def added_rss(self) -> float:
@@ -101,11 +103,22 @@ def run(
     baseline_s: float = 60,
     rule_files=queries.RULE_FILES,
     log=lambda *a: None,
+    fleet: str = REALISTIC,
 ) -> LiveRun:
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     target = Proc(
-        [sys.executable, "-m", "bench.scale.target", "--nodes", str(nodes), "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "bench.scale.target",
+            "--nodes",
+            str(nodes),
+            "--port",
+            str(port),
+            "--fleet",
+            fleet,
+        ],
         workdir / "target.log",
     )
     data = workdir / "live-data"
@@ -158,6 +171,7 @@ def run(
             load,
             head_cost,
             missed,
+            fleet,
         )
     finally:
         prom.stop()

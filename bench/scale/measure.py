@@ -18,13 +18,17 @@ from pathlib import Path
 
 from bench.scale import backfill, queries, synth, template
 from bench.scale.prom import SCRAPE_INTERVAL, Prometheus, Result
-from bench.scale.synth import CLUSTER_JOB, NODE_JOB, Segment
+from bench.scale.synth import CLUSTER_JOB, NODE_JOB, REALISTIC, Segment
 
 GAP_SECONDS = 600  # between segments: more than the 5 min lookback, so they never mix
 
 
 def plan(
-    fleet_sizes: list[int], window_s: int, interval: int = SCRAPE_INTERVAL, now: float | None = None
+    fleet_sizes: list[int],
+    window_s: int,
+    interval: int = SCRAPE_INTERVAL,
+    now: float | None = None,
+    fleet: str = REALISTIC,
 ) -> list[Segment]:
     """Segments of `window_s` for each fleet size, the last ending a minute before now."""
     now = time.time() if now is None else now
@@ -32,7 +36,7 @@ def plan(
     segments = []
     for nodes in reversed(fleet_sizes):
         start = end - window_s
-        segments.append(Segment(nodes, start, end, interval))
+        segments.append(Segment(nodes, start, end, interval, fleet))
         end = start - GAP_SECONDS // interval * interval
     return list(reversed(segments))
 
@@ -91,6 +95,7 @@ class Run:
     template_sources: dict[str, dict[str, str]]
     template_series: dict[str, int]
     notes: list[str] = field(default_factory=list)
+    fleet: str = REALISTIC  # the synthesized fleet's story (bench.scale.synth.FLEETS)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, default=str)
@@ -307,6 +312,7 @@ def run(
         {"node": node_t.sources, "cluster": cluster_t.sources},
         {"node": len(node_t), "cluster": len(cluster_t)},
         notes,
+        segments[0].fleet,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bench.scale import budget, template
 from bench.scale.measure import Run
+from bench.scale.synth import FLEETS, REALISTIC
 
 
 def _mb(b: float) -> str:
@@ -38,6 +39,16 @@ def render(
             f"{meta.get('prometheus', '2.42')} and promtool on this machine ({meta.get('cpus')} cores, "
             "24 GiB, shared with other jobs; load averages per phase below)."
         ),
+        "",
+    ]
+    fleets = sorted(
+        {r.fleet for r in (fit, full, day) if r}
+        | ({live.get("fleet", REALISTIC)} if live else set())
+    )
+    out += [
+        "Fleet: "
+        + "; ".join(f"**{name}** ({FLEETS[name]})" for name in fleets)
+        + " (bench/scale/synth.py).",
         "",
     ]
     phases = [

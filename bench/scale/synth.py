@@ -15,6 +15,24 @@ the cluster Deployment is one more target. Values move the way a fleet does:
   under 2 ms on local SSDs, each member sending ~30 MB/s (main) or ~5 MB/s (events);
 - balloons: 48 of 50 Running; every 20 min a burst preempts 6-12 that refill over ~10 min.
 
+That is the realistic fleet (the default). The thresholds fleet is the worst case for the
+rules: every node sits at or past each per-node alert's threshold (mixin/config.libsonnet),
+so every per-node alert expression selects every node and the records and alerts that keep
+only the nodes in trouble hold all of them:
+
+- neighbor tables: both families on the kernel defaults (gc_thresh3 1024), GC-eligible
+  entries at gc_thresh3 or a few below (never under 95%), overflowing at every scrape;
+- image pulls: every node serializes pulls and holds 3-7 queued behind a stalled 17 GB
+  download whose oldest pull is past 20 min; every node misses a preloaded image;
+- a third of the nodes run other containerd pull settings than the rest;
+- every collector fails two scrapes in three, the pod watch is down, and each target
+  reports one sample more than the node series budget;
+- as in the realistic fleet (the golden files' values): every node has failing images and
+  registry mirrors containerd ignores.
+
+Targets down cannot join them (a target that is down has no series to read), and the
+cluster Deployment's series are the realistic fleet's: its alerts read a few series at any N.
+
 The output is grouped by family (OpenMetrics requires it) and written as it is made, so
 memory stays flat whatever N is.
 """
@@ -28,6 +46,7 @@ from typing import TextIO
 import numpy as np
 
 from bench.scale.template import Series, Template
+from kube_scale_exporter.budgets import NODE_SERIES
 
 NODE_JOB = "kube-scale-exporter-node"
 CLUSTER_JOB = "kube-scale-exporter-cluster"
@@ -55,40 +74,60 @@ def node_labels(i: int) -> dict[str, str]:
 
 CLUSTER_LABELS = {"instance": f"10.80.0.17:{EXPORTER_PORT}", "job": CLUSTER_JOB}
 
+REALISTIC, THRESHOLDS = "realistic", "thresholds"
+FLEETS = {
+    REALISTIC: "realistic spread: a few nodes in trouble, the rest healthy",
+    THRESHOLDS: "every node at the per-node alerts' thresholds: the rules' worst case",
+}
+# The kernel's default gc_thresh3, which every table of the thresholds fleet runs on.
+KERNEL_THRESH3 = 1024.0
+SCRAPE_SECONDS = 30
+
 
 @dataclass(frozen=True)
 class Roles:
-    """Which part a node plays in the fleet's story; a fixed function of its index."""
+    """Which part a node plays in the fleet's story; a fixed function of its index and the
+    fleet (in the thresholds fleet every node plays every part in trouble)."""
 
     i: int
+    fleet: str = REALISTIC
 
     @property
     def h(self) -> int:
         return zlib.crc32(str(self.i).encode())
 
     @property
+    def at_thresholds(self) -> bool:
+        return self.fleet == THRESHOLDS
+
+    @property
     def kernel_default_thresholds(self) -> bool:
-        return self.i % 50 == 0
+        return self.at_thresholds or self.i % 50 == 0
 
     @property
     def neighbor_hot(self) -> bool:
-        return self.i % 100 == 0
+        return self.at_thresholds or self.i % 100 == 0
 
     @property
     def pull_backlog(self) -> bool:
-        return self.i % 100 == 37
+        return self.at_thresholds or self.i % 100 == 37
 
     @property
     def pull_stalled(self) -> bool:
-        return self.i % 331 == 7
+        return self.at_thresholds or self.i % 331 == 7
 
     @property
     def serialized_pulls(self) -> bool:
-        return self.i % 3 != 0
+        return self.at_thresholds or self.i % 3 != 0
 
     @property
     def preload_missing(self) -> bool:
-        return self.i % 173 == 2
+        return self.at_thresholds or self.i % 173 == 2
+
+    @property
+    def pull_settings_differ(self) -> bool:
+        # A third: a minority, so the cluster still has the majority the alert compares with.
+        return self.at_thresholds and self.i % 3 == 0
 
 
 def _phase(h: int, period: float) -> float:
@@ -99,7 +138,19 @@ def _counter(rate: float, t: np.ndarray, start: float = 0.0) -> np.ndarray:
     return np.floor(start + rate * t)
 
 
+def _scrapes(t: np.ndarray) -> np.ndarray:
+    return np.floor(t / SCRAPE_SECONDS)
+
+
+def _full_table_eligible(r: Roles, t: np.ndarray) -> np.ndarray:
+    """Thresholds fleet: GC-eligible entries at gc_thresh3 or up to 7 below (over 99%)."""
+    return KERNEL_THRESH3 - (_scrapes(t) + r.h) % 8
+
+
 def _neighbor_entries(r: Roles, family: str, t: np.ndarray) -> np.ndarray:
+    if r.at_thresholds:
+        # 8 PERMANENT entries (a CNI's) beside the full table: the kernel does not count them.
+        return _full_table_eligible(r, t) + 8
     scale = 1.0 if family == "ipv4" else 0.2
     if r.neighbor_hot:
         cycle = ((t + _phase(r.h, 7200)) % 7200) / 7200  # 0..1 over 2 h
@@ -121,6 +172,37 @@ def _thresholds(r: Roles, name: str) -> float:
     )
 
 
+def _gc_eligible(r: Roles, family: str, t: np.ndarray) -> np.ndarray:
+    if r.at_thresholds:
+        return _full_table_eligible(r, t)
+    return np.floor(_neighbor_entries(r, family, t) * 0.97)
+
+
+def _table_full(r: Roles, family: str, t: np.ndarray) -> np.ndarray:
+    """Scrapes at which the table refused a neighbor (its overflow counter moves)."""
+    if r.at_thresholds:
+        return np.ones_like(t)
+    if not r.neighbor_hot:
+        return np.zeros_like(t)
+    return _neighbor_entries(r, family, t) >= 1024 * (1.0 if family == "ipv4" else 0.2)
+
+
+def _oldest_pull(r: Roles, t: np.ndarray) -> np.ndarray:
+    if r.at_thresholds:
+        # Past imagePullOldestSeconds (20 min) at every scrape, in 1 h saw-teeth.
+        return np.floor(1230 + (t + _phase(r.h, 3600)) % 3600)
+    if r.pull_backlog:
+        return np.floor((t + _phase(r.h, 3600)) % 3600)
+    return np.floor(((t + _phase(r.h, 1800)) % 1800) * _pull_in_progress(r, t))
+
+
+def _collector_success(r: Roles, t: np.ndarray) -> np.ndarray:
+    if r.at_thresholds:
+        # One success in three scrapes: past collectorFailingRatio (0.5) over any 5 min.
+        return ((_scrapes(t) + r.h) % 3 == 0).astype(float)
+    return np.ones_like(t)
+
+
 def _pull_in_progress(r: Roles, t: np.ndarray) -> np.ndarray:
     if r.pull_backlog or r.pull_stalled:
         return np.ones_like(t)
@@ -134,14 +216,11 @@ def node_values(s: Series, r: Roles, t: np.ndarray) -> np.ndarray:
     if name == "kubescale_neighbor_entries":
         return _neighbor_entries(r, family, t)
     if name == "kubescale_neighbor_gc_eligible_entries":
-        return np.floor(_neighbor_entries(r, family, t) * 0.97)
+        return _gc_eligible(r, family, t)
     if name.startswith("kubescale_neighbor_gc_thresh"):
         return np.full_like(t, _thresholds(r, name))
     if name == "kubescale_neighbor_table_overflows_total":
-        if not r.neighbor_hot:
-            return np.zeros_like(t)
-        full = _neighbor_entries(r, family, t) >= 1024 * (1.0 if family == "ipv4" else 0.2)
-        return np.cumsum(full * 7.0)
+        return np.cumsum(_table_full(r, family, t) * 7.0)
     if name == "kubescale_neighbor_forced_gc_runs_total":
         return _counter(0.05 if r.neighbor_hot else 0.0005, t, r.h % 7)
     if name == "kubescale_neighbor_allocations_total":
@@ -159,9 +238,7 @@ def node_values(s: Series, r: Roles, t: np.ndarray) -> np.ndarray:
     if name == "kubescale_image_pulls_queued":
         return np.full_like(t, 3 + r.h % 5) if r.pull_backlog else np.zeros_like(t)
     if name == "kubescale_image_pull_oldest_seconds":
-        if r.pull_backlog:
-            return np.floor((t + _phase(r.h, 3600)) % 3600)
-        return np.floor(((t + _phase(r.h, 1800)) % 1800) * _pull_in_progress(r, t))
+        return _oldest_pull(r, t)
     if name == "kubescale_image_pull_expected_bytes":
         size = 17e9 if r.pull_backlog else 2.1e9
         return size * _pull_in_progress(r, t)
@@ -183,6 +260,16 @@ def node_values(s: Series, r: Roles, t: np.ndarray) -> np.ndarray:
         return np.full_like(t, 0.0 if r.serialized_pulls else 5.0)
     if name == "kubescale_image_preload_missing":
         return np.full_like(t, 1.0 if r.preload_missing else 0.0)
+    if name == "kubescale_containerd_max_concurrent_downloads" and r.pull_settings_differ:
+        return np.full_like(t, 5.0)
+    if name == "kubescale_containerd_image_pull_progress_timeout_seconds" and (
+        r.pull_settings_differ
+    ):
+        return np.full_like(t, 600.0)
+    if name == "kubescale_scrape_collector_success":
+        return _collector_success(r, t)
+    if name == "kubescale_kube_watch_up" and r.at_thresholds:
+        return np.zeros_like(t)
     if name == "kubescale_kube_last_sync_age_seconds":
         return np.floor((t + _phase(r.h, 60)) % 60)
     if name == "kubescale_scrape_collector_duration_seconds":
@@ -332,12 +419,14 @@ def _openmetrics_family(s: Series) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Segment:
-    """A stretch of history with a fleet of `nodes` nodes, scraped every `interval` s."""
+    """A stretch of history with a fleet of `nodes` nodes, scraped every `interval` s; the
+    fleet's story is `fleet` (FLEETS)."""
 
     nodes: int
     start: int
     end: int
     interval: int
+    fleet: str = REALISTIC
 
     @property
     def stamps(self) -> np.ndarray:
@@ -356,8 +445,11 @@ def write(out: TextIO, node: Template, cluster: Template, segments: list[Segment
         stamps = seg.stamps
         prepared.append((seg, [str(x) for x in stamps.tolist()], (stamps - origin).astype(float)))
     most = max(seg.nodes for seg in segments)
-    roles = [Roles(i) for i in range(most)]
+    (fleet,) = {seg.fleet for seg in segments}
+    roles = [Roles(i, fleet) for i in range(most)]
     labels = [node_labels(i) for i in range(most)]
+    # The thresholds fleet's targets each report one sample past the node series budget.
+    node_samples = len(node) if fleet == REALISTIC else NODE_SERIES + 1
     samples = 0
 
     groups: dict[str, list[tuple[Series, str, str]]] = {}
@@ -384,7 +476,7 @@ def write(out: TextIO, node: Template, cluster: Template, segments: list[Segment
         for seg, stamps, t in prepared:
             for r, tl in zip(roles[: seg.nodes], labels, strict=False):
                 samples += _write_series(
-                    out, name + _fmt_labels(tl), target_values(len(node), name, t, r.h), stamps
+                    out, name + _fmt_labels(tl), target_values(node_samples, name, t, r.h), stamps
                 )
             samples += _write_series(
                 out,

@@ -6,7 +6,7 @@ scrapes each path as its own target with the target labels a Kubernetes scrape c
 gives (instance, job, node), so its memory, scrape loops and rule evaluation are those of a
 real N-node fleet. asyncio keeps thousands of keep-alive connections on one thread.
 
-    python -m bench.scale.target --nodes 7500 --port 9999
+    python -m bench.scale.target --nodes 7500 --port 9999 [--fleet thresholds]
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from bench.scale import synth, template
 
 
 class Fleet:
-    def __init__(self, nodes: int, origin: float):
+    def __init__(self, nodes: int, origin: float, story: str = synth.REALISTIC):
         self.node_t = template.load("node")
         self.cluster_t = template.load("cluster")
         self.nodes = nodes
         self.origin = origin
+        self.story = story
         self._families = self._group(self.node_t.series)
         self._cluster_families = self._group(self.cluster_t.series)
         self._cache: dict[int, tuple[int, bytes]] = {}
@@ -73,7 +74,7 @@ class Fleet:
         cached = self._cache.get(i)
         if cached and cached[0] == bucket:
             return cached[1]
-        roles = synth.Roles(i)
+        roles = synth.Roles(i, self.story)
         body = self._render(self._families, lambda s: synth.node_values(s, roles, t)[0])
         self._cache[i] = (bucket, body)
         return body
@@ -147,8 +148,11 @@ def main(argv=None):
     parser.add_argument(
         "--origin", type=float, default=None, help="unix time the fleet story starts"
     )
+    parser.add_argument("--fleet", choices=synth.FLEETS, default=synth.REALISTIC)
     args = parser.parse_args(argv)
-    fleet = Fleet(args.nodes, args.origin if args.origin is not None else time.time() - 3600)
+    fleet = Fleet(
+        args.nodes, args.origin if args.origin is not None else time.time() - 3600, args.fleet
+    )
     asyncio.run(_serve(fleet, args.host, args.port))
 
 
