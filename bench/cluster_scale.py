@@ -2,34 +2,40 @@
 
     flock /var/lock/kse-bigrun.lock python -m bench.cluster_scale [--nodes 2000] [--pods 20000]
         [--rollout 10000] [--event-rate 500] [--event-seconds 300] [--rest 60] [--scrapes 200]
+    flock /var/lock/kse-bigrun.lock python -m bench.fleet --sizes 7500:150000 --bind direct \
+        --cluster-scale "--rest 60 --scrapes 20 --rollout 0 --event-seconds 0 --no-relist"
 
-One fleet (testbed/fleet.py: the 1.34 API server on a main and an events etcd 3.6,
-scheduler, controller-manager, kwok Nodes and pods), then, in one run:
+One fleet (testbed/fleet.py: the 1.37 API server on a main and an events etcd 3.7,
+scheduler, controller-manager, kwok Nodes and pods; or, through bench.fleet's
+--cluster-scale, the fleet that bench measured, `run_on`), then, in one run:
 
-1. at rest with nothing watching: the API server's CPU and memory;
+1. at rest with nothing watching: the API server's CPU, memory and bytes written;
 2. the exporter as the Deployment runs it (deploy/base/cluster.yaml with the balloon,
    imagepull-events and etcd components: balloon pods by run=overprovisioning, every Node,
    PriorityClasses, Pulled and Failed events, both etcd clusters): the time to its first
-   complete scrape (every collector succeeding), then at rest: its RSS and CPU and the
-   API server's again;
-3. beside it, started one after the other (each timed to its first complete scrape): the
-   same exporter with a balloon selector that matches every fleet pod (it watches the same
-   pods and nodes as kube-state-metrics does), kube-state-metrics with its defaults, and
-   with --resources=pods,nodes; all at rest;
+   complete scrape (every collector succeeding) and what the API server spent on it
+   until then (CPU, bytes written: its lists), then `--rest` seconds at rest;
+3. the same, one after the other, for the same exporter with a balloon selector that
+   matches every fleet pod (it watches the same pods and nodes as kube-state-metrics
+   does), kube-state-metrics with its defaults, and with --resources=pods,nodes: each
+   window at rest has one more of them than the last, so the API server's CPU and bytes
+   each adds is the difference of two windows;
 4. CPU per scrape: each of the four in turn takes `--scrapes` sequential scrapes over one
    kept-alive connection (bench/scraping.py, as the node benches measure it) while the
    others rest; its CPU over them per scrape, and the same less what it used at rest over
    as long (its watches' own work);
-5. churn: a rollout that replaces at least `--rollout` pods, whole Deployments (a template change);
-6. `--event-rate` image-pull events a second for `--event-seconds`, written through the
-   API server as events.k8s.io/v1 Events the way kubelet reports a pull (Pulling, then
-   Pulled or Failed): the exporter's counters are compared with what was sent;
-7. a relist: what listing the exporter's caches again costs (after a 410), in this
-   process with the collectors' own field projections.
+5. churn (unless `--rollout 0`): a rollout that replaces at least `--rollout` pods, whole
+   Deployments (a template change);
+6. (unless `--event-seconds 0`) `--event-rate` image-pull events a second for
+   `--event-seconds`, written through the API server as events.k8s.io/v1 Events the way
+   kubelet reports a pull (Pulling, then Pulled or Failed): the exporter's counters are
+   compared with what was sent;
+7. (unless `--no-relist`) a relist: what listing the exporter's caches again costs (after
+   a 410), in this process with the collectors' own field projections.
 
-CPU is per minute of each phase (user + system from /proc), bytes read from /proc/PID/io
-(the watch and list traffic), RSS at the end of each phase and at most. Writes
-bench/results/cluster_scale.md.
+CPU is per minute of each phase (user + system from /proc), bytes read and written from
+/proc/PID/io (the watch and list traffic), RSS at the end of each phase and at most.
+Writes bench/results/cluster_scale.md (or --out), with the versions that ran.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import subprocess
 import tempfile
 import threading
@@ -52,13 +59,15 @@ from kube_scale_exporter import kube
 from kube_scale_exporter.collectors.balloon.collector import POD_FIELDS
 from kube_scale_exporter.collectors.imagepull_events import EVENT_FIELDS, event_summary
 from testbed.builds import (
+    CONTROL_PLANE_ETCD,
+    etcd_version,
     kube_binary,
     kube_state_metrics_binary,
     kwok_binary,
     version_line,
 )
 from testbed.exporter import start_exporter
-from testbed.fleet import NAMESPACE, Fleet, FleetSize
+from testbed.fleet import BALLOON_LABELS, NAMESPACE, Fleet, FleetSize
 from testbed.kube_apiserver import Api
 from testbed.metrics import parse_exposition
 from testbed.ports import free_port
@@ -66,6 +75,9 @@ from testbed.procs import Proc, cpu_seconds, rss_mib, wait_for_port
 
 RESULTS = peers.ROOT / "bench" / "results" / "cluster_scale.md"
 BALLOONS = 20
+# Room for every pod in the every-pod exporter's balloon cache (its default cap is 20,000,
+# past which the collector fails by design: docs/balloon.md).
+EVERY_POD_CAP = 1_000_000
 # A pull kubelet reports: Pulling, then Pulled (or Failed, one in FAILED_EVERY).
 FAILED_EVERY = 10
 PULLED_NOTE = (
@@ -92,20 +104,23 @@ class Watched:
     def _read(self):
         with open(f"/proc/{self.proc.pid}/io") as f:
             io = dict(line.split(": ") for line in f.read().splitlines())
-        return time.monotonic(), cpu_seconds(self.proc.pid), int(io["rchar"])
+        return time.monotonic(), cpu_seconds(self.proc.pid), int(io["rchar"]), int(io["wchar"])
 
     def begin(self):
         self._mark = self._read()
 
     def end(self, phase):
-        (t0, c0, r0), (t1, c1, r1) = self._mark, self._read()
+        (t0, c0, r0, w0), (t1, c1, r1, w1) = self._mark, self._read()
         rss, peak = rss_mib(self.proc.pid)
         minutes = (t1 - t0) / 60
         self.phases[phase] = {
             "cpu_s_per_min": (c1 - c0) / minutes,
+            "cpu_s": c1 - c0,
             "rss_mib": rss,
             "peak_mib": peak,
             "read_mib_per_min": (r1 - r0) / 2**20 / minutes,
+            "written_mib": (w1 - w0) / 2**20,
+            "written_mib_per_min": (w1 - w0) / 2**20 / minutes,
             "seconds": t1 - t0,
         }
 
@@ -134,11 +149,27 @@ def ours_complete(url):
     return bool(ok) and all(v == 1 for v in ok)
 
 
+def count_lines(url, prefixes):
+    """How many lines of a scrape start with each of `prefixes` (bytes), counted as the
+    body streams in: at 100,000 pods kube-state-metrics answers with hundreds of MiB,
+    more than parsing it here would take."""
+    found = dict.fromkeys(prefixes, 0)
+    tail = b""
+    with requests.get(url + "/metrics", timeout=120, stream=True) as reply:
+        reply.raise_for_status()
+        for chunk in reply.iter_content(1 << 20):
+            block = tail + chunk
+            cut = block.rfind(b"\n") + 1  # whole lines now, the rest with the next chunk
+            for prefix in prefixes:
+                found[prefix] += block.count(b"\n" + prefix, 0, cut)
+            tail = block[cut - 1 :] if cut else block
+    return found
+
+
 def ksm_complete(url, pods, nodes):
-    families = scrape(url)
-    return (value(families, "kube_pod_info") or 0) >= pods and (
-        value(families, "kube_node_info") or 0
-    ) >= nodes
+    # Every line but the first follows a newline; kube_pod_info is never the first.
+    found = count_lines(url, (b"kube_pod_info{", b"kube_node_info{"))
+    return found[b"kube_pod_info{"] >= pods and found[b"kube_node_info{"] >= nodes
 
 
 def time_to_complete(check, started, timeout=600):
@@ -152,12 +183,13 @@ def time_to_complete(check, started, timeout=600):
     raise TimeoutError("no complete scrape")
 
 
-def start_ours(fleet, workdir, selector):
+def start_ours(fleet, workdir, selector, *extra):
     flags = [
         "--mode=cluster",
         "--collector.disable-defaults",
         "--collector.balloon",
         f"--balloon.selector={selector}",
+        *extra,
         "--collector.imagepull_events",
         "--collector.etcd",
         f"--etcd.cluster=main={fleet.main_etcd.client_url}",
@@ -378,31 +410,36 @@ def relist_cost(fleet):
 
 
 # ---- the run ------------------------------------------------------------------------------
-def main():
+def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--gpu-nodes", type=int, default=100)
     ap.add_argument("--pods", type=int, default=20000)
-    ap.add_argument("--rollout", type=int, default=10000)
+    ap.add_argument("--rollout", type=int, default=10000, help="pods to replace; 0: no rollout")
     ap.add_argument("--event-rate", type=float, default=500)
-    ap.add_argument("--event-seconds", type=float, default=300)
+    ap.add_argument("--event-seconds", type=float, default=300, help="0: no image-pull events")
     ap.add_argument("--rest", type=float, default=60)
     ap.add_argument("--scrapes", type=int, default=200)
+    ap.add_argument("--relist", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--out", default=str(RESULTS))
-    opts = ap.parse_args()
-    log = []
+    return ap
 
-    def say(text):
+
+class Log(list):
+    def __call__(self, text):
         line = f"{time.strftime('%H:%M:%S')} {text}"
         print(line, flush=True)
-        log.append(line)
+        self.append(line)
 
+
+def main():
+    opts = parser().parse_args()
+    say = Log()
     size = FleetSize(
         nodes=opts.nodes, gpu_nodes=opts.gpu_nodes, pods=opts.pods, gpu_pods=opts.gpu_nodes
     )
     with tempfile.TemporaryDirectory(prefix="bench-cluster-scale-") as tmp:
         fleet = Fleet(Path(tmp) / "fleet", size).start()
-        watched = {}
         try:
             t = time.monotonic()
             fleet.create_nodes()
@@ -414,44 +451,106 @@ def main():
             fleet.wait_pods_running(progress=None)
             total_pods = opts.pods + opts.gpu_nodes + BALLOONS
             say(f"{total_pods} pods Running in {time.monotonic() - t:.0f}s")
-            api = watched["kube-apiserver"] = Watched("kube-apiserver", fleet.api.proc)
-
-            def rest(phase):
-                for w in watched.values():
-                    w.begin()
-                time.sleep(opts.rest)
-                for w in watched.values():
-                    w.end(phase)
-                say(f"{phase}: " + json.dumps({n: w.phases[phase] for n, w in watched.items()}))
-
             time.sleep(opts.rest)  # the controllers' and kwok's last writes settle first
-            rest("rest, nothing watching")
-            first = {}
-            for name, start in (
-                ("exporter (deploy)", lambda: start_ours(fleet, tmp, "run=overprovisioning")),
-                ("exporter (every pod)", lambda: start_ours(fleet, tmp, "app")),
-                ("ksm (defaults)", lambda: start_ksm(fleet, tmp, "ksm-defaults", [])),
-                (
-                    "ksm (pods,nodes)",
-                    lambda: start_ksm(fleet, tmp, "ksm-pods-nodes", ["--resources=pods,nodes"]),
-                ),
-            ):
-                proc, url, started = start()
-                check = (
-                    (lambda u=url: ours_complete(u))
-                    if name.startswith("exporter")
-                    else (lambda u=url: ksm_complete(u, total_pods, opts.nodes))
-                )
-                first[name] = time_to_complete(check, started)
-                watched[name] = Watched(name, proc)
-                watched[name].url = url
-                say(f"{name}: first complete scrape after {first[name]:.1f}s")
-                if name == "exporter (deploy)":
-                    rest("rest, the exporter (deploy) alone")
-            rest("rest, all four")
-            scrapes = scrape_costs([watched[n] for n in first], opts.scrapes, "rest, all four")
-            say(f"{opts.scrapes} scrapes each: {json.dumps(scrapes)}")
+            opts.fleet = (
+                f"{opts.nodes} Nodes ({opts.gpu_nodes} GPU), {total_pods} pods from "
+                "Deployments the scheduler bound and kwok played Running"
+            )
+            opts.command = (
+                f"python -m bench.cluster_scale --nodes {opts.nodes} --gpu-nodes "
+                f"{opts.gpu_nodes} --pods {opts.pods} --rollout {opts.rollout} --event-rate "
+                f"{opts.event_rate:g} --event-seconds {opts.event_seconds:g} --rest "
+                f"{opts.rest:g} --scrapes {opts.scrapes}"
+            )
+            r = measure(fleet, opts, tmp, total_pods, say)
+        finally:
+            fleet.stop()
+    write(opts, r)
 
+
+def run_on(fleet, argv, total_pods, fleet_opts):
+    """The measurements on a fleet bench.fleet brought up (its --cluster-scale ARGS),
+    before it stops it; the fleet's size and how its pods were made come from there."""
+    opts = parser().parse_args(argv)
+    opts.nodes = fleet.size.nodes
+    opts.gpu_nodes = fleet.size.gpu_nodes
+    opts.fleet = (
+        f"{opts.nodes} Nodes ({opts.gpu_nodes} GPU) with Leases of "
+        f"{fleet.size.lease_seconds} s, {total_pods} pods "
+        + (
+            "bound directly (spec.nodeName, the Running status a kubelet reports; no "
+            "scheduler binding), balloons run=overprovisioning among them"
+            if fleet_opts.bind == "direct"
+            else "from Deployments the scheduler bound and kwok played Running"
+        )
+        + " (bench/results/fleet.md)"
+    )
+    opts.command = (
+        f"python -m bench.fleet --sizes {fleet_opts.sizes} --bind {fleet_opts.bind} "
+        f"--lease-seconds {fleet_opts.lease_seconds} --pods-timeout "
+        f'{fleet_opts.pods_timeout:g} --rest {fleet_opts.rest:g} --cluster-scale "{" ".join(argv)}"'
+    )
+    say = Log()
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-scale-") as tmp:
+        r = measure(fleet, opts, tmp, total_pods, say)
+    write(opts, r)
+
+
+def measure(fleet, opts, tmp, total_pods, say) -> dict:
+    """Steps 1-7 of the module docstring on a running fleet; the figures for `write`."""
+    r = {"total_pods": total_pods, "log": say, "load_start": os.getloadavg()}
+    watched = {}
+    try:
+        api = watched["kube-apiserver"] = Watched("kube-apiserver", fleet.api.proc)
+
+        def rest(phase):
+            for w in watched.values():
+                w.begin()
+            time.sleep(opts.rest)
+            for w in watched.values():
+                w.end(phase)
+            say(f"{phase}: " + json.dumps({n: w.phases[phase] for n, w in watched.items()}))
+
+        rest("rest, nothing watching")
+        first = r["first"] = {}
+        starting = r["starting"] = {}
+        servers = (
+            ("exporter (deploy)", lambda: start_ours(fleet, tmp, "run=overprovisioning")),
+            (
+                "exporter (every pod)",
+                lambda: start_ours(
+                    fleet, tmp, "app", f"--balloon.max-cached-objects={EVERY_POD_CAP}"
+                ),
+            ),
+            ("ksm (defaults)", lambda: start_ksm(fleet, tmp, "ksm-defaults", [])),
+            (
+                "ksm (pods,nodes)",
+                lambda: start_ksm(fleet, tmp, "ksm-pods-nodes", ["--resources=pods,nodes"]),
+            ),
+        )
+        every_pod = total_pods - count_balloons(fleet)
+        for name, start in servers:
+            api.begin()
+            proc, url, started = start()
+            check = (
+                (lambda u=url: ours_complete(u))
+                if name.startswith("exporter")
+                else (lambda u=url: ksm_complete(u, total_pods, opts.nodes))
+            )
+            first[name] = time_to_complete(check, started)
+            api.end(f"start, {name}")
+            starting[name] = api.phases[f"start, {name}"]
+            watched[name] = Watched(name, proc)
+            watched[name].url = url
+            say(f"{name}: first complete scrape after {first[name]:.1f}s")
+            rest(f"rest, + {name}")
+        r["every_pod_pods"] = every_pod
+        scrapes = r["scrapes"] = scrape_costs(
+            [watched[n] for n in first], opts.scrapes, "rest, + ksm (pods,nodes)"
+        )
+        say(f"{opts.scrapes} scrapes each: {json.dumps(scrapes)}")
+
+        if opts.rollout:
             for w in watched.values():
                 w.begin()
             t = time.monotonic()
@@ -461,65 +560,66 @@ def main():
                 if time.monotonic() - t > 1800:
                     raise TimeoutError("rollout")
                 time.sleep(2)
-            rollout_s = time.monotonic() - t
+            r["rollout"] = {"pods": replaced, "seconds": time.monotonic() - t}
             for w in watched.values():
                 w.end("rollout")
-            say(f"rollout of {replaced} pods in {rollout_s:.0f}s")
+            say(f"rollout of {replaced} pods in {r['rollout']['seconds']:.0f}s")
 
-            ours = watched["exporter (deploy)"]
-            before = pull_counts(ours.url)
-            for w in watched.values():
-                w.begin()
-            sent, rate, sent_s, errors = send_events(fleet, opts.event_rate, opts.event_seconds)
-            for w in watched.values():
-                w.end("image-pull events")
-            say(f"sent {sent} in {sent_s:.0f}s ({rate:.0f}/s), {len(errors)} errors")
-            t = time.monotonic()
-            want = {
-                "Pulled": before["Pulled"] + sent["Pulled"],
-                "Failed": before["Failed"] + sent["Failed"],
-            }
-            counted = pull_counts(ours.url)
-            while (counted["Pulled"], counted["Failed"]) != (want["Pulled"], want["Failed"]):
-                if time.monotonic() - t > 120:
-                    break
-                time.sleep(1)
-                counted = pull_counts(ours.url)
-            lag = time.monotonic() - t
-            other = pull_counts(watched["exporter (every pod)"].url)
-            say(f"counted {counted} (every-pod exporter {other}) {lag:.1f}s after the last send")
-            relist = relist_cost(fleet)
-            say(f"relist: {relist}")
-            apiserver_mem = rss_mib(api.proc.pid)
-        finally:
-            for w in watched.values():
-                if w.name != "kube-apiserver":
-                    w.proc.stop()
-            fleet.stop()
-    write(
-        opts,
-        {
-            "first": first,
-            "scrapes": scrapes,
-            "phases": {n: w.phases for n, w in watched.items()},
-            "rollout": {"pods": replaced, "seconds": rollout_s},
-            "events": {
-                "sent": sent,
-                "rate": rate,
-                "seconds": sent_s,
-                "errors": errors[:5],
-                "error_count": len(errors),
-                "before": before,
-                "counted": counted,
-                "every_pod_exporter": other,
-                "lag_s": lag,
-            },
-            "relist": relist,
-            "apiserver_rss": apiserver_mem,
-            "total_pods": total_pods,
-            "log": log,
-        },
-    )
+        if opts.event_seconds:
+            r["events"] = pull_events_phase(fleet, opts, watched, say)
+        if opts.relist:
+            r["relist"] = relist_cost(fleet)
+            say(f"relist: {r['relist']}")
+        r["apiserver_rss"] = rss_mib(api.proc.pid)
+        r["load_end"] = os.getloadavg()
+    finally:
+        for w in watched.values():
+            if w.name != "kube-apiserver":
+                w.proc.stop()
+    r["phases"] = {n: w.phases for n, w in watched.items()}
+    return r
+
+
+def count_balloons(fleet) -> int:
+    selector = ",".join(f"{k}={v}" for k, v in BALLOON_LABELS.items())
+    return len(fleet.admin.get("/api/v1/pods", labelSelector=selector)["items"])
+
+
+def pull_events_phase(fleet, opts, watched, say) -> dict:
+    """Step 6: the events sent, what the two exporters counted, and how long after."""
+    ours = watched["exporter (deploy)"]
+    before = pull_counts(ours.url)
+    for w in watched.values():
+        w.begin()
+    sent, rate, sent_s, errors = send_events(fleet, opts.event_rate, opts.event_seconds)
+    for w in watched.values():
+        w.end("image-pull events")
+    say(f"sent {sent} in {sent_s:.0f}s ({rate:.0f}/s), {len(errors)} errors")
+    t = time.monotonic()
+    want = {
+        "Pulled": before["Pulled"] + sent["Pulled"],
+        "Failed": before["Failed"] + sent["Failed"],
+    }
+    counted = pull_counts(ours.url)
+    while (counted["Pulled"], counted["Failed"]) != (want["Pulled"], want["Failed"]):
+        if time.monotonic() - t > 120:
+            break
+        time.sleep(1)
+        counted = pull_counts(ours.url)
+    lag = time.monotonic() - t
+    other = pull_counts(watched["exporter (every pod)"].url)
+    say(f"counted {counted} (every-pod exporter {other}) {lag:.1f}s after the last send")
+    return {
+        "sent": sent,
+        "rate": rate,
+        "seconds": sent_s,
+        "errors": errors[:5],
+        "error_count": len(errors),
+        "before": before,
+        "counted": counted,
+        "every_pod_exporter": other,
+        "lag_s": lag,
+    }
 
 
 def ratio(a, b):
@@ -533,53 +633,64 @@ def ksm_version():
     return out.stdout.splitlines()[0]
 
 
+def cells(values, spec):
+    return " | ".join(format(v, spec) for v in values)
+
+
 def write(opts, r):
     out = Path(opts.out)
     out.with_suffix(".json").write_text(json.dumps(r, indent=1) + "\n")
     phases = r["phases"]
     procs = list(r["first"])  # the four servers, in the order they were started
+    at_rest = f"rest, + {procs[-1]}"  # the window with all four
     lines = [
         f"# Cluster mode at {opts.nodes} nodes and {r['total_pods']} pods, beside kube-state-metrics",
         "",
         f"kwok fleet (testbed/fleet.py): {version_line(kube_binary('kube-apiserver'))} on a main and "
-        f"an events etcd 3.6, scheduler, controller-manager, kwok {version_line(kwok_binary())}; "
-        f"{ksm_version()}; ours: {peers.ours()}; machine: 2 cores, "
-        "24 GiB, shared with other sessions' builds and tests (timings are noisy). "
-        f"`python -m bench.cluster_scale --nodes {opts.nodes} --gpu-nodes {opts.gpu_nodes} "
-        f"--pods {opts.pods} --rollout {opts.rollout} --event-rate {opts.event_rate:g} "
-        f"--event-seconds {opts.event_seconds:g} --rest {opts.rest:g} --scrapes {opts.scrapes}`; "
-        "raw figures in "
-        f"{out.with_suffix('.json').name}.",
+        f"an events etcd {etcd_version(CONTROL_PLANE_ETCD).removeprefix('v')}, scheduler, "
+        f"controller-manager, kwok {version_line(kwok_binary())}; {opts.fleet}; "
+        f"{ksm_version()}; ours: {peers.ours()}; machine: 2 cores, 24 GiB, shared with other "
+        "sessions (load averages, 1/5/15 min, "
+        + " / ".join(f"{x:.1f}" for x in r["load_start"])
+        + " at the start, "
+        + " / ".join(f"{x:.1f}" for x in r["load_end"])
+        + f" at the end). `{opts.command}`; raw figures in {out.with_suffix('.json').name}.",
         "",
         "What each watches: *exporter (deploy)* is deploy/base/cluster.yaml with the balloon,",
         "imagepull-events and etcd components (balloon pods by run=overprovisioning, every",
         "Node, PriorityClasses, Pulled and Failed events; both etcd clusters); *exporter (every",
-        "pod)* the same with --balloon.selector=app, which every fleet pod matches: the same",
-        "pods and nodes as *ksm (pods,nodes)* (`--resources=pods,nodes`); *ksm (defaults)* every",
-        "resource kube-state-metrics watches by default.",
+        "pod)* the same with --balloon.selector=app, which every fleet pod but the balloons",
+        f"matches ({r['every_pod_pods']} pods; --balloon.max-cached-objects={EVERY_POD_CAP}):",
+        "the same pods and nodes as *ksm (pods,nodes)* (`--resources=pods,nodes`); *ksm",
+        "(defaults)* every resource kube-state-metrics watches by default.",
         "",
-        "## At rest and under churn",
+        "## At rest" + (" and under churn" if "rollout" in r or "events" in r else ""),
         "",
         "| | " + " | ".join(procs) + " |",
         "|---|" + "---:|" * len(procs),
         "| first complete scrape after start, s | "
-        + " | ".join(f"{r['first'][p]:.1f}" for p in procs)
+        + cells((r["first"][p] for p in procs), ".1f")
         + " |",
     ]
-    for phase, label in (
-        ("rest, all four", "at rest"),
-        ("rollout", f"{r['rollout']['pods']}-pod rollout ({r['rollout']['seconds']:.0f} s)"),
-        ("image-pull events", f"image-pull events ({r['events']['rate']:.0f}/s)"),
-    ):
+    shown = [(at_rest, "at rest")]
+    if "rollout" in r:
+        ro = r["rollout"]
+        shown.append(("rollout", f"{ro['pods']}-pod rollout ({ro['seconds']:.0f} s)"))
+    if "events" in r:
+        shown.append(("image-pull events", f"image-pull events ({r['events']['rate']:.0f}/s)"))
+    for phase, label in shown:
         for key, unit in (
             ("cpu_s_per_min", "CPU s per minute"),
             ("rss_mib", "RSS at its end, MiB"),
             ("read_mib_per_min", "bytes read, MiB per minute"),
         ):
-            cells = [phases[p][phase][key] for p in procs]
-            lines.append(f"| {label}: {unit} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
+            lines.append(
+                f"| {label}: {unit} | "
+                + cells((phases[p][phase][key] for p in procs), ".2f")
+                + " |"
+            )
     peak = [max(ph["peak_mib"] for ph in phases[p].values()) for p in procs]
-    lines.append("| peak RSS over the run, MiB | " + " | ".join(f"{c:.1f}" for c in peak) + " |")
+    lines.append("| peak RSS over the run, MiB | " + cells(peak, ".1f") + " |")
     d, e = phases["exporter (deploy)"], phases["exporter (every pod)"]
     k, kd = phases["ksm (pods,nodes)"], phases["ksm (defaults)"]
     lines += [
@@ -590,10 +701,10 @@ def write(opts, r):
         "| | ksm (pods,nodes) / exporter (every pod) | ksm (defaults) / exporter (deploy) |",
         "|---|---:|---:|",
     ]
-    for phase in ("rest, all four", "rollout", "image-pull events"):
+    for phase, label in [(at_rest, "rest, all four")] + [(p, p) for p, _ in shown[1:]]:
         for key in ("rss_mib", "cpu_s_per_min"):
             lines.append(
-                f"| {phase}: {key} | {ratio(k[phase][key], e[phase][key])} "
+                f"| {label}: {key} | {ratio(k[phase][key], e[phase][key])} "
                 f"| {ratio(kd[phase][key], d[phase][key])} |"
             )
     sc = r["scrapes"]
@@ -607,62 +718,100 @@ def write(opts, r):
         "",
         "| | " + " | ".join(procs) + " |",
         "|---|" + "---:|" * len(procs),
-        "| CPU ms per scrape | " + " | ".join(f"{sc[p]['cpu_ms']:.2f}" for p in procs) + " |",
-        "| net CPU ms per scrape | "
-        + " | ".join(f"{sc[p]['net_cpu_ms']:.2f}" for p in procs)
-        + " |",
-        "| scrape p50, ms | " + " | ".join(f"{sc[p]['wall_p50_ms']:.1f}" for p in procs) + " |",
-        "| samples | " + " | ".join(f"{sc[p]['samples']:,}" for p in procs) + " |",
+        "| CPU ms per scrape | " + cells((sc[p]["cpu_ms"] for p in procs), ".2f") + " |",
+        "| net CPU ms per scrape | " + cells((sc[p]["net_cpu_ms"] for p in procs), ".2f") + " |",
+        "| scrape p50, ms | " + cells((sc[p]["wall_p50_ms"] for p in procs), ".1f") + " |",
+        "| samples | " + cells((sc[p]["samples"] for p in procs), ",") + " |",
         "",
         "Ratios of CPU per scrape: ksm (pods,nodes) / exporter (every pod) "
         f"{ratio(sc['ksm (pods,nodes)']['cpu_ms'], sc['exporter (every pod)']['cpu_ms'])}, "
         "ksm (defaults) / exporter (deploy) "
         f"{ratio(sc['ksm (defaults)']['cpu_ms'], sc['exporter (deploy)']['cpu_ms'])}.",
+        "",
+        *targets(phases, sc, at_rest),
     ]
     a = phases["kube-apiserver"]
-    none, alone = a["rest, nothing watching"], a["rest, the exporter (deploy) alone"]
-    added = (alone["cpu_s_per_min"] - none["cpu_s_per_min"]) / 60
     lines += [
         "",
-        "## The API server with and without the exporter",
+        "## The API server, as each one was added",
         "",
-        "| kube-apiserver | CPU s per minute | RSS, MiB |",
-        "|---|---:|---:|",
-        f"| at rest, nothing watching | {none['cpu_s_per_min']:.2f} | {none['rss_mib']:.0f} |",
-        f"| at rest, the exporter (deploy) alone | {alone['cpu_s_per_min']:.2f} | {alone['rss_mib']:.0f} |",
-        f"| at rest, all four | {a['rest, all four']['cpu_s_per_min']:.2f} | {a['rest, all four']['rss_mib']:.0f} |",
-        f"| rollout | {a['rollout']['cpu_s_per_min']:.2f} | {a['rollout']['rss_mib']:.0f} |",
-        f"| image-pull events | {a['image-pull events']['cpu_s_per_min']:.2f} | {a['image-pull events']['rss_mib']:.0f} |",
+        f"Each row a {opts.rest:g}-s window at rest with one more watcher than the row above; "
+        "*added* is the difference from the row above (two windows on a shared machine: "
+        "noise of the same order as a small difference). *Its start* is from starting it to "
+        "its first complete scrape: the lists (or streaming lists) that fill its caches.",
         "",
-        f"CPU the exporter (deploy) adds at rest: {added * 100:.1f}% of one core (the difference "
-        f"of two {opts.rest:g}-s windows on a shared machine; the noise is of the same order).",
-        "",
-        "## Image-pull events",
-        "",
+        "| kube-apiserver | CPU s per minute | added | MiB written per minute | added | RSS, MiB "
+        "| its start: API server CPU s | its start: MiB written |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    ev = r["events"]
-    lines += [
-        f"Sent through the API server (events.k8s.io/v1): {ev['sent']} in {ev['seconds']:.0f} s, "
-        f"{ev['rate']:.0f} events/s ({ev['error_count']} requests failed: not counted as sent).",
-        "",
-        "| | sent | counted by the exporter (deploy) | counted by the exporter (every pod) |",
-        "|---|---:|---:|---:|",
-        f"| Pulled | {ev['sent']['Pulled']} | {ev['counted']['Pulled'] - ev['before']['Pulled']:.0f} "
-        f"| {ev['every_pod_exporter']['Pulled']:.0f} |",
-        f"| Failed | {ev['sent']['Failed']} | {ev['counted']['Failed'] - ev['before']['Failed']:.0f} "
-        f"| {ev['every_pod_exporter']['Failed']:.0f} |",
-        "",
-        f"The counts were final {ev['lag_s']:.1f} s after the last event was sent.",
-        "",
-        "## A relist (after a 410), with the collectors' projections",
-        "",
-        "| cache | objects | wall s | CPU s |",
-        "|---|---:|---:|---:|",
-    ]
-    for name, c in r["relist"].items():
-        lines.append(f"| {name} | {c['objects']} | {c['wall_s']:.2f} | {c['cpu_s']:.2f} |")
+    before = a["rest, nothing watching"]
+    lines.append(
+        f"| at rest, nothing watching | {before['cpu_s_per_min']:.2f} | | "
+        f"{before['written_mib_per_min']:.2f} | | {before['rss_mib']:.0f} | | |"
+    )
+    for p in procs:
+        now, start = a[f"rest, + {p}"], r["starting"][p]
+        lines.append(
+            f"| at rest, + {p} | {now['cpu_s_per_min']:.2f} | "
+            f"{now['cpu_s_per_min'] - before['cpu_s_per_min']:+.2f} | "
+            f"{now['written_mib_per_min']:.2f} | "
+            f"{now['written_mib_per_min'] - before['written_mib_per_min']:+.2f} | "
+            f"{now['rss_mib']:.0f} | {start['cpu_s']:.1f} | {start['written_mib']:.0f} |"
+        )
+        before = now
+    for phase in ("rollout", "image-pull events"):
+        if phase in a:
+            lines.append(
+                f"| {phase} | {a[phase]['cpu_s_per_min']:.2f} | | "
+                f"{a[phase]['written_mib_per_min']:.2f} | | {a[phase]['rss_mib']:.0f} | | |"
+            )
+    if "events" in r:
+        ev = r["events"]
+        lines += [
+            "",
+            "## Image-pull events",
+            "",
+            f"Sent through the API server (events.k8s.io/v1): {ev['sent']} in {ev['seconds']:.0f} s, "
+            f"{ev['rate']:.0f} events/s ({ev['error_count']} requests failed: not counted as sent).",
+            "",
+            "| | sent | counted by the exporter (deploy) | counted by the exporter (every pod) |",
+            "|---|---:|---:|---:|",
+            f"| Pulled | {ev['sent']['Pulled']} | {ev['counted']['Pulled'] - ev['before']['Pulled']:.0f} "
+            f"| {ev['every_pod_exporter']['Pulled']:.0f} |",
+            f"| Failed | {ev['sent']['Failed']} | {ev['counted']['Failed'] - ev['before']['Failed']:.0f} "
+            f"| {ev['every_pod_exporter']['Failed']:.0f} |",
+            "",
+            f"The counts were final {ev['lag_s']:.1f} s after the last event was sent.",
+        ]
+    if "relist" in r:
+        lines += [
+            "",
+            "## A relist (after a 410), with the collectors' projections",
+            "",
+            "| cache | objects | wall s | CPU s |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, c in r["relist"].items():
+            lines.append(f"| {name} | {c['objects']} | {c['wall_s']:.2f} | {c['cpu_s']:.2f} |")
     lines += ["", "## Log", "", "```", *r["log"], "```"]
     peers.report(out, lines)
+
+
+def targets(phases, sc, at_rest) -> list[str]:
+    """Issue 40's targets: our RSS at most a third of kube-state-metrics' on the same
+    objects, and less CPU on every row (at rest and per scrape, both pairs)."""
+    pairs = (("exporter (every pod)", "ksm (pods,nodes)"), ("exporter (deploy)", "ksm (defaults)"))
+    rows = []
+    for ours, theirs in pairs:
+        o, t = phases[ours][at_rest], phases[theirs][at_rest]
+        rss = o["rss_mib"] <= t["rss_mib"] / 3
+        cpu = o["cpu_s_per_min"] < t["cpu_s_per_min"] and sc[ours]["cpu_ms"] < sc[theirs]["cpu_ms"]
+        rows.append(
+            f"- {ours} against {theirs}: RSS {o['rss_mib']:.1f} against {t['rss_mib']:.1f} MiB "
+            f"(a third or less: {'met' if rss else 'missed'}); less CPU at rest and per scrape: "
+            f"{'met' if cpu else 'missed'}."
+        )
+    return ["Targets (issue 40):", "", *rows]
 
 
 if __name__ == "__main__":

@@ -26,6 +26,10 @@ It measures:
   difference per watcher;
 - the same with an idle kept-alive connection per Node instead (a GET /version each):
   how much of a watch's cost is its TLS connection;
+- the same with a bare watch per Node instead: the same pod watch (spec.nodeName, with
+  bookmarks, from one resourceVersion) on a connection of its own, opened with no list
+  and no informer behind it: the API server's own floor for such a watch, which ours is
+  quoted against;
 - a simultaneous restart of every watcher (a DaemonSet rollout at its worst: all pods at
   once): each worker stops all its informers and starts new ones, and the harness counts,
   across it, the main etcd's Range requests (etcd's grpc_server_handled_total and
@@ -35,7 +39,8 @@ It measures:
 - an API server restart (the cause that hits every watch at once): etcd's revision moved
   on while it is down, so the new watch cache starts past every informer's
   resourceVersion, each re-watch gets 410 and each informer relists after its random
-  NODE_RELIST_JITTER_SECONDS wait: how those relists spread, and what they read.
+  NODE_RELIST_JITTER_SECONDS wait: how those relists spread, what they read, and whether
+  every informer is back within `--relist-deadline` seconds.
 
 Results go to bench/results/node_watches.md.
 """
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import concurrent.futures
 import json
 import os
 import pathlib
@@ -105,10 +111,43 @@ def worker(kubeconfig: str, nodes: list[str], in_flight: int) -> None:
             inf.client.close()
 
     idle: list = []
+    bare: list = []
+
+    def open_bare(rv):
+        # The informer's watch alone: same selector and parameters, its own connection,
+        # no list before it and nothing reading it (bookmarks wait in the socket).
+        def one(node):
+            client = kube.KubeClient(config)
+            params = {
+                "fieldSelector": f"spec.nodeName={node}",
+                "allowWatchBookmarks": "true",
+                "resourceVersion": rv,
+                "timeoutSeconds": "3600",
+            }
+            for attempt in range(5):  # a handshake past the 5 s connect timeout, on 2 cores
+                try:
+                    return client, client.watch(kube.PODS.path(), params, 120.0)
+                except Exception:  # retried; the fifth failure is raised
+                    if attempt == 4:
+                        raise
+                    time.sleep(1 + attempt)
+            raise AssertionError("unreachable")
+
+        with concurrent.futures.ThreadPoolExecutor(in_flight) as pool:
+            bare[:] = list(pool.map(one, nodes))
 
     for line in sys.stdin:
-        command = line.strip()
-        if command == "idle":
+        command, _, arg = line.strip().partition(" ")
+        if command == "bare":
+            open_bare(arg)
+            reply = {"bare": len(bare)}
+        elif command == "close_bare":
+            for client, watch in bare:
+                watch.close()
+                client.close()
+            reply = {"closed": len(bare)}
+            bare.clear()
+        elif command == "idle":
             # A kept-alive connection per Node with nothing on it: what the connection
             # alone costs the API server, beside what a watch on it adds.
             idle[:] = [kube.KubeClient(config) for _ in nodes]
@@ -130,8 +169,9 @@ def worker(kubeconfig: str, nodes: list[str], in_flight: int) -> None:
             reply["closed_s"] = closed
         elif command == "relisted":
             # After an API server restart: until every informer has listed once more
-            # (after its 410 and jitter); when each did, on the host's monotonic clock.
-            deadline = time.monotonic() + 600
+            # (after its 410 and jitter) or `arg` seconds have passed; when each did, on
+            # the host's monotonic clock.
+            deadline = time.monotonic() + float(arg)
             while time.monotonic() < deadline and any(inf._lists < 2 for inf in informers):
                 time.sleep(0.2)
             done = [inf._last_sync for inf in informers if inf._lists >= 2]
@@ -172,10 +212,10 @@ class Workers:
                 )
             )
 
-    def command(self, word) -> list[dict]:
+    def command(self, word, arg="") -> list[dict]:
         """`word` to every worker at once; their replies."""
         for p in self.procs:
-            p.stdin.write(word + "\n")
+            p.stdin.write(f"{word} {arg}\n")
             p.stdin.flush()
         replies = [None] * len(self.procs)
 
@@ -346,6 +386,21 @@ def run(opts) -> dict:
         out["goroutines_idle"] = total(idle.api, "go_goroutines")
         workers.command("close_idle")
         time.sleep(10)
+        # The floor: the same watches, bare, from the resourceVersion of one pod list.
+        rv = f.admin.get("/api/v1/pods", limit="1")["metadata"]["resourceVersion"]
+        t = time.monotonic()
+        workers.command("bare", rv)
+        out["bare_open_s"] = time.monotonic() - t
+        time.sleep(20)  # as after the informers: goroutines and buffers settle
+        bare = Reading(f)
+        out["heap_bare"], out["rss_bare"] = bare.heap_mib(), bare.api_rss
+        out["goroutines_bare"] = total(bare.api, "go_goroutines")
+        out["stacks_bare"] = bare.stacks_mib()
+        out["bare_watches"] = total(
+            bare.api, "apiserver_longrunning_requests", verb="WATCH", resource="pods"
+        )
+        workers.command("close_bare")
+        time.sleep(10)
         t = time.monotonic()
         opened = workers.command("open")
         out["open_s"] = time.monotonic() - t
@@ -379,7 +434,7 @@ def run(opts) -> dict:
         q1 = Reading(f)
         out["after_quiet"] = delta(q0, q1)
         if opts.api_restart:
-            out["api_restart"] = restart_api_server(f, workers)
+            out["api_restart"] = restart_api_server(f, workers, opts.relist_deadline)
         out["load_end"] = os.getloadavg()[0]
     finally:
         if workers is not None:
@@ -389,7 +444,7 @@ def run(opts) -> dict:
     return out
 
 
-def restart_api_server(f: Fleet, workers: Workers) -> dict:
+def restart_api_server(f: Fleet, workers: Workers, deadline: float) -> dict:
     """Stop the API server, move etcd's revision on (one key of our own) so the new watch
     cache starts past every informer's resourceVersion, start it again on the same port;
     then until every informer has relisted."""
@@ -402,9 +457,10 @@ def restart_api_server(f: Fleet, workers: Workers) -> dict:
     started = time.monotonic()
     f.api.start()
     out["ready_s"] = time.monotonic() - started
-    replies = workers.command("relisted")
+    replies = workers.command("relisted", str(deadline))
     at = sorted(x - started for r in replies for x in r["at"])
     out["relisted"] = len(at)
+    out["deadline"] = deadline
     out["times"] = quantiles(at) | {0.0: at[0]} if at else {}
     after = Reading(f)
     e1 = after.etcd
@@ -429,7 +485,7 @@ def api_restart_rows(ar) -> list[str]:
     at = ar["times"]
     return [
         f"| API server restart (every watch gets 410): its /readyz and default namespace answer after, s | {ar['ready_s']:.1f} |",
-        f"| ... informers relisted | {ar['relisted']} |",
+        f"| ... informers relisted within {ar['deadline']:g} s of the restart | {ar['relisted']} |",
         f"| ... each relist after the new API server started (min / p50 / p90 / p99 / max; jitter 0-{NODE_RELIST_JITTER_SECONDS:g} s), s | "
         + (
             f"{at[0.0]:.1f} / {at[0.5]:.1f} / {at[0.9]:.1f} / {at[0.99]:.1f} / {at[1.0]:.1f} |"
@@ -437,7 +493,7 @@ def api_restart_rows(ar) -> list[str]:
             else "none |"
         ),
         f"| ... pod LISTs served / from the watch cache's spec.nodeName index | {ar['api_pod_lists']:.0f} / {ar['cache_pod_lists']:.0f} |",
-        f"| ... consistent reads / the API server's pod lists / all pod requests to etcd | {ar['consistent_reads']:.0f} / {ar['etcd_pod_lists']:.0f} / {ar['etcd_pod_requests']:.0f} |",
+        f"| ... consistent reads / the API server's pod lists / all pod requests to etcd (its new watch cache's own list and watch among them) | {ar['consistent_reads']:.0f} / {ar['etcd_pod_lists']:.0f} / {ar['etcd_pod_requests']:.0f} |",
         f"| ... main etcd Range requests from the restart to the last relist | {ar['etcd_range_grpc']:.0f} |",
     ]
 
@@ -447,6 +503,7 @@ def write(opts, r):
     per_heap = (r["heap_after"] - r["heap_before"]) * 1024 / n
     per_rss = (r["rss_after"] - r["rss_before"]) * 1024 / n
     per_conn = (r["heap_idle"] - r["heap_before"]) * 1024 / n
+    per_bare = (r["heap_bare"] - r["heap_before"]) * 1024 / n
     cpu_quiet = r["quiet"]["api_cpu"] / r["quiet"]["seconds"]
     cpu_open = r["open"]["api_cpu"] / r["open"]["seconds"]
     rs, aq = r["restart"], r["after_quiet"]
@@ -495,6 +552,11 @@ def write(opts, r):
         f"| **API server heap + stacks per watch, KiB** | **{per_heap:.1f}** |",
         f"| ... of which goroutine stacks, KiB | {(r['stacks_after'] - r['stacks_before']) * 1024 / n:.1f} |",
         f"| ... of which the TLS connection alone (an idle kept-alive one per Node), KiB | {per_conn:.1f} |",
+        f"| the API server's floor: a bare watch of the same selector per Node ({r['bare_watches']:.0f} open), heap + stacks per watch, KiB | {per_bare:.1f} |",
+        f"| ... of which goroutine stacks, KiB | {(r['stacks_bare'] - r['stacks_before']) * 1024 / n:.1f} |",
+        f"| **ours / the floor** | **{per_heap / per_bare:.2f}x** |",
+        f"| API server goroutines with the bare watches (per watch) | {r['goroutines_bare']:.0f} ({(r['goroutines_bare'] - g0) / n:.2f}) |",
+        f"| API server RSS per bare watch, KiB | {(r['rss_bare'] - r['rss_before']) * 1024 / n:.1f} |",
         f"| API server goroutines without / with the watches (per watch) / with idle connections (per connection) | "
         f"{g0:.0f} / {g1:.0f} ({(g1 - g0) / n:.2f}) / {gi:.0f} ({(gi - g0) / n:.2f}) |",
         f"| API server RSS without / with, MiB | {r['rss_before']:.0f} / {r['rss_after']:.0f} |",
@@ -551,6 +613,12 @@ def main():
         action=argparse.BooleanOptionalAction,
         default=True,
         help="end with an API server restart (every watch gets 410 and relists)",
+    )
+    p.add_argument(
+        "--relist-deadline",
+        type=float,
+        default=600.0,
+        help="after the API server restart, seconds to wait for every informer's relist",
     )
     p.add_argument("--results", default=str(RESULTS), help="where the report goes")
     p.add_argument(

@@ -1,4 +1,4 @@
-"""A kwok fleet on the real 1.34 control plane: thousands of Nodes' worth of API objects.
+"""A kwok fleet on the real 1.37 control plane: thousands of Nodes' worth of API objects.
 
     with fleet(tmp, FleetSize(nodes=300, gpu_nodes=30, pods=3000)) as f:
         f.admin.get("/api/v1/nodes")                  # admin requests (testbed Api)
@@ -15,15 +15,20 @@
     # or API objects alone (no scheduler, controller-manager or kwok; see `players`):
     f = Fleet(tmp, size, players=False).start()
     f.create_nodes(); f.create_bound_pods(per_node=1)
+    # or kwok's Nodes with pods bound directly, where the scheduler is the bottleneck:
+    f = Fleet(tmp, size).start(); f.create_nodes(); f.wait_nodes_ready()
+    f.create_bound_pods(per_node=20, gpu_pods=750, balloons=300, until=deadline)
 
 The parts, all on loopback, on free ports:
-- a main etcd 3.6 and an events etcd 3.6: the API server keeps /events on the second
+- a main etcd 3.7 and an events etcd 3.7: the API server keeps /events on the second
   (--etcd-servers-overrides), as large clusters split them;
 - kube-apiserver (testbed/kube_apiserver.py), kube-scheduler and kube-controller-manager
   (their argv from testbed/control_plane.py) with client QPS raised so that the fleet's
   size, not a client rate limiter, sets the pace;
 - kwok (.ci/setup.d/47-kwok.sh) managing the Nodes labelled `type=kwok`: a Lease per node
-  renewed every lease_seconds/4 (as the kubelet does), status from our Stages (STAGES):
+  renewed every lease_seconds/4 (as the kubelet does; the controller-manager's node
+  grace periods keep the kubelet's proportions to it, see `node_grace_args`), status from
+  our Stages (STAGES):
   a Node gets Ready conditions and keeps the allocatable it was created with; a Pod that
   the real scheduler bound goes Pending -> Running with a `Started` event; a deleted Pod
   goes away (there is no kubelet to finish the graceful deletion). Pods annotated
@@ -42,7 +47,10 @@ objects (nothing renews a Lease, nothing marks them Unknown or taints them), and
 `create_bound_pods` writes pods already bound by spec.nodeName with a Running status, as a
 kubelet would have reported it. This is for what reads the API server (watches, lists),
 at sizes where kwok's Lease renewals (nodes / (lease_seconds/4) writes a second) would
-not keep up on a small machine.
+not keep up on a small machine. With the players running, `create_bound_pods` is how a
+fleet gets more pods than the scheduler binds in the time there is (at 2,500 Nodes it
+bound 6 a second on these two cores): the pods carry HOLD_ANNOTATION, so kwok leaves the
+status written with them alone.
 """
 
 from __future__ import annotations
@@ -82,6 +90,12 @@ GPU_NODE = {
     GPU_RESOURCE: "8",
 }
 POD_REQUESTS = {"cpu": "100m", "memory": "128Mi"}
+BALLOON_LABELS = {"run": "overprovisioning"}
+BALLOON_REQUESTS = {"cpu": "4", "memory": "8Gi"}
+BALLOON_PRIORITY_CLASS = "overprovisioning"
+# The main etcd's quota as large clusters set it (etcd's default, 2 GiB, is what 150,000
+# pods and their revisions between two compactions come near).
+MAIN_ETCD_QUOTA = 8 * 2**30
 # Concurrent writers when the fleet makes its own objects (Nodes, Deployments).
 WRITERS = 16
 
@@ -224,6 +238,17 @@ class FleetSize:
             raise ValueError(f"{self.gpu_pods} GPU pods do not fit on {self.gpu_nodes} nodes")
 
 
+def node_grace_args(lease_seconds):
+    """The node-lifecycle controller's grace periods in the kubelet's proportions to its
+    Lease: upstream's 50 s (node-monitor) and 60 s (startup) for the kubelet's 40 s Lease,
+    1.25 and 1.5 times it, never shorter than those defaults. A longer Lease (fewer
+    renewals a second) keeps a Node Ready between renewals only if they grow with it."""
+    return [
+        f"--node-monitor-grace-period={max(50, lease_seconds * 5 // 4)}s",
+        f"--node-startup-grace-period={max(60, lease_seconds * 3 // 2)}s",
+    ]
+
+
 # 10.(64..127).x.0/24 for pods, 172.16.0.0/12 for nodes: room for 16,384 Nodes.
 def pod_net(index):
     """The first three octets of the `index`th Node's podCIDR."""
@@ -308,20 +333,31 @@ def deployment_manifest(name, replicas, gpu):
     }
 
 
-def bound_pod_manifest(name, node):
-    """A pause pod of the Deployments' shape, already bound to `node`."""
-    template = deployment_manifest("bound", 1, gpu=False)["spec"]["template"]
+def bound_pod_manifest(name, node, gpu=False, hold=False):
+    """A pause pod of the Deployments' shape (a GPU pod's with `gpu`), already bound to
+    `node`; `hold` keeps kwok away from it."""
+    template = deployment_manifest("bound-gpu" if gpu else "bound", 1, gpu)["spec"]["template"]
     spec = {k: v for k, v in template["spec"].items() if k != "nodeSelector"}
+    metadata = {"name": name, "namespace": NAMESPACE, "labels": template["metadata"]["labels"]}
+    if hold:
+        metadata["annotations"] = {HOLD_ANNOTATION: "bound"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": template["metadata"]["labels"],
-        },
+        "metadata": metadata,
         "spec": {**spec, "nodeName": node},
     }
+
+
+def balloon_manifest(name, node, hold=False):
+    """An overprovisioning pod as the cluster-autoscaler FAQ runs them (run=overprovisioning,
+    a negative PriorityClass, a pause container holding 4 CPUs and 8 GiB), bound to `node`."""
+    pod = bound_pod_manifest(name, node, hold=hold)
+    pod["metadata"]["labels"] = dict(BALLOON_LABELS)
+    container = pod["spec"]["containers"][0]
+    container["resources"] = {"requests": dict(BALLOON_REQUESTS), "limits": {}}
+    pod["spec"]["priorityClassName"] = BALLOON_PRIORITY_CLASS
+    return pod
 
 
 def running_status(node_index, slot):
@@ -388,7 +424,10 @@ class Fleet:
     def _start(self):
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.main_etcd = EtcdServer(
-            self.workdir / "etcd-main", version=CONTROL_PLANE_VERSION, name="main"
+            self.workdir / "etcd-main",
+            version=CONTROL_PLANE_VERSION,
+            name="main",
+            quota_bytes=MAIN_ETCD_QUOTA,
         ).start()
         self.events_etcd = EtcdServer(
             self.workdir / "etcd-events", version=CONTROL_PLANE_VERSION, name="events"
@@ -422,6 +461,7 @@ class Fleet:
                 "--concurrent-deployment-syncs=10",
                 # No CIDR allocation (Nodes come with theirs), no service accounts' tokens.
                 "--controllers=*,-nodeipam,-serviceaccount-token",
+                *node_grace_args(self.size.lease_seconds),
             ],
             self.workdir / "kube-controller-manager.log",
         )
@@ -533,23 +573,54 @@ class Fleet:
             lambda item: self._api().create("/api/v1/nodes", node_manifest(*item)), named
         )
 
-    def create_bound_pods(self, per_node):
-        """`per_node` Running pods on each CPU-pool Node, bound at creation (no scheduler),
-        their status written as a kubelet reports it (for a fleet without players)."""
-        if per_node > 250:
-            raise ValueError(f"{per_node} pods a Node do not fit a /24 podCIDR")
-        named = [(n, node, i) for n, node in enumerate(self.nodes) for i in range(per_node)]
+    def create_bound_pods(self, per_node, gpu_pods=0, balloons=0, until=None):
+        """Running pods bound at creation (no scheduler), their status written as a kubelet
+        reports it: `balloons` balloon pods spread over the CPU pool, `gpu_pods` GPU pods
+        (one GPU each) spread over the GPU pool, then `per_node` pods on each CPU-pool Node,
+        a round of every Node at a time. Past `until` (time.monotonic()) no more are made;
+        returns how many were. With the players running the pods carry HOLD_ANNOTATION:
+        kwok would otherwise play each a second time."""
+        if per_node + 1 > 250 or gpu_pods > len(self.gpu_nodes) * int(GPU_NODE[GPU_RESOURCE]):
+            raise ValueError(f"{per_node} pods a Node, {gpu_pods} GPU pods: they do not fit")
+        if balloons > len(self.nodes):
+            raise ValueError(f"{balloons} balloons: one a Node at most")
+        cpu, gpu = len(self.nodes), len(self.gpu_nodes)
+        # (node, its index as create_nodes counts, podIP slot, kind); a balloon takes the
+        # slot after the pods'.
+        work = [
+            (self.nodes[b * cpu // balloons], b * cpu // balloons, per_node, "balloon")
+            for b in range(balloons)
+        ]
+        work += [(self.gpu_nodes[g % gpu], cpu + g % gpu, g // gpu, "gpu") for g in range(gpu_pods)]
+        work += [(self.nodes[n], n, slot, "cpu") for slot in range(per_node) for n in range(cpu)]
+        if balloons:
+            self._api().request(
+                "POST",
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                {"metadata": {"name": BALLOON_PRIORITY_CLASS}, "value": -1, "globalDefault": False},
+                ok=(201, 409),
+            )
         path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        hold = self.players
+        made = []
 
         def make(item):
-            index, node, slot = item
-            name = f"{node}-{slot}"
+            if until is not None and time.monotonic() > until:
+                return
+            node, index, slot, kind = item
+            if kind == "balloon":
+                name = f"{node}-balloon"
+                pod = balloon_manifest(name, node, hold)
+            else:
+                name = f"{node}-gpu-{slot}" if kind == "gpu" else f"{node}-{slot}"
+                pod = bound_pod_manifest(name, node, kind == "gpu", hold)
             api = self._api()
-            api.create(path, bound_pod_manifest(name, node))
+            api.create(path, pod)
             api.merge_patch(f"{path}/{name}/status", {"status": running_status(index, slot)})
+            made.append(kind)
 
-        self._parallel(make, named)
-        return len(named)
+        self._parallel(make, work)
+        return len(made)
 
     def ready_nodes(self) -> int:
         """Nodes whose Ready condition is True (a list from the watch cache)."""

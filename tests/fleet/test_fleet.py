@@ -1,4 +1,4 @@
-"""A small kwok fleet on the real 1.34 control plane (testbed/fleet.py): the same parts as
+"""A small kwok fleet on the real 1.37 control plane (testbed/fleet.py): the same parts as
 bench/fleet.py's 7,500 nodes, at a size CI runs in a couple of minutes.
 
 The real scheduler binds the Deployments' pods, kwok plays Nodes (with Leases) and pods
@@ -216,6 +216,36 @@ def test_node_mode_exporter_watches_one_kwok_nodes_pods(small_fleet, tmp_path):
         exporter.proc.stop()
         containerd.wipe()
         shutil.rmtree(containerd_dir, ignore_errors=True)
+
+
+def test_pods_bound_directly_keep_the_status_written_with_them(small_fleet):
+    """create_bound_pods beside kwok (how bench/fleet.py --bind direct grows a fleet past
+    what the scheduler binds): balloons, GPU pods and pause pods, each Running with the
+    status written at creation; kwok, told to hold them, neither replays nor reports them."""
+    f = small_fleet
+    made = f.create_bound_pods(1, gpu_pods=4, balloons=2)
+    assert made == len(f.nodes) + 4 + 2
+    pods = f.admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector="!pod-template-hash")
+    pods = pods["items"]
+    assert len(pods) == made
+    assert {p["status"]["phase"] for p in pods} == {"Running"}
+    assert all(HOLD_ANNOTATION in p["metadata"]["annotations"] for p in pods)
+    balloons = [p for p in pods if p["metadata"]["labels"].get("run") == "overprovisioning"]
+    assert len(balloons) == 2
+    assert {p["spec"]["priority"] for p in balloons} == {-1}
+    gpu = [p for p in pods if p["metadata"]["labels"].get("app") == "bound-gpu"]
+    assert len(gpu) == 4
+    assert {p["spec"]["nodeName"] for p in gpu} <= set(f.gpu_nodes)
+    # The status is the one written with the pod: kwok did not play it again.
+    time.sleep(5)
+    again = f.admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{pods[0]['metadata']['name']}")
+    assert again["metadata"]["resourceVersion"] == pods[0]["metadata"]["resourceVersion"]
+    started = f.admin.get(f"/api/v1/namespaces/{NAMESPACE}/events", fieldSelector="reason=Started")[
+        "items"
+    ]
+    assert not {e["involvedObject"]["name"] for e in started} & {
+        p["metadata"]["name"] for p in pods
+    }
 
 
 def test_a_fleet_without_players_holds_bound_running_pods_and_no_leases():
