@@ -66,6 +66,10 @@ class SegmentReport:
     # answer as JSON is not counted. CPU time is what the group costs whatever else the
     # shared machine runs; on a free core it is the evaluation time.
     group_cost: dict[str, dict[str, float]] = field(default_factory=dict)
+    # The HTTP API's own CPU seconds per query, measured as the groups are on a query that
+    # reads nothing: what each rule's figure above carries and an evaluation inside
+    # Prometheus does not pay.
+    query_floor_cpu: float = 0.0
 
     def groups(self) -> dict[str, dict]:
         """Per rule group: queries, samples, the sum of wall and engine times."""
@@ -139,6 +143,11 @@ def group_cost(
     return out
 
 
+def query_floor(prom: Prometheus, at: int, rounds: int = 3) -> float:
+    """CPU seconds of the cheapest query through the API, the cheapest of `rounds` rounds."""
+    return min(_round(prom, [{"expr": "vector(1)"}], at)[0] for _ in range(rounds))
+
+
 def evaluate(
     prom: Prometheus, groups: list[dict], dashboards: list[Path], seg: Segment
 ) -> SegmentReport:
@@ -178,6 +187,7 @@ def evaluate(
         variables=chosen,
         capped_fresh_series=fresh,
         group_cost=costs,
+        query_floor_cpu=query_floor(prom, at),
     )
 
 

@@ -47,7 +47,7 @@ def render(
     )
     out += [
         "Fleet: "
-        + "; ".join(f"**{name}** ({FLEETS[name]})" for name in fleets)
+        + "; ".join(f"**{name}**, {FLEETS[name]}" for name in fleets)
         + " (bench/scale/synth.py).",
         "",
     ]
@@ -229,6 +229,25 @@ def render(
                 f"| | | | | {'yes' if total <= budget.CYCLE_SECONDS else '**NO**'} (<= "
                 f"{budget.CYCLE_SECONDS:g} s per 30 s) | |"
             )
+            floor = seg.query_floor_cpu
+            if floor:
+                per_cycle = sum(
+                    groups.get(name, {}).get("rules", 0)
+                    * budget.CYCLE
+                    / c.get("interval", budget.CYCLE)
+                    for name, c in costs.items()
+                )
+                out += [
+                    "",
+                    (
+                        f"Each figure above includes the HTTP API's own cost per query: "
+                        f"`count(vector(1))`, measured the same way, took {floor * 1000:.2f} ms "
+                        f"of CPU. The groups run {per_cycle:.1f} rules per {budget.CYCLE} s, so "
+                        f"about **{floor * per_cycle * 1000:.0f} ms** of the total per 30 s is that "
+                        "floor, which Prometheus' own evaluation of a rule does not pay (it still "
+                        "pays the engine's setup per rule, part of the floor)."
+                    ),
+                ]
         out.append("")
     projections = budget.project(fit.segments[0], fit.segments[1]) if fit else []
     full_by_key = {budget.key(m): m for m in full.segments[0].measured} if full else {}
