@@ -59,8 +59,9 @@ OWNED_PATHS = (
     pathlib.Path("/opt/containerd"),
     pathlib.Path("/opt/cni"),
     CONTAINERD_ROOT,
-    # deploy/'s imagepull component mounts it with hostPath DirectoryOrCreate: the kubelet
-    # makes it where it is missing.
+    # deploy/'s imagepull component mounts both with hostPath DirectoryOrCreate: the
+    # kubelet makes them where they are missing.
+    pathlib.Path("/etc/containerd"),
     pathlib.Path("/etc/docker/certs.d"),
 )
 # Without a snapshot (a crashed `up`), `down` removes only what nothing else could own.

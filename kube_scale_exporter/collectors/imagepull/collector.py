@@ -44,8 +44,11 @@ POD_RULES = ({"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch
 SETTINGS_FILES = (
     HostPath("kubelet-config", DEFAULT_KUBELET_CONFIG, "File"),
     # The directory, not the file: drop-ins it imports live beside it, and the registry
-    # host directories of /etc/containerd/certs.d, the first root of 2.2+'s default.
-    HostPath("containerd-config", CONTAINERD_CONFIG_DIR, "Directory"),
+    # host directories of /etc/containerd/certs.d, the first root of 2.2+'s default. A
+    # containerd on its built-in defaults may have no directory at all: DirectoryOrCreate
+    # starts the pod there (an empty directory: containerd reads no config from it, we
+    # report the file missing) where Directory would keep it in ContainerCreating.
+    HostPath("containerd-config", CONTAINERD_CONFIG_DIR, "DirectoryOrCreate"),
     # The second root of 2.2+'s default config_path (Docker's). Most nodes have none:
     # DirectoryOrCreate leaves an empty directory there, which containerd reads as no
     # registry configured, as it reads a missing one.
