@@ -39,7 +39,8 @@ RELIABILITY = "docs/reliability.md"  # its fault figures, where no results file 
 NODE_MEMORY = RESULTS + "node_memory.md"
 SCRAPE_COST = RESULTS + "scrape_cost.md"
 NEIGHBOR = RESULTS + "neighbor.md"
-CLUSTER = RESULTS + "cluster_scale.md"
+CLUSTER = RESULTS + "cluster_scale.md"  # the 7,500-node run
+CLUSTER_500 = RESULTS + "cluster_scale_500.md"  # the 500-node one: rollout, events, relist
 CHURN = RESULTS + "cluster_churn.md"
 FLOOD = RESULTS + "capacitybuffer_flood.md"
 LOAD = RESULTS + "load.md"
@@ -390,7 +391,16 @@ def balloon_cost(text):
     )
     pods = num(rx(r"# Cluster mode at \d+ nodes and (\d+) pods")(text)[0])
     per_pod = rounded((every - deploy) * 1000 / pods, ".1f")
-    return per_pod, str(every), str(deploy), str(every), str(deploy), rounded(pods, ",.0f")
+    rss = (cell(AT_REST_RSS, column, ".1f")(text)[0] for column in (EVERY_POD, DEPLOY))
+    count = rounded(pods, ",.0f")
+    return per_pod, str(every), count, str(deploy), str(every), str(deploy), count, *rss
+
+
+def apiserver_window_swing(text):
+    """bench.cluster_scale: the most the API server's CPU per minute moved between two
+    successive windows at rest (each with one watcher more)."""
+    cpu = [num(n["CPU s per minute"]) for n in rows_of(text, "its start: API server CPU s")]
+    return (rounded(max(abs(b - a) for a, b in zip(cpu, cpu[1:], strict=False)), ".1f"),)
 
 
 def ksm_samples_over_ours(text):
@@ -563,7 +573,7 @@ DEPLOY, EVERY_POD, KSM, KSM_PODS = (
 # The cluster Deployment's CPU per scrape, kube-state-metrics' with its defaults, the ratio.
 DEPLOY_VS_KSM = of(
     cell("CPU ms per scrape", DEPLOY, ".1f"),
-    cell("CPU ms per scrape", KSM, ".0f"),
+    cell("CPU ms per scrape", KSM, ",.0f"),
     rx(r"ksm \(defaults\) / exporter \(deploy\) ([\d.]+)x", ".1f"),
 )
 
@@ -662,23 +672,52 @@ FIGURES = [
         "v{} on the same cluster",
         CLUSTER,
         of(
-            rx(r"# Cluster mode at (\d+) nodes and (\d+) pods", None, ",.0f"),
+            rx(r"# Cluster mode at (\d+) nodes and (\d+) pods", ",.0f", ",.0f"),
             peer("kube-state-metrics", release=True),
         ),
     ),
     Figure(
         "README.md",
         "{} ms of CPU per scrape against its {} ms with its defaults ({}x; {} samples against "
-        "{}), {} MiB RSS at rest against {}, and every one of {} pull events in 120 s counted",
+        "{}), {} MiB RSS at rest against {}",
         CLUSTER,
         of(
             DEPLOY_VS_KSM,
             cell("samples", DEPLOY),
             cell("samples", KSM),
             cell(AT_REST_RSS, DEPLOY, ".0f"),
-            cell(AT_REST_RSS, KSM, ".0f"),
-            pull_events,
+            cell(AT_REST_RSS, KSM, ",.0f"),
         ),
+    ),
+    Figure(
+        "README.md",
+        "on the same pods and nodes {} MiB against {} ({}x less; the target was 3x)",
+        CLUSTER,
+        of(
+            cell(AT_REST_RSS, EVERY_POD, ".0f"),
+            cell(AT_REST_RSS, KSM_PODS, ",.0f"),
+            cell("rest, all four: rss_mib", f"{KSM_PODS} / {EVERY_POD}", ".1f"),
+        ),
+    ),
+    Figure(
+        "README.md",
+        "| the cluster Deployment at {} nodes and {} pods (kwok), beside kube-state-metrics v{} | "
+        "{} MiB RSS at rest, {} ms CPU per scrape; ksm's defaults {} MiB and {} ms",
+        CLUSTER,
+        of(
+            rx(r"# Cluster mode at (\d+) nodes and (\d+) pods", ",.0f", ",.0f"),
+            peer("kube-state-metrics", release=True),
+            cell(AT_REST_RSS, DEPLOY, ".0f"),
+            cell("CPU ms per scrape", DEPLOY, ".1f"),
+            cell(AT_REST_RSS, KSM, ",.0f"),
+            cell("CPU ms per scrape", KSM, ",.0f"),
+        ),
+    ),
+    Figure(
+        "README.md",
+        "every one of {} pull events in 120 s counted",
+        CLUSTER_500,
+        pull_events,
     ),
     # README.md: Reliability
     Figure(
@@ -1044,12 +1083,12 @@ FIGURES = [
     # docs/sizing.md: the cluster Deployment
     Figure(
         "docs/sizing.md",
-        "| CPU per scrape (200 sequential scrapes) | {} ms | {} ms ({}x) | {} ms | {} ms ({}x) |",
+        "| CPU per scrape (20 sequential scrapes) | {} ms | {} ms ({}x) | {} ms | {} ms ({}x) |",
         CLUSTER,
         of(
             DEPLOY_VS_KSM,
             cell("CPU ms per scrape", EVERY_POD, ".1f"),
-            cell("CPU ms per scrape", KSM_PODS, ".0f"),
+            cell("CPU ms per scrape", KSM_PODS, ",.0f"),
             rx(r"ksm \(pods,nodes\) / exporter \(every pod\) ([\d.]+)x", ".2f"),
         ),
     ),
@@ -1078,10 +1117,10 @@ FIGURES = [
         CLUSTER,
         of(
             cell(AT_REST_RSS, DEPLOY, ".1f"),
-            cell(AT_REST_RSS, KSM, ".0f"),
+            cell(AT_REST_RSS, KSM, ",.0f"),
             cell("rest, all four: rss_mib", f"{KSM} / {DEPLOY}", ".1f"),
             cell(AT_REST_RSS, EVERY_POD, ".1f"),
-            cell(AT_REST_RSS, KSM_PODS, ".0f"),
+            cell(AT_REST_RSS, KSM_PODS, ",.0f"),
             cell("rest, all four: rss_mib", f"{KSM_PODS} / {EVERY_POD}", ".1f"),
         ),
     ),
@@ -1091,18 +1130,34 @@ FIGURES = [
         CLUSTER,
         of(
             cell("peak RSS over the run, MiB", DEPLOY),
-            cell("peak RSS over the run, MiB", KSM, ".0f"),
+            cell("peak RSS over the run, MiB", KSM, ",.0f"),
             cell("peak RSS over the run, MiB", EVERY_POD),
-            cell("peak RSS over the run, MiB", KSM_PODS, ".0f"),
+            cell("peak RSS over the run, MiB", KSM_PODS, ",.0f"),
         ),
     ),
     Figure(
         "docs/sizing.md",
-        "pods, beside kube-state-metrics v{} on the same cluster, in one run (`python -m "
-        "bench.cluster_scale`, [bench/results/cluster_scale.md](../bench/results/cluster_scale.md): "
+        "| first complete scrape after start | {} s | {} s | {} s | {} s |",
+        CLUSTER,
+        of(
+            *(
+                cell("first complete scrape after start, s", c)
+                for c in (DEPLOY, KSM, EVERY_POD, KSM_PODS)
+            )
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "The cluster-mode Deployment on the kwok fleet of {} nodes ({} of them GPU nodes) and "
+        "{} pods of [bench/results/fleet.md](../bench/results/fleet.md), beside "
+        "kube-state-metrics v{} on the same cluster, in one run (`python -m bench.fleet "
+        "--cluster-scale`, [bench/results/cluster_scale.md](../bench/results/cluster_scale.md): "
         "the Kubernetes {} API server on etcd {},",
         CLUSTER,
         of(
+            rx(r"# Cluster mode at (\d+) nodes", ",.0f"),
+            rx(r"\d+ Nodes \((\d+) GPU\)"),
+            rx(r"# Cluster mode at \d+ nodes and (\d+) pods", ",.0f"),
             peer("kube-state-metrics", release=True),
             rx(r"Kubernetes v([\d.]+) on a main"),
             rx(r"on a main and an events etcd ([\d.]+),"),
@@ -1111,7 +1166,7 @@ FIGURES = [
     Figure(
         "docs/sizing.md",
         "| a rollout of {} pods: CPU s per minute | {} | {} | {} | {} ({}x) |",
-        CLUSTER,
+        CLUSTER_500,
         of(
             rx(r"\| (\d+)-pod rollout \([^)]*\): CPU s per minute", ",.0f"),
             *(
@@ -1124,7 +1179,7 @@ FIGURES = [
     Figure(
         "docs/sizing.md",
         "| {} pull events a second for {} s: CPU s per minute | {} | {} | {} | {} |",
-        CLUSTER,
+        CLUSTER_500,
         of(
             rx(r"image-pull events \((\d+)/s\): CPU"),
             rx(r"in (\d+)s \(\d+/s\), 0 errors"),
@@ -1143,15 +1198,15 @@ FIGURES = [
     Figure(
         "docs/sizing.md",
         "costs a scrape about {} µs per pod**: the balloon collector sums the pods it holds at each "
-        "scrape ({} ms for 5,045 pods, against {} ms with deploy/'s selector, which matches the "
-        "balloons only: ({} - {}) ms / {}).",
+        "scrape ({} ms for {} pods, against {} ms with deploy/'s selector, which matches the "
+        "balloons only: ({} - {}) ms / {}), and holds them: {} MiB against {}.",
         CLUSTER,
         balloon_cost,
     ),
     Figure(
         "docs/sizing.md",
         "the Deployment used {}% of a core and grew to {} MiB holding",
-        CLUSTER,
+        CLUSTER_500,
         of(
             lambda t: (
                 rounded(
@@ -1164,22 +1219,36 @@ FIGURES = [
     ),
     Figure(
         "docs/sizing.md",
-        "between two 60 s windows ({} and {} CPU-s per minute).",
+        "The Deployment read them as {} MiB of JSON a minute and used {} CPU-s a minute for it",
         CLUSTER,
-        lambda t: tuple(
-            sorted(
-                (
-                    cell(row, "CPU s per minute")(t)[0]
-                    for row in ("at rest, nothing watching", "at rest, the exporter (deploy) alone")
-                ),
-                key=Decimal,
-            )
+        of(
+            cell("at rest: bytes read, MiB per minute", DEPLOY, ".1f"),
+            cell("at rest: CPU s per minute", DEPLOY),
         ),
     ),
     Figure(
         "docs/sizing.md",
-        "A relist after a 410 reads them again in {} s ({} CPU-s).",
+        "the API server spent {} CPU-s on the Deployment, {} on the every-pod exporter's "
+        "streaming list of {} pods, and {} and {} on kube-state-metrics",
         CLUSTER,
+        of(
+            cell(f"at rest, + {DEPLOY}", "its start: API server CPU s"),
+            cell(f"at rest, + {EVERY_POD}", "its start: API server CPU s"),
+            rx(r"matches \((\d+) pods;", ",.0f"),
+            cell(f"at rest, + {KSM}", "its start: API server CPU s"),
+            cell(f"at rest, + {KSM_PODS}", "its start: API server CPU s"),
+        ),
+    ),
+    Figure(
+        "docs/sizing.md",
+        "the API server's own CPU moved by up to {} CPU-s a minute between two 60 s windows",
+        CLUSTER,
+        apiserver_window_swing,
+    ),
+    Figure(
+        "docs/sizing.md",
+        "A relist after a 410 reads them again in {} s ({} CPU-s).",
+        CLUSTER_500,
         of(cell("Pulled events", "wall s"), cell("Pulled events", "CPU s")),
     ),
     # docs/sizing.md: the cluster Deployment through a rollout and a 410
@@ -1313,7 +1382,7 @@ FIGURES = [
         "docs/deploy.md",
         "Deployment watching {} nodes and {} pods holds {} MiB at rest and peaked at {} MiB "
         "under {} pull events a second",
-        CLUSTER,
+        CLUSTER_500,
         of(
             rx(r"# Cluster mode at (\d+) nodes and (\d+) pods", None, ",.0f"),
             cell(AT_REST_RSS, DEPLOY, ".1f"),
