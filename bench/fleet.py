@@ -65,7 +65,9 @@ def db_mib(etcd) -> float:
     return etcd_metric(etcd.session(), etcd.client_url, "etcd_mvcc_db_total_size_in_bytes") / 2**20
 
 
-def run_size(nodes: int, pods: int, opts) -> dict:
+def run_size(nodes: int, pods: int, opts, runs: list) -> None:
+    """One size, appended to `runs` (the sizes so far) and reported with them before
+    anything else runs on the fleet (--cluster-scale): a later failure keeps it."""
     gpu_nodes = nodes // GPU_EVERY
     balloons = nodes // BALLOON_EVERY if opts.bind == "direct" else 0
     size = FleetSize(
@@ -142,8 +144,9 @@ def run_size(nodes: int, pods: int, opts) -> dict:
         result["events_in_main"] = etcd_keys(f.main_etcd, "/registry/events/")
         result["leases"] = etcd_keys(f.main_etcd, "/registry/leases/kube-node-lease/")
         result["load_end"] = os.getloadavg()
-        # Written before anything else runs on the fleet: a later failure keeps it.
-        write(opts, [result])
+        runs.append(result)
+        print(result, flush=True)
+        write(opts, runs)
         if opts.cluster_scale is not None:
             from bench import cluster_scale  # noqa: PLC0415  (only when asked)
 
@@ -151,7 +154,6 @@ def run_size(nodes: int, pods: int, opts) -> dict:
     finally:
         f.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return result
 
 
 def loads(avg) -> str:
@@ -285,9 +287,7 @@ def main():
     runs = []
     for nodes, pods in sizes:
         print(f"fleet: {nodes} nodes, {pods} pods", flush=True)
-        runs.append(run_size(nodes, pods, opts))
-        print(runs[-1], flush=True)
-    write(opts, runs)
+        run_size(nodes, pods, opts, runs)
 
 
 if __name__ == "__main__":
