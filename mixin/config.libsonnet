@@ -81,7 +81,7 @@ local knobs = {
   // Neighbor tables: what counts against gc_thresh3. The neighbor_gc collector's
   // GC-eligible entries; set 'kubescale_neighbor_entries' (counts PERMANENT entries too)
   // where it runs with --no-collector.neighbor_gc. One series, not an `or` of both: at
-  // 7,500 nodes the `or` nearly doubled the rule's cost (bench/results/scale.md).
+  // 7,500 nodes the `or` nearly doubled the rule's cost (bench.scale, measured on Prometheus 3.5).
   neighborUsageMetric: 'kubescale_neighbor_gc_eligible_entries',
   // Share of gc_thresh3 in use above which the kernel starts dropping new neighbors.
   neighborUsageWarning: 0.8,
