@@ -238,6 +238,28 @@ class ContainerdServer:
             self.ctr_argv(*args), capture_output=True, text=True, check=check, timeout=timeout
         )
 
+    def crictl_pull(self, image: str) -> subprocess.CompletedProcess:
+        """`crictl pull IMAGE` through this server's CRI, as the kubelet pulls: the CRI's
+        registry host and mirror handling, which `ctr` does not take."""
+        endpoint = f"unix://{self.address}"
+        return subprocess.run(
+            [
+                builds.crictl_binary(),
+                "--runtime-endpoint",
+                endpoint,
+                "--image-endpoint",
+                endpoint,
+                "--timeout",
+                "60s",
+                "pull",
+                image,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
     def fetch(self, ref, log_path):
         """Start `ctr content fetch` of ref over plain HTTP as a process (stop it by PID)."""
         return Proc(self.ctr_argv("content", "fetch", "--plain-http", ref), log_path)

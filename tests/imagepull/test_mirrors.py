@@ -182,27 +182,6 @@ def cache(workdir, upstream):
     server.stop()
 
 
-def crictl_pull(server: ContainerdServer, image: str) -> subprocess.CompletedProcess:
-    endpoint = f"unix://{server.address}"
-    return subprocess.run(
-        [
-            builds.crictl_binary(),
-            "--runtime-endpoint",
-            endpoint,
-            "--image-endpoint",
-            endpoint,
-            "--timeout",
-            "60s",
-            "pull",
-            image,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def measured_row(key, went, found, settings, version_text) -> str:
     line, said, kind = key
     verdict = f"{found.verdict} ({found.reason})"
@@ -259,7 +238,7 @@ def test_the_verdict_is_where_the_pull_went(line, setting, kind, upstream, mirro
             etc_dir=etc,
         ).start()
         try:
-            pulled = crictl_pull(server, f"{upstream.host}/{repo}:v1")
+            pulled = server.crictl_pull(f"{upstream.host}/{repo}:v1")
             assert pulled.returncode == 0, pulled.stderr + server.proc.log_tail()
         finally:
             server.stop()

@@ -172,24 +172,7 @@ class Node:
         return lines
 
     def pull(self, image: str) -> None:
-        endpoint = f"unix://{self.containerd.address}"
-        pulled = subprocess.run(
-            [
-                builds.crictl_binary(),
-                "--runtime-endpoint",
-                endpoint,
-                "--image-endpoint",
-                endpoint,
-                "--timeout",
-                "60s",
-                "pull",
-                image,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        pulled = self.containerd.crictl_pull(image)
         assert pulled.returncode == 0, pulled.stderr + self.containerd.proc.log_tail()
 
     def verdict(self):
