@@ -16,7 +16,6 @@ row there differs from what it measured (KSE_UPDATE_DOCS=1 writes it), and a uni
 when the doc holds a row no case measures.
 """
 
-import fcntl
 import os
 import re
 import shutil
@@ -30,12 +29,12 @@ import requests
 from kube_scale_exporter.containerd import config, hostsdir
 from kube_scale_exporter.containerd.buildinfo import read_version
 from testbed import builds
+from testbed.doctable import DocTable
 from testbed.containerd_server import ContainerdServer, bin_dir, newest_config_version
 from testbed.registry_server import RegistryServer
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "imagepull.md"
-BEGIN, END = "<!-- mirror-matrix:begin -->", "<!-- mirror-matrix:end -->"
 CERTS = hostsdir.DEFAULT_ROOTS[0]
 COLON = hostsdir.DEFAULT_CONFIG_PATH
 
@@ -86,38 +85,13 @@ def row_key(line_text: str) -> tuple[str, str, str]:
     return cells[0], cells[1], cells[2]
 
 
-def doc_rows() -> dict[tuple[str, str, str], str]:
-    text = DOC.read_text()
-    if BEGIN not in text:
-        return {}
-    body = text[text.index(BEGIN) + len(BEGIN) : text.index(END)]
-    rows = body.strip("\n").splitlines()[2:]  # under the header and its rule
-    return {row_key(line): line for line in rows}
-
-
-def write_row(key, row: str) -> None:
-    """Put `row` in the doc's table in place of the row of `key` (KSE_UPDATE_DOCS=1),
-    under a lock: xdist workers write rows of their own cases at once."""
-    with open(DOC, "r+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        text = f.read()
-        head, rest = text.split(BEGIN)
-        body, tail = rest.split(END)
-        lines = [ln for ln in body.strip("\n").splitlines() if ln]
-        header, rows = lines[:2], [ln for ln in lines[2:] if row_key(ln) != key]
-        order = {key: i for i, key in enumerate(ROW_ORDER)}
-        rows = sorted([*rows, row], key=lambda ln: order.get(row_key(ln), len(order)))
-        f.seek(0)
-        f.write(head + BEGIN + "\n" + "\n".join(header + rows) + "\n" + END + tail)
-        f.truncate()
-
-
 def table_key(line, setting, mirror):
     kind = {"plain": "mirror", "cache": "pull-through cache", "spegel": "mirror, by Spegel"}
     return (line, SETTINGS[setting][0], kind[mirror])
 
 
 ROW_ORDER = [table_key(*c) for c in CASES]
+TABLE = DocTable(DOC, "mirror-matrix", row_key)
 
 
 def copy_image(src: RegistryServer, dst: RegistryServer, repo: str, tag: str) -> None:
@@ -261,12 +235,14 @@ def test_the_verdict_is_where_the_pull_went(line, setting, kind, upstream, mirro
         version_text = re.search(r" v?(\d+\.\d+\.\d+\S*)", builds.version_line(binary)).group(1)
         row = measured_row(key, went, found, settings, version_text)
         if os.environ.get("KSE_UPDATE_DOCS"):
-            write_row(key, row)
-        assert doc_rows().get(key) == row, "run with KSE_UPDATE_DOCS=1 and commit docs/imagepull.md"
+            TABLE.put(row, ROW_ORDER)
+        assert TABLE.rows().get(key) == row, (
+            "run with KSE_UPDATE_DOCS=1 and commit docs/imagepull.md"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.mark.unit
 def test_the_doc_holds_a_row_for_each_case_and_no_other():
-    assert list(doc_rows()) == ROW_ORDER
+    assert list(TABLE.rows()) == ROW_ORDER

@@ -16,7 +16,6 @@ when a row there differs from what it measured, so a Spegel or containerd upgrad
 changes what the counter counts is noticed.
 """
 
-import fcntl
 import json
 import os
 import shutil
@@ -34,6 +33,7 @@ from kube_scale_exporter.containerd import config, hostsdir
 from kube_scale_exporter.containerd.buildinfo import read_version
 from testbed import builds
 from testbed.containerd_server import ContainerdServer, bin_dir
+from testbed.doctable import DocTable
 from testbed.netns import NetNS
 from testbed.pki import TestCA
 from testbed.procs import Proc, wait_for_port
@@ -41,7 +41,7 @@ from testbed.registry_server import RegistryServer
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "imagepull.md"
-BEGIN, END = "<!-- spegel-counter:begin -->", "<!-- spegel-counter:end -->"
+TABLE = DocTable(DOC, "spegel-counter", lambda row: row.split("|")[1].strip())
 LINE = "2.4"
 # Addresses of the documentation range, inside the namespace only.
 ADDRESSES = {"a": "192.0.2.1", "b": "192.0.2.2", "c": "192.0.2.3"}
@@ -286,26 +286,10 @@ def measure(doors, node: Node, peers, repo: str) -> dict:
     }
 
 
-def doc_rows() -> dict[str, str]:
-    text = DOC.read_text()
-    body = text[text.index(BEGIN) + len(BEGIN) : text.index(END)]
-    rows = body.strip("\n").splitlines()[2:]
-    return {row.split("|")[1].strip(): row for row in rows}
-
-
 def check_row(key: str, row: str) -> None:
     if os.environ.get("KSE_UPDATE_DOCS"):
-        with open(DOC, "r+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            text = f.read()
-            head, rest = text.split(BEGIN)
-            body, tail = rest.split(END)
-            lines = [ln for ln in body.strip("\n").splitlines() if ln]
-            lines = [ln if ln.split("|")[1].strip() != key else row for ln in lines]
-            f.seek(0)
-            f.write(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + tail)
-            f.truncate()
-    assert doc_rows().get(key) == row, "run with KSE_UPDATE_DOCS=1 and commit docs/imagepull.md"
+        TABLE.put(row)
+    assert TABLE.rows().get(key) == row, "run with KSE_UPDATE_DOCS=1 and commit docs/imagepull.md"
 
 
 def row(key: str, m: dict, verdict) -> str:
@@ -367,4 +351,4 @@ def test_the_counter_on_a_miss_a_hit_a_repull_and_an_ignored_mirror(cluster):
 
 @pytest.mark.unit
 def test_the_doc_holds_a_row_for_each_pull_and_no_other():
-    assert tuple(doc_rows()) == ROWS
+    assert tuple(TABLE.rows()) == ROWS
