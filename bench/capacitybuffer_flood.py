@@ -28,7 +28,7 @@ from pathlib import Path
 
 import requests
 
-from bench import versions
+from bench import peers, versions
 from kube_scale_exporter.collectors.capacitybuffer.collector import MAX_CACHED_OBJECTS
 from testbed.autoscaler import install_capacity_buffer_crd
 from testbed.etcd_server import put_many
@@ -195,12 +195,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default=f"{MAX_CACHED_OBJECTS},100000")
     opts = ap.parse_args()
-    log = []
-
-    def say(text):
-        line = f"{datetime.datetime.now(datetime.UTC):%H:%M:%S} {text}"
-        log.append(line)
-        print(line, flush=True)
+    say = peers.Log()
 
     load_start = os.getloadavg()[0]
     workdir = Path(tempfile.mkdtemp(prefix="bench-cbflood-", dir="/tmp"))
@@ -215,7 +210,7 @@ def main():
         "ours": versions.ours(),
         "load": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         "runs": runs,
-        "log": log,
+        "log": say.lines,
     }
     (RESULTS / "capacitybuffer_flood.json").write_text(json.dumps(result, indent=1) + "\n")
     (RESULTS / "capacitybuffer_flood.md").write_text(report(result))

@@ -28,7 +28,6 @@ bench/results/cluster_churn.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import subprocess
 import tempfile
@@ -157,12 +156,7 @@ def main():
     ap.add_argument("--event-seconds", type=float, default=60)
     ap.add_argument("--timeout", type=float, default=1800)
     opts = ap.parse_args()
-    log = []
-
-    def say(text):
-        line = f"{datetime.datetime.now(datetime.UTC):%H:%M:%S} {text}"
-        log.append(line)
-        print(line, flush=True)
+    say = peers.Log()
 
     r = {"load_start": open("/proc/loadavg").read().split()[0]}
     workdir = tempfile.mkdtemp(prefix="bench-churn-", dir="/tmp")
@@ -290,7 +284,7 @@ def main():
             proc.stop()
         fleet.stop()
         subprocess.run(["rm", "-rf", workdir], check=False)
-    write(opts, r, log, fleet)
+    write(opts, r, say.lines, fleet)
 
 
 def write(opts, r, log, fleet):

@@ -7,6 +7,7 @@ interpreter with one of them on its path.
 from __future__ import annotations
 
 import ast
+import datetime
 import inspect
 import io
 import json
@@ -21,6 +22,19 @@ from pathlib import Path
 from testbed.builds import CACHE
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+class Log:
+    """A bench's progress lines: each printed as it comes, after the UTC time, and kept for
+    the report."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def __call__(self, text: str) -> None:
+        line = f"{datetime.datetime.now(datetime.UTC):%H:%M:%S} {text}"
+        self.lines.append(line)
+        print(line, flush=True)
 
 
 def install(dist: str, version: str) -> str:
