@@ -208,22 +208,47 @@ def dashboards(directory: Path = DASHBOARD_DIR) -> list[Path]:
     return sorted(directory.glob("*.json"))
 
 
-def longest_range(groups: list[dict], kind: str) -> int:
-    """The longest range vector ([5m], [1h], ...) a recording rule or alert reads, in seconds."""
+_RANGE = re.compile(r"\[(\d+[smhdwy](?:\d+[smhdwy])*)(?::[^\]]*)?\]")
+
+
+def _longest(groups: list[dict], kind: str) -> tuple[int, str]:
+    """The longest range vector a recording rule or alert reads, in seconds, and its rule."""
     found = [
-        duration_seconds(m)
+        (int(duration_seconds(m)), r[kind])
         for g in groups
         for r in g["rules"]
         if kind in r
-        for m in re.findall(r"\[(\d+[smhdwy](?:\d+[smhdwy])*)(?::[^\]]*)?\]", r["expr"])
+        for m in _RANGE.findall(r["expr"])
     ]
-    return int(max(found, default=0))
+    return max(found, key=lambda f: f[0], default=(0, ""))
 
 
-def history_needed(groups: list[dict], dashboard_paths: list[Path], lookback: int = 300) -> int:
-    """History a segment needs so every query at its end sees full data: the longest
-    dashboard range over recorded series whose rule reads the longest range vector, or the
-    longest range an alert reads, plus lookback for the rules and for the panels."""
+def longest_range(groups: list[dict], kind: str) -> int:
+    """The longest range vector ([5m], [1h], ...) a recording rule or alert reads, in seconds."""
+    return _longest(groups, kind)[0]
+
+
+@dataclass(frozen=True)
+class History:
+    """What sets the history a segment needs so every query at its end sees full data: the
+    longest dashboard range over recorded series whose rule reads the longest range vector,
+    or the longest range an alert reads, whichever is longer, plus lookback for the rules
+    and for the panels. One source for the segment's length (history_needed) and for what
+    the report says sets it."""
+
+    dashboard_range: int  # the longest default time range of a dashboard, seconds
+    record_range: int  # the longest range vector a recording rule reads
+    record: str  # that rule
+    alert_range: int  # the longest range vector an alert reads
+    alert: str  # that alert
+    lookback: int  # Prometheus' lookback, counted once for the rules, once for the panels
+
+    @property
+    def seconds(self) -> int:
+        return max(self.dashboard_range + self.record_range, self.alert_range) + 2 * self.lookback
+
+
+def history(groups: list[dict], dashboard_paths: list[Path], lookback: int = 300) -> History:
     ranges = [
         int(
             duration_seconds(
@@ -235,12 +260,14 @@ def history_needed(groups: list[dict], dashboard_paths: list[Path], lookback: in
         )
         for p in dashboard_paths
     ]
-    return (
-        max(
-            max(ranges, default=0) + longest_range(groups, "record"), longest_range(groups, "alert")
-        )
-        + 2 * lookback
-    )
+    record_range, record = _longest(groups, "record")
+    alert_range, alert = _longest(groups, "alert")
+    return History(max(ranges, default=0), record_range, record, alert_range, alert, lookback)
+
+
+def history_needed(groups: list[dict], dashboard_paths: list[Path], lookback: int = 300) -> int:
+    """History a segment needs, in seconds (see History)."""
+    return history(groups, dashboard_paths, lookback).seconds
 
 
 def rule_dependencies(groups: list[dict]) -> dict[str, int]:

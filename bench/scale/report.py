@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.scale import budget, template
+from bench.scale import budget, queries, template
 from bench.scale.measure import Run
 from bench.scale.synth import FLEETS, REALISTIC
 
@@ -20,6 +20,32 @@ def _h(seconds: int) -> str:
 
 def _n(v: float) -> str:
     return f"{v:,.0f}"
+
+
+def _segment_length(seconds: int) -> str:
+    """Why a fit segment is as long as it is: what queries.history_needed sizes it from, read
+    from the rules and dashboards as they are now (another length came from --fit-window)."""
+    h = queries.history(queries.load_rule_groups(), queries.dashboards())
+    if h.seconds != seconds:
+        return (
+            f"each segment is {_h(seconds)} long (--fit-window; the rules and dashboards now "
+            f"need {_h(h.seconds)} so that no query reaches into the other segment)"
+        )
+    alerts = f"the {_h(h.alert_range)} that `{h.alert}` reads (the longest range of any alert)"
+    dashboards = (
+        f"the dashboards' {_h(h.dashboard_range)} range plus the {_h(h.record_range)} that "
+        f"`{h.record}` reads (the longest range of any recording rule)"
+    )
+    longer, shorter = (
+        (alerts, dashboards)
+        if h.alert_range >= h.dashboard_range + h.record_range
+        else (dashboards, alerts)
+    )
+    return (
+        f"each segment is long enough that no query reaches into the other: {longer}, longer "
+        f"than {shorter}, plus Prometheus' {_h(h.lookback)} lookback for the rules and again "
+        "for the queries"
+    )
 
 
 def _verdict(seconds: float | None) -> str:
@@ -68,9 +94,9 @@ def render(
             f"backfilled by promtool in {fit.backfill_seconds:.0f} s; recording rules backfilled by "
             f"`promtool tsdb create-blocks-from rules` in {len(fit.rule_passes)} dependency passes "
             f"({sum(p['seconds'] for p in fit.rule_passes):.0f} s). Every query is evaluated at the end of "
-            "each segment at its real range and step; each segment is long enough (dashboard range 6 h + "
-            "the 1 h deriv window of the rule the dashboards read + 5 min rate) that nothing reaches into "
-            "the other. Costs at 7,500 nodes are projected linearly from the two sizes."
+            "each segment at its real range and step; "
+            f"{_segment_length(fit.segments[0].end - fit.segments[0].start)}. Costs at 7,500 "
+            "nodes are projected linearly from the two sizes."
         )
     if full:
         s = full.segments[0]
