@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.scale.measure import SegmentReport
+from bench.scale.synth import REALISTIC
 from kube_scale_exporter.budgets import CLUSTER_SERIES, NODE_SERIES
 
 TARGET_NODES = 7500
@@ -22,15 +23,19 @@ GROUP_SECONDS = 1.0
 # its cost per evaluation times 30 s / its interval.
 CYCLE_SECONDS = 0.5
 CYCLE = 30
-# Samples one rule group may touch per evaluation at 7,500 nodes: the CI test's stand-in
+# Samples one rule group may touch per evaluation at 7,500 nodes on the realistic fleet
+# (GROUP_SAMPLES_FLEET, the one tests/scale synthesizes and projects): the CI test's stand-in
 # for "< 1 s" (a timing at 60 nodes says nothing about 7,500). Set when Prometheus 3.5 took
 # 0.82-0.95 CPU-seconds for 450,000 samples in one group. On 3.16 the group touching the
-# most, imagepull-views.rules, took 0.27 s for 417,571 on the realistic fleet this test
-# projects (bench/results/scale.md) and 0.50 s for 480,027 with every node at the
-# thresholds (scale-thresholds.md): the bound stays at the dearer cost per sample.
-# Prometheus' own wall time on the shared 2-core machine can be higher (the reports have
-# it); this guards the cost, not the machine.
+# most, imagepull-views.rules, took 0.27 s for 417,571 on the realistic fleet
+# (bench/results/scale.md). With every node at the thresholds it touches 480,027, above this
+# bound, for 0.50 s (scale-thresholds.md): the bound is not that fleet's, whose reads grow
+# with every node in trouble; there the budget it stands in for, GROUP_SECONDS, is checked
+# on the measured CPU, and the report says which (report.py). Prometheus' own wall time on
+# the shared 2-core machine can be higher (the reports have it); this guards the cost, not
+# the machine.
 GROUP_SAMPLES = 470_000
+GROUP_SAMPLES_FLEET = REALISTIC
 
 
 def per_cycle(cost: dict[str, float]) -> float:

@@ -5,6 +5,7 @@ import pytest
 
 from bench.scale import measure, queries
 from bench.scale import budget
+from bench.scale.synth import REALISTIC
 
 # Two CI-sized fleets: big enough that every node role of the synthetic fleet's story
 # (hot neighbor tables, pull backlogs, stalled pulls) appears in the larger one, small
@@ -17,7 +18,8 @@ LARGE_FLEET = 60
 def scale_run(tmp_path_factory):
     groups = queries.load_rule_groups()
     window = queries.history_needed(groups, queries.dashboards())
-    segments = measure.plan([SMALL_FLEET, LARGE_FLEET], window)
+    # The realistic fleet: the one the budgets are defined on (budget.GROUP_SAMPLES_FLEET).
+    segments = measure.plan([SMALL_FLEET, LARGE_FLEET], window, fleet=REALISTIC)
     return measure.run(tmp_path_factory.mktemp("scale"), segments)
 
 
