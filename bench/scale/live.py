@@ -7,21 +7,27 @@ full, every rule group evaluated many times) we read, from the same process: RSS
 kernel's VmRSS), the Go heap in use, head series and chunks, and each rule group's own
 evaluation time as Prometheus reports it. The difference from the baseline is what the
 exporter's series, their 7,500 scrape loops and the mixin's rules add.
+
+Then, over one cycle of the slowest rule group (every group evaluates a whole number of
+times in it), Prometheus' own CPU and allocation profiles: the CPU its rule evaluation
+used (bench.scale.gocpu), records written and alerts kept included, with no query of ours
+in between.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.scale import queries, template
+from bench.scale import gocpu, queries, template
 from bench.scale.measure import group_cost
 from bench.scale.synth import REALISTIC
-from bench.scale.prom import Prometheus
+from bench.scale.prom import SCRAPE_INTERVAL, Prometheus
 from bench.scale.target import scrape_configs
 from testbed.ports import free_port
 from testbed.procs import Proc, wait_for_port
@@ -52,6 +58,10 @@ class LiveRun:
     # (bench.scale.measure.group_cost): CPU and wall seconds per group, best of 3.
     head_group_cost: dict[str, dict[str, float]]
     missed_iterations: float  # prometheus_rule_group_iterations_missed_total, all groups
+    # Prometheus' rule evaluation over one cycle of the slowest group, from its profiles
+    # (gocpu.Share.as_dict), and that cycle's load average.
+    rules_profiled: dict
+    rules_profiled_load: str
     fleet: str = REALISTIC  # the target's story (bench.scale.synth.FLEETS)
 
     @property
@@ -87,6 +97,16 @@ def _memory(prom: Prometheus, samples: int = 6, every: float = 5.0) -> Memory:
     return Memory(
         max(rss), statistics.median(heap), statistics.median(series), statistics.median(chunks)
     )
+
+
+# The rule groups' evaluation, from the group's tick to the records appended and alerts
+# sent: rules.(*Group).Eval and the goroutines it starts for rules evaluated concurrently
+# (Eval.func1), not EvalTimestamp.
+RULE_EVALUATION = re.compile(r"/rules\.\(\*Group\)\.Eval\b")
+
+
+def _interval(group: dict) -> int:
+    return int(queries.duration_seconds(group.get("interval", f"{SCRAPE_INTERVAL}s")))
 
 
 def _proc_rss(pid: int) -> int:
@@ -152,6 +172,12 @@ def run(
                 entry["max"] = max(entry["max"], g["evaluationTime"])
         cores = (prom.cpu_seconds() - cpu_began) / (time.monotonic() - settle_began)
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        cycle = max(_interval(g) for g in queries.load_rule_groups(rule_files))
+        log(f"profiling rule evaluation over {cycle}s")
+        profiles = gocpu.fetch(prom.url, cycle, workdir / "profiles")
+        profiled = gocpu.share(*profiles, RULE_EVALUATION, cycle).as_dict()
+        profiled_load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        log(f"rule evaluation: {profiled}")
         loaded = _memory(prom)
         log(f"loaded: {loaded}")
         head_cost = group_cost(prom, queries.load_rule_groups(rule_files), int(time.time()))
@@ -171,6 +197,8 @@ def run(
             load,
             head_cost,
             missed,
+            profiled,
+            profiled_load,
             fleet,
         )
     finally:

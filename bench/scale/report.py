@@ -84,6 +84,24 @@ def _group_samples(full: Run | None) -> tuple[list[str], list[str]]:
     return over, notes
 
 
+def _profiled(p: dict, live: dict) -> str:
+    """Prometheus' own rule evaluation over one cycle, from its CPU and allocs profiles."""
+    per_cycle = p["attributed"] * budget.CYCLE / p["seconds"]
+    return (
+        f"**Prometheus' own evaluation of the rules (live, from its profiles).** Over "
+        f"{p['seconds']:.0f} s of the live run, one cycle of the slowest group (every group "
+        f"evaluated a whole number of times), Prometheus' CPU profile put {p['part']:.2f} CPU-s on "
+        "rule evaluation (rules.(*Group).Eval and the goroutines it starts: the queries, the "
+        "records appended, the alerts kept and sent), and its background garbage collection "
+        f"({p['gc_background']:.2f} CPU-s) {p['gc_background'] * p['alloc_fraction']:.2f} more, "
+        f"its share of the bytes allocated ({p['alloc_fraction']:.0%}): **{per_cycle:.2f} CPU-s "
+        f"per {budget.CYCLE} s** against the {budget.CYCLE_SECONDS:g} CPU-second budget, with "
+        f"no query of ours in between. Prometheus used {p['cpu']:.1f} CPU-s in all meanwhile, "
+        f"ingesting {live['nodes']:,} targets (load average "
+        f"{live.get('rules_profiled_load', '?')} at the end)."
+    )
+
+
 def _verdict(seconds: float | None) -> str:
     if seconds is None:
         return ""
@@ -310,6 +328,9 @@ def render(
                         "pays the engine's setup per rule, part of the floor)."
                     ),
                 ]
+        profiled = (live or {}).get("rules_profiled")
+        if profiled:
+            out += ["", _profiled(profiled, live)]
         out.append("")
     projections = budget.project(fit.segments[0], fit.segments[1]) if fit else []
     full_by_key = {budget.key(m): m for m in full.segments[0].measured} if full else {}
