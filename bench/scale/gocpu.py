@@ -94,6 +94,18 @@ def samples(path: Path) -> tuple[list[str], list[tuple[list[int], set[str]]]]:
     )
 
 
+def within(cpu_profile: Path, part: re.Pattern, inner: dict[str, re.Pattern]) -> dict[str, float]:
+    """CPU seconds on stacks holding both one of `part`'s functions and one of each inner
+    pattern's: where the part's own time went (background GC not included)."""
+    names, cpu_samples = samples(cpu_profile)
+    ns = _column(names, "cpu/")
+    mine = [(v[ns], fs) for v, fs in cpu_samples if any(part.search(f) for f in fs)]
+    return {
+        name: sum(v for v, fs in mine if any(pattern.search(f) for f in fs)) / 1e9
+        for name, pattern in inner.items()
+    }
+
+
 def _column(names: list[str], prefix: str) -> int:
     return next(i for i, n in enumerate(names) if n.startswith(prefix))
 

@@ -103,6 +103,12 @@ def _memory(prom: Prometheus, samples: int = 6, every: float = 5.0) -> Memory:
 # sent: rules.(*Group).Eval and the goroutines it starts for rules evaluated concurrently
 # (Eval.func1), not EvalTimestamp.
 RULE_EVALUATION = re.compile(r"/rules\.\(\*Group\)\.Eval\b")
+# Where it goes: the rules' queries, and the alerting rules' labels and annotations, each
+# expanded as a Go template for every alert at every evaluation.
+RULE_EVALUATION_PARTS = {
+    "queries": re.compile(r"/promql\.\(\*Engine\)\.exec\b"),
+    "templates": re.compile(r"/template\.Expander\.Expand\b"),
+}
 
 
 def _interval(group: dict) -> int:
@@ -176,6 +182,7 @@ def run(
         log(f"profiling rule evaluation over {cycle}s")
         profiles = gocpu.fetch(prom.url, cycle, workdir / "profiles")
         profiled = gocpu.share(*profiles, RULE_EVALUATION, cycle).as_dict()
+        profiled["within"] = gocpu.within(profiles[0], RULE_EVALUATION, RULE_EVALUATION_PARTS)
         profiled_load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         log(f"rule evaluation: {profiled}")
         loaded = _memory(prom)

@@ -94,7 +94,15 @@ def _profiled(p: dict, live: dict) -> str:
         "rule evaluation (rules.(*Group).Eval and the goroutines it starts: the queries, the "
         "records appended, the alerts kept and sent), and its background garbage collection "
         f"({p['gc_background']:.2f} CPU-s) {p['gc_background'] * p['alloc_fraction']:.2f} more, "
-        f"its share of the bytes allocated ({p['alloc_fraction']:.0%}): **{per_cycle:.2f} CPU-s "
+        f"its share of the bytes allocated ({p['alloc_fraction']:.0%})"
+        + (
+            f"; of the {p['part']:.2f}, {p['within']['queries']:.2f} in the rules' queries and "
+            f"{p['within']['templates']:.2f} expanding the alerts' labels and annotations (Go "
+            "templates, for every alert at every evaluation)"
+            if "within" in p
+            else ""
+        )
+        + f": **{per_cycle:.2f} CPU-s "
         f"per {budget.CYCLE} s** against the {budget.CYCLE_SECONDS:g} CPU-second budget, with "
         f"no query of ours in between. Prometheus used {p['cpu']:.1f} CPU-s in all meanwhile, "
         f"ingesting {live['nodes']:,} targets (load average "

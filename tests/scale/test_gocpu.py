@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from bench.scale import gocpu
-from bench.scale.live import RULE_EVALUATION
+from bench.scale.live import RULE_EVALUATION, RULE_EVALUATION_PARTS
 from bench.scale.prom import Prometheus
 
 # A subquery of 360,000 steps every second, on no series (a fresh server has none yet):
@@ -41,6 +41,10 @@ def test_rule_evaluation_share_of_a_live_prometheus(tmp_path):
     assert share.part >= 0.5 * (share.cpu - share.gc_background)
     assert 0 < share.alloc_fraction <= 1
     assert share.part <= share.attributed <= share.part + share.gc_background
+    # A recording rule: its time is its query's, and it expands no template.
+    parts = gocpu.within(cpu_profile, RULE_EVALUATION, RULE_EVALUATION_PARTS)
+    assert 0.8 * share.part <= parts["queries"] <= share.part
+    assert parts["templates"] == 0
     nothing = gocpu.share(cpu_profile, allocs_profile, re.compile(r"no\.such\.Function"), 5)
     assert (nothing.part, nothing.alloc_fraction, nothing.attributed) == (0, 0, 0)
     assert nothing.cpu == share.cpu
