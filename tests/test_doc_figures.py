@@ -1013,7 +1013,7 @@ FIGURES = [
     ),
     Figure(
         "docs/sizing.md",
-        "hold live: {} CPU-s per 30 s**, almost all of it in the two per-node alert groups "
+        "hold live: {} CPU-s per 30 s**, most of it in the two per-node alert groups "
         "(`evaluationTime` {} s for the neighbor alerts and {} s for the image-pull alerts",
         SCALE_THRESHOLDS,
         of(PROFILED_PER_30S, live_seconds("neighbor"), live_seconds("imagepull")),
