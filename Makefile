@@ -72,9 +72,10 @@ test-thanos:
 	bash .ci/bench.d/16-thanos.sh
 	KSE_THANOS=1 $(PYTHON) -m pytest -p no:cacheprovider tests/mixin/test_thanos_live.py
 
-# The fast loop: the unit tier alone, as any user, with no binary installed.
+# The fast loop: the unit tier alone, as any user, with no binary installed; on the same
+# workers as `test` (two finish it sooner than one: docs/development.md has the times).
 test-unit:
-	$(PYTHON) -m pytest -m unit
+	$(PYTHON) -m pytest -m unit -n $(TEST_WORKERS) --dist loadgroup
 
 # Every fuzz corpus through its harness once, plain Python (fuzz/; under a minute).
 fuzz-replay:
