@@ -58,10 +58,12 @@ class LiveRun:
     # (bench.scale.measure.group_cost): CPU and wall seconds per group, best of 3.
     head_group_cost: dict[str, dict[str, float]]
     missed_iterations: float  # prometheus_rule_group_iterations_missed_total, all groups
-    # Prometheus' rule evaluation over one cycle of the slowest group, from its profiles
-    # (gocpu.Share.as_dict), and that cycle's load average.
+    # Prometheus' rule evaluation over PROFILED_CYCLES cycles of the slowest group, from
+    # its profiles: all of them (gocpu.Share.as_dict, summed), each one, and the load
+    # average at the end.
     rules_profiled: dict
     rules_profiled_load: str
+    rules_profiled_cycles: list[dict]
     fleet: str = REALISTIC  # the target's story (bench.scale.synth.FLEETS)
 
     @property
@@ -109,6 +111,24 @@ RULE_EVALUATION_PARTS = {
     "queries": re.compile(r"/promql\.\(\*Engine\)\.exec\b"),
     "templates": re.compile(r"/template\.Expander\.Expand\b"),
 }
+
+
+# Two cycles: the run-to-run spread of one figure, at 4 more minutes.
+PROFILED_CYCLES = 2
+
+
+def _summed(cycles: list[dict]) -> dict:
+    """The cycles' shares as one over all their seconds; the GC share by the bytes."""
+    total = {k: sum(c[k] for c in cycles) for k in ("seconds", "cpu", "part", "gc_background")}
+    attributed = sum(c["attributed"] for c in cycles)
+    gc_share = attributed - total["part"]
+    within = {k: sum(c["within"][k] for c in cycles) for k in cycles[0]["within"]}
+    return {
+        **total,
+        "alloc_fraction": gc_share / total["gc_background"] if total["gc_background"] else 0.0,
+        "attributed": attributed,
+        "within": within,
+    }
 
 
 def _interval(group: dict) -> int:
@@ -179,12 +199,16 @@ def run(
         cores = (prom.cpu_seconds() - cpu_began) / (time.monotonic() - settle_began)
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         cycle = max(_interval(g) for g in queries.load_rule_groups(rule_files))
-        log(f"profiling rule evaluation over {cycle}s")
-        profiles = gocpu.fetch(prom.url, cycle, workdir / "profiles")
-        profiled = gocpu.share(*profiles, RULE_EVALUATION, cycle).as_dict()
-        profiled["within"] = gocpu.within(profiles[0], RULE_EVALUATION, RULE_EVALUATION_PARTS)
+        cycles = []
+        for i in range(PROFILED_CYCLES):
+            log(f"profiling rule evaluation over {cycle}s ({i + 1} of {PROFILED_CYCLES})")
+            profiles = gocpu.fetch(prom.url, cycle, workdir / f"profiles-{i}")
+            one = gocpu.share(*profiles, RULE_EVALUATION, cycle).as_dict()
+            one["within"] = gocpu.within(profiles[0], RULE_EVALUATION, RULE_EVALUATION_PARTS)
+            log(f"rule evaluation: {one}")
+            cycles.append(one)
+        profiled = _summed(cycles)
         profiled_load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-        log(f"rule evaluation: {profiled}")
         loaded = _memory(prom)
         log(f"loaded: {loaded}")
         head_cost = group_cost(prom, queries.load_rule_groups(rule_files), int(time.time()))
@@ -206,6 +230,7 @@ def run(
             missed,
             profiled,
             profiled_load,
+            cycles,
             fleet,
         )
     finally:

@@ -87,9 +87,12 @@ def _group_samples(full: Run | None) -> tuple[list[str], list[str]]:
 def _profiled(p: dict, live: dict) -> str:
     """Prometheus' own rule evaluation over one cycle, from its CPU and allocs profiles."""
     per_cycle = p["attributed"] * budget.CYCLE / p["seconds"]
+    cycles = live.get("rules_profiled_cycles", [p])
     return (
         f"**Prometheus' own evaluation of the rules (live, from its profiles).** Over "
-        f"{p['seconds']:.0f} s of the live run, one cycle of the slowest group (every group "
+        f"{p['seconds']:.0f} s of the live run, "
+        + (f"{len(cycles)} cycles" if len(cycles) > 1 else "one cycle")
+        + " of the slowest group (every group "
         f"evaluated a whole number of times), Prometheus' CPU profile put {p['part']:.2f} CPU-s on "
         "rule evaluation (rules.(*Group).Eval and the goroutines it starts: the queries, the "
         "records appended, the alerts kept and sent), and its background garbage collection "
@@ -103,7 +106,15 @@ def _profiled(p: dict, live: dict) -> str:
             else ""
         )
         + f": **{per_cycle:.2f} CPU-s "
-        f"per {budget.CYCLE} s** against the {budget.CYCLE_SECONDS:g} CPU-second budget, with "
+        f"per {budget.CYCLE} s**"
+        + (
+            " (the cycles one by one: "
+            + ", ".join(f"{c['attributed'] * budget.CYCLE / c['seconds']:.2f}" for c in cycles)
+            + ")"
+            if len(cycles) > 1
+            else ""
+        )
+        + f" against the {budget.CYCLE_SECONDS:g} CPU-second budget, with "
         f"no query of ours in between. Prometheus used {p['cpu']:.1f} CPU-s in all meanwhile, "
         f"ingesting {live['nodes']:,} targets (load average "
         f"{live.get('rules_profiled_load', '?')} at the end)."
