@@ -194,6 +194,11 @@ class CpuLast:
     SHARES = 2  # the kernel's minimum; a process outside weighs 1024
 
     def __init__(self, root="/sys/fs/cgroup/cpu"):
+        if not (pathlib.Path(root) / "cpu.shares").is_file():
+            raise SystemExit(
+                f"no cgroup v1 cpu controller at {root} (cpu.shares): run with "
+                "--no-watchers-last, and expect the API server restart to starve"
+            )
         self.path = pathlib.Path(root) / f"kse-bench-watchers-{os.getpid()}"
         self.path.mkdir()
         (self.path / "cpu.shares").write_text(str(self.SHARES))
@@ -373,11 +378,12 @@ def run(opts) -> dict:
         gpu_pods=0,
         lease_seconds=opts.lease_seconds,
     )
+    cpu = CpuLast() if opts.watchers_last else None  # first: it may refuse
     work = tempfile.mkdtemp(prefix="node-watches-", dir="/var/tmp")
     out = {"load_start": os.getloadavg()[0]}
     # --profiling for /debug/pprof/heap?gc=1 (Reading); the later flag wins.
     f = Fleet(work, size, api_args=["--profiling=true"], players=opts.kwok)
-    workers = cpu = None
+    workers = None
     try:
         f.start()
         t = time.monotonic()
@@ -403,7 +409,6 @@ def run(opts) -> dict:
         out["heap_before"], out["rss_before"] = base1.heap_mib(), base1.api_rss
         out["goroutines_before"] = total(base1.api, "go_goroutines")
 
-        cpu = CpuLast() if opts.watchers_last else None
         workers = Workers(f.kubeconfig, f.nodes, opts.procs, work, opts.in_flight, cpu)
         workers.command("idle")
         time.sleep(10)
