@@ -247,8 +247,8 @@ PROFILED_PER_30S = rx(
 def profiled_per_30s(text):
     """The live paragraph's figures per 30 s: rule evaluation, of it the alerts' templates,
     the GC's share and the bytes' percentage it was given by."""
-    (seconds,) = (num(x) for x in rx(r"Over (\d+) s of the live run")(text))
-    (evaluation,) = (num(x) for x in rx(r"CPU profile put ([\d.]+) CPU-s on rule evaluation")(text))
+    seconds = num(rx(r"Over (\d+) s of the live run")(text)[0])
+    evaluation = num(rx(r"CPU profile put ([\d.]+) CPU-s on rule evaluation")(text)[0])
     templates = num(rx(r"in the rules' queries and ([\d.]+) expanding")(text)[0])
     gc, share = rx(r"\([\d.]+ CPU-s\) ([\d.]+) more, its share of the bytes allocated \((\d+%)\)")(
         text
