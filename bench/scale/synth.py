@@ -9,7 +9,10 @@ the cluster Deployment is one more target. Values move the way a fleet does:
   towards it in 2 h cycles, crossing 80% and 95% and overflowing at the top;
 - image pulls: every node pulls now and then; 1% carry a backlog of 3-7 queued pulls
   behind a 17 GB image (oldest pull ages in 1 h saw-teeth); 0.3% have a stalled download;
-  two thirds keep the kubelet's serialized pulls;
+  1.6% hold containers whose pulls fail (ImagePullBackOff); two thirds keep the kubelet's
+  serialized pulls;
+- registry mirrors: 2.5% of nodes (a pool on an old node image) have the golden files'
+  mirror directories that containerd ignores; the rest have the same directories used;
 - etcd: main grows ~20 kB/s against 8 GiB, events ~4 kB/s against 2 GiB (so its quota
   prediction fires), in-use bytes saw-tooth with compaction; fsyncs and commits mostly
   under 2 ms on local SSDs, each member sending ~30 MB/s (main) or ~5 MB/s (events);
@@ -27,8 +30,8 @@ only the nodes in trouble hold all of them:
 - a third of the nodes run other containerd pull settings than the rest;
 - every collector fails two scrapes in three, the pod watch is down, and each target
   reports one sample more than the node series budget;
-- as in the realistic fleet (the golden files' values): every node has failing images and
-  registry mirrors containerd ignores.
+- every node has failing images and registry mirrors containerd ignores (the golden files'
+  values).
 
 Targets down cannot join them (a target that is down has no series to read), and the
 cluster Deployment's series are the realistic fleet's: its alerts read a few series at any N.
@@ -47,6 +50,7 @@ import numpy as np
 
 from bench.scale.template import Series, Template
 from kube_scale_exporter.budgets import NODE_SERIES
+from kube_scale_exporter.containerd.hostsdir import USED
 
 NODE_JOB = "kube-scale-exporter-node"
 CLUSTER_JOB = "kube-scale-exporter-cluster"
@@ -119,6 +123,14 @@ class Roles:
     @property
     def serialized_pulls(self) -> bool:
         return self.at_thresholds or self.i % 3 != 0
+
+    @property
+    def pulls_failing(self) -> bool:
+        return self.at_thresholds or self.i % 61 == 19
+
+    @property
+    def mirrors_ignored(self) -> bool:
+        return self.at_thresholds or self.i % 40 == 23
 
     @property
     def preload_missing(self) -> bool:
@@ -209,6 +221,15 @@ def _pull_in_progress(r: Roles, t: np.ndarray) -> np.ndarray:
     return (((t + _phase(r.h, 1800)) % 1800) < 90).astype(float)
 
 
+def node_series_labels(s: Series, r: Roles) -> dict[str, str]:
+    """The labels one node gives series `s` of the template: the golden files' mirror
+    directories are ignored ones, which a node whose containerd reads them reports as used."""
+    labels = dict(s.labels)
+    if s.name == "kubescale_containerd_registry_mirror_hosts" and not r.mirrors_ignored:
+        labels.update(verdict="used", reason=USED)
+    return labels
+
+
 def node_values(s: Series, r: Roles, t: np.ndarray) -> np.ndarray:
     """Values of one node series at offsets t (seconds from the window start)."""
     labels = dict(s.labels)
@@ -258,6 +279,8 @@ def node_values(s: Series, r: Roles, t: np.ndarray) -> np.ndarray:
         return np.full_like(t, 1.0 if r.serialized_pulls else 0.0)
     if name == "kubescale_kubelet_max_parallel_image_pulls":
         return np.full_like(t, 0.0 if r.serialized_pulls else 5.0)
+    if name == "kubescale_image_pulls_failing":
+        return np.full_like(t, s.value if r.pulls_failing else 0.0)
     if name == "kubescale_image_preload_missing":
         return np.full_like(t, 1.0 if r.preload_missing else 0.0)
     if name == "kubescale_containerd_max_concurrent_downloads" and r.pull_settings_differ:
@@ -461,14 +484,13 @@ def write(out: TextIO, node: Template, cluster: Template, segments: list[Segment
     for fam, members in groups.items():
         out.write(f"# TYPE {fam} {members[0][2]}\n")
         for s, mode, _ in members:
-            own = dict(s.labels)
             for seg, stamps, t in prepared:
                 if mode == "node":
                     for r, tl in zip(roles[: seg.nodes], labels, strict=False):
-                        prefix = s.name + _fmt_labels({**own, **tl})
+                        prefix = s.name + _fmt_labels({**node_series_labels(s, r), **tl})
                         samples += _write_series(out, prefix, node_values(s, r, t), stamps)
                 else:
-                    prefix = s.name + _fmt_labels({**own, **CLUSTER_LABELS})
+                    prefix = s.name + _fmt_labels({**dict(s.labels), **CLUSTER_LABELS})
                     samples += _write_series(out, prefix, cluster_values(s, t), stamps)
 
     for name in TARGET_SERIES:

@@ -39,10 +39,10 @@ class Fleet:
         return fams
 
     @staticmethod
-    def _labels(s) -> str:
-        return "{" + ",".join(f'{k}="{v}"' for k, v in s.labels) + "}" if s.labels else ""
+    def _labels(labels: dict[str, str]) -> str:
+        return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else ""
 
-    def _render(self, families, value_of) -> bytes:
+    def _render(self, families, value_of, labels_of=lambda s: dict(s.labels)) -> bytes:
         lines = []
         for fam, series in families.items():
             kind = (
@@ -55,7 +55,9 @@ class Fleet:
             lines.append(f"# HELP {name} {series[0].help}")
             lines.append(f"# TYPE {name} {kind}")
             for s in series:
-                lines.append(f"{s.name}{self._labels(s)} {synth._fmt_value(float(value_of(s)))}")
+                lines.append(
+                    f"{s.name}{self._labels(labels_of(s))} {synth._fmt_value(float(value_of(s)))}"
+                )
         return ("\n".join(lines) + "\n").encode()
 
     def body(self, path: str) -> bytes | None:
@@ -75,7 +77,11 @@ class Fleet:
         if cached and cached[0] == bucket:
             return cached[1]
         roles = synth.Roles(i, self.story)
-        body = self._render(self._families, lambda s: synth.node_values(s, roles, t)[0])
+        body = self._render(
+            self._families,
+            lambda s: synth.node_values(s, roles, t)[0],
+            lambda s: synth.node_series_labels(s, roles),
+        )
         self._cache[i] = (bucket, body)
         return body
 

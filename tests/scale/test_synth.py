@@ -34,14 +34,14 @@ def threshold(alert: str, pattern: str) -> float:
     return max(found)
 
 
-def values(fleet: str, name: str, **labels) -> np.ndarray:
+def values(fleet: str, name: str, nodes: int = NODES, **labels) -> np.ndarray:
     """One series of every node of a tiny fleet: an array of nodes x scrapes."""
     (s,) = [
         s
         for s in template.load("node").series
         if s.name == name and labels.items() <= dict(s.labels).items()
     ]
-    return np.array([synth.node_values(s, synth.Roles(i, fleet), T) for i in range(NODES)])
+    return np.array([synth.node_values(s, synth.Roles(i, fleet), T) for i in range(nodes)])
 
 
 @pytest.mark.parametrize("family", ["ipv4", "ipv6"])
@@ -114,9 +114,42 @@ def test_the_realistic_fleet_keeps_most_nodes_out_of_trouble():
     roles = [synth.Roles(i) for i in range(nodes)]
     assert sum(r.pull_backlog or r.pull_stalled or r.neighbor_hot for r in roles) < nodes // 20
     assert not any(r.pull_settings_differ for r in roles)
+    failing = values(synth.REALISTIC, "kubescale_image_pulls_failing", nodes=nodes)[:, -1]
+    assert 0 < (failing > 0).sum() < nodes // 20
+    mirrors = [
+        s
+        for s in template.load("node").series
+        if s.name == "kubescale_containerd_registry_mirror_hosts"
+    ]
+    verdicts = [{synth.node_series_labels(s, r)["verdict"] for s in mirrors} for r in roles]
+    ignored = sum(v == {"ignored"} for v in verdicts)
+    assert 0 < ignored < nodes // 20
+    assert ignored + sum(v == {"used"} for v in verdicts) == nodes
 
 
 def test_the_live_target_tells_the_thresholds_story():
     body = Fleet(3, origin=0, story=synth.THRESHOLDS).body("/node/2").decode()
     assert "\nkubescale_image_pull_stalled 1\n" in body
     assert "\nkubescale_image_pull_stalled 0\n" in Fleet(3, origin=0).body("/node/2").decode()
+
+
+def test_the_live_target_and_the_backfill_give_a_node_the_same_mirror_verdicts():
+    realistic = Fleet(50, origin=0)
+    out = io.StringIO()
+    synth.write(out, realistic.node_t, realistic.cluster_t, [synth.Segment(50, 0, 30, 30)])
+    for i in (0, 23):  # a node whose containerd reads its mirrors, and one that ignores them
+        node = synth.node_name(i)
+        live = {
+            line.split(" ")[0]
+            for line in realistic.body(f"/node/{i}").decode().splitlines()
+            if line.startswith("kubescale_containerd_registry_mirror_hosts{")
+        }
+        stored = {
+            line.split(" ")[0]
+            for line in out.getvalue().splitlines()
+            if line.startswith("kubescale_containerd_registry_mirror_hosts{") and node in line
+        }
+        verdict = "ignored" if synth.Roles(i).mirrors_ignored else "used"
+        assert len(live) == len(stored) == 2
+        for series in live | stored:
+            assert f'verdict="{verdict}"' in series, series
