@@ -188,6 +188,21 @@ local promql = import '../lib/promql.libsonnet';
         local used = 'max by (%s, %s, registry) (%s > 0)' % [pool, c.nodeLabel, mirrors('used')],
         // Nodes whose containerd config the collector read: the pool's size for this.
         local reporting = 'count by (%s) (%s)' % [pool, promql.held('kubescale_containerd_image_pull_path', c.nodeExporterSelector, c.gapTolerance)],
+        // The alert's examples: its cluster's nodes that pull its registry from the registry
+        // itself, the few to fix. Each alert's query reads its own cluster and registry only,
+        // not every node's mirrors of every cluster (text.examples' args: 1 the cluster, 2 the
+        // registry).
+        local inAlerts(selector) = std.strReplace(selector, '%', '%%') + ", %s='%%[1]s'" % c.clusterLabel,
+        local upstream = 'group by (%s, %s) (%s) unless on (%s, %s) max by (%s, %s) (%s > 0)' % [
+          pool,
+          c.nodeLabel,
+          promql.held('kubescale_containerd_image_pull_path', inAlerts(c.nodeExporterSelector), c.gapTolerance),
+          pool,
+          c.nodeLabel,
+          pool,
+          c.nodeLabel,
+          promql.held('kubescale_containerd_registry_mirror_hosts', inAlerts(c.nodeExporterSelector) + ", verdict=\"used\", registry='%[2]s'", c.gapTolerance),
+        ],
         // Hour-long `for`s and a half-hour one: on slowInterval.
         name: 'kube-scale-exporter-registry-mirrors',
         interval: c.slowInterval,
@@ -215,9 +230,9 @@ local promql = import '../lib/promql.libsonnet';
             labels: { severity: c.infoSeverity },
             annotations: {
               summary: 'Nodes of one pool disagree on which registries they pull through a mirror.',
-              description: ('Only {{ $value }} nodes of %s pull registry {{ $labels.registry }} through a mirror containerd uses (' % where)
-                           + text.examples(used, pool + ', registry', c.nodeLabel, c.alertExamples, first=true)
-                           + '); the others pull it from the registry itself: no mirror there, or one containerd ignores.',
+              description: ('Only {{ $value }} nodes of %s pull registry {{ $labels.registry }} through a mirror containerd uses; the others pull it from the registry itself (' % where)
+                           + text.examples(upstream, pool, c.nodeLabel, c.alertExamples, first=true, args=['$labels.%s' % c.clusterLabel, '$labels.registry'])
+                           + '): no mirror there, or one containerd ignores.',
             },
           },
         ],

@@ -39,11 +39,14 @@ local text = import '../lib/alerts.libsonnet';
       },
       {
         local c = $._config,
-        local atKernelDefault = |||
-          node_family:kubescale_neighbor_usage:ratio > %(neighborKernelDefaultUsage)g
+        // `matchers` narrow both sides: the examples read only their alert's cluster and
+        // family (text.examples' args: 1 the cluster, 2 the family), not every table's.
+        local atKernelDefault(selector=c.nodeExporterSelector, matchers='') = |||
+          node_family:kubescale_neighbor_usage:ratio%(matchers)s > %(neighborKernelDefaultUsage)g
           and
-          last_over_time(kubescale_neighbor_gc_thresh3{%(nodeExporterSelector)s}[%(gapTolerance)s]) <= %(neighborKernelDefaultThresh3)d
-        ||| % c,
+          last_over_time(kubescale_neighbor_gc_thresh3{%(selector)s}[%(gapTolerance)s]) <= %(neighborKernelDefaultThresh3)d
+        ||| % (c { selector: std.join(', ', [selector] + (if matchers == '' then [] else [matchers])), matchers: if matchers == '' then '' else '{%s}' % matchers }),
+        local ownTables = "%s='%%[1]s', family='%%[2]s'" % c.clusterLabel,
         // An hour-long `for`: on slowInterval.
         name: 'kube-scale-exporter-neighbor-slow',
         interval: c.slowInterval,
@@ -52,14 +55,14 @@ local text = import '../lib/alerts.libsonnet';
             // A node image ships the same sysctls to every node: one alert per cluster and
             // family with the count and a few examples, not one per node.
             alert: 'KubeScaleNeighborThresholdsAtKernelDefault',
-            expr: 'count by (%(clusterLabel)s, family) (%(expr)s)' % (c { expr: std.rstripChars(atKernelDefault, '\n') }),
+            expr: 'count by (%(clusterLabel)s, family) (%(expr)s)' % (c { expr: std.rstripChars(atKernelDefault(), '\n') }),
             'for': c.neighborKernelDefaultFor,
             labels: { severity: c.warningSeverity },
             annotations: {
               summary: 'Busy nodes still run the kernel default neighbor table thresholds.',
               description: ('{{ $value }} nodes have {{ $labels.family }} gc_thresh3 at the kernel default (%d) and use more than %s of it, e.g. '
                             % [c.neighborKernelDefaultThresh3, '%g%%' % (100 * c.neighborKernelDefaultUsage)])
-                           + text.examples(atKernelDefault, '%s, family' % c.clusterLabel, c.nodeLabel, c.alertExamples) + '.',
+                           + text.examples(atKernelDefault(std.strReplace(c.nodeExporterSelector, '%', '%%'), ownTables), '%s, family' % c.clusterLabel, c.nodeLabel, c.alertExamples, args=['$labels.%s' % c.clusterLabel, '$labels.family']) + '.',
             },
           },
         ],

@@ -101,12 +101,14 @@ local promql = import '../lib/promql.libsonnet';
           },
 
           {
+            // Two sums, not the sum of every node's difference: one scrape writes both series
+            // of a node, and matching 7,500 pairs label set by label set costs Prometheus more
+            // than reading them (bench/results/scale.md).
             record: 'cluster:kubescale_image_pull_remaining_bytes:sum',
             expr: |||
-              sum by (%(clusterLabel)s) (
-                kubescale_image_pull_expected_bytes{%(nodeExporterSelector)s}
-                - kubescale_image_pull_downloaded_bytes{%(nodeExporterSelector)s}
-              )
+              sum by (%(clusterLabel)s) (kubescale_image_pull_expected_bytes{%(nodeExporterSelector)s})
+              - on (%(clusterLabel)s)
+              sum by (%(clusterLabel)s) (kubescale_image_pull_downloaded_bytes{%(nodeExporterSelector)s})
             ||| % c,
           },
           // Cluster mode: failed pulls by registry and cause (at most 11 registries x 6).
