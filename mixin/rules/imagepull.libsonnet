@@ -102,8 +102,8 @@ local promql = import '../lib/promql.libsonnet';
 
           {
             // Two sums, not the sum of every node's difference: one scrape writes both series
-            // of a node, and matching 7,500 pairs label set by label set costs Prometheus more
-            // than reading them (bench/results/scale.md).
+            // of a node, so the totals are the same without matching 7,500 pairs label set by
+            // label set.
             record: 'cluster:kubescale_image_pull_remaining_bytes:sum',
             expr: |||
               sum by (%(clusterLabel)s) (kubescale_image_pull_expected_bytes{%(nodeExporterSelector)s})
