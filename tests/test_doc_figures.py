@@ -1032,7 +1032,7 @@ FIGURES = [
     ),
     Figure(
         "docs/sizing.md",
-        "**On the realistic fleet that is over the budget: {} CPU-s per 30 s** (the two cycles "
+        "**On the realistic fleet that is under the budget: {} CPU-s per 30 s** (the two cycles "
         "{} and {}), against {} by hand",
         SCALE,
         of(
@@ -1083,6 +1083,16 @@ FIGURES = [
     ),
     Figure(
         "docs/sizing.md", "a query that reads nothing costs {} ms of CPU", SCALE, query_floor_ms
+    ),
+    Figure(
+        "docs/sizing.md",
+        "so `node:kubescale_kubelet_serialize_image_pulls:nonzero` holds {} series there",
+        SCALE,
+        cell(
+            "record",
+            "series N=7500",
+            where=("query", "node:kubescale_kubelet_serialize_image_pulls:nonzero"),
+        ),
     ),
     Figure(
         "docs/sizing.md",
