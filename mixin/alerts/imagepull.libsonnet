@@ -192,16 +192,16 @@ local promql = import '../lib/promql.libsonnet';
         // itself, the few to fix. Each alert's query reads its own cluster and registry only,
         // not every node's mirrors of every cluster (text.examples' args: 1 the cluster, 2 the
         // registry).
-        local inAlerts(selector) = std.strReplace(selector, '%', '%%') + ", %s='%%[1]s'" % c.clusterLabel,
+        local ownCluster(selector) = text.literal(selector) + ", %s='%%[1]s'" % c.clusterLabel,
         local upstream = 'group by (%s, %s) (%s) unless on (%s, %s) max by (%s, %s) (%s > 0)' % [
           pool,
           c.nodeLabel,
-          promql.held('kubescale_containerd_image_pull_path', inAlerts(c.nodeExporterSelector), c.gapTolerance),
+          promql.held('kubescale_containerd_image_pull_path', ownCluster(c.nodeExporterSelector), c.gapTolerance),
           pool,
           c.nodeLabel,
           pool,
           c.nodeLabel,
-          promql.held('kubescale_containerd_registry_mirror_hosts', inAlerts(c.nodeExporterSelector) + ", verdict=\"used\", registry='%[2]s'", c.gapTolerance),
+          promql.held('kubescale_containerd_registry_mirror_hosts', ownCluster(c.nodeExporterSelector) + ", verdict=\"used\", registry='%[2]s'", c.gapTolerance),
         ],
         // Hour-long `for`s and a half-hour one: on slowInterval.
         name: 'kube-scale-exporter-registry-mirrors',

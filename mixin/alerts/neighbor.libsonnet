@@ -62,7 +62,7 @@ local text = import '../lib/alerts.libsonnet';
               summary: 'Busy nodes still run the kernel default neighbor table thresholds.',
               description: ('{{ $value }} nodes have {{ $labels.family }} gc_thresh3 at the kernel default (%d) and use more than %s of it, e.g. '
                             % [c.neighborKernelDefaultThresh3, '%g%%' % (100 * c.neighborKernelDefaultUsage)])
-                           + text.examples(atKernelDefault(std.strReplace(c.nodeExporterSelector, '%', '%%'), ownTables), '%s, family' % c.clusterLabel, c.nodeLabel, c.alertExamples, args=['$labels.%s' % c.clusterLabel, '$labels.family']) + '.',
+                           + text.examples(atKernelDefault(text.literal(c.nodeExporterSelector), ownTables), '%s, family' % c.clusterLabel, c.nodeLabel, c.alertExamples, args=['$labels.%s' % c.clusterLabel, '$labels.family']) + '.',
             },
           },
         ],

@@ -9,6 +9,9 @@
 // evaluation, so that the query reads only the alert's own series (a literal `%` in such an
 // `expr` is written `%%`).
 {
+  // A selector inside an `expr` given `args`: its `%` kept literal through printf.
+  literal(selector):: std.strReplace(selector, '%', '%%'),
+
   examples(expr, by, show, limit, sortBy=null, text=null, first=false, args=[])::
     local byList = std.split(std.strReplace(by, ' ', ''), ',');
     local same = std.join(' ', ['(eq .Labels.%s $labels.%s)' % [l, l] for l in byList]);

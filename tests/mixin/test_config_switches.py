@@ -3,6 +3,7 @@ jsonnet-bundler creates, the opt-in Prometheus group, the etcd-mixin overlap, an
 ranking of alerts that page."""
 
 import json
+import re
 
 import pytest
 
@@ -114,3 +115,42 @@ def test_targets_down_threshold_sits_below_the_daemonset_max_unavailable(mixin):
     assert mixin["config"]["exporterDownRatio"] < 0.10
     (rule,) = [r for r in alert_rules(mixin) if r["alert"] == "KubeScaleExporterTargetsDown"]
     assert ">=" in rule["expr"] and "1 -" not in rule["expr"]
+
+
+def _go_printf(template: str, *args: str) -> str:
+    """What Go's printf makes of `template` with string args: %[N]s takes arg N, %% is a `%`,
+    and any other `%` is a bad verb (Go writes `%!` and the verb into the text)."""
+
+    def verb(m):
+        if m[1]:
+            return args[int(m[1]) - 1]
+        return "%" if m[0] == "%%" else "%!" + m[0][1:] + "(BADVERB)"
+
+    return re.sub(r"%\[(\d)\]s|%%|%.?", verb, template)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "alert, labels",
+    [
+        ("KubeScaleRegistryMirrorsDiffer", ("prod", "docker.io")),
+        ("KubeScaleNeighborThresholdsAtKernelDefault", ("prod", "ipv6")),
+    ],
+)
+def test_alert_examples_read_their_own_alerts_series_whatever_the_selector_holds(alert, labels):
+    """Each fleet-level alert's examples query is a printf format filled with the alert's own
+    labels; a `%` in the user's matchers stays literal through it."""
+    m = build.mixin_object({"exporterMatchers": 'namespace=~"mon%"', "clusterLabel": "k8s_cluster"})
+    (rule,) = [r for r in alert_rules(m) if r["alert"] == alert]
+    (fmt, argv) = re.search(
+        r"query \(printf `([^`]*)` ([^)]*)\)", rule["annotations"]["description"]
+    ).groups()
+    assert argv.split() == [
+        "$labels.k8s_cluster",
+        "$labels." + ("registry" if "Mirror" in alert else "family"),
+    ]
+    query = _go_printf(fmt, *labels)
+    selectors = re.findall(r"\{([^}]*)\}", query)
+    assert selectors and all(f"k8s_cluster='{labels[0]}'" in s for s in selectors), selectors
+    assert all('namespace=~"mon%"' in s for s in selectors if "job=" in s), selectors
+    assert any(f"='{labels[1]}'" in s for s in selectors), selectors
